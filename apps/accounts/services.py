@@ -1,0 +1,64 @@
+"""Writes for tenancy: departments, projects, memberships, tokens."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.db import transaction
+
+from apps.accounts.models import ApiToken, Department, Membership, Project
+from apps.core.audit import change_record_create, snapshot
+
+
+@transaction.atomic
+def department_create(*, name: str, slug: str, description: str = "", actor) -> Department:
+    department = Department(name=name, slug=slug, description=description)
+    department.full_clean()
+    department.save()
+    change_record_create(
+        actor=actor, action="department.create", obj=department, after=snapshot(department, ["name", "slug"])
+    )
+    return department
+
+
+@transaction.atomic
+def project_create(
+    *, department: Department, name: str, slug: str, namespace: str, description: str = "", actor
+) -> Project:
+    project = Project(department=department, name=name, slug=slug, namespace=namespace, description=description)
+    project.full_clean()
+    project.save()
+    change_record_create(
+        actor=actor,
+        action="project.create",
+        obj=project,
+        after=snapshot(project, ["department", "name", "slug", "namespace"]),
+    )
+    return project
+
+
+@transaction.atomic
+def membership_set(*, user, project: Project, role: str, actor) -> Membership:
+    membership, created = Membership.objects.select_for_update().get_or_create(
+        user=user, project=project, defaults={"role": role}
+    )
+    before = None if created else {"role": membership.role}
+    if not created and membership.role != role:
+        membership.role = role
+        membership.full_clean()
+        membership.save(update_fields=["role", "updated_at"])
+    change_record_create(
+        actor=actor, action="membership.set", obj=membership, before=before, after={"role": role}
+    )
+    return membership
+
+
+@transaction.atomic
+def api_token_create(*, user, name: str, expires_at: datetime | None = None, actor) -> tuple[ApiToken, str]:
+    """Create a token and return it with its key; the key is not stored and cannot be shown again."""
+    key = ApiToken.generate_key("sc")
+    token = ApiToken(user=user, name=name, prefix=key[:10], key_hash=ApiToken.hash_key(key), expires_at=expires_at)
+    token.full_clean()
+    token.save()
+    change_record_create(actor=actor, action="api_token.create", obj=token, after={"name": name})
+    return token, key

@@ -1,0 +1,61 @@
+"""One exception handler: ApplicationError, Django and DRF errors all become the same JSON body."""
+
+from __future__ import annotations
+
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.http import Http404
+from rest_framework import exceptions, status
+from rest_framework.response import Response
+from rest_framework.views import exception_handler as drf_exception_handler
+
+from apps.core.errors import ApplicationError
+
+_DRF_CODES = {
+    400: "invalid",
+    401: "not_authenticated",
+    403: "permission_denied",
+    404: "not_found",
+    405: "method_not_allowed",
+    406: "not_acceptable",
+    409: "conflict",
+    413: "too_large",
+    415: "unsupported_media_type",
+    429: "throttled",
+}
+
+
+def _validation_details(error: DjangoValidationError):
+    if hasattr(error, "error_dict"):
+        return {field: [str(m) for e in errs for m in e.messages] for field, errs in error.error_dict.items()}
+    return {"non_field_errors": [str(m) for m in error.messages]}
+
+
+def exception_handler(exc, context):
+    if isinstance(exc, ApplicationError):
+        return Response({"error": exc.as_dict()}, status=exc.status_code)
+    if isinstance(exc, DjangoValidationError):
+        details = _validation_details(exc)
+        return Response(
+            {"error": {"code": "invalid", "message": "Invalid input.", "details": details}},
+            status=status.HTTP_400_BAD_REQUEST,
+        )
+    if isinstance(exc, Http404):
+        exc = exceptions.NotFound()
+    elif isinstance(exc, DjangoPermissionDenied):
+        exc = exceptions.PermissionDenied()
+
+    response = drf_exception_handler(exc, context)
+    if response is None:
+        return None
+    data = response.data
+    if isinstance(exc, exceptions.ValidationError):
+        body = {"code": "invalid", "message": "Invalid input.", "details": data}
+    else:
+        detail = data.get("detail", data) if isinstance(data, dict) else data
+        body = {
+            "code": getattr(detail, "code", None) or _DRF_CODES.get(response.status_code, "error"),
+            "message": str(detail),
+        }
+    response.data = {"error": body}
+    return response

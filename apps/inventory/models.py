@@ -1,0 +1,348 @@
+"""The accelerator ledger (台账): clusters, pools, nodes, devices, links, events, node reports."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+from django.db.models import Q
+from django.utils.translation import gettext_lazy as _
+
+from apps.accounts.models import ApiToken, Project
+from apps.catalog.models import DeviceModel, Vendor
+from apps.core.models import BaseModel
+
+
+class Cluster(BaseModel):
+    class Backend(models.TextChoices):
+        SIMULATED = "simulated", _("simulated")
+        KUBERNETES = "kubernetes", _("Kubernetes")
+
+    class PluginMode(models.TextChoices):
+        PLAIN = "plain", _("plain device plugin")
+        MIG_MIXED = "mig-mixed", _("NVIDIA MIG, mixed strategy")
+        MIG_SINGLE = "mig-single", _("NVIDIA MIG, single strategy")
+        HAMI = "hami", _("HAMi (memory / cores)")
+        ASCEND_VNPU = "ascend-vnpu", _("Ascend vNPU templates")
+        DRA = "dra", _("Dynamic Resource Allocation")
+
+    name = models.CharField(max_length=100, unique=True)
+    slug = models.SlugField(unique=True)
+    backend = models.CharField(max_length=20, choices=Backend.choices, default=Backend.SIMULATED)
+    kubeconfig_path = models.CharField(max_length=500, blank=True)
+    kube_context = models.CharField(max_length=200, blank=True)
+    in_cluster = models.BooleanField(default=False, help_text=_("use the pod's service account"))
+    # vendor slug -> PluginMode value, e.g. {"nvidia": "mig-mixed", "huawei": "ascend-vnpu"}
+    device_plugin_modes = models.JSONField(default=dict, blank=True)
+    description = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(backend__in=["simulated", "kubernetes"]), name="inventory_cluster_backend_valid"
+            ),
+        ]
+        verbose_name = _("cluster")
+
+    def __str__(self) -> str:
+        return self.name
+
+    def plugin_mode(self, vendor: str) -> str:
+        return self.device_plugin_modes.get(vendor, self.PluginMode.PLAIN)
+
+
+class Pool(BaseModel):
+    """A resource pool (资源池) of nodes inside a cluster, e.g. training, inference."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="pools")
+    name = models.CharField(max_length=100)
+    slug = models.SlugField()
+    description = models.TextField(blank=True)
+    owner_project = models.ForeignKey(
+        Project, null=True, blank=True, on_delete=models.PROTECT, related_name="owned_pools"
+    )
+    # Compute-share overcommit for shared slices only (memory is never overcommitted).
+    overcommit_factor = models.DecimalField(
+        max_digits=3,
+        decimal_places=2,
+        default=Decimal("1.00"),
+        validators=[MinValueValidator(Decimal("1.00")), MaxValueValidator(Decimal("1.50"))],
+    )
+
+    class Meta:
+        ordering = ["cluster__name", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "slug"], name="inventory_pool_unique_slug"),
+            models.CheckConstraint(
+                condition=Q(overcommit_factor__gte=Decimal("1.00")) & Q(overcommit_factor__lte=Decimal("1.50")),
+                name="inventory_pool_overcommit_range",
+            ),
+        ]
+        verbose_name = _("pool")
+
+    def __str__(self) -> str:
+        return f"{self.cluster.slug}/{self.slug}"
+
+
+class Node(BaseModel):
+    class Status(models.TextChoices):
+        READY = "ready", _("ready")
+        MAINTENANCE = "maintenance", _("maintenance")
+        QUARANTINED = "quarantined", _("quarantined")
+        DRAINING = "draining", _("draining")
+        RETIRED = "retired", _("retired")
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="nodes")
+    pool = models.ForeignKey(Pool, null=True, blank=True, on_delete=models.PROTECT, related_name="nodes")
+    name = models.CharField(max_length=253)
+    status = models.CharField(max_length=12, choices=Status.choices, default=Status.READY, db_index=True)
+    status_reason = models.CharField(max_length=300, blank=True)
+    cpu_arch = models.CharField(max_length=20, blank=True, help_text="x86_64 / aarch64")
+    cpu_model = models.CharField(max_length=120, blank=True)
+    cpu_cores = models.PositiveIntegerField(null=True, blank=True)
+    memory_mib = models.PositiveBigIntegerField(null=True, blank=True)
+    os_image = models.CharField(max_length=120, blank=True)
+    kernel_version = models.CharField(max_length=80, blank=True)
+    container_runtime = models.CharField(max_length=80, blank=True)
+    # Driver and runtime versions as the vendor tools report them.
+    driver_version = models.CharField(max_length=60, blank=True)
+    cuda_version = models.CharField(max_length=20, blank=True, help_text=_("highest CUDA the driver supports"))
+    cann_version = models.CharField(max_length=30, blank=True)
+    rocm_version = models.CharField(max_length=30, blank=True)
+    dtk_version = models.CharField(max_length=30, blank=True)
+    # Kubernetes node labels and taints ({"key", "value", "effect"}) as the ledger wants them.
+    labels = models.JSONField(default=dict, blank=True)
+    taints = models.JSONField(default=list, blank=True)
+    # RDMA NICs: [{"name": "mlx5_0", "numa_node": 0, "link": "RoCE"}]
+    rdma_nics = models.JSONField(default=list, blank=True)
+    # Topology domain, outermost first.
+    zone = models.CharField(max_length=60, blank=True)
+    rack = models.CharField(max_length=60, blank=True)
+    switch = models.CharField(max_length=60, blank=True, help_text=_("top-of-rack / leaf switch"))
+    last_report_at = models.DateTimeField(null=True, blank=True)
+    notes = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["cluster__name", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "name"], name="inventory_node_unique_name"),
+            models.CheckConstraint(
+                condition=Q(status__in=["ready", "maintenance", "quarantined", "draining", "retired"]),
+                name="inventory_node_status_valid",
+            ),
+        ]
+        verbose_name = _("node")
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def schedulable(self) -> bool:
+        return self.status == self.Status.READY
+
+
+class Device(BaseModel):
+    class Health(models.TextChoices):
+        HEALTHY = "healthy", _("healthy")
+        DEGRADED = "degraded", _("degraded")
+        LOST = "lost", _("lost")
+        RETIRED = "retired", _("retired")
+
+    class PoolStatus(models.TextChoices):
+        PRODUCTION = "production", _("production")
+        GRAY = "gray", _("gray")
+        QUARANTINE = "quarantine", _("quarantine")
+
+    node = models.ForeignKey(Node, on_delete=models.PROTECT, related_name="devices")
+    vendor = models.CharField(max_length=20, choices=Vendor.choices, db_index=True)
+    device_model = models.ForeignKey(
+        DeviceModel, null=True, blank=True, on_delete=models.PROTECT, related_name="devices"
+    )
+    # What the tool printed; kept even when the model is recognised.
+    raw_model_name = models.CharField(max_length=150, blank=True)
+    model_unrecognized = models.BooleanField(default=False, db_index=True)
+    index = models.PositiveIntegerField()
+    uuid = models.CharField(max_length=100, null=True, blank=True)
+    serial = models.CharField(max_length=100, blank=True, db_index=True)
+    pci_bus_id = models.CharField(max_length=40, blank=True)
+    numa_node = models.IntegerField(null=True, blank=True)
+    memory_mib = models.PositiveIntegerField(null=True, blank=True, help_text=_("as reported by the tool"))
+    firmware_version = models.CharField(max_length=80, blank=True)
+    health = models.CharField(max_length=10, choices=Health.choices, default=Health.HEALTHY, db_index=True)
+    health_reason = models.CharField(max_length=300, blank=True)
+    pool_status = models.CharField(max_length=12, choices=PoolStatus.choices, default=PoolStatus.PRODUCTION)
+    owner_project = models.ForeignKey(
+        Project, null=True, blank=True, on_delete=models.PROTECT, related_name="owned_devices"
+    )
+    # Devices sharing a group are tightly coupled (NVLink/NVSwitch clique, HCCS ring, xGMI hive).
+    topology_group = models.CharField(max_length=60, blank=True)
+    mig_enabled = models.BooleanField(default=False)
+    # Partition state as reported, e.g. MIG instances [{"profile": "3g.40gb", "gi_id": 1}].
+    partitions = models.JSONField(default=list, blank=True)
+    last_seen_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["node__name", "index"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["node", "vendor", "index"],
+                condition=~Q(health="retired"),
+                name="inventory_device_unique_index",
+            ),
+            models.UniqueConstraint(
+                fields=["uuid"],
+                condition=Q(uuid__isnull=False) & ~Q(uuid=""),
+                name="inventory_device_unique_uuid",
+            ),
+            models.CheckConstraint(
+                condition=Q(health__in=["healthy", "degraded", "lost", "retired"]),
+                name="inventory_device_health_valid",
+            ),
+            models.CheckConstraint(
+                condition=Q(pool_status__in=["production", "gray", "quarantine"]),
+                name="inventory_device_pool_status_valid",
+            ),
+            models.CheckConstraint(
+                condition=Q(model_unrecognized=False) | Q(device_model__isnull=True),
+                name="inventory_device_unrecognized_has_no_model",
+            ),
+        ]
+        indexes = [models.Index(fields=["pci_bus_id"], name="inventory_device_pci_idx")]
+        verbose_name = _("device")
+
+    def __str__(self) -> str:
+        return f"{self.node.name}#{self.vendor}{self.index}"
+
+    @property
+    def model_label(self) -> str:
+        return self.device_model.name if self.device_model_id else (self.raw_model_name or "?")
+
+
+class DeviceLink(models.Model):
+    """How two devices on one node talk: NV# (bonded NVLinks), PIX/PXB/PHB/NODE/SYS, HCCS, xGMI."""
+
+    class Kind(models.TextChoices):
+        NVLINK = "NV", "NVLink"
+        PIX = "PIX", _("same PCIe switch")
+        PXB = "PXB", _("multiple PCIe switches")
+        PHB = "PHB", _("PCIe host bridge")
+        NODE = "NODE", _("same NUMA node")
+        SYS = "SYS", _("cross NUMA (SMP interconnect)")
+        HCCS = "HCCS", "HCCS"
+        XGMI = "XGMI", "xGMI"
+        MLULINK = "MLULINK", "MLU-Link"
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="links")
+    device_a = models.ForeignKey(Device, on_delete=models.CASCADE, related_name="links_out")
+    device_b = models.ForeignKey(Device, on_delete=models.CASCADE, related_name="links_in")
+    kind = models.CharField(max_length=8, choices=Kind.choices)
+    # Raw matrix cell, e.g. "NV12", "PIX".
+    link = models.CharField(max_length=12)
+    nvlink_count = models.PositiveSmallIntegerField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["node", "device_a__index", "device_b__index"]
+        constraints = [
+            models.UniqueConstraint(fields=["device_a", "device_b"], name="inventory_devicelink_unique_pair"),
+            models.CheckConstraint(condition=~Q(device_a=models.F("device_b")), name="inventory_devicelink_distinct"),
+        ]
+        verbose_name = _("device link")
+
+    def __str__(self) -> str:
+        return f"{self.device_a_id}-{self.device_b_id} {self.link}"
+
+
+class DeviceEvent(models.Model):
+    """Ledger history: version changes, health changes, lost / found, moves, maintenance, ..."""
+
+    class Kind(models.TextChoices):
+        REGISTERED = "registered", _("registered")
+        VERSION_CHANGED = "version_changed", _("version changed")
+        HEALTH_CHANGED = "health_changed", _("health changed")
+        LOST = "lost", _("lost")
+        FOUND = "found", _("found")
+        MOVED = "moved", _("moved")
+        MAINTENANCE = "maintenance", _("maintenance")
+        QUARANTINE = "quarantine", _("quarantine")
+        RETIRED = "retired", _("retired")
+        STATUS_CHANGED = "status_changed", _("status changed")
+        MODEL_UNRECOGNIZED = "model_unrecognized", _("model unrecognized")
+        IMPORTED = "imported", _("imported")
+        UPDATED = "updated", _("updated")
+
+    class Severity(models.TextChoices):
+        INFO = "info", _("info")
+        WARNING = "warning", _("warning")
+        CRITICAL = "critical", _("critical")
+
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    node = models.ForeignKey(Node, on_delete=models.PROTECT, related_name="events")
+    device = models.ForeignKey(Device, null=True, blank=True, on_delete=models.PROTECT, related_name="events")
+    kind = models.CharField(max_length=24, choices=Kind.choices, db_index=True)
+    severity = models.CharField(max_length=10, choices=Severity.choices, default=Severity.INFO)
+    message = models.CharField(max_length=500)
+    before = models.JSONField(null=True, blank=True)
+    after = models.JSONField(null=True, blank=True)
+    actor_label = models.CharField(max_length=150, blank=True)
+    report = models.ForeignKey(
+        "NodeReport", null=True, blank=True, on_delete=models.SET_NULL, related_name="events"
+    )
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        verbose_name = _("device event")
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.message}"
+
+
+class NodeReport(models.Model):
+    """A raw tool output received for a node (from the agent, the API or the command)."""
+
+    class Kind(models.TextChoices):
+        NVIDIA_SMI_XML = "nvidia-smi-xml", "nvidia-smi -q -x"
+        NVIDIA_SMI_CSV = "nvidia-smi-csv", "nvidia-smi --query-gpu --format=csv"
+        NVIDIA_TOPO = "nvidia-topo", "nvidia-smi topo -m"
+        NPU_SMI = "npu-smi", "npu-smi info"
+        ROCM_SMI_JSON = "rocm-smi-json", "rocm-smi --showallinfo --json"
+        HY_SMI = "hy-smi", "hy-smi"
+
+    received_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    node = models.ForeignKey(Node, on_delete=models.PROTECT, related_name="reports")
+    kind = models.CharField(max_length=20, choices=Kind.choices)
+    sha256 = models.CharField(max_length=64)
+    size_bytes = models.PositiveIntegerField()
+    raw_text = models.TextField()
+    actor_label = models.CharField(max_length=150, blank=True)
+    # {"created": n, "updated": n, "lost": n, "found": n, "events": n, "links": n, "changed": bool}
+    summary = models.JSONField(default=dict)
+
+    class Meta:
+        ordering = ["-received_at", "-id"]
+        verbose_name = _("node report")
+
+    def __str__(self) -> str:
+        return f"{self.node.name} {self.kind} @ {self.received_at:%Y-%m-%d %H:%M}"
+
+
+class AgentToken(BaseModel):
+    """A node agent's token: it may post node reports for one cluster and nothing else."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="agent_tokens")
+    name = models.CharField(max_length=100)
+    prefix = models.CharField(max_length=12)
+    key_hash = models.CharField(max_length=64, unique=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked = models.BooleanField(default=False)
+
+    class Meta:
+        ordering = ["cluster__name", "name"]
+        verbose_name = _("agent token")
+
+    def __str__(self) -> str:
+        return f"{self.cluster.slug}: {self.name}"
+
+    hash_key = staticmethod(ApiToken.hash_key)

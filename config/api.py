@@ -1,0 +1,9 @@
+"""The API root: /api/<app>/<plural-kebab>/."""
+
+from django.urls import include, path
+
+urlpatterns = [
+    path("accounts/", include("apps.accounts.api.urls")),
+    path("catalog/", include("apps.catalog.api.urls")),
+    path("inventory/", include("apps.inventory.api.urls")),
+]

@@ -1,0 +1,8 @@
+"""Local demo settings: embedded defaults (SQLite under var/, filesystem broker, simulated cluster)."""
+
+from .base import *  # noqa: F403
+from .base import env
+
+DEBUG = env.bool("DJANGO_DEBUG", default=True)
+# A fixed key is acceptable only for the local demo; production.py refuses to start without one.
+SECRET_KEY = SECRET_KEY or "suanchi-local-demo-key-not-for-production"  # noqa: F405, S105

@@ -1,0 +1,23 @@
+"""The Celery application: queues per concern, one beat schedule in code."""
+
+import os
+
+from celery import Celery
+from kombu import Queue
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.local")
+
+app = Celery("suanchi")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+app.conf.task_queues = [Queue(name) for name in ("default", "scheduler", "push", "ingest", "billing")]
+app.conf.task_default_queue = "default"
+app.conf.task_routes = {
+    "worker.tasks.inventory.*": {"queue": "ingest"},
+}
+app.conf.beat_schedule = {
+    "inventory-mark-stale-nodes": {
+        "task": "worker.tasks.inventory.node_staleness_check_task",
+        "schedule": 300.0,
+    },
+}
+app.autodiscover_tasks(["worker"], related_name="tasks")
