@@ -62,3 +62,13 @@ def api_token_create(*, user, name: str, expires_at: datetime | None = None, act
     token.save()
     change_record_create(actor=actor, action="api_token.create", obj=token, after={"name": name})
     return token, key
+
+
+@transaction.atomic
+def api_token_revoke(*, token: ApiToken, actor) -> ApiToken:
+    if token.revoked:
+        return token
+    ApiToken.objects.filter(pk=token.pk).update(revoked=True)
+    token.revoked = True
+    change_record_create(actor=actor, action="api_token.revoke", obj=token, before={"revoked": False}, after={"revoked": True})
+    return token

@@ -122,6 +122,8 @@ class Node(BaseModel):
     rack = models.CharField(max_length=60, blank=True)
     switch = models.CharField(max_length=60, blank=True, help_text=_("top-of-rack / leaf switch"))
     last_report_at = models.DateTimeField(null=True, blank=True)
+    # Set by the staleness check when the node agent stops reporting; cleared by the next report.
+    report_overdue_since = models.DateTimeField(null=True, blank=True)
     notes = models.TextField(blank=True)
 
     class Meta:
@@ -188,7 +190,8 @@ class Device(BaseModel):
         constraints = [
             models.UniqueConstraint(
                 fields=["node", "vendor", "index"],
-                condition=~Q(health="retired"),
+                # A lost card keeps its index in the history; a replacement in the same slot may take it.
+                condition=~Q(health__in=["retired", "lost"]),
                 name="inventory_device_unique_index",
             ),
             models.UniqueConstraint(
@@ -271,6 +274,8 @@ class DeviceEvent(models.Model):
         STATUS_CHANGED = "status_changed", _("status changed")
         MODEL_UNRECOGNIZED = "model_unrecognized", _("model unrecognized")
         IMPORTED = "imported", _("imported")
+        REPORT_OVERDUE = "report_overdue", _("reports overdue")
+        REPORTS_RESUMED = "reports_resumed", _("reports resumed")
         UPDATED = "updated", _("updated")
 
     class Severity(models.TextChoices):
@@ -300,7 +305,11 @@ class DeviceEvent(models.Model):
 
 
 class NodeReport(models.Model):
-    """A raw tool output received for a node (from the agent, the API or the command)."""
+    """A raw tool output received for a node (from the agent, the API or the command).
+
+    Identical consecutive reports of one kind for one node share a row: ``repeat_count`` and
+    ``last_received_at`` move, the raw text is stored once.
+    """
 
     class Kind(models.TextChoices):
         NVIDIA_SMI_XML = "nvidia-smi-xml", "nvidia-smi -q -x"
@@ -311,6 +320,8 @@ class NodeReport(models.Model):
         HY_SMI = "hy-smi", "hy-smi"
 
     received_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    last_received_at = models.DateTimeField(null=True, blank=True)
+    repeat_count = models.PositiveIntegerField(default=1)
     node = models.ForeignKey(Node, on_delete=models.PROTECT, related_name="reports")
     kind = models.CharField(max_length=20, choices=Kind.choices)
     sha256 = models.CharField(max_length=64)

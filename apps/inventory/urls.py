@@ -6,4 +6,8 @@ app_name = "inventory"
 
 urlpatterns = [
     path("", views.fleet, name="fleet"),
+    path("nodes/", views.node_list, name="node-list"),
+    path("nodes/<int:pk>/", views.node_detail, name="node-detail"),
+    path("devices/", views.device_list, name="device-list"),
+    path("devices/<int:pk>/", views.device_detail, name="device-detail"),
 ]

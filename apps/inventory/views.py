@@ -1,7 +1,214 @@
+"""Server-rendered ledger pages: fleet overview, nodes, devices.
+
+Every read goes through ``apps.inventory.selectors`` (scoped by membership); an object the user
+cannot see is a 404, never a 403, so a page does not confirm that it exists.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
 from django.contrib.auth.decorators import login_required
-from django.http import HttpResponse
+from django.core.paginator import Page, Paginator
+from django.db.models import Count, IntegerField, OuterRef, Q, QuerySet, Subquery, Value
+from django.db.models.functions import Coalesce
+from django.http import HttpRequest, HttpResponse, QueryDict
+from django.shortcuts import get_object_or_404, render
+from django.utils.safestring import mark_safe
+from django.views.decorators.http import require_GET
+
+from apps.accounts.selectors import is_platform_staff, user_project_ids
+from apps.core.templatetags.suanchi import link_tone
+from apps.inventory import charts, selectors
+from apps.inventory.forms import DeviceFilterForm, NodeFilterForm
+from apps.inventory.models import Device, DeviceLink, Node
+
+PAGE_SIZE = 50
+FLEET_EVENT_COUNT = 20
+NODE_EVENT_COUNT = 50
+# The export endpoint belongs to the REST API; the page only links to it with its own filters.
+DEVICE_EXPORT_PATH = "/api/inventory/devices/export/"
+
+
+def _paginate(request: HttpRequest, qs: QuerySet) -> Page:
+    return Paginator(qs, PAGE_SIZE).get_page(request.GET.get("page"))
+
+
+def _query_without_page(request: HttpRequest, **extra: str) -> str:
+    query: QueryDict = request.GET.copy()
+    query.pop("page", None)
+    for key, value in extra.items():
+        query[key] = value
+    return query.urlencode()
 
 
 @login_required
-def fleet(request):
-    return HttpResponse("fleet")
+@require_GET
+def fleet(request: HttpRequest) -> HttpResponse:
+    user = request.user
+    summary = selectors.fleet_summary(user=user)
+    rows = charts.model_rows(summary["by_model"])
+    chart_html = ""
+    if rows:
+        figure = charts.cards_by_model_figure(rows)
+        # Plotly escapes the data it embeds ("<" → \u003c) and labels are stripped of markup.
+        chart_html = mark_safe(charts.figure_html(figure, div_id="fleet-cards-chart"))  # noqa: S308
+    health = {row["health"]: row["count"] for row in summary["by_health"]}
+    node_status = {row["status"]: row["count"] for row in summary["by_node_status"]}
+    context = {
+        "summary": summary,
+        "model_rows": rows,
+        "chart_html": chart_html,
+        "health_counts": [
+            (value, label, health.get(value, 0))
+            for value, label in Device.Health.choices
+            if value != Device.Health.RETIRED
+        ],
+        "healthy_count": health.get(Device.Health.HEALTHY, 0),
+        "degraded_count": health.get(Device.Health.DEGRADED, 0),
+        "lost_count": health.get(Device.Health.LOST, 0),
+        "node_status_counts": [
+            (value, label, node_status.get(value, 0))
+            for value, label in Node.Status.choices
+            if value != Node.Status.RETIRED
+        ],
+        "events": selectors.device_event_list(user=user)[:FLEET_EVENT_COUNT],
+        "is_platform_staff": is_platform_staff(user),
+        "has_projects": bool(user_project_ids(user)),
+    }
+    return render(request, "inventory/fleet.html", context)
+
+
+def _card_models_by_node(user, node_ids: list[int]) -> dict[int, list[dict]]:
+    """Visible, in-service cards on the given nodes, grouped by model: one query for a whole page."""
+    grouped = (
+        selectors.device_list(user=user)
+        .exclude(health=Device.Health.RETIRED)
+        .filter(node_id__in=node_ids)
+        .order_by()
+        .values("node_id", "vendor", "device_model__name", "raw_model_name")
+        .annotate(count=Count("pk"))
+    )
+    models: dict[int, dict[tuple, dict]] = defaultdict(dict)
+    for row in grouped:
+        name = row["device_model__name"] or row["raw_model_name"] or "?"
+        key = (row["vendor"], name, not row["device_model__name"])
+        entry = models[row["node_id"]].setdefault(
+            key, {"name": name, "unrecognized": not row["device_model__name"], "count": 0}
+        )
+        entry["count"] += row["count"]
+    return {
+        node_id: sorted(entries.values(), key=lambda e: (-e["count"], e["name"]))
+        for node_id, entries in models.items()
+    }
+
+
+@login_required
+@require_GET
+def node_list(request: HttpRequest) -> HttpResponse:
+    user = request.user
+    form = NodeFilterForm(request.GET, user=user)
+    card_count = (
+        selectors.device_list(user=user)
+        .exclude(health=Device.Health.RETIRED)
+        .filter(node=OuterRef("pk"))
+        .order_by()
+        .values("node")
+        .annotate(n=Count("pk"))
+        .values("n")
+    )
+    nodes = form.filter(selectors.node_list(user=user)).annotate(
+        card_count=Coalesce(Subquery(card_count, output_field=IntegerField()), Value(0))
+    )
+    page = _paginate(request, nodes)
+    card_models = _card_models_by_node(user, [node.pk for node in page.object_list])
+    for node in page.object_list:
+        node.card_models = card_models.get(node.pk, [])
+    context = {"form": form, "page": page, "page_query": _query_without_page(request)}
+    return render(request, "inventory/node_list.html", context)
+
+
+def _topology(devices: list[Device], links) -> dict:
+    """A device × device matrix: the link between each pair, "X" on the diagonal, None when unknown."""
+    by_pair = {}
+    for link in links:
+        by_pair[(link.device_a_id, link.device_b_id)] = link
+        by_pair.setdefault((link.device_b_id, link.device_a_id), link)
+    rows = []
+    for a in devices:
+        cells = []
+        for b in devices:
+            if a.pk == b.pk:
+                cells.append({"self": True})
+            else:
+                cells.append({"link": by_pair.get((a.pk, b.pk)), "peer": b})
+        rows.append({"device": a, "cells": cells})
+    kinds_present = {link.kind for link in by_pair.values()}
+    return {"rows": rows, "has_links": bool(by_pair), "kinds_present": kinds_present}
+
+
+@login_required
+@require_GET
+def node_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    user = request.user
+    node = get_object_or_404(selectors.node_detail_queryset(user=user), pk=pk)
+    devices = list(node.devices.all())
+    links = list(selectors.device_link_list(user=user, node=node))
+    events = selectors.device_event_list(user=user).filter(node=node)[:NODE_EVENT_COUNT]
+    context = {
+        "node": node,
+        "devices": devices,
+        "in_service_count": sum(1 for d in devices if d.health != Device.Health.RETIRED),
+        "topology": _topology([d for d in devices if d.health != Device.Health.RETIRED], links),
+        "link_legend": _link_legend(),
+        "events": events,
+        "taints": [t for t in node.taints if isinstance(t, dict)],
+        "rdma_nics": [n for n in node.rdma_nics if isinstance(n, dict)],
+    }
+    return render(request, "inventory/node_detail.html", context)
+
+
+def _link_legend() -> list[tuple[str, str, str]]:
+    """(css tone, example cell, meaning) from the closest link to the farthest."""
+    examples = {"NV": "NV#"}
+    legend = [
+        (link_tone(value), examples.get(value, value), label) for value, label in DeviceLink.Kind.choices
+    ]
+    return sorted(legend, key=lambda item: item[0])
+
+
+@login_required
+@require_GET
+def device_list(request: HttpRequest) -> HttpResponse:
+    user = request.user
+    form = DeviceFilterForm(request.GET, user=user)
+    devices = form.filter(selectors.device_list(user=user))
+    page = _paginate(request, devices)
+    context = {
+        "form": form,
+        "page": page,
+        "page_query": _query_without_page(request),
+        "export_csv_url": f"{DEVICE_EXPORT_PATH}?{_query_without_page(request, format='csv')}",
+        "export_xlsx_url": f"{DEVICE_EXPORT_PATH}?{_query_without_page(request, format='xlsx')}",
+    }
+    return render(request, "inventory/device_list.html", context)
+
+
+@login_required
+@require_GET
+def device_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    user = request.user
+    device = get_object_or_404(selectors.device_list(user=user), pk=pk)
+    events = selectors.device_event_list(user=user).filter(device=device)
+    links = (
+        selectors.device_link_list(user=user, node=device.node)
+        .filter(Q(device_a=device) | Q(device_b=device))
+        .select_related("device_a__device_model", "device_b__device_model")
+    )
+    peers = []
+    for link in links.order_by("device_a__index", "device_b__index"):
+        peer = link.device_b if link.device_a_id == device.pk else link.device_a
+        peers.append({"peer": peer, "link": link})
+    peers.sort(key=lambda item: (item["peer"].vendor, item["peer"].index))
+    context = {"device": device, "events": events, "peers": peers}
+    return render(request, "inventory/device_detail.html", context)

@@ -122,7 +122,8 @@ USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATIC_ROOT = BASE_DIR / "staticfiles"
+STATIC_ROOT = Path(os.environ.get("DJANGO_STATIC_ROOT", BASE_DIR / "staticfiles"))
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)
 # plotly.js is served from the installed plotly package: no CDN, no committed copy.
 STATICFILES_DIRS = [
     BASE_DIR / "static",
@@ -144,7 +145,7 @@ REST_FRAMEWORK = {
         "apps.accounts.authentication.TokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
-    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_PERMISSION_CLASSES": ["apps.core.api.permissions.IsUser"],
     "DEFAULT_FILTER_BACKENDS": [
         "django_filters.rest_framework.DjangoFilterBackend",
         "rest_framework.filters.OrderingFilter",
@@ -156,6 +157,8 @@ REST_FRAMEWORK = {
     "EXCEPTION_HANDLER": "apps.core.api.exceptions.exception_handler",
     "DEFAULT_THROTTLE_RATES": {"token": "30/minute", "login": "10/minute"},
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
+    # "?format=csv" names an export format on our export endpoints, not a DRF renderer.
+    "URL_FORMAT_OVERRIDE": None,
 }
 
 SPECTACULAR_SETTINGS = {
@@ -169,6 +172,14 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    "ENUM_NAME_OVERRIDES": {
+        "DeviceEventKindEnum": "apps.inventory.models.DeviceEvent.Kind",
+        "NodeReportKindEnum": "apps.inventory.models.NodeReport.Kind",
+        "DeviceLinkKindEnum": "apps.inventory.models.DeviceLink.Kind",
+        "NodeStatusEnum": "apps.inventory.models.Node.Status",
+        "DeviceHealthEnum": "apps.inventory.models.Device.Health",
+        "DevicePoolStatusEnum": "apps.inventory.models.Device.PoolStatus",
+    },
 }
 
 # Celery: embedded default is kombu's filesystem transport under var/ (no server needed).
@@ -197,8 +208,9 @@ SUANCHI = {
     "CLUSTER_BACKEND": env.str("SUANCHI_CLUSTER_BACKEND", default="simulated"),
     "KUBECONFIG": env.str("KUBECONFIG", default=""),
     "PROMETHEUS_URL": env.str("PROMETHEUS_URL", default=""),
-    # A node report marks devices missing from it LOST only when the report is a full inventory.
     "NODE_REPORT_MAX_BYTES": env.int("SUANCHI_NODE_REPORT_MAX_BYTES", default=4 * 1024 * 1024),
+    # A node whose agent has not reported for this long gets a "reports overdue" event.
+    "NODE_REPORT_STALE_MINUTES": env.int("SUANCHI_NODE_REPORT_STALE_MINUTES", default=30),
 }
 
 LOGGING = {

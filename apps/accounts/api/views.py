@@ -1,0 +1,84 @@
+from django.db import transaction
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.response import Response
+from rest_framework.throttling import UserRateThrottle
+
+from apps.accounts import selectors, services
+from apps.accounts.api import serializers as s
+from apps.accounts.models import ApiToken, Department, Membership
+from apps.core.api.permissions import IsStaffOrReadOnly
+
+
+class DepartmentViewSet(viewsets.ReadOnlyModelViewSet):
+    serializer_class = s.DepartmentSerializer
+    search_fields = ["name", "slug"]
+
+    def get_queryset(self):
+        user = self.request.user
+        if selectors.is_platform_staff(user):
+            return Department.objects.all()
+        return Department.objects.filter(projects__in=selectors.project_list(user=user)).distinct()
+
+
+class ProjectViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
+    serializer_class = s.ProjectSerializer
+    permission_classes = [IsStaffOrReadOnly]
+    filterset_fields = ["department__slug", "is_active"]
+    search_fields = ["name", "slug", "namespace"]
+
+    def get_queryset(self):
+        return selectors.project_list(user=self.request.user)
+
+    def perform_create(self, serializer):
+        serializer.instance = services.project_create(actor=self.request.user, **serializer.validated_data)
+
+    @extend_schema(responses=s.MembershipSerializer(many=True))
+    @action(detail=True, methods=["get"])
+    def members(self, request, pk=None):
+        project = self.get_object()
+        memberships = Membership.objects.filter(project=project).select_related("user", "project")
+        return Response(s.MembershipSerializer(memberships, many=True).data)
+
+
+class TokenThrottle(UserRateThrottle):
+    scope = "token"
+
+
+class ApiTokenViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, viewsets.ReadOnlyModelViewSet):
+    """The caller's own API tokens. The key is returned once, at creation."""
+
+    serializer_class = s.ApiTokenSerializer
+    throttle_classes = [TokenThrottle]
+
+    queryset = ApiToken.objects.none()
+
+    def get_queryset(self):
+        if getattr(self, "swagger_fake_view", False):
+            return ApiToken.objects.none()
+        return ApiToken.objects.filter(user=self.request.user)
+
+    def create(self, request, *args, **kwargs):
+        serializer = self.get_serializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        token, key = services.api_token_create(
+            user=request.user,
+            name=serializer.validated_data["name"],
+            expires_at=serializer.validated_data.get("expires_at"),
+            actor=request.user,
+        )
+        body = s.ApiTokenSerializer(token).data
+        body["key"] = key
+        return Response(body, status=status.HTTP_201_CREATED)
+
+    @transaction.atomic
+    def perform_destroy(self, instance):
+        services.api_token_revoke(token=instance, actor=self.request.user)
+
+
+class MeViewSet(viewsets.ViewSet):
+    @extend_schema(responses=s.MeSerializer)
+    def list(self, request):
+        user = type(request.user).objects.prefetch_related("memberships__project").get(pk=request.user.pk)
+        return Response(s.MeSerializer(user).data)

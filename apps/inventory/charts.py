@@ -1,0 +1,132 @@
+"""Plotly figures for the ledger pages.
+
+Figures are built with ``plotly.graph_objects`` and rendered as a ``<div>`` plus an inline script
+(``include_plotlyjs=False``): the page loads plotly.js once, from our own static files.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import plotly.graph_objects as go
+from django.utils.translation import gettext as _
+
+from apps.catalog.models import Vendor
+from apps.inventory.models import Device
+
+# Health states shown on the fleet overview (retired cards are out of service and not counted).
+HEALTH_ORDER: tuple[str, ...] = (Device.Health.HEALTHY, Device.Health.DEGRADED, Device.Health.LOST)
+HEALTH_COLORS: dict[str, str] = {
+    Device.Health.HEALTHY: "#2f855a",
+    Device.Health.DEGRADED: "#d69e2e",
+    Device.Health.LOST: "#c53030",
+}
+FONT_FAMILY = (
+    'system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, '
+    '"PingFang SC", "Microsoft YaHei", "Noto Sans CJK SC", sans-serif'
+)
+
+
+@dataclass
+class ModelRow:
+    """Cards of one vendor / model, counted by health."""
+
+    vendor: str
+    model: str
+    unrecognized: bool
+    counts: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def vendor_label(self) -> str:
+        return str(Vendor(self.vendor).label) if self.vendor in Vendor.values else self.vendor
+
+    @property
+    def label(self) -> str:
+        return f"{self.vendor_label} {self.model}"
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    @property
+    def healthy(self) -> int:
+        return self.counts.get(Device.Health.HEALTHY, 0)
+
+    @property
+    def degraded(self) -> int:
+        return self.counts.get(Device.Health.DEGRADED, 0)
+
+    @property
+    def lost(self) -> int:
+        return self.counts.get(Device.Health.LOST, 0)
+
+
+def model_rows(by_model: Iterable[dict]) -> list[ModelRow]:
+    """Fold ``fleet_summary()["by_model"]`` into one row per vendor / model.
+
+    Recognised cards group under the catalog name; unrecognised ones under the raw name the tool
+    printed (flagged), so two raw spellings of one catalog model collapse into one row.
+    """
+    rows: dict[tuple[str, str, bool], ModelRow] = {}
+    for item in by_model:
+        catalog_name = item.get("device_model__name")
+        unrecognized = not catalog_name
+        model = catalog_name or item.get("raw_model_name") or "?"
+        key = (item["vendor"], model, unrecognized)
+        row = rows.get(key)
+        if row is None:
+            row = rows[key] = ModelRow(vendor=item["vendor"], model=model, unrecognized=unrecognized)
+        row.counts[item["health"]] = row.counts.get(item["health"], 0) + item["count"]
+    return sorted(rows.values(), key=lambda r: (r.vendor_label.lower(), r.model.lower(), r.unrecognized))
+
+
+def _plain(text: str) -> str:
+    return text.replace("<", "‹").replace(">", "›")
+
+
+def cards_by_model_figure(rows: list[ModelRow]) -> go.Figure:
+    """A stacked bar per vendor / model, one colour per health state."""
+    # Plotly reads a small subset of HTML in labels; raw model names come from node reports.
+    labels = [_plain(f"{row.label} (?)" if row.unrecognized else row.label) for row in rows]
+    fig = go.Figure()
+    for health in HEALTH_ORDER:
+        fig.add_trace(
+            go.Bar(
+                name=str(Device.Health(health).label),
+                x=labels,
+                y=[row.counts.get(health, 0) for row in rows],
+                marker_color=HEALTH_COLORS[health],
+                hovertemplate="%{x}<br>%{fullData.name}: %{y}<extra></extra>",
+            )
+        )
+    fig.update_layout(
+        barmode="stack",
+        height=360,
+        margin={"l": 48, "r": 16, "t": 16, "b": 96},
+        paper_bgcolor="rgba(0,0,0,0)",
+        plot_bgcolor="rgba(0,0,0,0)",
+        font={"family": FONT_FAMILY, "size": 12, "color": "#1f2933"},
+        legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "xanchor": "right", "x": 1},
+        xaxis={"title": None, "tickangle": -20 if len(rows) > 6 else 0},
+        yaxis={
+            "title": {"text": _("Cards")},
+            "gridcolor": "#e4e7eb",
+            "rangemode": "tozero",
+            "tickformat": "d",
+        },
+        bargap=0.35,
+    )
+    return fig
+
+
+def figure_html(fig: go.Figure, *, div_id: str) -> str:
+    """The figure as a ``<div>`` and its inline script; plotly.js itself is loaded by the page."""
+    return fig.to_html(
+        full_html=False,
+        include_plotlyjs=False,
+        div_id=div_id,
+        config={"displaylogo": False, "responsive": True, "modeBarButtonsToRemove": ["lasso2d", "select2d"]},
+        default_width="100%",
+        default_height="360px",
+    )

@@ -1,0 +1,670 @@
+"""NVIDIA: adapter facts and parsers for ``nvidia-smi -q -x``, ``--query-gpu --format=csv`` and ``topo -m``.
+
+Formats (hardware-telemetry.md §2):
+
+* ``-q -x``: root ``nvidia_smi_log`` (DTD v12 on driver 535, v13 on newer); one ``<gpu id="<bus id>">``
+  per device. Power moved from ``power_readings/power_draw`` (old DTDs) to
+  ``gpu_power_readings/power_draw`` (v12) and ``gpu_power_readings/average_power_draw`` (v13); volatile
+  uncorrectable ECC is ``{sram,dram}_uncorrectable`` (v12), ``sram_uncorrectable_{parity,secded}`` (v13)
+  or ``double_bit/total`` (old DTDs).
+* csv: optional header with unit suffixes (``memory.total [MiB]``); values ``97 %``, ``72000 MiB``,
+  ``612.48 W``, ``[N/A]``; ``noheader,nounits`` drops both.
+* ``topo -m``: tab-separated matrix, header row starting with a tab, trailing ``CPU Affinity``,
+  ``NUMA Affinity`` and (newer drivers) ``GPU NUMA ID``, which data rows precede with an empty cell.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import defusedxml.ElementTree as SafeET
+from defusedxml import DefusedXmlException
+
+from .adapter import (
+    VendorAdapter,
+    ensure_text,
+    fail,
+    fail_element,
+    fail_line,
+    hex_id,
+    metric,
+    na,
+    normalise_pci_bus_id,
+    parse_int,
+    parse_number,
+    single_int,
+    text_lines,
+)
+from .base import ParsedDevice, ParsedLink, ParsedReport
+
+VENDOR = "nvidia"
+KIND_XML = "nvidia-smi-xml"
+KIND_CSV = "nvidia-smi-csv"
+KIND_TOPO = "nvidia-topo"
+
+# The agent runs: nvidia-smi --query-gpu=<AGENT_QUERY_FIELDS joined by ","> --format=csv,noheader,nounits
+# A csv report without a header is read in this column order.
+AGENT_QUERY_FIELDS: tuple[str, ...] = (
+    "index",
+    "uuid",
+    "name",
+    "serial",
+    "pci.bus_id",
+    "memory.total",
+    "driver_version",
+    "vbios_version",
+    "utilization.gpu",
+    "memory.used",
+    "temperature.gpu",
+    "power.draw",
+)
+
+
+# ===================================================================================================
+# nvidia-smi -q -x
+# ===================================================================================================
+
+
+def parse_nvidia_smi_xml(text: str) -> ParsedReport:
+    kind = KIND_XML
+    text = ensure_text(text, kind=kind)
+    if not text.strip():
+        fail("empty input", kind=kind)
+    try:
+        root = SafeET.fromstring(text)
+    except SafeET.ParseError as exc:
+        line, column = exc.position
+        reason = str(exc).split(": line ")[0]
+        fail_line(line, f"XML is not well-formed at column {column}: {reason}", kind=kind, column=column)
+    except DefusedXmlException as exc:
+        fail(f"forbidden XML construct: {type(exc).__name__}", kind=kind)
+
+    if root.tag != "nvidia_smi_log":
+        fail_element(root.tag, f"root element is <{root.tag}>, expected <nvidia_smi_log>", kind=kind)
+
+    report = ParsedReport(vendor=VENDOR, kind=kind)
+    report.node["driver_version"] = na(_child_text(root, "driver_version"))
+    report.node["cuda_version"] = na(_child_text(root, "cuda_version"))
+
+    gpus = root.findall("gpu")
+    by_index: dict[int, str] = {}
+    for position, gpu in enumerate(gpus):
+        where = f"gpu[{position + 1}]"
+        device = _xml_gpu(gpu, where, position)
+        if device.index in by_index:
+            fail_element(
+                f"{where}/minor_number",
+                f"index {device.index} already used by {by_index[device.index]}",
+                kind=kind,
+            )
+        by_index[device.index] = where
+        report.devices.append(device)
+
+    attached = single_int(_child_text(root, "attached_gpus"))
+    if attached is not None and attached != len(gpus):
+        report.warnings.append(f"attached_gpus says {attached} but the log lists {len(gpus)} <gpu> elements")
+    report.devices.sort(key=lambda d: d.index)
+    return report
+
+
+def _child_text(element: Any, path: str) -> str | None:
+    node = element.find(path)
+    if node is None:
+        return None
+    return "".join(node.itertext()).strip() if len(node) else (node.text or "").strip()
+
+
+def _xml_quantity(element: Any, path: str, unit: str, where: str, *, integer: bool = False) -> Any:
+    raw = _child_text(element, path)
+    try:
+        return parse_int(raw, unit) if integer else parse_number(raw, unit)
+    except ValueError:
+        fail_element(f"{where}/{path}", f"{raw!r} is not '<n> {unit}'", kind=KIND_XML)
+
+
+def _xml_count(element: Any, path: str, where: str) -> int | None:
+    raw = _child_text(element, path)
+    try:
+        return parse_int(raw)
+    except ValueError:
+        fail_element(f"{where}/{path}", f"{raw!r} is not an integer", kind=KIND_XML)
+
+
+def _xml_gpu(gpu: Any, where: str, position: int) -> ParsedDevice:
+    kind = KIND_XML
+    uuid = na(_child_text(gpu, "uuid"))
+    if uuid is None:
+        fail_element(f"{where}/uuid", "missing (every <gpu> must carry its UUID)", kind=kind)
+
+    minor = _xml_count(gpu, "minor_number", where)
+    index = minor if minor is not None else position
+
+    bus_raw = na(_child_text(gpu, "pci/pci_bus_id")) or na(gpu.get("id"))
+    try:
+        pci_bus_id = normalise_pci_bus_id(bus_raw)
+    except ValueError:
+        fail_element(f"{where}/pci/pci_bus_id", f"{bus_raw!r} is not a PCI bus id", kind=kind)
+
+    pci_device_id = _pci_device_id(_child_text(gpu, "pci/pci_device_id"), f"{where}/pci/pci_device_id", kind)
+
+    mig_raw = na(_child_text(gpu, "mig_mode/current_mig"))
+    mig_enabled = {"enabled": True, "disabled": False}.get(mig_raw.lower()) if mig_raw else None
+    if mig_raw and mig_enabled is None:
+        fail_element(f"{where}/mig_mode/current_mig", f"{mig_raw!r} is not Enabled/Disabled/N/A", kind=kind)
+
+    partitions = [
+        _xml_mig_device(mig, f"{where}/mig_devices/mig_device[{i}]")
+        for i, mig in enumerate(gpu.findall("mig_devices/mig_device"), start=1)
+    ]
+
+    power = None
+    for path in (
+        "gpu_power_readings/power_draw",
+        "gpu_power_readings/average_power_draw",
+        "gpu_power_readings/instant_power_draw",
+        "power_readings/power_draw",
+    ):
+        power = _xml_quantity(gpu, path, "W", where)
+        if power is not None:
+            break
+
+    power_limit = None
+    for path in (
+        "gpu_power_readings/current_power_limit",
+        "power_readings/power_limit",
+        "power_readings/enforced_power_limit",
+    ):
+        power_limit = _xml_quantity(gpu, path, "W", where)
+        if power_limit is not None:
+            break
+
+    problems = _xml_health_problems(gpu, where)
+
+    extra: dict[str, Any] = {
+        "bus_id_attr": gpu.get("id"),
+        "minor_number": minor,
+        "product_brand": na(_child_text(gpu, "product_brand")),
+        "product_architecture": na(_child_text(gpu, "product_architecture")),
+        "memory_reserved_mib": _xml_quantity(gpu, "fb_memory_usage/reserved", "MiB", where, integer=True),
+        "ecc_mode": na(_child_text(gpu, "ecc_mode/current_ecc")),
+        "power_limit_w": power_limit,
+        "persistence_mode": na(_child_text(gpu, "persistence_mode")),
+        "compute_mode": na(_child_text(gpu, "compute_mode")),
+    }
+    return ParsedDevice(
+        index=index,
+        uuid=uuid,
+        serial=na(_child_text(gpu, "serial")),
+        model_name=na(_child_text(gpu, "product_name")),
+        memory_mib=_xml_quantity(gpu, "fb_memory_usage/total", "MiB", where, integer=True),
+        pci_bus_id=pci_bus_id,
+        numa_node=single_int(_child_text(gpu, "numa_node")),
+        firmware_version=na(_child_text(gpu, "vbios_version")),
+        health="degraded" if problems else "healthy",
+        health_detail="; ".join(problems) if problems else None,
+        pci_device_id=pci_device_id,
+        mig_enabled=mig_enabled,
+        partitions=partitions,
+        utilization_pct=_xml_quantity(gpu, "utilization/gpu_util", "%", where),
+        memory_used_mib=_xml_quantity(gpu, "fb_memory_usage/used", "MiB", where, integer=True),
+        temperature_c=_xml_quantity(gpu, "temperature/gpu_temp", "C", where),
+        power_w=power,
+        extra=extra,
+    )
+
+
+def _pci_device_id(raw: str | None, where: str, kind: str) -> str | None:
+    """"20B210DE" (device id + vendor id) -> "0x20B2"; a bare 4-digit id is kept."""
+    value = na(raw)
+    if value is None:
+        return None
+    body = value[2:] if value.lower().startswith("0x") else value
+    if not re.fullmatch(r"[0-9A-Fa-f]{8}|[0-9A-Fa-f]{4}", body):
+        fail_element(where, f"{value!r} is not an 8-digit device+vendor id like '20B210DE'", kind=kind)
+    return hex_id(body[:4])
+
+
+_PROFILE_TAGS = ("profile", "profile_name", "mig_profile", "gpu_instance_profile")
+
+
+def _xml_mig_device(mig: Any, where: str) -> dict[str, Any]:
+    gi = _xml_count(mig, "gpu_instance_id", where)
+    if gi is None:
+        fail_element(f"{where}/gpu_instance_id", "missing", kind=KIND_XML)
+    profile = None
+    for tag in _PROFILE_TAGS:
+        profile = na(_child_text(mig, tag))
+        if profile:
+            break
+    return {
+        "index": _xml_count(mig, "index", where),
+        "profile": profile,
+        "gi_id": gi,
+        "ci_id": _xml_count(mig, "compute_instance_id", where),
+        "memory_mib": _xml_quantity(mig, "fb_memory_usage/total", "MiB", where, integer=True),
+        "memory_used_mib": _xml_quantity(mig, "fb_memory_usage/used", "MiB", where, integer=True),
+        "sm_count": _xml_count(mig, "device_attributes/shared/multiprocessor_count", where),
+    }
+
+
+def _xml_health_problems(gpu: Any, where: str) -> list[str]:
+    problems: list[str] = []
+    volatile = gpu.find("ecc_errors/volatile")
+    if volatile is not None:
+        counters = [child for child in volatile if "uncorrectable" in child.tag]
+        paths = [f"ecc_errors/volatile/{child.tag}" for child in counters]
+        if not counters and volatile.find("double_bit/total") is not None:
+            paths = ["ecc_errors/volatile/double_bit/total"]
+        dbe = None
+        for path in paths:
+            count = _xml_count(gpu, path, where)
+            if count is not None:
+                dbe = (dbe or 0) + count
+        if dbe:
+            problems.append(f"ECC volatile uncorrectable (DBE) errors: {dbe}")
+    if (na(_child_text(gpu, "remapped_rows/remapped_row_failure")) or "").lower() == "yes":
+        problems.append("row remapping failure")
+    return problems
+
+
+# ===================================================================================================
+# nvidia-smi --query-gpu=... --format=csv[,noheader][,nounits]
+# ===================================================================================================
+
+_CSV_ALIASES = {
+    "gpu_name": "name",
+    "gpu_bus_id": "pci.bus_id",
+    "gpu_serial": "serial",
+    "gpu_uuid": "uuid",
+    "vbios": "vbios_version",
+}
+_UNIT_SUFFIX = re.compile(r"\s*\[[^\]]*\]\s*$")
+
+
+def parse_nvidia_smi_csv(text: str) -> ParsedReport:
+    kind = KIND_CSV
+    lines = text_lines(text, kind=kind)
+    rows = [(n, line) for n, line in enumerate(lines, start=1) if line.strip()]
+    if not rows:
+        fail("empty input", kind=kind)
+
+    first_no, first_line = rows[0]
+    if "no devices were found" in first_line.lower():
+        fail_line(first_no, "nvidia-smi reported 'No devices were found'", kind=kind, text=first_line)
+    first_cells = [c.strip() for c in first_line.split(",")]
+    has_header = single_int(first_cells[0]) is None
+    if has_header:
+        fields = []
+        for cell in first_cells:
+            name = _UNIT_SUFFIX.sub("", cell).strip().lower()
+            fields.append(_CSV_ALIASES.get(name, name))
+        if "index" not in fields:
+            fail_line(first_no, "the header has no 'index' field", kind=kind, text=first_line)
+        if len(set(fields)) != len(fields):
+            fail_line(first_no, "the header repeats a field", kind=kind, text=first_line)
+        data = rows[1:]
+    else:
+        fields = list(AGENT_QUERY_FIELDS)
+        data = rows
+
+    report = ParsedReport(vendor=VENDOR, kind=kind)
+    if has_header and "uuid" not in fields:
+        report.warnings.append("the csv has no uuid column; devices are matched by index only")
+    seen: dict[int, int] = {}
+    for lineno, line in data:
+        cells = [c.strip() for c in line.split(",")]
+        if len(cells) != len(fields):
+            fail_line(
+                lineno,
+                f"expected {len(fields)} comma-separated fields, got {len(cells)}",
+                kind=kind,
+                text=line,
+            )
+        device = _csv_device(dict(zip(fields, cells, strict=True)), lineno, line, report)
+        if device.index in seen:
+            fail_line(lineno, f"index {device.index} already used on line {seen[device.index]}", kind=kind, text=line)
+        seen[device.index] = lineno
+        report.devices.append(device)
+    report.devices.sort(key=lambda d: d.index)
+    return report
+
+
+def _csv_device(values: dict[str, str], lineno: int, line: str, report: ParsedReport) -> ParsedDevice:
+    kind = KIND_CSV
+
+    def number(field: str, unit: str | None, *, integer: bool = False) -> Any:
+        raw = values.get(field)
+        try:
+            return parse_int(raw, unit) if integer else parse_number(raw, unit)
+        except ValueError:
+            expected = f"'<n> {unit}'" if unit else "a number"
+            fail_line(lineno, f"field '{field}': {raw!r} is not {expected}", kind=kind, text=line)
+
+    index = number("index", None, integer=True)
+    if index is None:
+        fail_line(lineno, "field 'index' is empty", kind=kind, text=line)
+
+    try:
+        pci_bus_id = normalise_pci_bus_id(values.get("pci.bus_id"))
+    except ValueError:
+        fail_line(lineno, f"field 'pci.bus_id': {values['pci.bus_id']!r} is not a PCI bus id", kind=kind, text=line)
+
+    pci_device_id = None
+    if "pci.device_id" in values:
+        raw = na(values["pci.device_id"])
+        body = raw[2:] if raw and raw.lower().startswith("0x") else raw
+        if body is not None:
+            if not re.fullmatch(r"[0-9A-Fa-f]{8}|[0-9A-Fa-f]{4}", body):
+                fail_line(lineno, f"field 'pci.device_id': {raw!r} is not a device id", kind=kind, text=line)
+            pci_device_id = hex_id(body[:4])
+
+    mig_enabled = None
+    if "mig.mode.current" in values:
+        raw = na(values["mig.mode.current"])
+        if raw is not None:
+            mig_enabled = {"enabled": True, "disabled": False}.get(raw.lower())
+            if mig_enabled is None:
+                fail_line(lineno, f"field 'mig.mode.current': {raw!r} is not Enabled/Disabled", kind=kind, text=line)
+
+    power = None
+    for field in ("power.draw", "power.draw.average", "power.draw.instant"):
+        power = number(field, "W")
+        if power is not None:
+            break
+
+    health = health_detail = None
+    if "ecc.errors.uncorrected.volatile.total" in values:
+        dbe = number("ecc.errors.uncorrected.volatile.total", None, integer=True)
+        if dbe is not None:
+            health = "degraded" if dbe > 0 else "healthy"
+            health_detail = f"ECC volatile uncorrectable (DBE) errors: {dbe}" if dbe > 0 else None
+
+    driver = na(values.get("driver_version"))
+    if driver:
+        if report.node["driver_version"] and report.node["driver_version"] != driver:
+            report.warnings.append(f"line {lineno}: driver_version {driver!r} differs from earlier rows")
+        report.node["driver_version"] = report.node["driver_version"] or driver
+
+    known = {
+        "index",
+        "uuid",
+        "name",
+        "serial",
+        "pci.bus_id",
+        "pci.device_id",
+        "memory.total",
+        "memory.used",
+        "driver_version",
+        "vbios_version",
+        "utilization.gpu",
+        "temperature.gpu",
+        "power.draw",
+        "power.draw.average",
+        "power.draw.instant",
+        "mig.mode.current",
+        "ecc.errors.uncorrected.volatile.total",
+    }
+    extra = {field: na(value) for field, value in values.items() if field not in known}
+    return ParsedDevice(
+        index=index,
+        uuid=na(values.get("uuid")),
+        serial=na(values.get("serial")),
+        model_name=na(values.get("name")),
+        memory_mib=number("memory.total", "MiB", integer=True),
+        pci_bus_id=pci_bus_id,
+        firmware_version=na(values.get("vbios_version")),
+        health=health,
+        health_detail=health_detail,
+        pci_device_id=pci_device_id,
+        mig_enabled=mig_enabled,
+        utilization_pct=number("utilization.gpu", "%"),
+        memory_used_mib=number("memory.used", "MiB", integer=True),
+        temperature_c=number("temperature.gpu", "C"),
+        power_w=power,
+        extra=extra,
+    )
+
+
+# ===================================================================================================
+# nvidia-smi topo -m
+# ===================================================================================================
+
+_TRAILING_HEADERS = (("CPU", "Affinity"), ("NUMA", "Affinity"), ("GPU", "NUMA", "ID"))
+_KNOWN_LINKS = re.compile(r"X|SYS|NODE|PHB|PXB|PIX|SOC|PSB|NV\d+")
+_ANY_LINK = re.compile(r"[A-Z][A-Z0-9#]*")
+_GPU_LABEL = re.compile(r"GPU(\d+)")
+_NIC_LEGEND_ENTRY = re.compile(r"\s*(\S+):\s*(\S+)\s*")
+
+
+def parse_nvidia_topo(text: str) -> ParsedReport:
+    kind = KIND_TOPO
+    lines = text_lines(text, kind=kind)
+
+    header_at = None
+    for i, line in enumerate(lines):
+        tokens = line.split()
+        if len(tokens) >= 1 and tokens[0] == "GPU0" and (line[:1].isspace() or tokens[1:2] != ["X"]):
+            header_at = i
+            break
+    if header_at is None:
+        first = next((n for n, line in enumerate(lines, start=1) if line.strip()), 1)
+        fail_line(first, "no matrix header found (a row starting with whitespace, then GPU0 ...)", kind=kind)
+
+    header_no = header_at + 1
+    columns, trailing = _topo_header(lines[header_at], header_no)
+    width = len(columns)
+
+    matrix: dict[str, list[str]] = {}
+    tails: dict[str, list[str]] = {}
+    row_line: dict[str, int] = {}
+    end = len(lines)
+    for i in range(header_at + 1, len(lines)):
+        line, lineno = lines[i], i + 1
+        if not line.strip() or line.strip().startswith("Legend"):
+            end = i
+            break
+        if "\t" in line:
+            cells = [c.strip() for c in line.split("\t")]
+            tab_mode = True
+        else:
+            cells = line.split()
+            tab_mode = False
+        label, rest = cells[0], cells[1:]
+        if label not in columns:
+            fail_line(lineno, f"row label {label!r} is not a column of the header (line {header_no})", kind=kind, text=line)
+        if label in matrix:
+            fail_line(lineno, f"row {label} appears twice (first on line {row_line[label]})", kind=kind, text=line)
+        if len(rest) < width:
+            fail_line(
+                lineno,
+                f"expected {width} matrix cells ({columns[0]}..{columns[-1]}), got {len(rest)}",
+                kind=kind,
+                text=line,
+            )
+        cells_m, tail = rest[:width], rest[width:]
+        for column, cell in zip(columns, cells_m, strict=True):
+            if not _ANY_LINK.fullmatch(cell):
+                fail_line(
+                    lineno,
+                    f"row {label}, column {column}: {cell!r} is not a topology cell "
+                    f"(expected {1 + width + len(trailing)} cells as in the header)",
+                    kind=kind,
+                    text=line,
+                )
+            if (cell == "X") != (column == label):
+                fail_line(
+                    lineno,
+                    f"row {label}, column {column}: {cell!r} where the diagonal X is expected"
+                    if column == label
+                    else f"row {label}, column {column}: 'X' off the diagonal",
+                    kind=kind,
+                    text=line,
+                )
+        tail = _topo_tail(tail, trailing, tab_mode, lineno, line, label, width)
+        matrix[label], tails[label], row_line[label] = cells_m, tail, lineno
+
+    missing = [c for c in columns if c not in matrix]
+    if missing:
+        fail_line(end + 1, f"matrix ends before the row for {missing[0]} (truncated output?)", kind=kind)
+
+    legend = _topo_nic_legend(lines, end)
+    report = ParsedReport(vendor=VENDOR, kind=kind, full_inventory=False)
+    gpu_labels = [c for c in columns if _GPU_LABEL.fullmatch(c)]
+    nic_labels = [c for c in columns if not _GPU_LABEL.fullmatch(c)]
+    aliased = [c for c in nic_labels if re.fullmatch(r"NIC\d+", c)]
+    if aliased and legend is None:
+        fail_line(end + 1, "the matrix has NIC columns but no 'NIC Legend:' block (truncated output?)", kind=kind)
+    for label in aliased:
+        if label not in (legend or {}):
+            fail_line(len(lines), f"'NIC Legend:' has no entry for {label} (truncated output?)", kind=kind)
+
+    position = {c: k for k, c in enumerate(columns)}
+    gpu_index = {label: int(_GPU_LABEL.fullmatch(label).group(1)) for label in gpu_labels}
+    unknown: set[str] = set()
+    for row in columns:
+        for cell in matrix[row]:
+            if not _KNOWN_LINKS.fullmatch(cell):
+                unknown.add(cell)
+    if unknown:
+        report.warnings.append(f"unknown topology cells: {', '.join(sorted(unknown))}")
+
+    gpus_topology: dict[int, dict[str, Any]] = {}
+    for label in gpu_labels:
+        affinity = dict(zip(trailing, tails[label], strict=True))
+        numa_affinity = na(affinity.get("NUMA Affinity"))
+        gpus_topology[gpu_index[label]] = {
+            "cpu_affinity": na(affinity.get("CPU Affinity")),
+            "numa_affinity": numa_affinity,
+            "gpu_numa_id": single_int(affinity.get("GPU NUMA ID")),
+        }
+        report.devices.append(ParsedDevice(index=gpu_index[label], numa_node=single_int(numa_affinity)))
+
+    for a_label in gpu_labels:
+        for b_label in gpu_labels:
+            a, b = gpu_index[a_label], gpu_index[b_label]
+            if a >= b:
+                continue
+            cell = matrix[a_label][position[b_label]]
+            back = matrix[b_label][position[a_label]]
+            if back != cell:
+                report.warnings.append(f"GPU{a}-GPU{b} is {cell} one way and {back} the other")
+            report.links.append(ParsedLink(a=a, b=b, link=cell))
+
+    nics: dict[str, dict[str, Any]] = {}
+    for label in nic_labels:
+        nics[label] = {
+            "name": (legend or {}).get(label, label),
+            "gpu_links": {gpu_index[g]: matrix[g][position[label]] for g in gpu_labels},
+        }
+    report.topology = {"columns": columns, "gpus": gpus_topology, "nics": nics}
+    report.devices.sort(key=lambda d: d.index)
+    report.links.sort(key=lambda link: (link.a, link.b))
+    return report
+
+
+def _topo_header(line: str, lineno: int) -> tuple[list[str], list[str]]:
+    kind = KIND_TOPO
+    tokens = line.split()
+    columns: list[str] = []
+    trailing: list[str] = []
+    i = 0
+    while i < len(tokens):
+        for words in _TRAILING_HEADERS:
+            if tuple(tokens[i : i + len(words)]) == words:
+                trailing.append(" ".join(words))
+                i += len(words)
+                break
+        else:
+            if trailing:
+                fail_line(lineno, f"unexpected header cell {tokens[i]!r} after {trailing[-1]!r}", kind=kind, text=line)
+            columns.append(tokens[i])
+            i += 1
+    if len(set(columns)) != len(columns):
+        fail_line(lineno, "the header repeats a column", kind=kind, text=line)
+    gpus = [c for c in columns if _GPU_LABEL.fullmatch(c)]
+    if gpus != [f"GPU{k}" for k in range(len(gpus))] or columns[: len(gpus)] != gpus:
+        fail_line(lineno, "GPU columns must come first, numbered GPU0, GPU1, ...", kind=kind, text=line)
+    return columns, trailing
+
+
+def _topo_tail(
+    tail: list[str], trailing: list[str], tab_mode: bool, lineno: int, line: str, label: str, width: int
+) -> list[str]:
+    """The CPU Affinity / NUMA Affinity / GPU NUMA ID cells of a row, one per trailing header."""
+    n = len(trailing)
+    tail = list(tail)
+    if tab_mode:
+        # Newer drivers print an empty cell before GPU NUMA ID on data rows (not in the header).
+        if "GPU NUMA ID" in trailing and len(tail) == n + 1 and tail[n - 1] == "":
+            del tail[n - 1]
+        while len(tail) > n and tail[-1] == "":
+            tail.pop()
+    if len(tail) > n:
+        fail_line(
+            lineno,
+            f"row {label} has {width + len(tail)} cells after the label, the header has {width + n}",
+            kind=KIND_TOPO,
+            text=line,
+        )
+    padding = [""] * (n - len(tail))
+    # Whitespace-separated copies lose empty cells; an empty CPU Affinity is the one that happens,
+    # so missing cells are taken from the left.
+    return tail + padding if tab_mode else padding + tail
+
+
+def _topo_nic_legend(lines: list[str], start: int) -> dict[str, str] | None:
+    legend: dict[str, str] | None = None
+    for line in lines[start:]:
+        if line.strip() == "NIC Legend:":
+            legend = {}
+            continue
+        if legend is None:
+            continue
+        if not line.strip():
+            if legend:
+                break
+            continue
+        match = _NIC_LEGEND_ENTRY.fullmatch(line)
+        if not match:
+            break
+        legend[match.group(1)] = match.group(2)
+    return legend
+
+
+# ===================================================================================================
+# Adapter
+# ===================================================================================================
+
+
+class NvidiaAdapter(VendorAdapter):
+    vendor = "nvidia"
+    display_name = "NVIDIA"
+    device_kind = "gpu"
+    resource_name = "nvidia.com/gpu"
+    visible_devices_env = "NVIDIA_VISIBLE_DEVICES"
+    accelerator_label = "nvidia-gpu"
+    brand_label = "nvidia"
+    model_label_key = "gpu-model"
+    taint_optional = True  # seed 004: "NVIDIA 节点也打污点（可选）"; we taint by default
+    exporter = {
+        "name": "dcgm-exporter",
+        "utilization": metric("DCGM_FI_DEV_GPU_UTIL", unit="%"),
+        "memory_used": metric("DCGM_FI_DEV_FB_USED", unit="MiB"),
+        # No FB_TOTAL in the default counters: total = free + used + reserved.
+        "memory_total": metric(
+            "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_RESERVED", unit="MiB", combine="sum"
+        ),
+        "temperature": metric("DCGM_FI_DEV_GPU_TEMP", unit="C"),
+        "power": metric("DCGM_FI_DEV_POWER_USAGE", unit="W"),
+        "device_id_labels": ["UUID", "gpu", "pci_bus_id"],
+        "pod_labels": {"pod": "pod", "namespace": "namespace", "container": "container"},
+        "pod_labels_metric": None,  # on every metric when a pod holds the GPU
+        "default_port": 9400,
+        "path": "/metrics",
+    }
+    parsers = {
+        KIND_XML: parse_nvidia_smi_xml,
+        KIND_CSV: parse_nvidia_smi_csv,
+        KIND_TOPO: parse_nvidia_topo,
+    }

@@ -1,0 +1,15 @@
+#!/bin/sh
+# One command: install into .venv, migrate, load the demo fleet, serve UI + API + admin with a
+# Celery worker and beat. Embedded defaults: SQLite under var/, filesystem broker, simulated cluster.
+# Set DATABASE_URL / CELERY_BROKER_URL / REDIS_URL to use PostgreSQL and Redis instead.
+set -eu
+cd "$(dirname "$0")/.."
+PYTHON="${PYTHON:-python3}"
+if [ ! -x .venv/bin/python ]; then
+    "$PYTHON" -m venv .venv
+fi
+.venv/bin/python -m pip install --quiet --upgrade pip
+.venv/bin/python -m pip install --quiet -e .
+.venv/bin/python manage.py migrate --noinput
+.venv/bin/python manage.py load_demo
+exec .venv/bin/python manage.py serve --host "${SUANCHI_HOST:-127.0.0.1}" --port "${SUANCHI_PORT:-8000}"

@@ -1,0 +1,18 @@
+#!/bin/sh
+# Start PostgreSQL and Redis on 127.0.0.1 if they are not answering (as this machine's images do).
+set -u
+if ! pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null; then
+    echo "starting PostgreSQL"
+    pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -n 1)" main start || true
+    i=0
+    while [ $i -lt 30 ] && ! pg_isready -q -h 127.0.0.1 -p 5432; do i=$((i + 1)); sleep 1; done
+fi
+if ! redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then
+    echo "starting Redis"
+    mkdir -p /var/lib/redis /var/log/redis
+    redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 --save "" --appendonly no \
+        --dir /var/lib/redis --logfile /var/log/redis/ci.log || true
+    i=0
+    while [ $i -lt 30 ] && ! redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; do i=$((i + 1)); sleep 1; done
+fi
+pg_isready -h 127.0.0.1 -p 5432 && redis-cli -h 127.0.0.1 -p 6379 ping

@@ -1,0 +1,58 @@
+"""Shared fixtures: users, tenancy and an API client. Tests run on real PostgreSQL and Redis."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.core.cache import cache
+from rest_framework.test import APIClient
+
+from apps.accounts.models import Department, Membership, Project
+
+_seq = itertools.count(1)
+
+
+@pytest.fixture(autouse=True)
+def _clear_cache():
+    cache.clear()
+    yield
+    cache.clear()
+
+
+@pytest.fixture
+def api_client() -> APIClient:
+    return APIClient()
+
+
+@pytest.fixture
+def make_user(db):
+    def make(username: str | None = None, *, staff: bool = False, password: str = "pw-For-tests-1"):
+        name = username or f"user{next(_seq)}"
+        user = get_user_model().objects.create_user(
+            username=name, password=password, is_staff=staff, is_superuser=staff
+        )
+        return user
+
+    return make
+
+
+@pytest.fixture
+def staff_user(make_user):
+    return make_user("platform-admin", staff=True)
+
+
+@pytest.fixture
+def make_project(db):
+    def make(slug: str | None = None, *, department: Department | None = None, members=(), role="member"):
+        slug = slug or f"proj{next(_seq)}"
+        department = department or Department.objects.get_or_create(
+            slug="dept-default", defaults={"name": "Default department"}
+        )[0]
+        project = Project.objects.create(department=department, name=slug, slug=slug, namespace=slug)
+        for user in members:
+            Membership.objects.create(user=user, project=project, role=role)
+        return project
+
+    return make
