@@ -20,4 +20,3 @@ urlpatterns = [
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("inventory/", include("apps.inventory.urls")),
 ]
-

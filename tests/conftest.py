@@ -47,9 +47,12 @@ def staff_user(make_user):
 def make_project(db):
     def make(slug: str | None = None, *, department: Department | None = None, members=(), role="member"):
         slug = slug or f"proj{next(_seq)}"
-        department = department or Department.objects.get_or_create(
-            slug="dept-default", defaults={"name": "Default department"}
-        )[0]
+        department = (
+            department
+            or Department.objects.get_or_create(slug="dept-default", defaults={"name": "Default department"})[
+                0
+            ]
+        )
         project = Project.objects.create(department=department, name=slug, slug=slug, namespace=slug)
         for user in members:
             Membership.objects.create(user=user, project=project, role=role)

@@ -47,7 +47,9 @@ class ApiTokenAdmin(admin.ModelAdmin):
         )
         obj.pk = token.pk
         obj.prefix = token.prefix
-        self.message_user(request, f"Token created. Copy the key now, it is not shown again: {key}", messages.WARNING)
+        self.message_user(
+            request, f"Token created. Copy the key now, it is not shown again: {key}", messages.WARNING
+        )
 
     @admin.action(description="Revoke selected tokens")
     def revoke(self, request, queryset):

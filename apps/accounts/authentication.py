@@ -58,7 +58,9 @@ class TokenAuthentication(authentication.BaseAuthentication):
         if key.startswith("sca_"):
             from apps.inventory.models import AgentToken
 
-            agent = AgentToken.objects.select_related("cluster").filter(key_hash=key_hash, revoked=False).first()
+            agent = (
+                AgentToken.objects.select_related("cluster").filter(key_hash=key_hash, revoked=False).first()
+            )
             if agent is None:
                 raise exceptions.AuthenticationFailed("Invalid or revoked agent token.")
             AgentToken.objects.filter(pk=agent.pk).update(last_used_at=timezone.now())

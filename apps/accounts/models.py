@@ -15,7 +15,9 @@ from apps.core.models import BaseModel
 # A Kubernetes namespace is a DNS-1123 label.
 namespace_validator = RegexValidator(
     r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$",
-    _("Use a DNS-1123 label: lower-case letters, digits and '-', 1-63 characters, alphanumeric at both ends."),
+    _(
+        "Use a DNS-1123 label: lower-case letters, digits and '-', 1-63 characters, alphanumeric at both ends."
+    ),
 )
 
 

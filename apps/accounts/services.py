@@ -25,7 +25,9 @@ def department_create(*, name: str, slug: str, description: str = "", actor) -> 
 def project_create(
     *, department: Department, name: str, slug: str, namespace: str, description: str = "", actor
 ) -> Project:
-    project = Project(department=department, name=name, slug=slug, namespace=namespace, description=description)
+    project = Project(
+        department=department, name=name, slug=slug, namespace=namespace, description=description
+    )
     project.full_clean()
     project.save()
     change_record_create(
@@ -57,7 +59,9 @@ def membership_set(*, user, project: Project, role: str, actor) -> Membership:
 def api_token_create(*, user, name: str, expires_at: datetime | None = None, actor) -> tuple[ApiToken, str]:
     """Create a token and return it with its key; the key is not stored and cannot be shown again."""
     key = ApiToken.generate_key("sc")
-    token = ApiToken(user=user, name=name, prefix=key[:10], key_hash=ApiToken.hash_key(key), expires_at=expires_at)
+    token = ApiToken(
+        user=user, name=name, prefix=key[:10], key_hash=ApiToken.hash_key(key), expires_at=expires_at
+    )
     token.full_clean()
     token.save()
     change_record_create(actor=actor, action="api_token.create", obj=token, after={"name": name})
@@ -70,5 +74,7 @@ def api_token_revoke(*, token: ApiToken, actor) -> ApiToken:
         return token
     ApiToken.objects.filter(pk=token.pk).update(revoked=True)
     token.revoked = True
-    change_record_create(actor=actor, action="api_token.revoke", obj=token, before={"revoked": False}, after={"revoked": True})
+    change_record_create(
+        actor=actor, action="api_token.revoke", obj=token, before={"revoked": False}, after={"revoked": True}
+    )
     return token

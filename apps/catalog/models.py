@@ -75,7 +75,8 @@ class DeviceModel(BaseModel):
         ordering = ["vendor", "name"]
         constraints = [
             models.CheckConstraint(
-                condition=models.Q(vendor__in=[v.value for v in Vendor]), name="catalog_devicemodel_vendor_valid"
+                condition=models.Q(vendor__in=[v.value for v in Vendor]),
+                name="catalog_devicemodel_vendor_valid",
             ),
             models.CheckConstraint(
                 condition=models.Q(memory_mib__isnull=True) | models.Q(memory_mib__gt=0),
@@ -124,7 +125,9 @@ class ComputeCoefficient(BaseModel):
             models.UniqueConstraint(
                 fields=["device_model", "effective_from"], name="catalog_computecoefficient_unique_date"
             ),
-            models.CheckConstraint(condition=models.Q(value__gt=0), name="catalog_computecoefficient_positive"),
+            models.CheckConstraint(
+                condition=models.Q(value__gt=0), name="catalog_computecoefficient_positive"
+            ),
         ]
         verbose_name = _("compute coefficient")
 

@@ -31,7 +31,16 @@ _DECIMAL_FIELDS = (
 )
 _INT_FIELDS = ("memory_mib", "tdp_w", "ai_cores")
 # CharFields: null in the file (unknown) is stored as "".
-_TEXT_FIELDS = ("vendor", "kind", "name", "architecture", "memory_type", "interconnect", "confidence", "notes")
+_TEXT_FIELDS = (
+    "vendor",
+    "kind",
+    "name",
+    "architecture",
+    "memory_type",
+    "interconnect",
+    "confidence",
+    "notes",
+)
 _LIST_FIELDS = ("features", "k8s_resource_names", "product_names", "pci_device_ids", "sources")
 _DICT_FIELDS = ("mig_profiles", "vnpu_templates")
 SYNCED_FIELDS = (*_TEXT_FIELDS, *_DECIMAL_FIELDS, *_INT_FIELDS, *_LIST_FIELDS, *_DICT_FIELDS, "is_builtin")
@@ -59,7 +68,11 @@ def _catalog_rows(path: Path) -> list[dict[str, Any]]:
         raise ValidationFailed(f"cannot read the catalog file {path}: {exc.strerror}")
     except yaml.YAMLError as exc:
         raise ValidationFailed(f"the catalog file {path} is not valid YAML: {exc}")
-    if not isinstance(data, dict) or data.get("schema_version") != 1 or not isinstance(data.get("device_models"), list):
+    if (
+        not isinstance(data, dict)
+        or data.get("schema_version") != 1
+        or not isinstance(data.get("device_models"), list)
+    ):
         raise ValidationFailed(f"{path}: expected 'schema_version: 1' and a 'device_models' list")
     rows = data["device_models"]
     seen: set[str] = set()
@@ -68,7 +81,9 @@ def _catalog_rows(path: Path) -> list[dict[str, Any]]:
             raise ValidationFailed(f"{path}: device_models[{index}] has no slug")
         unknown = set(row) - _KNOWN_KEYS
         if unknown:
-            raise ValidationFailed(f"{path}: device_models[{index}] ({row['slug']}) has unknown keys {sorted(unknown)}")
+            raise ValidationFailed(
+                f"{path}: device_models[{index}] ({row['slug']}) has unknown keys {sorted(unknown)}"
+            )
         if row["slug"] in seen:
             raise ValidationFailed(f"{path}: slug {row['slug']!r} appears twice")
         seen.add(row["slug"])
@@ -130,7 +145,9 @@ def catalog_sync(*, actor, path: str | Path | None = None) -> dict[str, int]:
     """
     path = Path(path) if path else DEFAULT_CATALOG_PATH
     rows = _catalog_rows(path)
-    existing = {m.slug: m for m in DeviceModel.objects.select_for_update().filter(slug__in=[r["slug"] for r in rows])}
+    existing = {
+        m.slug: m for m in DeviceModel.objects.select_for_update().filter(slug__in=[r["slug"] for r in rows])
+    }
     counts = {"created": 0, "updated": 0, "unchanged": 0, "coefficients_created": 0}
     synced: list[DeviceModel] = []
     for row in rows:
@@ -224,7 +241,8 @@ def compute_coefficient_check(
         )
     if basis == ComputeCoefficient.Basis.POLICY and not (reason or "").strip():
         raise ValidationFailed(
-            "a coefficient set by platform policy needs a reason", details={"reason": ["required for basis policy"]}
+            "a coefficient set by platform policy needs a reason",
+            details={"reason": ["required for basis policy"]},
         )
     taken = (
         ComputeCoefficient.objects.filter(device_model=device_model, effective_from=effective_from)

@@ -25,9 +25,12 @@ def actor_fields(actor: Any) -> dict[str, Any]:
         return {"actor": None, "actor_label": "system"}
     if isinstance(actor, str):
         return {"actor": None, "actor_label": actor}
-    if getattr(actor, "is_authenticated", False):
+    from django.contrib.auth import get_user_model
+
+    if isinstance(actor, get_user_model()):
         return {"actor": actor, "actor_label": actor.get_username()}
-    return {"actor": None, "actor_label": str(actor)}
+    # Node agents and other non-user principals are recorded by label only.
+    return {"actor": None, "actor_label": str(actor)[:150]}
 
 
 def change_record_create(

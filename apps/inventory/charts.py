@@ -85,10 +85,20 @@ def _plain(text: str) -> str:
     return text.replace("<", "‹").replace(">", "›")
 
 
+def _shorten(text: str, limit: int = 15) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "\u2026"
+
+
 def cards_by_model_figure(rows: list[ModelRow]) -> go.Figure:
     """A stacked bar per vendor / model, one colour per health state."""
     # Plotly reads a small subset of HTML in labels; raw model names come from node reports.
-    labels = [_plain(f"{row.label} (?)" if row.unrecognized else row.label) for row in rows]
+    labels, ticks = [], []
+    for row in rows:
+        vendor, model = _plain(row.vendor_label), _plain(row.model)
+        mark = " (?)" if row.unrecognized else ""
+        labels.append(f"{vendor}<br>{model}{mark}")
+        # Long raw names would collide under their bars: ticks are shortened, the hover keeps them whole.
+        ticks.append(f"{vendor}<br>{_shorten(model)}{mark}")
     fig = go.Figure()
     for health in HEALTH_ORDER:
         fig.add_trace(
@@ -97,18 +107,31 @@ def cards_by_model_figure(rows: list[ModelRow]) -> go.Figure:
                 x=labels,
                 y=[row.counts.get(health, 0) for row in rows],
                 marker_color=HEALTH_COLORS[health],
-                hovertemplate="%{x}<br>%{fullData.name}: %{y}<extra></extra>",
+                hovertemplate="%{x}<br>%{fullData.name}: <b>%{y}</b><extra></extra>",
             )
         )
     fig.update_layout(
         barmode="stack",
         height=360,
-        margin={"l": 48, "r": 16, "t": 16, "b": 96},
+        margin={"l": 48, "r": 16, "t": 32, "b": 56},
         paper_bgcolor="rgba(0,0,0,0)",
         plot_bgcolor="rgba(0,0,0,0)",
         font={"family": FONT_FAMILY, "size": 12, "color": "#1f2933"},
-        legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "xanchor": "right", "x": 1},
-        xaxis={"title": None, "tickangle": -20 if len(rows) > 6 else 0},
+        legend={
+            "orientation": "h",
+            "yanchor": "bottom",
+            "y": 1.02,
+            "xanchor": "left",
+            "x": 0,
+            "traceorder": "normal",
+        },
+        xaxis={
+            "title": None,
+            "automargin": True,
+            "tickmode": "array",
+            "tickvals": labels,
+            "ticktext": ticks,
+        },
         yaxis={
             "title": {"text": _("Cards")},
             "gridcolor": "#e4e7eb",

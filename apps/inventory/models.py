@@ -76,7 +76,8 @@ class Pool(BaseModel):
         constraints = [
             models.UniqueConstraint(fields=["cluster", "slug"], name="inventory_pool_unique_slug"),
             models.CheckConstraint(
-                condition=Q(overcommit_factor__gte=Decimal("1.00")) & Q(overcommit_factor__lte=Decimal("1.50")),
+                condition=Q(overcommit_factor__gte=Decimal("1.00"))
+                & Q(overcommit_factor__lte=Decimal("1.50")),
                 name="inventory_pool_overcommit_range",
             ),
         ]
@@ -108,7 +109,9 @@ class Node(BaseModel):
     container_runtime = models.CharField(max_length=80, blank=True)
     # Driver and runtime versions as the vendor tools report them.
     driver_version = models.CharField(max_length=60, blank=True)
-    cuda_version = models.CharField(max_length=20, blank=True, help_text=_("highest CUDA the driver supports"))
+    cuda_version = models.CharField(
+        max_length=20, blank=True, help_text=_("highest CUDA the driver supports")
+    )
     cann_version = models.CharField(max_length=30, blank=True)
     rocm_version = models.CharField(max_length=30, blank=True)
     dtk_version = models.CharField(max_length=30, blank=True)
@@ -250,7 +253,9 @@ class DeviceLink(models.Model):
         ordering = ["node", "device_a__index", "device_b__index"]
         constraints = [
             models.UniqueConstraint(fields=["device_a", "device_b"], name="inventory_devicelink_unique_pair"),
-            models.CheckConstraint(condition=~Q(device_a=models.F("device_b")), name="inventory_devicelink_distinct"),
+            models.CheckConstraint(
+                condition=~Q(device_a=models.F("device_b")), name="inventory_devicelink_distinct"
+            ),
         ]
         verbose_name = _("device link")
 

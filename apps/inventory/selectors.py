@@ -16,8 +16,10 @@ from apps.inventory.models import Cluster, Device, DeviceEvent, DeviceLink, Node
 
 
 def _node_visibility(project_ids: set[int], prefix: str = "") -> Q:
-    return Q(**{f"{prefix}pool__isnull": True}) | Q(**{f"{prefix}pool__owner_project__isnull": True}) | Q(
-        **{f"{prefix}pool__owner_project__in": project_ids}
+    return (
+        Q(**{f"{prefix}pool__isnull": True})
+        | Q(**{f"{prefix}pool__owner_project__isnull": True})
+        | Q(**{f"{prefix}pool__owner_project__in": project_ids})
     )
 
 

@@ -15,7 +15,7 @@ from django.db.models.functions import Coalesce
 from django.http import HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import get_object_or_404, render
 from django.utils.safestring import mark_safe
-from django.views.decorators.http import require_GET
+from django.views.decorators.http import require_safe
 
 from apps.accounts.selectors import is_platform_staff, user_project_ids
 from apps.core.templatetags.suanchi import link_tone
@@ -43,7 +43,7 @@ def _query_without_page(request: HttpRequest, **extra: str) -> str:
 
 
 @login_required
-@require_GET
+@require_safe
 def fleet(request: HttpRequest) -> HttpResponse:
     user = request.user
     summary = selectors.fleet_summary(user=user)
@@ -104,7 +104,7 @@ def _card_models_by_node(user, node_ids: list[int]) -> dict[int, list[dict]]:
 
 
 @login_required
-@require_GET
+@require_safe
 def node_list(request: HttpRequest) -> HttpResponse:
     user = request.user
     form = NodeFilterForm(request.GET, user=user)
@@ -148,7 +148,7 @@ def _topology(devices: list[Device], links) -> dict:
 
 
 @login_required
-@require_GET
+@require_safe
 def node_detail(request: HttpRequest, pk: int) -> HttpResponse:
     user = request.user
     node = get_object_or_404(selectors.node_detail_queryset(user=user), pk=pk)
@@ -178,7 +178,7 @@ def _link_legend() -> list[tuple[str, str, str]]:
 
 
 @login_required
-@require_GET
+@require_safe
 def device_list(request: HttpRequest) -> HttpResponse:
     user = request.user
     form = DeviceFilterForm(request.GET, user=user)
@@ -195,7 +195,7 @@ def device_list(request: HttpRequest) -> HttpResponse:
 
 
 @login_required
-@require_GET
+@require_safe
 def device_detail(request: HttpRequest, pk: int) -> HttpResponse:
     user = request.user
     device = get_object_or_404(selectors.device_list(user=user), pk=pk)

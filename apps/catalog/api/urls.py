@@ -1,4 +1,8 @@
 from rest_framework.routers import DefaultRouter
 
+from apps.catalog.api import views
+
 router = DefaultRouter()
+router.register("device-models", views.DeviceModelViewSet, basename="device-model")
+router.register("compute-coefficients", views.ComputeCoefficientViewSet, basename="compute-coefficient")
 urlpatterns = router.urls

@@ -117,7 +117,7 @@ def compact_json(value) -> str:
 
 @register.filter
 def vendor_label(value: str | None) -> str:
-    """"nvidia" → "NVIDIA", "huawei" → "Huawei Ascend"; unknown values are shown as they are."""
+    """ "nvidia" → "NVIDIA", "huawei" → "Huawei Ascend"; unknown values are shown as they are."""
     from apps.catalog.models import Vendor
 
     if value in Vendor.values:
@@ -125,13 +125,14 @@ def vendor_label(value: str | None) -> str:
     return value or ""
 
 
+# What the vendor tools call a card on a node.
+DEVICE_KIND_BY_VENDOR: dict[str, str] = {"huawei": "NPU", "hygon": "DCU", "cambricon": "MLU", "intel": "HPU"}
+
+
 @register.filter
 def device_short(device) -> str:
-    """A short name for a card on its node, as the vendor tools print it: GPU0, NPU3, DCU1, MLU2."""
-    kind = ""
-    model = getattr(device, "device_model", None) if getattr(device, "device_model_id", None) else None
-    if model is not None:
-        kind = (model.kind or "").upper()
-    if not kind:
-        kind = {"huawei": "NPU", "hygon": "DCU", "cambricon": "MLU", "intel": "HPU"}.get(device.vendor, "GPU")
-    return f"{kind}{device.index}"
+    """A short name for a card on its node, as the vendor tools print it: GPU0, NPU3, DCU1, MLU2.
+
+    Derived from the vendor alone, so it never costs a query for the device model.
+    """
+    return f"{DEVICE_KIND_BY_VENDOR.get(device.vendor, 'GPU')}{device.index}"

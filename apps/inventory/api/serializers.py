@@ -108,7 +108,18 @@ class DeviceEventSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = DeviceEvent
-        fields = ["id", "created_at", "node", "device", "kind", "severity", "message", "before", "after", "actor_label"]
+        fields = [
+            "id",
+            "created_at",
+            "node",
+            "device",
+            "kind",
+            "severity",
+            "message",
+            "before",
+            "after",
+            "actor_label",
+        ]
 
 
 class NodeReportSerializer(serializers.ModelSerializer):
@@ -116,12 +127,25 @@ class NodeReportSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = NodeReport
-        fields = ["id", "received_at", "last_received_at", "repeat_count", "node", "kind", "sha256", "size_bytes", "actor_label", "summary"]
+        fields = [
+            "id",
+            "received_at",
+            "last_received_at",
+            "repeat_count",
+            "node",
+            "kind",
+            "sha256",
+            "size_bytes",
+            "actor_label",
+            "summary",
+        ]
 
 
 class NodeReportInputSerializer(serializers.Serializer):
     node = serializers.CharField(max_length=253)
-    cluster = serializers.SlugField(required=False, help_text="required to register a node the ledger does not know")
+    cluster = serializers.SlugField(
+        required=False, help_text="required to register a node the ledger does not know"
+    )
     kind = serializers.ChoiceField(choices=NodeReport.Kind.choices)
     text = serializers.CharField(trim_whitespace=False, help_text="the raw output of the tool")
     dry_run = serializers.BooleanField(default=False)
@@ -152,6 +176,8 @@ class VendorField(serializers.ChoiceField):
 
 
 class PrecheckInputSerializer(serializers.Serializer):
-    requirement = serializers.CharField(max_length=60, help_text='e.g. "cuda 12.4", "cann 8.0.RC3", "rocm 6.2"')
+    requirement = serializers.CharField(
+        max_length=60, help_text='e.g. "cuda 12.4", "cann 8.0.RC3", "rocm 6.2"'
+    )
     vendor = VendorField(required=False)
     allow_minor_version_compat = serializers.BooleanField(default=False)

@@ -53,7 +53,7 @@ class NodeViewSet(viewsets.ReadOnlyModelViewSet):
         visible_devices = selectors.device_list(user=user).exclude(health="retired").values("pk")
         return selectors.node_list(user=user).annotate(
             device_count=Count("devices", filter=Q(devices__in=visible_devices), distinct=True)
-        )
+        ).order_by("cluster__name", "name")
 
     @extend_schema(request=s.StatusChangeInputSerializer, responses=s.NodeSerializer)
     @action(detail=True, methods=["post"], permission_classes=[IsStaff])
@@ -74,8 +74,13 @@ class NodeViewSet(viewsets.ReadOnlyModelViewSet):
             {
                 "node": node.name,
                 "devices": [
-                    {"index": d.index, "vendor": d.vendor, "uuid": d.uuid, "numa_node": d.numa_node,
-                     "topology_group": d.topology_group}
+                    {
+                        "index": d.index,
+                        "vendor": d.vendor,
+                        "uuid": d.uuid,
+                        "numa_node": d.numa_node,
+                        "topology_group": d.topology_group,
+                    }
                     for d in devices
                 ],
                 "links": s.DeviceLinkSerializer(links, many=True).data,
@@ -160,14 +165,18 @@ class DeviceViewSet(viewsets.ReadOnlyModelViewSet):
     def export(self, request):
         fmt = request.query_params.get("format", "csv")
         if fmt not in ("csv", "xlsx"):
-            raise ValidationFailed(f"Unknown export format {fmt!r}; use csv or xlsx.", details={"format": ["csv", "xlsx"]})
+            raise ValidationFailed(
+                f"Unknown export format {fmt!r}; use csv or xlsx.", details={"format": ["csv", "xlsx"]}
+            )
         devices = self.filter_queryset(self.get_queryset())
         content, content_type, filename = _ledger().ledger_export(devices=devices, fmt=fmt)
         response = HttpResponse(content, content_type=content_type)
         response["Content-Disposition"] = f'attachment; filename="{filename}"'
         return response
 
-    @extend_schema(request={"multipart/form-data": s.LedgerImportInputSerializer}, responses=OpenApiTypes.OBJECT)
+    @extend_schema(
+        request={"multipart/form-data": s.LedgerImportInputSerializer}, responses=OpenApiTypes.OBJECT
+    )
     @action(
         detail=False,
         methods=["post"],
@@ -179,7 +188,9 @@ class DeviceViewSet(viewsets.ReadOnlyModelViewSet):
         data = s.LedgerImportInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         report = _ledger().ledger_import_csv(
-            data=data.validated_data["file"].read(), actor=request.user, dry_run=data.validated_data["dry_run"]
+            data=data.validated_data["file"].read(),
+            actor=request.user,
+            dry_run=data.validated_data["dry_run"],
         )
         return Response(report.as_dict(), status=status.HTTP_200_OK)
 
@@ -222,7 +233,9 @@ class NodeReportViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
         elif values.get("cluster"):
             cluster = Cluster.objects.filter(slug=values["cluster"]).first()
             if cluster is None:
-                raise ValidationFailed(f"Unknown cluster {values['cluster']!r}.", details={"cluster": ["unknown"]})
+                raise ValidationFailed(
+                    f"Unknown cluster {values['cluster']!r}.", details={"cluster": ["unknown"]}
+                )
         from apps.inventory.services import discovery
 
         result = discovery.node_report_ingest(

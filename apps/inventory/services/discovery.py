@@ -115,7 +115,9 @@ def _resolve_node(*, node_name: str, cluster: Cluster | None, actor, now) -> tup
     if nodes:
         return nodes[0], False
     if cluster is None:
-        raise NotFound(f"Unknown node {node_name!r}: register it first, or give its cluster to register it now.")
+        raise NotFound(
+            f"Unknown node {node_name!r}: register it first, or give its cluster to register it now."
+        )
     node = Node(cluster=cluster, name=node_name, status=Node.Status.READY, last_report_at=None)
     node.full_clean()
     node.save()
@@ -130,7 +132,16 @@ class _Recorder:
         self.actor_label = actor_label
         self.events: list[DeviceEvent] = []
 
-    def add(self, kind: str, message: str, *, device: Device | None = None, severity: str = "info", before=None, after=None):
+    def add(
+        self,
+        kind: str,
+        message: str,
+        *,
+        device: Device | None = None,
+        severity: str = "info",
+        before=None,
+        after=None,
+    ):
         self.events.append(
             DeviceEvent(
                 node=self.node,
@@ -170,14 +181,18 @@ def _match_devices(
         if p.uuid and p.uuid in by_uuid and by_uuid[p.uuid].pk not in taken:
             match = by_uuid[p.uuid]
         if match is None and p.serial:
-            match = first(lambda d, p=p: d.serial == p.serial and (not d.uuid or not p.uuid or d.uuid == p.uuid))
+            match = first(
+                lambda d, p=p: d.serial == p.serial and (not d.uuid or not p.uuid or d.uuid == p.uuid)
+            )
         if match is None and p.pci_bus_id:
             match = first(
                 lambda d, p=p: d.pci_bus_id == p.pci_bus_id and (not d.uuid or not p.uuid or d.uuid == p.uuid)
             )
         if match is None:
             # Same slot: only when the ledger row has no UUID to contradict the report's.
-            match = first(lambda d, p=p: d.index == p.index and (not d.uuid or not p.uuid or d.uuid == p.uuid))
+            match = first(
+                lambda d, p=p: d.index == p.index and (not d.uuid or not p.uuid or d.uuid == p.uuid)
+            )
         if match is not None:
             taken.add(match.pk)
         pairs.append((p, match))
@@ -225,7 +240,12 @@ def _apply_node_facts(node: Node, parsed: ParsedReport, rec: _Recorder) -> bool:
             nearest = sorted(int(i) for i, link in gpu_links.items() if link in ("PIX", "PXB"))
             rdma.append({"name": info.get("name") or alias, "alias": alias, "nearest_gpus": nearest})
         if rdma != node.rdma_nics:
-            rec.add(DeviceEvent.Kind.UPDATED, "RDMA NICs changed", before={"rdma_nics": node.rdma_nics}, after={"rdma_nics": rdma})
+            rec.add(
+                DeviceEvent.Kind.UPDATED,
+                "RDMA NICs changed",
+                before={"rdma_nics": node.rdma_nics},
+                after={"rdma_nics": rdma},
+            )
             node.rdma_nics = rdma
             changed = True
     return changed
@@ -274,7 +294,9 @@ def _json_safe(changes: dict[str, tuple[Any, Any]], side: int) -> dict[str, Any]
     return out
 
 
-def _apply_links(node: Node, parsed: ParsedReport, devices_by_index: dict[int, Device], result: IngestResult) -> set[int]:
+def _apply_links(
+    node: Node, parsed: ParsedReport, devices_by_index: dict[int, Device], result: IngestResult
+) -> set[int]:
     """Replace the link set between the report's devices. Returns indices whose topology group changed."""
     if not parsed.links:
         return set()
@@ -284,7 +306,9 @@ def _apply_links(node: Node, parsed: ParsedReport, devices_by_index: dict[int, D
         if a in devices_by_index and b in devices_by_index and a != b:
             wanted[(devices_by_index[a].pk, devices_by_index[b].pk)] = link.link
         else:
-            result.warnings.append(f"link {link.a}-{link.b} ({link.link}) names a device not in the ledger; skipped")
+            result.warnings.append(
+                f"link {link.a}-{link.b} ({link.link}) names a device not in the ledger; skipped"
+            )
     ids = [d.pk for d in devices_by_index.values()]
     current = {
         (min(link.device_a_id, link.device_b_id), max(link.device_a_id, link.device_b_id)): link
@@ -401,7 +425,9 @@ def _ingest_locked(*, result: IngestResult, node_name: str, kind: str, text: str
         kept = []
         for p, device in pairs:
             if device is None:
-                result.warnings.append(f"device index {p.index} is not in the ledger yet; post a full inventory first")
+                result.warnings.append(
+                    f"device index {p.index} is not in the ledger yet; post a full inventory first"
+                )
             else:
                 kept.append((p, device))
         pairs = kept
@@ -513,7 +539,8 @@ def _ingest_locked(*, result: IngestResult, node_name: str, kind: str, text: str
         elif health_change is not None:
             rec.add(
                 DeviceEvent.Kind.HEALTH_CHANGED,
-                f"health {health_change[0]} → {health_change[1]}" + (f": {health_reason}" if health_reason else ""),
+                f"health {health_change[0]} → {health_change[1]}"
+                + (f": {health_reason}" if health_reason else ""),
                 device=device,
                 severity=DeviceEvent.Severity.WARNING
                 if health_change[1] != Device.Health.HEALTHY
@@ -566,7 +593,9 @@ def _ingest_locked(*, result: IngestResult, node_name: str, kind: str, text: str
     node.last_report_at = now
     node.save()
 
-    result.report = _record_report(node=node, kind=kind, text=text, actor_label=actor_label, result=result, now=now)
+    result.report = _record_report(
+        node=node, kind=kind, text=text, actor_label=actor_label, result=result, now=now
+    )
     result.events = rec.flush(result.report)
     if result.report is not None and result.report.summary.get("events") != result.events:
         result.report.summary = result.summary()
@@ -581,7 +610,9 @@ def _ingest_locked(*, result: IngestResult, node_name: str, kind: str, text: str
         )
 
 
-def _record_report(*, node: Node, kind: str, text: str, actor_label: str, result: IngestResult, now) -> NodeReport:
+def _record_report(
+    *, node: Node, kind: str, text: str, actor_label: str, result: IngestResult, now
+) -> NodeReport:
     digest = hashlib.sha256(text.encode()).hexdigest()
     latest = NodeReport.objects.filter(node=node, kind=kind).order_by("-received_at", "-id").first()
     if latest is not None and latest.sha256 == digest and not result.changed:

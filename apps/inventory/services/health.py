@@ -21,9 +21,9 @@ def node_staleness_check(*, actor, now=None) -> dict:
     cutoff = now - timedelta(minutes=settings.SUANCHI["NODE_REPORT_STALE_MINUTES"])
     label = actor_fields(actor)["actor_label"]
     flagged = 0
-    candidates = Node.objects.filter(
-        last_report_at__lt=cutoff, report_overdue_since__isnull=True
-    ).exclude(status=Node.Status.RETIRED)
+    candidates = Node.objects.filter(last_report_at__lt=cutoff, report_overdue_since__isnull=True).exclude(
+        status=Node.Status.RETIRED
+    )
     for node in candidates.only("pk", "name", "last_report_at"):
         with transaction.atomic():
             won = Node.objects.filter(pk=node.pk, report_overdue_since__isnull=True).update(

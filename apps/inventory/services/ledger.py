@@ -231,7 +231,9 @@ def _node_transition_error(node: Node, target: str) -> str | None:
     if current == S.RETIRED:
         return f"node {node.name} is retired; a retired node cannot become {target}"
     allowed = ", ".join(sorted(NODE_TRANSITIONS[current]))
-    return f"node {node.name} is {current}; a {current} node cannot become {target} (it can become: {allowed})"
+    return (
+        f"node {node.name} is {current}; a {current} node cannot become {target} (it can become: {allowed})"
+    )
 
 
 def _reason_required(current: str, target: str) -> bool:
@@ -279,7 +281,14 @@ def _node_transition_locked(*, node: Node, status: str, reason: str, actor) -> b
     kind, severity, wording = _node_transition_wording(current, status)
     message = _with_reason(f"node {node.name} {wording}", reason)
     _event(
-        node=node, device=None, kind=kind, severity=severity, message=message, before=before, after=after, actor=actor
+        node=node,
+        device=None,
+        kind=kind,
+        severity=severity,
+        message=message,
+        before=before,
+        after=after,
+        actor=actor,
     )
     change_record_create(
         actor=actor, action="node.status_set", obj=node, before=before, after=after, message=message
@@ -293,7 +302,9 @@ def _node_transition_locked(*, node: Node, status: str, reason: str, actor) -> b
         )
         for device in devices:
             device.node = node
-            _device_retire_locked(device=device, reason=f"node {node.name} retired: {reason}"[:300], actor=actor)
+            _device_retire_locked(
+                device=device, reason=f"node {node.name} retired: {reason}"[:300], actor=actor
+            )
     return True
 
 
@@ -322,7 +333,9 @@ def _device_retire_locked(*, device: Device, reason: str, actor) -> bool:
         after=after,
         actor=actor,
     )
-    change_record_create(actor=actor, action="device.retire", obj=device, before=before, after=after, message=message)
+    change_record_create(
+        actor=actor, action="device.retire", obj=device, before=before, after=after, message=message
+    )
     return True
 
 
@@ -368,7 +381,8 @@ def device_pool_status_set(*, device: Device, pool_status: str, reason: str = ""
         return locked
     if pool_status == P.QUARANTINE and not reason:
         raise ValidationFailed(
-            f"a reason is required to quarantine device {locked}", details={"reason": ["This field is required."]}
+            f"a reason is required to quarantine device {locked}",
+            details={"reason": ["This field is required."]},
         )
     fields = ["pool_status"]
     before = snapshot(locked, fields)
@@ -379,9 +393,17 @@ def device_pool_status_set(*, device: Device, pool_status: str, reason: str = ""
     if pool_status == P.QUARANTINE:
         kind, severity, wording = DeviceEvent.Kind.QUARANTINE, DeviceEvent.Severity.WARNING, "quarantined"
     elif current == P.QUARANTINE:
-        kind, severity, wording = DeviceEvent.Kind.QUARANTINE, DeviceEvent.Severity.INFO, f"released to {pool_status}"
+        kind, severity, wording = (
+            DeviceEvent.Kind.QUARANTINE,
+            DeviceEvent.Severity.INFO,
+            f"released to {pool_status}",
+        )
     else:
-        kind, severity, wording = DeviceEvent.Kind.STATUS_CHANGED, DeviceEvent.Severity.INFO, f"moved to {pool_status}"
+        kind, severity, wording = (
+            DeviceEvent.Kind.STATUS_CHANGED,
+            DeviceEvent.Severity.INFO,
+            f"moved to {pool_status}",
+        )
     message = _with_reason(f"device {locked} {wording} (was {current})", reason)
     _event(
         node=locked.node,
@@ -417,7 +439,9 @@ def device_retire(*, device: Device, reason: str, actor) -> Device:
 def _normalise_edit(name: str, value: Any, device: Device) -> Any:
     if name == "owner_project":
         if value is not None and not isinstance(value, Project):
-            raise ValidationFailed("owner_project must be a project", details={name: ["Expected a project or null."]})
+            raise ValidationFailed(
+                "owner_project must be a project", details={name: ["Expected a project or null."]}
+            )
         return value
     if name == "device_model":
         if value is not None and not isinstance(value, DeviceModel):
@@ -444,7 +468,9 @@ def _normalise_edit(name: str, value: Any, device: Device) -> Any:
 
 
 def _edit_value(device: Device, name: str) -> Any:
-    return getattr(device, f"{name}_id") if name in ("owner_project", "device_model") else getattr(device, name)
+    return (
+        getattr(device, f"{name}_id") if name in ("owner_project", "device_model") else getattr(device, name)
+    )
 
 
 @transaction.atomic
@@ -494,5 +520,830 @@ def device_update(*, device: Device, actor, **fields: Any) -> Device:
         after=after,
         actor=actor,
     )
-    change_record_create(actor=actor, action="device.update", obj=locked, before=before, after=after, message=message)
+    change_record_create(
+        actor=actor, action="device.update", obj=locked, before=before, after=after, message=message
+    )
     return locked
+
+
+# --------------------------------------------------------------------------------------------------
+# CSV import
+
+
+@dataclass
+class ImportReport:
+    """What an import did (or, with ``dry_run``, would do).
+
+    ``unchanged`` counts existing nodes and devices named in the file that needed no change.
+    ``warnings`` and ``rows`` hold ``{"line": n, ...}`` dicts (line 1 is the header); ``rows`` has one
+    entry per data line with ``node_action`` (on the node's first line) and ``device_action``, each
+    one of created / updated / unchanged / skipped, or "" when the line does not concern it.
+    """
+
+    created_nodes: int = 0
+    updated_nodes: int = 0
+    created_devices: int = 0
+    updated_devices: int = 0
+    unchanged: int = 0
+    warnings: list[dict[str, Any]] = field(default_factory=list)
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    dry_run: bool = False
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.created_nodes or self.updated_nodes or self.created_devices or self.updated_devices)
+
+    def as_dict(self) -> dict[str, Any]:
+        body = asdict(self)
+        body["changed"] = self.changed
+        return body
+
+
+@dataclass
+class _Row:
+    line: int
+    cells: dict[str, str]
+
+
+@dataclass
+class _NodePlan:
+    cluster: Cluster
+    name: str
+    line: int
+    node: Node | None
+    values: dict[str, Any] = field(default_factory=dict)
+    value_lines: dict[str, int] = field(default_factory=dict)
+    status: str | None = None
+    status_line: int = 0
+    failed: bool = False
+    action: str = "unchanged"
+
+
+@dataclass
+class _DevicePlan:
+    line: int
+    node_plan: _NodePlan
+    vendor: str
+    index: int
+    values: dict[str, Any]
+    device: Device | None = None
+    # Rows of retired cards are never written: "unchanged" when they match the ledger, else "skipped".
+    frozen: str = ""
+
+    def target(self) -> dict[str, Any]:
+        return {"index": self.index, **self.values}
+
+
+def _decode(data: bytes | str) -> str:
+    if isinstance(data, str):
+        return data.removeprefix("\ufeff")
+    for encoding in ("utf-8-sig", "gb18030"):
+        try:
+            return data.decode(encoding)
+        except UnicodeDecodeError:
+            continue
+    raise ValidationFailed(  # pragma: no cover - gb18030 decodes nearly anything
+        "the file is neither UTF-8 nor GB18030 text",
+        details={"rows": [{"line": 1, "column": "", "message": "bad encoding"}]},
+    )
+
+
+def _unescape(value: str) -> str:
+    if len(value) > 1 and value[0] == "'" and value[1] in _FORMULA_PREFIXES + ("'",):
+        return value[1:]
+    return value
+
+
+def _is_number(value: str) -> bool:
+    try:
+        float(value)
+    except ValueError:
+        return False
+    return True
+
+
+def _escape(value: str) -> str:
+    """Defuse spreadsheet formulas (CSV injection); ``_unescape`` reverses it on import."""
+    if (
+        value
+        and not _is_number(value)
+        and (
+            value.startswith(_FORMULA_PREFIXES)
+            or (value[0] == "'" and value[1:2] in _FORMULA_PREFIXES + ("'",))
+        )
+    ):
+        return "'" + value
+    return value
+
+
+def _read_csv(text: str) -> tuple[list[_Row], list[dict[str, Any]]]:
+    """(data rows, errors). Errors here are about the file's shape."""
+    errors: list[dict[str, Any]] = []
+    reader = csv.reader(io.StringIO(text, newline=""))
+    header: list[str] | None = None
+    header_line = 1
+    rows: list[_Row] = []
+    end = 0
+    try:
+        for record in reader:
+            start, end = end + 1, reader.line_num
+            if not any(cell.strip() for cell in record):
+                continue
+            if header is None:
+                header, header_line = [cell.strip().lower() for cell in record], start
+                continue
+            if len(rows) >= MAX_IMPORT_ROWS:
+                errors.append({"line": start, "column": "", "message": f"more than {MAX_IMPORT_ROWS} rows"})
+                break
+            cells: dict[str, str] = {}
+            for position, raw in enumerate(record):
+                value = raw.strip()
+                name = header[position] if position < len(header) else ""
+                if not name:
+                    if value:
+                        errors.append(
+                            {
+                                "line": start,
+                                "column": f"#{position + 1}",
+                                "message": "a value in a column without a header",
+                            }
+                        )
+                    continue
+                cells[name] = _unescape(value)
+            rows.append(_Row(line=start, cells=cells))
+    except csv.Error as exc:
+        errors.append({"line": end + 1, "column": "", "message": f"not valid CSV: {exc}"})
+    if header is None:
+        errors.append({"line": 1, "column": "", "message": "the file is empty: expected a header row"})
+        return rows, errors
+    seen: set[str] = set()
+    for name in header:
+        if not name:
+            continue
+        if name not in EXPORT_COLUMNS:
+            errors.append(
+                {
+                    "line": header_line,
+                    "column": name,
+                    "message": f"unknown column {name!r}; columns: {', '.join(IMPORT_COLUMNS)}",
+                }
+            )
+        elif name in seen:
+            errors.append({"line": header_line, "column": name, "message": f"column {name!r} appears twice"})
+        seen.add(name)
+    for required in ("cluster", "node"):
+        if required not in seen:
+            errors.append(
+                {
+                    "line": header_line,
+                    "column": required,
+                    "message": f"the required column {required!r} is missing",
+                }
+            )
+    return rows, errors
+
+
+def _norm(name: str) -> str:
+    return " ".join(name.casefold().split())
+
+
+_VENDORS: dict[str, str] = {v.value: v.value for v in Vendor} | {_norm(str(v.label)): v.value for v in Vendor}
+
+
+def _max_length(model: type[models.Model], name: str) -> int:
+    return model._meta.get_field(name).max_length
+
+
+class _Importer:
+    def __init__(self, *, rows: list[_Row], actor) -> None:
+        self.rows = rows
+        self.actor = actor
+        self.errors: list[dict[str, Any]] = []
+        self.report = ImportReport()
+        self.node_plans: dict[tuple[int, str], _NodePlan] = {}
+        self.device_plans: list[_DevicePlan] = []
+        self.row_results: dict[int, dict[str, Any]] = {}
+
+    # -- collecting --------------------------------------------------------------------------------
+
+    def error(self, line: int, column: str, message: str) -> None:
+        self.errors.append({"line": line, "column": column, "message": message})
+
+    def warn(self, line: int, column: str, message: str) -> None:
+        self.report.warnings.append({"line": line, "column": column, "message": message})
+
+    def fail(self) -> ValidationFailed:
+        errors = sorted(self.errors, key=lambda e: (e["line"], e["column"]))
+        bad = len({e["line"] for e in errors})
+        noun = "row has" if bad == 1 else "rows have"
+        return ValidationFailed(f"{bad} {noun} errors", details={"rows": errors})
+
+    # -- reference data and locks ------------------------------------------------------------------
+
+    def load(self) -> None:
+        def values(column: str) -> set[str]:
+            return {r.cells[column] for r in self.rows if r.cells.get(column)}
+
+        self.clusters = {c.slug: c for c in Cluster.objects.filter(slug__in=values("cluster"))}
+        self.pools = {
+            (p.cluster_id, p.slug): p
+            for p in Pool.objects.filter(cluster__in=self.clusters.values(), slug__in=values("pool"))
+        }
+        self.projects = {p.slug: p for p in Project.objects.filter(slug__in=values("owner_project"))}
+        self.models: dict[str, list[DeviceModel]] = {}
+        if values("device_model"):
+            for dm in DeviceModel.objects.order_by("vendor", "name"):
+                names = [dm.name, dm.slug, *(p for p in dm.product_names or [] if isinstance(p, str))]
+                for key in dict.fromkeys(_norm(n) for n in names):
+                    self.models.setdefault(key, []).append(dm)
+        # Lock what the file can touch: nodes first, then devices, each in primary-key order.
+        nodes = (
+            Node.objects.select_for_update()
+            .filter(cluster__in=self.clusters.values(), name__in=values("node"))
+            .order_by("pk")
+        )
+        self.nodes = {(n.cluster_id, n.name): n for n in nodes}
+        devices = (
+            Device.objects.select_for_update(of=("self",))
+            .select_related("node")
+            .filter(Q(uuid__in=values("uuid")) | Q(node__in=list(self.nodes.values())))
+            .order_by("pk")
+        )
+        self.by_uuid: dict[str, Device] = {}
+        self.in_service: dict[tuple[int, str, int], Device] = {}
+        self.out_of_service: dict[tuple[int, str, int, str], Device] = {}
+        for d in devices:
+            if d.uuid:
+                self.by_uuid[d.uuid] = d
+            if d.health in _OUT_OF_SERVICE:
+                self.out_of_service[(d.node_id, d.vendor, d.index, d.health)] = d  # newest wins
+            else:
+                self.in_service[(d.node_id, d.vendor, d.index)] = d
+
+    # -- validation --------------------------------------------------------------------------------
+
+    def _text(self, row: _Row, column: str, model: type[models.Model], field_name: str | None = None) -> str:
+        value = row.cells.get(column, "")
+        limit = _max_length(model, field_name or column)
+        if len(value) > limit:
+            self.error(row.line, column, f"longer than {limit} characters")
+            return ""
+        return value
+
+    def _integer(self, row: _Row, column: str, *, minimum: int | None = None) -> int | None:
+        value = row.cells.get(column, "")
+        if not value:
+            return None
+        try:
+            number = int(value)
+        except ValueError:
+            number = None
+        if number is None or (minimum is not None and number < minimum):
+            floor = f" >= {minimum}" if minimum is not None else ""
+            self.error(row.line, column, f"{value!r} is not a whole number{floor}")
+            return None
+        return number
+
+    def validate(self) -> None:
+        seen_uuid: dict[str, int] = {}
+        seen_slot: dict[tuple[str, str, str, int], int] = {}
+        matched: dict[int, int] = {}
+        for row in self.rows:
+            plan = self._validate_node(row)
+            if not any(row.cells.get(c) for c in _DEVICE_COLUMNS):
+                self.row_results[row.line] = self._row_result(row, "")
+                continue
+            self._validate_device(row, plan, seen_uuid, seen_slot, matched)
+
+    def _row_result(self, row: _Row, device: str) -> dict[str, Any]:
+        return {
+            "line": row.line,
+            "cluster": row.cells.get("cluster", ""),
+            "node": row.cells.get("node", ""),
+            "device": device,
+            "node_action": "",
+            "device_action": "",
+            "changes": [],
+        }
+
+    def _validate_node(self, row: _Row) -> _NodePlan | None:
+        c, line = row.cells, row.line
+        cluster = None
+        if not c.get("cluster"):
+            self.error(line, "cluster", "required")
+        else:
+            cluster = self.clusters.get(c["cluster"])
+            if cluster is None:
+                self.error(line, "cluster", f"no cluster with slug {c['cluster']!r}")
+        name = self._text(row, "node", Node, "name")
+        if not c.get("node"):
+            self.error(line, "node", "required")
+        status = c.get("node_status", "").lower() or None
+        if status and status not in S.values:
+            self.error(
+                line, "node_status", f"{c['node_status']!r} is not a node status ({', '.join(S.values)})"
+            )
+            status = None
+        values: dict[str, Any] = {}
+        for column in _NODE_TEXT_COLUMNS:
+            if c.get(column):
+                values[column] = self._text(row, column, Node)
+        if c.get("pool") and cluster is not None:
+            pool = self.pools.get((cluster.pk, c["pool"]))
+            if pool is None:
+                self.error(line, "pool", f"no pool {c['pool']!r} in cluster {cluster.slug}")
+            else:
+                values["pool"] = pool
+        if cluster is None or not name:
+            return None
+        key = (cluster.pk, name)
+        plan = self.node_plans.get(key)
+        if plan is None:
+            plan = self.node_plans[key] = _NodePlan(
+                cluster=cluster, name=name, line=line, node=self.nodes.get(key)
+            )
+        for column, value in values.items():
+            previous = plan.values.get(column)
+            if column in plan.values and previous != value:
+                self.error(
+                    line,
+                    column,
+                    f"node {name}: {column} {str(value)!r} disagrees with {str(previous)!r} on line {plan.value_lines[column]}",
+                )
+            elif column not in plan.values:
+                plan.values[column], plan.value_lines[column] = value, line
+        if status:
+            if plan.status and plan.status != status:
+                self.error(
+                    line,
+                    "node_status",
+                    f"node {name}: {status!r} disagrees with {plan.status!r} on line {plan.status_line}",
+                )
+            elif not plan.status:
+                if plan.node is not None and (problem := _node_transition_error(plan.node, status)):
+                    self.error(line, "node_status", problem)
+                else:
+                    plan.status, plan.status_line = status, line
+        return plan
+
+    def _device_model(self, row: _Row, vendor: str | None, values: dict[str, Any]) -> None:
+        name = row.cells.get("device_model", "")
+        if not name:
+            return
+        candidates = self.models.get(_norm(name), [])
+        if vendor is None:
+            return
+        same_vendor = [m for m in candidates if m.vendor == vendor]
+        if same_vendor:
+            exact = [m for m in same_vendor if m.name == name]
+            values["device_model"] = (exact or same_vendor)[0]
+            values["model_unrecognized"] = False
+        elif candidates:
+            self.error(
+                row.line,
+                "device_model",
+                f"{name!r} is a {candidates[0].vendor} model, but the row's vendor is {vendor}",
+            )
+        else:
+            limit = _max_length(Device, "raw_model_name")
+            if len(name) > limit:
+                self.error(row.line, "device_model", f"longer than {limit} characters")
+                return
+            values.update(device_model=None, raw_model_name=name, model_unrecognized=True)
+            self.warn(
+                row.line,
+                "device_model",
+                f"device model {name!r} is not in the catalog; recorded as unrecognized",
+            )
+
+    def _validate_device(
+        self,
+        row: _Row,
+        plan: _NodePlan | None,
+        seen_uuid: dict[str, int],
+        seen_slot: dict[tuple[str, str, str, int], int],
+        matched: dict[int, int],
+    ) -> None:
+        c, line = row.cells, row.line
+        errors_before = len(self.errors)
+        vendor = None
+        if not c.get("vendor"):
+            self.error(line, "vendor", "required on a device row")
+        else:
+            vendor = _VENDORS.get(_norm(c["vendor"]))
+            if vendor is None:
+                self.error(
+                    line, "vendor", f"{c['vendor']!r} is not a catalog vendor ({', '.join(Vendor.values)})"
+                )
+        index = self._integer(row, "device_index", minimum=0)
+        if not c.get("device_index"):
+            self.error(line, "device_index", "required on a device row")
+        values: dict[str, Any] = {}
+        numa = self._integer(row, "numa_node")
+        if numa is not None:
+            values["numa_node"] = numa
+        for column in _DEVICE_TEXT_COLUMNS:
+            if c.get(column):
+                values[column] = self._text(row, column, Device)
+        if c.get("owner_project"):
+            project = self.projects.get(c["owner_project"])
+            if project is None:
+                self.error(line, "owner_project", f"no project with slug {c['owner_project']!r}")
+            else:
+                values["owner_project"] = project
+        self._device_model(row, vendor, values)
+        label = f"{c.get('vendor', '')}#{c.get('device_index', '')}"
+        result = self._row_result(row, label)
+        self.row_results[line] = result
+        uuid = values.get("uuid", "")
+        if uuid:
+            if uuid in seen_uuid:
+                self.error(line, "uuid", f"uuid {uuid} already appears on line {seen_uuid[uuid]}")
+            else:
+                seen_uuid[uuid] = line
+        health = c.get("health", "").lower()
+        if vendor and index is not None and health not in _OUT_OF_SERVICE:
+            slot = (c.get("cluster", ""), c.get("node", ""), vendor, index)
+            if slot in seen_slot:
+                self.error(
+                    line,
+                    "device_index",
+                    f"{vendor} index {index} on node {slot[1]} already appears on line {seen_slot[slot]}",
+                )
+            else:
+                seen_slot[slot] = line
+        if len(self.errors) > errors_before or plan is None or vendor is None or index is None:
+            return
+        device_plan = _DevicePlan(line=line, node_plan=plan, vendor=vendor, index=index, values=values)
+        self._match(row, device_plan, health, matched)
+
+    def _match(self, row: _Row, dp: _DevicePlan, health: str, matched: dict[int, int]) -> None:
+        line, node, name = row.line, dp.node_plan.node, dp.node_plan.name
+        uuid = dp.values.get("uuid", "")
+        device = self.by_uuid.get(uuid) if uuid else None
+        if device is not None:
+            if node is None or device.node_id != node.pk:
+                self.error(
+                    line,
+                    "uuid",
+                    f"uuid {uuid} belongs to device {device} on another node ({device.node.name})",
+                )
+                return
+            if device.vendor != dp.vendor:
+                self.error(line, "vendor", f"uuid {uuid} is a {device.vendor} card, not {dp.vendor}")
+                return
+        elif node is not None:
+            if health in _OUT_OF_SERVICE:
+                device = self.out_of_service.get((node.pk, dp.vendor, dp.index, health))
+            else:
+                device = self.in_service.get((node.pk, dp.vendor, dp.index))
+                if device is not None and uuid and device.uuid and device.uuid != uuid:
+                    self.error(
+                        line,
+                        "uuid",
+                        f"{dp.vendor} index {dp.index} on node {name} holds the card with uuid {device.uuid}; "
+                        f"retire it before registering {uuid} in its slot",
+                    )
+                    return
+        if device is not None:
+            device.node = node
+            if device.pk in matched:
+                self.error(
+                    line, "uuid" if uuid else "device_index", f"the same card as line {matched[device.pk]}"
+                )
+                return
+            matched[device.pk] = line
+        dp.device = device
+        if health == Device.Health.RETIRED or (device is not None and device.health == Device.Health.RETIRED):
+            if device is None or device.health != Device.Health.RETIRED or self._diff(device, dp.target()):
+                self.warn(line, "health", "rows of retired cards are not imported; row skipped")
+                dp.frozen = "skipped"
+            else:
+                dp.frozen = "unchanged"
+            self.device_plans.append(dp)
+            return
+        if device is None and health == Device.Health.LOST:
+            self.warn(line, "health", "no lost card in this slot; row skipped")
+            dp.frozen = "skipped"
+            self.device_plans.append(dp)
+            return
+        if device is not None and device.index != dp.index:
+            holder = self.in_service.get((node.pk, dp.vendor, dp.index))
+            if holder is not None and holder.pk != device.pk and device.health not in _OUT_OF_SERVICE:
+                self.error(
+                    line,
+                    "device_index",
+                    f"{dp.vendor} index {dp.index} on node {name} is held by another card (uuid {holder.uuid or 'none'})",
+                )
+                return
+        if device is None and node is not None and node.status == S.RETIRED:
+            self.error(line, "node", f"node {name} is retired; no card can be added to it")
+            return
+        self.device_plans.append(dp)
+
+    @staticmethod
+    def _diff(obj: models.Model, values: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+        """Fields whose stored value differs from ``values`` (foreign keys compared by id)."""
+        changes = {}
+        for name, new in values.items():
+            if isinstance(obj._meta.get_field(name), models.ForeignKey):
+                old, new = getattr(obj, f"{name}_id"), (new.pk if new is not None else None)
+            else:
+                old = getattr(obj, name)
+            if old != new:
+                changes[name] = (old, new)
+        return changes
+
+    # -- writing -----------------------------------------------------------------------------------
+
+    def apply(self) -> None:
+        for plan in sorted(self.node_plans.values(), key=lambda p: p.line):
+            try:
+                self._apply_node(plan)
+            except ValidationFailed as exc:
+                plan.failed = True
+                self.error(plan.line, "node", exc.message)
+        for dp in self.device_plans:
+            if dp.node_plan.failed:
+                continue
+            try:
+                self._apply_device(dp)
+            except ValidationFailed as exc:
+                self.error(dp.line, "", exc.message)
+        for plan in sorted(self.node_plans.values(), key=lambda p: p.status_line):
+            node = plan.node
+            if plan.failed or not plan.status or node is None or node.status == plan.status:
+                continue
+            try:
+                _node_transition_locked(
+                    node=node,
+                    status=plan.status,
+                    reason=f"ledger import, line {plan.status_line}",
+                    actor=self.actor,
+                )
+            except (ValidationFailed, InvalidTransition) as exc:
+                self.error(plan.status_line, "node_status", exc.message)
+                continue
+            plan.action = "updated"
+            self.row_results[plan.line]["changes"].append("status")
+        for plan in self.node_plans.values():
+            self.row_results[plan.line]["node_action"] = plan.action
+            if plan.action == "created":
+                self.report.created_nodes += 1
+            elif plan.action == "updated":
+                self.report.updated_nodes += 1
+            else:
+                self.report.unchanged += 1
+        self.report.rows = [self.row_results[line] for line in sorted(self.row_results)]
+
+    def _apply_node(self, plan: _NodePlan) -> None:
+        fields = list(plan.values)
+        if plan.node is None:
+            status = plan.status or S.READY
+            node = Node(
+                cluster=plan.cluster,
+                name=plan.name,
+                status=status,
+                taints=_taints_for([], status),
+                **plan.values,
+            )
+            _full_clean(node, what=f"node {plan.name}")
+            node.save()
+            plan.node, plan.action = node, "created"
+            after = snapshot(node, ["cluster", "name", "status", "taints", *fields])
+            message = f"node {node.name} imported from the ledger CSV (line {plan.line})"
+            _event(
+                node=node,
+                device=None,
+                kind=DeviceEvent.Kind.IMPORTED,
+                message=message,
+                after=after,
+                actor=self.actor,
+            )
+            change_record_create(
+                actor=self.actor, action="node.import", obj=node, after=after, message=message
+            )
+            self.row_results[plan.line]["changes"] = ["created"]
+            return
+        node = plan.node
+        changes = self._diff(node, plan.values)
+        if not changes:
+            return
+        before = snapshot(node, list(changes))
+        for name in changes:
+            setattr(node, name, plan.values[name])
+        _full_clean(node, what=f"node {node.name}")
+        node.save(update_fields=[*changes, "updated_at"])
+        after = snapshot(node, list(changes))
+        message = f"node {node.name} updated from the ledger CSV (line {plan.line}): {', '.join(changes)}"
+        _event(
+            node=node,
+            device=None,
+            kind=DeviceEvent.Kind.UPDATED,
+            message=message,
+            before=before,
+            after=after,
+            actor=self.actor,
+        )
+        change_record_create(
+            actor=self.actor, action="node.update", obj=node, before=before, after=after, message=message
+        )
+        plan.action = "updated"
+        self.row_results[plan.line]["changes"] = list(changes)
+
+    def _apply_device(self, dp: _DevicePlan) -> None:
+        result = self.row_results[dp.line]
+        node = dp.node_plan.node
+        if dp.frozen:
+            result["device_action"] = dp.frozen
+            if dp.frozen == "unchanged":
+                self.report.unchanged += 1
+            return
+        if dp.device is None:
+            device = Device(node=node, vendor=dp.vendor, index=dp.index, **dp.values)
+            _full_clean(device, what=f"device {dp.vendor}#{dp.index} on node {node.name}")
+            device.save()
+            after = snapshot(device, ["vendor", *_DEVICE_IMPORT_FIELDS])
+            message = f"device {device} imported from the ledger CSV (line {dp.line})"
+            _event(
+                node=node,
+                device=device,
+                kind=DeviceEvent.Kind.IMPORTED,
+                message=message,
+                after=after,
+                actor=self.actor,
+            )
+            change_record_create(
+                actor=self.actor, action="device.import", obj=device, after=after, message=message
+            )
+            self.report.created_devices += 1
+            result["device_action"] = "created"
+            return
+        device = dp.device
+        changes = self._diff(device, dp.target())
+        if not changes:
+            self.report.unchanged += 1
+            result["device_action"] = "unchanged"
+            return
+        values = dp.target()
+        before = snapshot(device, list(changes))
+        for name in changes:
+            setattr(device, name, values[name])
+        _full_clean(device, what=f"device {device}")
+        device.save(update_fields=[*changes, "updated_at"])
+        after = snapshot(device, list(changes))
+        message = f"device {device} updated from the ledger CSV (line {dp.line}): {', '.join(changes)}"
+        _event(
+            node=node,
+            device=device,
+            kind=DeviceEvent.Kind.UPDATED,
+            message=message,
+            before=before,
+            after=after,
+            actor=self.actor,
+        )
+        change_record_create(
+            actor=self.actor, action="device.update", obj=device, before=before, after=after, message=message
+        )
+        self.report.updated_devices += 1
+        result["device_action"] = "updated"
+        result["changes"] = list(changes)
+
+
+def ledger_import_csv(*, data: bytes | str, actor, dry_run: bool = False) -> ImportReport:
+    """Import nodes and devices from a ledger CSV (columns and rules: see the module docstring).
+
+    All rows are validated against the locked ledger before anything is written; any error raises
+    ``ValidationFailed`` with ``details["rows"]`` and writes nothing. With ``dry_run`` the whole
+    import runs and is rolled back, so the report says exactly what a real import would do.
+    """
+    rows, errors = _read_csv(_decode(data))
+    if errors:
+        bad = len({e["line"] for e in errors})
+        raise ValidationFailed(
+            f"{bad} {'row has' if bad == 1 else 'rows have'} errors", details={"rows": errors}
+        )
+    try:
+        with transaction.atomic():
+            importer = _Importer(rows=rows, actor=actor)
+            importer.load()
+            importer.validate()
+            if importer.errors:
+                raise importer.fail()
+            importer.apply()
+            if importer.errors:
+                raise importer.fail()
+            report = importer.report
+            report.dry_run = dry_run
+            if dry_run:
+                transaction.set_rollback(True)
+    except IntegrityError as exc:
+        raise Conflict("the ledger changed while the file was being imported; import it again") from exc
+    return report
+
+
+# --------------------------------------------------------------------------------------------------
+# export
+
+CSV_CONTENT_TYPE = "text/csv; charset=utf-8"
+XLSX_CONTENT_TYPE = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
+
+
+def _export_row(device: Device) -> dict[str, Any]:
+    node = device.node
+    return {
+        "cluster": node.cluster.slug,
+        "pool": node.pool.slug if node.pool_id else "",
+        "node": node.name,
+        "node_status": node.status,
+        **{name: getattr(node, name) for name in _NODE_TEXT_COLUMNS},
+        "vendor": device.vendor,
+        "device_index": device.index,
+        "device_model": device.device_model.name if device.device_model_id else device.raw_model_name,
+        "uuid": device.uuid or "",
+        "serial": device.serial,
+        "pci_bus_id": device.pci_bus_id,
+        "numa_node": device.numa_node,
+        "firmware_version": device.firmware_version,
+        "owner_project": device.owner_project.slug if device.owner_project_id else "",
+        "topology_group": device.topology_group,
+        "health": device.health,
+        "pool_status": device.pool_status,
+        "model_unrecognized": device.model_unrecognized,
+        "last_seen_at": timezone.localtime(device.last_seen_at).isoformat() if device.last_seen_at else "",
+    }
+
+
+def _csv_cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    return _escape(str(value))
+
+
+def _display_width(text: str) -> int:
+    return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
+
+
+def _xlsx_bytes(rows: list[dict[str, Any]]) -> bytes:
+    from openpyxl import Workbook
+    from openpyxl.cell.cell import ILLEGAL_CHARACTERS_RE
+    from openpyxl.styles import Font
+    from openpyxl.utils import get_column_letter
+
+    workbook = Workbook()
+    sheet = workbook.active
+    sheet.title = "ledger"
+    sheet.append(list(EXPORT_COLUMNS))
+    for cell in sheet[1]:
+        cell.font = Font(bold=True)
+    widths = [_display_width(name) for name in EXPORT_COLUMNS]
+    for row in rows:
+        values = []
+        for position, name in enumerate(EXPORT_COLUMNS):
+            value = row[name]
+            if isinstance(value, bool):
+                value = "true" if value else "false"
+            elif isinstance(value, str):
+                value = ILLEGAL_CHARACTERS_RE.sub("", value)
+            values.append(value)
+            widths[position] = max(widths[position], _display_width("" if value is None else str(value)))
+        sheet.append(values)
+        for cell in sheet[sheet.max_row]:
+            # Text is text: never let a value that starts with "=" become a formula.
+            if isinstance(cell.value, str) and cell.data_type == "f":
+                cell.data_type = "s"
+    for position, width in enumerate(widths, start=1):
+        sheet.column_dimensions[get_column_letter(position)].width = min(max(width, 6), 60) + 2
+    sheet.freeze_panes = "A2"
+    sheet.auto_filter.ref = sheet.dimensions
+    buffer = io.BytesIO()
+    workbook.save(buffer)
+    return buffer.getvalue()
+
+
+def ledger_export(*, devices: QuerySet[Device], fmt: str) -> tuple[bytes, str, str]:
+    """Export devices in the import's columns plus the read-only ones: (content, content type, filename).
+
+    ``fmt`` is "csv" (UTF-8 with BOM, so Excel shows Chinese text; formula-like cells are prefixed
+    with ``'``) or "xlsx" (bold frozen header, fitted widths). An export re-imports unchanged.
+    """
+    fmt = (fmt or "").lower()
+    if fmt not in ("csv", "xlsx"):
+        raise ValidationFailed(f"unknown export format {fmt!r}", details={"format": ["Choose csv or xlsx."]})
+    queryset = devices.select_related(
+        "node", "node__cluster", "node__pool", "device_model", "owner_project"
+    ).order_by("node__cluster__slug", "node__name", "vendor", "index", "pk")
+    rows = [_export_row(device) for device in queryset]
+    filename = f"suanchi-ledger-{timezone.localtime():%Y%m%d-%H%M%S}.{fmt}"
+    if fmt == "xlsx":
+        return _xlsx_bytes(rows), XLSX_CONTENT_TYPE, filename
+    buffer = io.StringIO(newline="")
+    writer = csv.writer(buffer, lineterminator="\r\n")
+    writer.writerow(EXPORT_COLUMNS)
+    for row in rows:
+        writer.writerow([_csv_cell(row[name]) for name in EXPORT_COLUMNS])
+    return buffer.getvalue().encode("utf-8-sig"), CSV_CONTENT_TYPE, filename

@@ -29,7 +29,9 @@ _ADAPTER_CLASSES: tuple[type[VendorAdapter], ...] = (
 
 ADAPTERS: dict[str, VendorAdapter] = {cls.vendor: cls() for cls in _ADAPTER_CLASSES}
 
-PARSERS: dict[str, Parser] = {kind: parser for adapter in ADAPTERS.values() for kind, parser in adapter.parsers.items()}
+PARSERS: dict[str, Parser] = {
+    kind: parser for adapter in ADAPTERS.values() for kind, parser in adapter.parsers.items()
+}
 
 
 def get_adapter(vendor: str) -> VendorAdapter:
@@ -64,7 +66,7 @@ def _unknown_kind(kind: object) -> ParseFailed:
     valid = sorted(PARSERS)
     return ParseFailed(
         f"unknown report kind {kind!r}; valid kinds: {', '.join(valid)}",
-        details={"kind": kind, "valid_kinds": valid},
+        details={"kind": kind if isinstance(kind, str) else repr(kind), "valid_kinds": valid},
     )
 
 

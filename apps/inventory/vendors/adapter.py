@@ -188,7 +188,7 @@ _PCI_BUS_ID = re.compile(
 
 
 def normalise_pci_bus_id(raw: str | None) -> str | None:
-    """"00000000:1A:00.0" / "0000:1a:00.0" / "1a:00.0" -> "0000:1A:00.0". Raises ValueError if malformed."""
+    """Normalise a PCI bus id: "00000000:1A:00.0" / "1a:00.0" -> "0000:1A:00.0". ValueError if malformed."""
     value = na(raw)
     if value is None:
         return None
@@ -204,7 +204,7 @@ def looks_like_pci_bus_id(raw: str) -> bool:
 
 
 def hex_id(raw: str | None, digits: int = 4) -> str | None:
-    """"0x740f" / "740F" -> "0x740F". Raises ValueError if not hex."""
+    """Normalise a hex id: "0x740f" / "740F" -> "0x740F". ValueError if not hex."""
     value = na(raw)
     if value is None:
         return None

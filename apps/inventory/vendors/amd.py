@@ -35,7 +35,9 @@ VENDOR = "amd"
 KIND = "rocm-smi-json"
 
 _CARD = re.compile(r"card(\d+)")
-_TOPOLOGY = re.compile(r"\(Topology\) (Link type|Weight|Hops) between DRM devices (\d+) and (\d+)", re.IGNORECASE)
+_TOPOLOGY = re.compile(
+    r"\(Topology\) (Link type|Weight|Hops) between DRM devices (\d+) and (\d+)", re.IGNORECASE
+)
 _MIB = 1024 * 1024
 
 
@@ -48,7 +50,11 @@ def parse_rocm_smi_json(text: str) -> ParsedReport:
     except json.JSONDecodeError as exc:
         fail_line(exc.lineno, f"invalid JSON at column {exc.colno}: {exc.msg}", kind=KIND, column=exc.colno)
     if not isinstance(data, dict):
-        fail_element("<root>", f"expected a JSON object keyed card0..N and system, got {type(data).__name__}", kind=KIND)
+        fail_element(
+            "<root>",
+            f"expected a JSON object keyed card0..N and system, got {type(data).__name__}",
+            kind=KIND,
+        )
 
     report = ParsedReport(vendor=VENDOR, kind=KIND)
     cards: list[tuple[int, str, dict[str, Any]]] = []

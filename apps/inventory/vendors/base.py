@@ -15,14 +15,14 @@ class ParsedDevice:
     index: int
     uuid: str | None = None
     serial: str | None = None
-    model_name: str | None = None          # the raw product name the tool printed
-    memory_mib: int | None = None          # total device memory in MiB
-    pci_bus_id: str | None = None          # normalised "0000:1A:00.0" (upper-case hex, 4-digit domain)
+    model_name: str | None = None  # the raw product name the tool printed
+    memory_mib: int | None = None  # total device memory in MiB
+    pci_bus_id: str | None = None  # normalised "0000:1A:00.0" (upper-case hex, 4-digit domain)
     numa_node: int | None = None
-    firmware_version: str | None = None    # VBIOS / firmware as printed
-    health: str | None = None              # "healthy" | "degraded" | None when the tool does not say
-    health_detail: str | None = None       # raw text behind a non-healthy value, e.g. "Warning", "ECC DBE 2"
-    pci_device_id: str | None = None       # e.g. "0x20B2"
+    firmware_version: str | None = None  # VBIOS / firmware as printed
+    health: str | None = None  # "healthy" | "degraded" | None when the tool does not say
+    health_detail: str | None = None  # raw text behind a non-healthy value, e.g. "Warning", "ECC DBE 2"
+    pci_device_id: str | None = None  # e.g. "0x20B2"
     mig_enabled: bool | None = None
     partitions: list[dict[str, Any]] = field(default_factory=list)  # MIG instances etc.
     utilization_pct: float | None = None
@@ -34,15 +34,15 @@ class ParsedDevice:
 
 @dataclass
 class ParsedLink:
-    a: int           # device index
-    b: int           # device index, a < b
-    link: str        # raw cell: "NV12", "PIX", "PXB", "PHB", "NODE", "SYS", "HCCS", "XGMI", ...
+    a: int  # device index
+    b: int  # device index, a < b
+    link: str  # raw cell: "NV12", "PIX", "PXB", "PHB", "NODE", "SYS", "HCCS", "XGMI", ...
 
 
 @dataclass
 class ParsedReport:
-    vendor: str                             # catalog Vendor value: "nvidia", "huawei", "amd", "hygon", ...
-    kind: str                               # NodeReport.Kind value
+    vendor: str  # catalog Vendor value: "nvidia", "huawei", "amd", "hygon", ...
+    kind: str  # NodeReport.Kind value
     # Node-level facts; keys always present, None where the tool does not say.
     node: dict[str, Any] = field(default_factory=dict)
     devices: list[ParsedDevice] = field(default_factory=list)

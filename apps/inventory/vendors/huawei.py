@@ -63,7 +63,9 @@ def parse_npu_smi(text: str) -> ParsedReport:
             break
     if banner_no is None:
         first = next((n for n, line in enumerate(lines, start=1) if line.strip()), 1)
-        fail_line(first, "no 'npu-smi <version>  Version: <version>' banner; is this npu-smi info?", kind=KIND)
+        fail_line(
+            first, "no 'npu-smi <version>  Version: <version>' banner; is this npu-smi info?", kind=KIND
+        )
 
     # The two header lines.
     head1 = head2 = None
@@ -104,14 +106,16 @@ def parse_npu_smi(text: str) -> ParsedReport:
         is_chip_line = looks_like_pci_bus_id(cells[1]) or cells[1].upper() in ("NA", "N/A")
         if pending is None:
             if is_chip_line:
-                fail_line(n, "chip line (Chip | Bus-Id | ...) without the NPU line before it", kind=KIND, text=line)
+                fail_line(
+                    n, "chip line (Chip | Bus-Id | ...) without the NPU line before it", kind=KIND, text=line
+                )
             pending = (n, _npu_line(cells, n, line))
         else:
             if not is_chip_line:
                 fail_line(
                     n,
-                    f"expected the second line of NPU {pending[1]['npu_id']} (Chip | Bus-Id | AICore ...), "
-                    "got another NPU line",
+                    f"expected the second line of NPU {pending[1]['npu_id']} (line {pending[0]}) "
+                    "(Chip | Bus-Id | AICore ...), got another NPU line",
                     kind=KIND,
                     text=line,
                 )
@@ -152,7 +156,9 @@ def parse_npu_smi(text: str) -> ParsedReport:
         key, entry = process
         device = by_npu_chip.get(key)
         if device is None:
-            report.warnings.append(f"line {n - 1}: process on NPU {key[0]} chip {key[1]}, which is not listed")
+            report.warnings.append(
+                f"line {n - 1}: process on NPU {key[0]} chip {key[1]}, which is not listed"
+            )
             continue
         device.extra.setdefault("processes", []).append(entry)
 
@@ -198,7 +204,9 @@ def _pair(tokens: list[str], at: int, lineno: int, line: str, what: str) -> tupl
 def _npu_line(cells: list[str], lineno: int, line: str) -> dict[str, Any]:
     words = cells[0].split()
     if len(words) < 2 or not _INT.fullmatch(words[0]):
-        fail_line(lineno, f"expected '<NPU id> <name>' in the first cell, got {cells[0]!r}", kind=KIND, text=line)
+        fail_line(
+            lineno, f"expected '<NPU id> <name>' in the first cell, got {cells[0]!r}", kind=KIND, text=line
+        )
     health = cells[1]
     if not health:
         fail_line(lineno, "the Health cell is empty", kind=KIND, text=line)

@@ -60,7 +60,9 @@ def parse_hy_smi(text: str) -> ParsedReport:
     header = lines[header_no - 1].split()
     device_word = header[0].upper()
     if device_word not in ("DCU", "HCU") or "Temp" not in header:
-        fail_line(header_no, "expected a 'DCU|HCU  Temp  AvgPwr ...' header", kind=KIND, text=lines[header_no - 1])
+        fail_line(
+            header_no, "expected a 'DCU|HCU  Temp  AvgPwr ...' header", kind=KIND, text=lines[header_no - 1]
+        )
 
     report = ParsedReport(vendor=VENDOR, kind=KIND)
     seen: dict[int, int] = {}
@@ -75,10 +77,17 @@ def parse_hy_smi(text: str) -> ParsedReport:
             continue
         cells = stripped.split()
         if len(cells) != len(header):
-            fail_line(n, f"expected {len(header)} columns as in the header, got {len(cells)}", kind=KIND, text=line)
+            fail_line(
+                n, f"expected {len(header)} columns as in the header, got {len(cells)}", kind=KIND, text=line
+            )
         device = _row(dict(zip(header, cells, strict=True)), device_word, n, line)
         if device.index in seen:
-            fail_line(n, f"{device_word} {device.index} already listed on line {seen[device.index]}", kind=KIND, text=line)
+            fail_line(
+                n,
+                f"{device_word} {device.index} already listed on line {seen[device.index]}",
+                kind=KIND,
+                text=line,
+            )
         seen[device.index] = n
         report.devices.append(device)
     if end_no is None:

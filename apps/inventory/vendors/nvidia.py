@@ -215,7 +215,7 @@ def _xml_gpu(gpu: Any, where: str, position: int) -> ParsedDevice:
 
 
 def _pci_device_id(raw: str | None, where: str, kind: str) -> str | None:
-    """"20B210DE" (device id + vendor id) -> "0x20B2"; a bare 4-digit id is kept."""
+    """The device id of "20B210DE" (device id + vendor id) as "0x20B2"; a bare 4-digit id is kept."""
     value = na(raw)
     if value is None:
         return None
@@ -323,7 +323,12 @@ def parse_nvidia_smi_csv(text: str) -> ParsedReport:
             )
         device = _csv_device(dict(zip(fields, cells, strict=True)), lineno, line, report)
         if device.index in seen:
-            fail_line(lineno, f"index {device.index} already used on line {seen[device.index]}", kind=kind, text=line)
+            fail_line(
+                lineno,
+                f"index {device.index} already used on line {seen[device.index]}",
+                kind=kind,
+                text=line,
+            )
         seen[device.index] = lineno
         report.devices.append(device)
     report.devices.sort(key=lambda d: d.index)
@@ -348,7 +353,9 @@ def _csv_device(values: dict[str, str], lineno: int, line: str, report: ParsedRe
     try:
         pci_bus_id = normalise_pci_bus_id(values.get("pci.bus_id"))
     except ValueError:
-        fail_line(lineno, f"field 'pci.bus_id': {values['pci.bus_id']!r} is not a PCI bus id", kind=kind, text=line)
+        fail_line(
+            lineno, f"field 'pci.bus_id': {values['pci.bus_id']!r} is not a PCI bus id", kind=kind, text=line
+        )
 
     pci_device_id = None
     if "pci.device_id" in values:
@@ -365,7 +372,9 @@ def _csv_device(values: dict[str, str], lineno: int, line: str, report: ParsedRe
         if raw is not None:
             mig_enabled = {"enabled": True, "disabled": False}.get(raw.lower())
             if mig_enabled is None:
-                fail_line(lineno, f"field 'mig.mode.current': {raw!r} is not Enabled/Disabled", kind=kind, text=line)
+                fail_line(
+                    lineno, f"field 'mig.mode.current': {raw!r} is not Enabled/Disabled", kind=kind, text=line
+                )
 
     power = None
     for field in ("power.draw", "power.draw.average", "power.draw.instant"):
@@ -472,9 +481,16 @@ def parse_nvidia_topo(text: str) -> ParsedReport:
             tab_mode = False
         label, rest = cells[0], cells[1:]
         if label not in columns:
-            fail_line(lineno, f"row label {label!r} is not a column of the header (line {header_no})", kind=kind, text=line)
+            fail_line(
+                lineno,
+                f"row label {label!r} is not a column of the header (line {header_no})",
+                kind=kind,
+                text=line,
+            )
         if label in matrix:
-            fail_line(lineno, f"row {label} appears twice (first on line {row_line[label]})", kind=kind, text=line)
+            fail_line(
+                lineno, f"row {label} appears twice (first on line {row_line[label]})", kind=kind, text=line
+            )
         if len(rest) < width:
             fail_line(
                 lineno,
@@ -514,7 +530,9 @@ def parse_nvidia_topo(text: str) -> ParsedReport:
     nic_labels = [c for c in columns if not _GPU_LABEL.fullmatch(c)]
     aliased = [c for c in nic_labels if re.fullmatch(r"NIC\d+", c)]
     if aliased and legend is None:
-        fail_line(end + 1, "the matrix has NIC columns but no 'NIC Legend:' block (truncated output?)", kind=kind)
+        fail_line(
+            end + 1, "the matrix has NIC columns but no 'NIC Legend:' block (truncated output?)", kind=kind
+        )
     for label in aliased:
         if label not in (legend or {}):
             fail_line(len(lines), f"'NIC Legend:' has no entry for {label} (truncated output?)", kind=kind)
@@ -577,7 +595,12 @@ def _topo_header(line: str, lineno: int) -> tuple[list[str], list[str]]:
                 break
         else:
             if trailing:
-                fail_line(lineno, f"unexpected header cell {tokens[i]!r} after {trailing[-1]!r}", kind=kind, text=line)
+                fail_line(
+                    lineno,
+                    f"unexpected header cell {tokens[i]!r} after {trailing[-1]!r}",
+                    kind=kind,
+                    text=line,
+                )
             columns.append(tokens[i])
             i += 1
     if len(set(columns)) != len(columns):

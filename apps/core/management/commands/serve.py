@@ -28,7 +28,9 @@ class Command(BaseCommand):
     def handle(self, *args, **options):
         bin_dir = Path(sys.executable).parent
         env = dict(os.environ)
-        env.setdefault("DJANGO_SETTINGS_MODULE", os.environ.get("DJANGO_SETTINGS_MODULE", "config.settings.local"))
+        env.setdefault(
+            "DJANGO_SETTINGS_MODULE", os.environ.get("DJANGO_SETTINGS_MODULE", "config.settings.local")
+        )
         var_dir = Path(settings.VAR_DIR)
         var_dir.mkdir(parents=True, exist_ok=True)
         commands = {

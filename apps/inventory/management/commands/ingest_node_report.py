@@ -28,7 +28,9 @@ class Command(BaseCommand):
     def handle(self, *args, **options):
         path = options["file"]
         try:
-            text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8", errors="replace")
+            text = (
+                sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8", errors="replace")
+            )
         except OSError as exc:
             raise CommandError(f"cannot read {path}: {exc}") from exc
         cluster = None

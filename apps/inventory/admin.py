@@ -1,0 +1,780 @@
+"""Admin console for the ledger (staff only, as Django's admin is).
+
+Status, health and pool status are read-only in change forms: they change only through the actions
+below, which call the ledger services (so every change has its DeviceEvent and ChangeRecord). Errors
+raised by services become admin error messages, never a 500.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from django import forms
+from django.contrib import admin, messages
+from django.contrib.admin import helpers
+from django.core.exceptions import PermissionDenied
+from django.db.models import Count, Q, QuerySet
+from django.forms.models import BaseInlineFormSet
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from django.utils.html import format_html
+from django.utils.translation import gettext_lazy as _
+from django.utils.translation import ngettext
+
+from apps.accounts.models import ApiToken
+from apps.catalog.models import DeviceModel
+from apps.core.audit import change_record_create, snapshot
+from apps.core.errors import ApplicationError, ValidationFailed
+from apps.inventory.models import AgentToken, Cluster, Device, DeviceEvent, Node, NodeReport, Pool
+from apps.inventory.services.ledger import (
+    DEVICE_EDITABLE_FIELDS,
+    IMPORT_COLUMNS,
+    READ_ONLY_COLUMNS,
+    device_pool_status_set,
+    device_retire,
+    device_update,
+    ledger_export,
+    ledger_import_csv,
+    node_status_set,
+)
+
+EVENT_HISTORY_LIMIT = 50
+IMPORT_MAX_BYTES = 10 * 1024 * 1024
+NODE_EDITABLE_FIELDS = ("pool", "zone", "rack", "switch", "labels", "notes")
+
+
+# --------------------------------------------------------------------------------------------------
+# forms and shared helpers
+
+
+class ReasonForm(forms.Form):
+    reason = forms.CharField(
+        label=_("Reason"),
+        max_length=300,
+        widget=forms.Textarea(attrs={"rows": 3, "cols": 60}),
+        help_text=_("Recorded in the ledger history and the audit trail."),
+    )
+
+
+class LedgerImportForm(forms.Form):
+    file = forms.FileField(label=_("Ledger CSV file"))
+    dry_run = forms.BooleanField(
+        label=_("Dry run"), required=False, help_text=_("Validate and show what would change; write nothing.")
+    )
+
+    def clean_file(self):
+        upload = self.cleaned_data["file"]
+        if upload.size > IMPORT_MAX_BYTES:
+            raise forms.ValidationError(
+                _("The file is larger than %(mb)d MB.") % {"mb": IMPORT_MAX_BYTES // 2**20}
+            )
+        return upload
+
+
+def _run_each(
+    modeladmin: admin.ModelAdmin,
+    request: HttpRequest,
+    queryset: QuerySet,
+    call: Callable[[Any], Any],
+    done: str,
+) -> None:
+    """Call a service once per selected row; report successes together and every failure on its own."""
+    ok = 0
+    for obj in queryset:
+        try:
+            call(obj)
+        except ApplicationError as exc:
+            modeladmin.message_user(request, f"{obj}: {exc.message}", messages.ERROR)
+        else:
+            ok += 1
+    if ok:
+        modeladmin.message_user(request, f"{done}: {ok}", messages.SUCCESS)
+
+
+def _reason_action(
+    modeladmin: admin.ModelAdmin,
+    request: HttpRequest,
+    queryset: QuerySet,
+    *,
+    action: str,
+    title: str,
+    call: Callable[[Any, str], Any],
+    done: str,
+) -> TemplateResponse | None:
+    """An action that asks for a reason on an intermediate page, then calls ``call(obj, reason)``."""
+    form = ReasonForm(request.POST if "apply" in request.POST else None)
+    if form.is_bound and form.is_valid():
+        reason = form.cleaned_data["reason"]
+        _run_each(modeladmin, request, queryset, lambda obj: call(obj, reason), done)
+        return None
+    opts = modeladmin.model._meta
+    context = {
+        **modeladmin.admin_site.each_context(request),
+        "title": title,
+        "subtitle": None,
+        "opts": opts,
+        "objects": list(queryset),
+        "form": form,
+        "action": action,
+        "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+        "media": modeladmin.media,
+    }
+    return TemplateResponse(request, "admin/inventory/action_reason.html", context)
+
+
+def _export_response(devices: QuerySet[Device], fmt: str) -> HttpResponse:
+    content, content_type, filename = ledger_export(devices=devices, fmt=fmt)
+    response = HttpResponse(content, content_type=content_type)
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    return response
+
+
+def _json(value: Any) -> str:
+    return "" if value is None else json.dumps(value, ensure_ascii=False, sort_keys=True)
+
+
+# --------------------------------------------------------------------------------------------------
+# inlines
+
+
+class LatestEventsFormSet(BaseInlineFormSet):
+    """Only the newest events: a long history would make the change page slow."""
+
+    def get_queryset(self):
+        if not hasattr(self, "_latest"):
+            self._latest = super().get_queryset()[:EVENT_HISTORY_LIMIT]
+        return self._latest
+
+
+class ReadOnlyInline(admin.TabularInline):
+    extra = 0
+    max_num = 0
+    can_delete = False
+
+    def has_add_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+
+class EventHistoryInline(ReadOnlyInline):
+    model = DeviceEvent
+    formset = LatestEventsFormSet
+    verbose_name = _("history event")
+    verbose_name_plural = _("history (latest %(n)d events)") % {"n": EVENT_HISTORY_LIMIT}
+    fields = ("created_at", "kind", "severity", "message", "change", "actor_label")
+    readonly_fields = fields
+    ordering = ("-created_at", "-id")
+
+    @admin.display(description=_("before → after"))
+    def change(self, obj: DeviceEvent) -> str:
+        if obj.before is None and obj.after is None:
+            return ""
+        return format_html("<code>{}</code> → <code>{}</code>", _json(obj.before), _json(obj.after))
+
+
+class NodeEventHistoryInline(EventHistoryInline):
+    fk_name = "node"
+    fields = ("created_at", "kind", "severity", "device", "message", "change", "actor_label")
+    readonly_fields = fields
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).select_related("device", "device__node")
+
+
+class DeviceEventHistoryInline(EventHistoryInline):
+    fk_name = "device"
+
+
+class NodeDeviceInline(ReadOnlyInline):
+    model = Device
+    fk_name = "node"
+    show_change_link = True
+    fields = (
+        "vendor",
+        "index",
+        "model_label",
+        "uuid",
+        "serial",
+        "pci_bus_id",
+        "health",
+        "pool_status",
+        "owner_project",
+    )
+    readonly_fields = fields
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).select_related("node", "device_model", "owner_project")
+
+    @admin.display(description=_("model"))
+    def model_label(self, obj: Device) -> str:
+        return obj.model_label
+
+
+# --------------------------------------------------------------------------------------------------
+# clusters and pools
+
+
+@admin.register(Cluster)
+class ClusterAdmin(admin.ModelAdmin):
+    list_display = ("name", "slug", "backend", "node_count")
+    list_filter = ("backend",)
+    search_fields = ("name", "slug")
+    prepopulated_fields = {"slug": ("name",)}
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).annotate(node_count=Count("nodes", distinct=True))
+
+    @admin.display(description=_("nodes"), ordering="node_count")
+    def node_count(self, obj: Cluster) -> int:
+        return obj.node_count
+
+
+@admin.register(Pool)
+class PoolAdmin(admin.ModelAdmin):
+    list_display = ("name", "slug", "cluster", "owner_project", "overcommit_factor", "node_count")
+    list_filter = ("cluster",)
+    list_select_related = ("cluster", "owner_project")
+    search_fields = ("name", "slug", "cluster__slug")
+    prepopulated_fields = {"slug": ("name",)}
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).annotate(node_count=Count("nodes", distinct=True))
+
+    @admin.display(description=_("nodes"), ordering="node_count")
+    def node_count(self, obj: Pool) -> int:
+        return obj.node_count
+
+
+class PoolListFilter(admin.RelatedFieldListFilter):
+    """Pool choices in one query (a pool's name includes its cluster's slug)."""
+
+    def field_choices(self, field, request, model_admin):
+        return [(pool.pk, str(pool)) for pool in Pool.objects.select_related("cluster")]
+
+
+# --------------------------------------------------------------------------------------------------
+# nodes
+
+
+@admin.register(Node)
+class NodeAdmin(admin.ModelAdmin):
+    list_display = (
+        "name",
+        "cluster",
+        "pool",
+        "status",
+        "driver_version",
+        "cann_version",
+        "device_count",
+        "last_report_at",
+    )
+    list_filter = ("status", "cluster", ("pool", PoolListFilter), "cpu_arch")
+    list_select_related = ("cluster", "pool", "pool__cluster")
+    search_fields = ("name", "devices__uuid", "devices__serial")
+    inlines = (NodeDeviceInline, NodeEventHistoryInline)
+    actions = (
+        "maintenance_on",
+        "maintenance_off",
+        "quarantine",
+        "release_from_quarantine",
+        "retire",
+        "export_csv",
+        "export_xlsx",
+    )
+    fieldsets = (
+        (None, {"fields": ("cluster", "name", "pool", "status", "status_reason", "taints", "labels")}),
+        (_("Topology"), {"fields": ("zone", "rack", "switch", "rdma_nics")}),
+        (
+            _("Host"),
+            {"fields": ("cpu_arch", "cpu_model", "cpu_cores", "memory_mib", "os_image", "kernel_version")},
+        ),
+        (
+            _("Driver and runtime"),
+            {
+                "fields": (
+                    "container_runtime",
+                    "driver_version",
+                    "cuda_version",
+                    "cann_version",
+                    "rocm_version",
+                    "dtk_version",
+                )
+            },
+        ),
+        (None, {"fields": ("notes", "last_report_at", "created_at", "updated_at")}),
+    )
+
+    def get_readonly_fields(self, request, obj=None):
+        editable = set(NODE_EDITABLE_FIELDS)
+        return [f.name for f in Node._meta.fields if f.name not in editable and f.name != "id"]
+
+    def has_add_permission(self, request) -> bool:
+        # Nodes arrive from agents (node reports) or the ledger CSV import.
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        # Nothing is deleted from the ledger; nodes are retired.
+        return False
+
+    def get_queryset(self, request):
+        in_service = ~Q(devices__health=Device.Health.RETIRED)
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(device_count=Count("devices", filter=in_service, distinct=True))
+        )
+
+    def formfield_for_foreignkey(self, db_field, request, **kwargs):
+        if db_field.name == "pool":
+            kwargs["queryset"] = Pool.objects.select_related("cluster")
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
+
+    @admin.display(description=_("devices"), ordering="device_count")
+    def device_count(self, obj: Node) -> int:
+        return obj.device_count
+
+    def save_model(self, request, obj, form, change):
+        # Descriptive fields only (status goes through the actions); audited like a service would.
+        fields = [name for name in form.changed_data if name in NODE_EDITABLE_FIELDS]
+        before = snapshot(Node.objects.get(pk=obj.pk), fields) if change else {}
+        super().save_model(request, obj, form, change)
+        after = snapshot(obj, fields)
+        changed = [name for name in fields if before.get(name) != after[name]]
+        if changed:
+            change_record_create(
+                actor=request.user,
+                action="node.admin_edit",
+                obj=obj,
+                before={k: before[k] for k in changed},
+                after={k: after[k] for k in changed},
+            )
+
+    # -- actions -----------------------------------------------------------------------------------
+
+    def _set_status(self, request, queryset, status: str, done: str, reason: str = "") -> None:
+        _run_each(
+            self,
+            request,
+            queryset,
+            lambda n: node_status_set(node=n, status=status, reason=reason, actor=request.user),
+            done,
+        )
+
+    @admin.action(description=_("Maintenance on"), permissions=["change"])
+    def maintenance_on(self, request, queryset):
+        self._set_status(request, queryset, Node.Status.MAINTENANCE, "Maintenance on")
+
+    @admin.action(description=_("Maintenance off (back to ready)"), permissions=["change"])
+    def maintenance_off(self, request, queryset):
+        _run_each(
+            self,
+            request,
+            queryset.filter(status=Node.Status.MAINTENANCE),
+            lambda n: node_status_set(node=n, status=Node.Status.READY, actor=request.user),
+            "Maintenance off",
+        )
+        skipped = queryset.exclude(status=Node.Status.MAINTENANCE).count()
+        if skipped:
+            self.message_user(
+                request,
+                ngettext(
+                    "%(n)d node was not in maintenance.", "%(n)d nodes were not in maintenance.", skipped
+                )
+                % {"n": skipped},
+                messages.WARNING,
+            )
+
+    @admin.action(description=_("Quarantine"), permissions=["change"])
+    def quarantine(self, request, queryset):
+        return _reason_action(
+            self,
+            request,
+            queryset,
+            action="quarantine",
+            title=_("Quarantine nodes"),
+            call=lambda n, reason: node_status_set(
+                node=n, status=Node.Status.QUARANTINED, reason=reason, actor=request.user
+            ),
+            done="Quarantined",
+        )
+
+    @admin.action(description=_("Release from quarantine"), permissions=["change"])
+    def release_from_quarantine(self, request, queryset):
+        return _reason_action(
+            self,
+            request,
+            queryset,
+            action="release_from_quarantine",
+            title=_("Release nodes from quarantine"),
+            call=lambda n, reason: self._release(n, reason, request.user),
+            done="Released from quarantine",
+        )
+
+    @staticmethod
+    def _release(node: Node, reason: str, actor) -> Node:
+        if node.status != Node.Status.QUARANTINED:
+            raise ValidationFailed(f"node {node.name} is {node.status}, not quarantined")
+        return node_status_set(node=node, status=Node.Status.READY, reason=reason, actor=actor)
+
+    @admin.action(description=_("Retire"), permissions=["change"])
+    def retire(self, request, queryset):
+        return _reason_action(
+            self,
+            request,
+            queryset,
+            action="retire",
+            title=_("Retire nodes and all their devices"),
+            call=lambda n, reason: node_status_set(
+                node=n, status=Node.Status.RETIRED, reason=reason, actor=request.user
+            ),
+            done="Retired",
+        )
+
+    @admin.action(description=_("Export selected as CSV"), permissions=["view"])
+    def export_csv(self, request, queryset):
+        return _export_response(
+            Device.objects.filter(node_id__in=list(queryset.values_list("pk", flat=True))), "csv"
+        )
+
+    @admin.action(description=_("Export selected as XLSX"), permissions=["view"])
+    def export_xlsx(self, request, queryset):
+        return _export_response(
+            Device.objects.filter(node_id__in=list(queryset.values_list("pk", flat=True))), "xlsx"
+        )
+
+
+# --------------------------------------------------------------------------------------------------
+# devices
+
+
+@admin.register(Device)
+class DeviceAdmin(admin.ModelAdmin):
+    change_list_template = "admin/inventory/device/change_list.html"
+    list_display = (
+        "node",
+        "vendor",
+        "index",
+        "model_label",
+        "uuid",
+        "serial",
+        "health",
+        "pool_status",
+        "owner_project",
+    )
+    list_filter = ("vendor", "health", "pool_status", "model_unrecognized", "device_model", "node__cluster")
+    list_select_related = ("node", "device_model", "owner_project")
+    search_fields = ("uuid", "serial", "node__name", "pci_bus_id")
+    inlines = (DeviceEventHistoryInline,)
+    actions = ("quarantine", "return_to_production", "retire", "export_csv", "export_xlsx")
+    fieldsets = (
+        (None, {"fields": ("node", "vendor", "index", "uuid", "serial", "pci_bus_id", "numa_node")}),
+        (
+            _("Model"),
+            {
+                "fields": (
+                    "device_model",
+                    "raw_model_name",
+                    "model_unrecognized",
+                    "memory_mib",
+                    "mig_enabled",
+                    "partitions",
+                )
+            },
+        ),
+        (_("Ledger"), {"fields": ("owner_project", "topology_group", "firmware_version")}),
+        (
+            _("State"),
+            {
+                "fields": (
+                    "health",
+                    "health_reason",
+                    "pool_status",
+                    "last_seen_at",
+                    "created_at",
+                    "updated_at",
+                )
+            },
+        ),
+    )
+
+    def get_readonly_fields(self, request, obj=None):
+        editable = set(DEVICE_EDITABLE_FIELDS)
+        return [f.name for f in Device._meta.fields if f.name not in editable and f.name != "id"]
+
+    def has_add_permission(self, request) -> bool:
+        # Devices arrive from node reports or the ledger CSV import.
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        # Nothing is deleted from the ledger; devices are retired.
+        return False
+
+    def get_form(self, request, obj=None, change=False, **kwargs):
+        form = super().get_form(request, obj, change=change, **kwargs)
+        if obj is not None and "device_model" in form.base_fields:
+            form.base_fields["device_model"].queryset = DeviceModel.objects.filter(vendor=obj.vendor)
+        return form
+
+    @admin.display(description=_("model"), ordering="device_model__name")
+    def model_label(self, obj: Device) -> str:
+        return obj.model_label
+
+    # -- edits go through device_update --------------------------------------------------------------
+
+    def save_model(self, request, obj, form, change):
+        fields = {
+            name: form.cleaned_data[name] for name in form.changed_data if name in DEVICE_EDITABLE_FIELDS
+        }
+        if not fields:
+            return
+        try:
+            device_update(device=obj, actor=request.user, **fields)
+        except ApplicationError as exc:
+            request._ledger_save_error = exc.message
+
+    def log_change(self, request, obj, message):
+        if getattr(request, "_ledger_save_error", None):
+            return None
+        return super().log_change(request, obj, message)
+
+    def response_change(self, request, obj):
+        error = getattr(request, "_ledger_save_error", None)
+        if error:
+            self.message_user(request, error, messages.ERROR)
+            return HttpResponseRedirect(request.get_full_path())
+        return super().response_change(request, obj)
+
+    # -- actions -----------------------------------------------------------------------------------
+
+    @admin.action(description=_("Quarantine"), permissions=["change"])
+    def quarantine(self, request, queryset):
+        return _reason_action(
+            self,
+            request,
+            queryset,
+            action="quarantine",
+            title=_("Quarantine devices"),
+            call=lambda d, reason: device_pool_status_set(
+                device=d, pool_status=Device.PoolStatus.QUARANTINE, reason=reason, actor=request.user
+            ),
+            done="Quarantined",
+        )
+
+    @admin.action(description=_("Return to production"), permissions=["change"])
+    def return_to_production(self, request, queryset):
+        _run_each(
+            self,
+            request,
+            queryset,
+            lambda d: device_pool_status_set(
+                device=d, pool_status=Device.PoolStatus.PRODUCTION, actor=request.user
+            ),
+            "In production",
+        )
+
+    @admin.action(description=_("Retire"), permissions=["change"])
+    def retire(self, request, queryset):
+        return _reason_action(
+            self,
+            request,
+            queryset,
+            action="retire",
+            title=_("Retire devices"),
+            call=lambda d, reason: device_retire(device=d, reason=reason, actor=request.user),
+            done="Retired",
+        )
+
+    @admin.action(description=_("Export selected as CSV"), permissions=["view"])
+    def export_csv(self, request, queryset):
+        return _export_response(queryset, "csv")
+
+    @admin.action(description=_("Export selected as XLSX"), permissions=["view"])
+    def export_xlsx(self, request, queryset):
+        return _export_response(queryset, "xlsx")
+
+    # -- import view -------------------------------------------------------------------------------
+
+    def get_urls(self):
+        info = self.opts.app_label, self.opts.model_name
+        return [
+            path("import/", self.admin_site.admin_view(self.import_view), name="{}_{}_import".format(*info)),
+            *super().get_urls(),
+        ]
+
+    def import_view(self, request: HttpRequest) -> HttpResponse:
+        if not self.has_change_permission(request):
+            raise PermissionDenied
+        report = None
+        errors: list[dict] = []
+        error_message = ""
+        if request.method == "POST":
+            form = LedgerImportForm(request.POST, request.FILES)
+            if form.is_valid():
+                try:
+                    report = ledger_import_csv(
+                        data=form.cleaned_data["file"].read(),
+                        actor=request.user,
+                        dry_run=form.cleaned_data["dry_run"],
+                    )
+                except ValidationFailed as exc:
+                    error_message = exc.message
+                    details = exc.details if isinstance(exc.details, dict) else {}
+                    errors = details.get("rows") or [{"line": "", "column": "", "message": exc.message}]
+                except ApplicationError as exc:
+                    error_message = exc.message
+                else:
+                    if report.dry_run:
+                        self.message_user(request, _("Dry run: nothing was written."), messages.WARNING)
+                    else:
+                        self.message_user(request, _("Ledger imported."), messages.SUCCESS)
+        else:
+            form = LedgerImportForm()
+        context = {
+            **self.admin_site.each_context(request),
+            "title": _("Import ledger CSV"),
+            "subtitle": None,
+            "opts": self.opts,
+            "form": form,
+            "report": report,
+            "errors": errors,
+            "error_message": error_message,
+            "import_columns": IMPORT_COLUMNS,
+            "read_only_columns": READ_ONLY_COLUMNS,
+            "changelist_url": reverse("admin:inventory_device_changelist"),
+        }
+        return TemplateResponse(request, "admin/inventory/ledger_import.html", context)
+
+
+# --------------------------------------------------------------------------------------------------
+# history, reports, agent tokens
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+
+@admin.register(DeviceEvent)
+class DeviceEventAdmin(ReadOnlyAdmin):
+    list_display = ("created_at", "node", "device", "kind", "severity", "message", "actor_label")
+    list_filter = ("kind", "severity", "node__cluster")
+    list_select_related = ("node", "device", "device__node")
+    search_fields = ("message", "node__name", "device__uuid", "actor_label")
+    date_hierarchy = "created_at"
+
+
+@admin.register(NodeReport)
+class NodeReportAdmin(ReadOnlyAdmin):
+    list_display = ("received_at", "node", "kind", "size_bytes", "actor_label")
+    list_filter = ("kind", "node__cluster")
+    list_select_related = ("node",)
+    search_fields = ("node__name", "sha256")
+    date_hierarchy = "received_at"
+
+    def get_queryset(self, request):
+        qs = super().get_queryset(request)
+        # The list never shows the raw text; the change page does.
+        return (
+            qs.defer("raw_text")
+            if request.resolver_match and request.resolver_match.url_name.endswith("changelist")
+            else qs
+        )
+
+    def get_fields(self, request, obj=None):
+        return [f.name for f in NodeReport._meta.fields if f.name not in ("id", "raw_text")] + [
+            "raw_text_display"
+        ]
+
+    def get_readonly_fields(self, request, obj=None):
+        return self.get_fields(request, obj)
+
+    @admin.display(description=_("raw text"))
+    def raw_text_display(self, obj: NodeReport) -> str:
+        return format_html(
+            '<pre style="white-space: pre; overflow: auto; max-height: 40em">{}</pre>', obj.raw_text
+        )
+
+
+@admin.register(AgentToken)
+class AgentTokenAdmin(admin.ModelAdmin):
+    """Node-agent tokens. The key is shown once when the token is created; only its SHA-256 is stored."""
+
+    list_display = ("name", "cluster", "prefix", "created_at", "last_used_at", "revoked")
+    list_filter = ("revoked", "cluster")
+    list_select_related = ("cluster",)
+    search_fields = ("name", "prefix")
+    actions = ("revoke",)
+
+    def get_fields(self, request, obj=None):
+        if obj is None:
+            return ["cluster", "name"]
+        return ["cluster", "name", "prefix", "revoked", "created_at", "last_used_at"]
+
+    def get_readonly_fields(self, request, obj=None):
+        if obj is None:
+            return []
+        return ["cluster", "prefix", "created_at", "last_used_at"]
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False  # revoke instead: the audit trail keeps pointing at the token
+
+    def save_model(self, request, obj, form, change):
+        if change:
+            changed = [name for name in form.changed_data if name in ("name", "revoked")]
+            before = snapshot(AgentToken.objects.get(pk=obj.pk), changed)
+            super().save_model(request, obj, form, change)
+            if changed:
+                change_record_create(
+                    actor=request.user,
+                    action="agent_token.update",
+                    obj=obj,
+                    before=before,
+                    after=snapshot(obj, changed),
+                )
+            return
+        key = ApiToken.generate_key("sca")
+        obj.prefix = key[:12]
+        obj.key_hash = AgentToken.hash_key(key)
+        super().save_model(request, obj, form, change)
+        change_record_create(
+            actor=request.user,
+            action="agent_token.create",
+            obj=obj,
+            after={"cluster": obj.cluster_id, "name": obj.name, "prefix": obj.prefix},
+        )
+        self.message_user(
+            request,
+            format_html(
+                "Agent token key for <b>{}</b> (shown only this once; copy it now): <code>{}</code>", obj, key
+            ),
+            messages.WARNING,
+        )
+
+    @admin.action(description=_("Revoke selected tokens"), permissions=["change"])
+    def revoke(self, request, queryset):
+        count = 0
+        for token in queryset.filter(revoked=False):
+            AgentToken.objects.filter(pk=token.pk, revoked=False).update(revoked=True)
+            change_record_create(
+                actor=request.user,
+                action="agent_token.revoke",
+                obj=token,
+                before={"revoked": False},
+                after={"revoked": True},
+            )
+            count += 1
+        self.message_user(request, f"Revoked: {count}", messages.SUCCESS)

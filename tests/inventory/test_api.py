@@ -1,0 +1,203 @@
+"""The inventory API: scoping, agent tokens, bad input, and no N+1 on lists."""
+
+from __future__ import annotations
+
+import pytest
+
+from apps.accounts.models import ApiToken
+from apps.inventory.models import AgentToken, Cluster, Device, Node, Pool
+from tests.inventory.test_discovery import gpu_csv, uuids
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def cluster():
+    return Cluster.objects.create(name="Prod", slug="prod")
+
+
+@pytest.fixture
+def fleet(cluster, make_user, make_project):
+    """Two projects: vision owns a pool with one node; a shared node holds a shared and an owned card."""
+    alice, bob = make_user("alice"), make_user("bob")
+    vision = make_project("vision", members=[alice])
+    nlp = make_project("nlp", members=[bob])
+    shared_pool = Pool.objects.create(cluster=cluster, name="shared", slug="shared")
+    vision_pool = Pool.objects.create(cluster=cluster, name="vision", slug="vision", owner_project=vision)
+    shared_node = Node.objects.create(cluster=cluster, pool=shared_pool, name="shared-01")
+    vision_node = Node.objects.create(cluster=cluster, pool=vision_pool, name="vision-01")
+    Device.objects.create(node=shared_node, vendor="nvidia", index=0, uuid="GPU-shared-0")
+    Device.objects.create(node=shared_node, vendor="nvidia", index=1, uuid="GPU-nlp-1", owner_project=nlp)
+    Device.objects.create(node=vision_node, vendor="nvidia", index=0, uuid="GPU-vision-0")
+    return {"alice": alice, "bob": bob, "vision": vision, "nlp": nlp}
+
+
+def agent_key(cluster) -> str:
+    key = "sca_" + ApiToken.generate_key("x")
+    AgentToken.objects.create(
+        cluster=cluster, name="agent", prefix=key[:10], key_hash=AgentToken.hash_key(key)
+    )
+    return key
+
+
+def test_members_see_shared_and_own_devices_only(api_client, fleet):
+    api_client.force_authenticate(fleet["alice"])
+    seen = {d["uuid"] for d in api_client.get("/api/inventory/devices/").json()["results"]}
+    assert seen == {"GPU-shared-0", "GPU-vision-0"}
+    api_client.force_authenticate(fleet["bob"])
+    seen = {d["uuid"] for d in api_client.get("/api/inventory/devices/").json()["results"]}
+    assert seen == {"GPU-shared-0", "GPU-nlp-1"}
+    nodes = {n["name"] for n in api_client.get("/api/inventory/nodes/").json()["results"]}
+    assert nodes == {"shared-01"}
+
+
+def test_an_outsider_cannot_see_another_projects_devices(api_client, fleet, make_user):
+    outsider = make_user("eve")
+    api_client.force_authenticate(outsider)
+    assert api_client.get("/api/inventory/devices/").json()["count"] == 0
+    owned = Device.objects.get(uuid="GPU-nlp-1")
+    assert api_client.get(f"/api/inventory/devices/{owned.pk}/").status_code == 404
+    api_client.force_authenticate(fleet["alice"])
+    assert api_client.get(f"/api/inventory/devices/{owned.pk}/").status_code == 404
+
+
+def test_anonymous_inventory_calls_get_401(api_client, fleet):
+    for path in ("/api/inventory/devices/", "/api/inventory/nodes/", "/api/inventory/device-events/"):
+        assert api_client.get(path).status_code == 401
+
+
+def test_an_agent_token_posts_reports_for_its_cluster_and_nothing_else(api_client, cluster):
+    key = agent_key(cluster)
+    api_client.credentials(HTTP_AUTHORIZATION=f"Token {key}")
+    response = api_client.post(
+        "/api/inventory/node-reports/",
+        {"node": "gpu-new", "kind": "nvidia-smi-csv", "text": gpu_csv(uuids(2))},
+        format="json",
+    )
+    assert response.status_code == 201, response.content
+    assert response.json()["result"]["created"] == 2
+    assert Node.objects.get(name="gpu-new").cluster == cluster
+    # The same token reads nothing.
+    assert api_client.get("/api/inventory/devices/").status_code == 403
+    assert api_client.get("/api/inventory/node-reports/").status_code == 403
+    assert api_client.get("/api/accounts/me/").status_code == 403
+    # And cannot post for another cluster.
+    Cluster.objects.create(name="Other", slug="other")
+    other = api_client.post(
+        "/api/inventory/node-reports/",
+        {"node": "x", "cluster": "other", "kind": "nvidia-smi-csv", "text": gpu_csv(uuids(1))},
+        format="json",
+    )
+    assert other.status_code == 403
+
+
+def test_a_member_cannot_post_node_reports(api_client, fleet):
+    api_client.force_authenticate(fleet["alice"])
+    response = api_client.post(
+        "/api/inventory/node-reports/",
+        {"node": "shared-01", "kind": "nvidia-smi-csv", "text": gpu_csv(uuids(1))},
+        format="json",
+    )
+    assert response.status_code == 403
+
+
+def test_a_malformed_report_is_a_400_naming_the_line_and_writes_nothing(api_client, cluster, staff_user):
+    api_client.force_authenticate(staff_user)
+    before = Device.objects.count()
+    response = api_client.post(
+        "/api/inventory/node-reports/",
+        {
+            "node": "gpu-x",
+            "cluster": "prod",
+            "kind": "nvidia-smi-csv",
+            "text": gpu_csv(uuids(2)) + "2, broken\n",
+        },
+        format="json",
+    )
+    assert response.status_code == 400
+    body = response.json()["error"]
+    assert body["code"] == "parse_error"
+    assert "line 3" in body["message"]
+    assert Device.objects.count() == before
+    assert not Node.objects.filter(name="gpu-x").exists()
+
+
+def test_an_unknown_kind_and_an_empty_text_are_field_errors(api_client, cluster, staff_user):
+    api_client.force_authenticate(staff_user)
+    response = api_client.post(
+        "/api/inventory/node-reports/", {"node": "n", "kind": "dmesg", "text": "x"}, format="json"
+    )
+    assert response.status_code == 400
+    assert "kind" in response.json()["error"]["details"]
+    response = api_client.post(
+        "/api/inventory/node-reports/", {"node": "n", "kind": "nvidia-smi-csv", "text": "   "}, format="json"
+    )
+    assert response.status_code == 400
+
+
+def test_device_list_query_count_does_not_grow_with_rows(
+    api_client, cluster, staff_user, django_assert_max_num_queries
+):
+    api_client.force_authenticate(staff_user)
+    node = Node.objects.create(cluster=cluster, name="big")
+
+    def count_queries(n: int) -> int:
+        for i in range(Device.objects.filter(node=node).count(), n):
+            Device.objects.create(node=node, vendor="nvidia", index=i, uuid=f"GPU-{i}")
+        from django.db import connection
+        from django.test.utils import CaptureQueriesContext
+
+        with CaptureQueriesContext(connection) as ctx:
+            assert api_client.get("/api/inventory/devices/?page_size=100").status_code == 200
+        return len(ctx.captured_queries)
+
+    few, many = count_queries(3), count_queries(40)
+    assert few == many
+    with django_assert_max_num_queries(few):
+        api_client.get("/api/inventory/nodes/?page_size=100")
+
+
+def test_node_list_query_count_does_not_grow_with_rows(api_client, cluster, staff_user):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    api_client.force_authenticate(staff_user)
+
+    def count_queries(n: int) -> int:
+        for i in range(Node.objects.count(), n):
+            node = Node.objects.create(cluster=cluster, name=f"n{i}")
+            Device.objects.create(node=node, vendor="nvidia", index=0, uuid=f"GPU-n{i}")
+        with CaptureQueriesContext(connection) as ctx:
+            assert api_client.get("/api/inventory/nodes/?page_size=100").status_code == 200
+        return len(ctx.captured_queries)
+
+    assert count_queries(3) == count_queries(30)
+
+
+def test_staff_put_a_node_into_maintenance_and_members_cannot(api_client, fleet, staff_user):
+    node = Node.objects.get(name="shared-01")
+    api_client.force_authenticate(fleet["alice"])
+    assert (
+        api_client.post(f"/api/inventory/nodes/{node.pk}/status/", {"status": "maintenance"}).status_code
+        == 403
+    )
+    api_client.force_authenticate(staff_user)
+    response = api_client.post(
+        f"/api/inventory/nodes/{node.pk}/status/",
+        {"status": "maintenance", "reason": "PSU swap"},
+        format="json",
+    )
+    assert response.status_code == 200, response.content
+    assert response.json()["status"] == "maintenance"
+    bad = api_client.post(f"/api/inventory/nodes/{node.pk}/status/", {"status": "sleeping"}, format="json")
+    assert bad.status_code == 400
+
+
+def test_the_openapi_schema_and_docs_are_served_to_users(api_client, client, staff_user):
+    api_client.force_authenticate(staff_user)
+    schema = api_client.get("/api/schema/?format=json")
+    assert schema.status_code == 200
+    client.force_login(staff_user)
+    docs = client.get("/api/docs/")
+    assert docs.status_code == 200
+    assert b"swagger" in docs.content.lower()
