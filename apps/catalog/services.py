@@ -255,7 +255,7 @@ def compute_coefficient_check(
             "coefficients are versioned by date: choose another effective date",
             details={"effective_from": ["already taken for this device model"]},
         )
-    return number
+    return number.quantize(Decimal("0.0001"))
 
 
 @transaction.atomic

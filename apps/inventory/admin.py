@@ -168,7 +168,7 @@ class EventHistoryInline(ReadOnlyInline):
     model = DeviceEvent
     formset = LatestEventsFormSet
     verbose_name = _("history event")
-    verbose_name_plural = _("history (latest %(n)d events)") % {"n": EVENT_HISTORY_LIMIT}
+    verbose_name_plural = _("history (latest events)")
     fields = ("created_at", "kind", "severity", "message", "change", "actor_label")
     readonly_fields = fields
     ordering = ("-created_at", "-id")

@@ -38,10 +38,12 @@ class NodeFilterSet(django_filters.FilterSet):
 class DeviceFilterSet(django_filters.FilterSet):
     cluster = django_filters.CharFilter(field_name="node__cluster__slug")
     pool = django_filters.CharFilter(field_name="node__pool__slug")
-    node = django_filters.CharFilter(field_name="node__name")
+    node = django_filters.CharFilter(method="filter_node", help_text="node name or id")
     node_id = django_filters.NumberFilter(field_name="node_id")
     vendor = django_filters.MultipleChoiceFilter(choices=Vendor.choices)
     model = django_filters.CharFilter(field_name="device_model__slug")
+    device_model = django_filters.NumberFilter(field_name="device_model_id")
+    unrecognized = django_filters.BooleanFilter(field_name="model_unrecognized", method="filter_unrecognized")
     health = django_filters.MultipleChoiceFilter(choices=Device.Health.choices)
     pool_status = django_filters.MultipleChoiceFilter(choices=Device.PoolStatus.choices)
     owner_project = django_filters.CharFilter(field_name="owner_project__slug")
@@ -52,6 +54,14 @@ class DeviceFilterSet(django_filters.FilterSet):
     class Meta:
         model = Device
         fields = ["cluster", "pool", "node", "vendor", "model", "health", "pool_status", "model_unrecognized"]
+
+    def filter_node(self, queryset, name, value):
+        if value.isdigit():
+            return queryset.filter(Q(node_id=int(value)) | Q(node__name=value))
+        return queryset.filter(node__name=value)
+
+    def filter_unrecognized(self, queryset, name, value):
+        return queryset.filter(model_unrecognized=True) if value else queryset
 
     def filter_q(self, queryset, name, value):
         return queryset.filter(

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import csv
 import io
+import threading
 
 import openpyxl
 import pytest
 from django.contrib.contenttypes.models import ContentType
+from django.db import connection
 
 from apps.catalog.models import DeviceKind, Vendor
 from apps.core.errors import InvalidTransition, ValidationFailed
@@ -192,6 +194,33 @@ def test_retiring_a_node_retires_its_devices_each_with_an_event(actor):
     assert old.health_reason == "burnt"
     assert not DeviceEvent.objects.filter(device=old).exists()
     assert DeviceEvent.objects.filter(node=node, device=None, kind=DeviceEvent.Kind.RETIRED).count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_concurrent_quarantines_of_one_node_write_one_event():
+    node = NodeFactory()
+    barrier = threading.Barrier(2)
+    errors: list[Exception] = []
+
+    def quarantine() -> None:
+        try:
+            stale = Node.objects.get(pk=node.pk)  # both threads read "ready"
+            barrier.wait(timeout=10)
+            node_status_set(node=stale, status=S.QUARANTINED, reason="XID 79", actor="worker")
+        except Exception as exc:  # pragma: no cover - reported by the assertion below
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=quarantine) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+
+    assert errors == []
+    assert DeviceEvent.objects.filter(node=node, kind=DeviceEvent.Kind.QUARANTINE).count() == 1
+    assert ChangeRecord.objects.filter(action="node.status_set").count() == 1
 
 
 # -------------------------------------------------------------------------------------------- devices
@@ -387,6 +416,8 @@ def test_import_happy_path(actor, ledger):
     assert report.unchanged == 1  # node gpu-a01 itself
     assert report.warnings == []
     assert [r["line"] for r in report.rows] == [2, 3, 4, 5]
+    assert report.rows[0]["device_changes"] == ["firmware_version"]
+    assert [r["node_action"] for r in report.rows] == ["unchanged", "", "created", "created"]
     assert report.as_dict()["changed"] is True
 
     updated = Device.objects.get(uuid="GPU-aaaa")
@@ -545,6 +576,7 @@ def test_importing_the_same_file_twice_changes_nothing_the_second_time(actor, le
     assert report.unchanged == 3 + 3  # nodes gpu-a01, gpu-b01, npu-c01 and three cards
     assert report.changed is False
     assert {r["device_action"] for r in report.rows if r["device"]} == {"unchanged"}
+    assert all(r["node_changes"] == r["device_changes"] == [] for r in report.rows)
     assert (DeviceEvent.objects.count(), ChangeRecord.objects.count()) == (events, audit)
 
 
@@ -583,6 +615,25 @@ def test_import_changes_node_status_through_the_state_machine(actor, ledger):
     assert report.updated_nodes == 1
     assert DeviceEvent.objects.get(node=node).kind == DeviceEvent.Kind.MAINTENANCE
     assert records(node, "node.status_set").count() == 1
+
+
+def test_a_node_imported_as_retired_retires_its_imported_cards(actor, ledger):
+    rows = [
+        {
+            "cluster": "bj1",
+            "node": "gpu-old",
+            "node_status": "retired",
+            "vendor": "nvidia",
+            "device_index": "0",
+        },
+        {"cluster": "bj1", "node": "gpu-old", "vendor": "nvidia", "device_index": "1"},
+    ]
+    report = ledger_import_csv(data=make_csv(rows), actor=actor)
+    node = Node.objects.get(name="gpu-old")
+    assert (report.created_nodes, report.created_devices, report.updated_nodes) == (1, 2, 0)
+    assert node.status == S.RETIRED
+    assert set(node.devices.values_list("health", flat=True)) == {Device.Health.RETIRED}
+    assert DeviceEvent.objects.filter(node=node, kind=DeviceEvent.Kind.RETIRED).count() == 3  # node + 2 cards
 
 
 def test_import_matches_a_card_without_uuid_by_its_slot(actor, ledger):

@@ -537,7 +537,8 @@ class ImportReport:
     ``unchanged`` counts existing nodes and devices named in the file that needed no change.
     ``warnings`` and ``rows`` hold ``{"line": n, ...}`` dicts (line 1 is the header); ``rows`` has one
     entry per data line with ``node_action`` (on the node's first line) and ``device_action``, each
-    one of created / updated / unchanged / skipped, or "" when the line does not concern it.
+    one of created / updated / unchanged / skipped, or "" when the line does not concern it, and
+    the names of the fields it changed in ``node_changes`` / ``device_changes``.
     """
 
     created_nodes: int = 0
@@ -823,7 +824,8 @@ class _Importer:
             "device": device,
             "node_action": "",
             "device_action": "",
-            "changes": [],
+            "node_changes": [],
+            "device_changes": [],
         }
 
     def _validate_node(self, row: _Row) -> _NodePlan | None:
@@ -1084,8 +1086,9 @@ class _Importer:
             except (ValidationFailed, InvalidTransition) as exc:
                 self.error(plan.status_line, "node_status", exc.message)
                 continue
-            plan.action = "updated"
-            self.row_results[plan.line]["changes"].append("status")
+            if plan.action != "created":
+                plan.action = "updated"
+                self.row_results[plan.line]["node_changes"].append("status")
         for plan in self.node_plans.values():
             self.row_results[plan.line]["node_action"] = plan.action
             if plan.action == "created":
@@ -1099,7 +1102,9 @@ class _Importer:
     def _apply_node(self, plan: _NodePlan) -> None:
         fields = list(plan.values)
         if plan.node is None:
-            status = plan.status or S.READY
+            # A node imported as retired is created ready and retired after its cards are imported,
+            # so the retirement reaches its cards (each with its own event) like any other.
+            status = plan.status if plan.status and plan.status != S.RETIRED else S.READY
             node = Node(
                 cluster=plan.cluster,
                 name=plan.name,
@@ -1123,7 +1128,6 @@ class _Importer:
             change_record_create(
                 actor=self.actor, action="node.import", obj=node, after=after, message=message
             )
-            self.row_results[plan.line]["changes"] = ["created"]
             return
         node = plan.node
         changes = self._diff(node, plan.values)
@@ -1149,7 +1153,7 @@ class _Importer:
             actor=self.actor, action="node.update", obj=node, before=before, after=after, message=message
         )
         plan.action = "updated"
-        self.row_results[plan.line]["changes"] = list(changes)
+        self.row_results[plan.line]["node_changes"] = list(changes)
 
     def _apply_device(self, dp: _DevicePlan) -> None:
         result = self.row_results[dp.line]
@@ -1207,7 +1211,7 @@ class _Importer:
         )
         self.report.updated_devices += 1
         result["device_action"] = "updated"
-        result["changes"] = list(changes)
+        result["device_changes"] = list(changes)
 
 
 def ledger_import_csv(*, data: bytes | str, actor, dry_run: bool = False) -> ImportReport:
