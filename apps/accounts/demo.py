@@ -37,7 +37,11 @@ def load(*, actor, stdout) -> list[tuple[str, str, str]]:
     for dept_slug, slug, name, namespace in PROJECTS:
         if not Project.objects.filter(slug=slug).exists():
             services.project_create(
-                department=Department.objects.get(slug=dept_slug), name=name, slug=slug, namespace=namespace, actor=actor
+                department=Department.objects.get(slug=dept_slug),
+                name=name,
+                slug=slug,
+                namespace=namespace,
+                actor=actor,
             )
     admin_name, admin_password = ADMIN
     admin = User.objects.filter(username=admin_name).first()
@@ -52,7 +56,7 @@ def load(*, actor, stdout) -> list[tuple[str, str, str]]:
             user = User.objects.create_user(username, f"{username}@example.com", DEMO_PASSWORD)
             password = DEMO_PASSWORD
         else:
-            password = "(unchanged)"
+            password = "(unchanged)"  # noqa: S105 - a label, not a password
         for project_slug, role in memberships:
             project = Project.objects.get(slug=project_slug)
             current = Membership.objects.filter(user=user, project=project).first()

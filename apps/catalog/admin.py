@@ -7,6 +7,8 @@ the admin adds a new row (through compute_coefficient_set) instead of changing o
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 from django import forms
 from django.contrib import admin
 from django.core.exceptions import ValidationError
@@ -67,7 +69,7 @@ class DeviceModelAdmin(admin.ModelAdmin):
     @admin.display(description="coefficient today", ordering="current_coefficient")
     def coefficient_display(self, obj):
         value = getattr(obj, "current_coefficient", None)
-        return value if value is not None else "—"
+        return value.quantize(Decimal("0.0001")) if value is not None else "—"
 
     def has_add_permission(self, request):
         return False

@@ -4,20 +4,27 @@ import django_filters
 
 from apps.catalog.models import ComputeCoefficient, Confidence, DeviceKind, DeviceModel, Vendor
 
+FEATURE_CHOICES = [
+    (f, f) for f in ("mig", "vnpu", "memory_slicing", "nvlink", "hccs", "xgmi", "mlulink", "rdma")
+]
+
 
 class DeviceModelFilterSet(django_filters.FilterSet):
     vendor = django_filters.MultipleChoiceFilter(choices=Vendor.choices)
     kind = django_filters.MultipleChoiceFilter(choices=DeviceKind.choices)
     confidence = django_filters.MultipleChoiceFilter(choices=Confidence.choices)
     name = django_filters.CharFilter(field_name="name", lookup_expr="icontains")
-    feature = django_filters.CharFilter(method="filter_feature", label="has feature (mig, vnpu, nvlink, ...)")
+    feature = django_filters.ChoiceFilter(
+        choices=FEATURE_CHOICES, method="filter_feature", label="has feature"
+    )
 
     class Meta:
         model = DeviceModel
         fields = ["vendor", "kind", "confidence", "name", "is_builtin"]
 
     def filter_feature(self, queryset, name, value):
-        return queryset.filter(features__contains=[value])
+        # Text match on the JSON list ('"mig"'): portable to SQLite, where JSON containment is missing.
+        return queryset.filter(features__icontains=f'"{value}"')
 
 
 class ComputeCoefficientFilterSet(django_filters.FilterSet):

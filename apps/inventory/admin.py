@@ -685,14 +685,15 @@ class NodeReportAdmin(ReadOnlyAdmin):
     search_fields = ("node__name", "sha256")
     date_hierarchy = "received_at"
 
-    def get_queryset(self, request):
-        qs = super().get_queryset(request)
-        # The list never shows the raw text; the change page does.
-        return (
-            qs.defer("raw_text")
-            if request.resolver_match and request.resolver_match.url_name.endswith("changelist")
-            else qs
-        )
+    def get_changelist(self, request, **kwargs):
+        # The list never shows the raw text (up to megabytes per report); the change page does.
+        base = super().get_changelist(request, **kwargs)
+
+        class ChangeList(base):
+            def get_queryset(self, request, exclude_parameters=None):
+                return super().get_queryset(request, exclude_parameters).defer("raw_text")
+
+        return ChangeList
 
     def get_fields(self, request, obj=None):
         return [f.name for f in NodeReport._meta.fields if f.name not in ("id", "raw_text")] + [

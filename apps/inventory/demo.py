@@ -53,22 +53,110 @@ class DemoNode:
 
 
 NODES = [
-    DemoNode("a100-sxm-01", "training", "nvidia", "A100 80GB SXM4", 8, "x86_64", "535.154.05", "92.00.01.00",
-             "r01", "leaf-01", cuda="12.2"),
-    DemoNode("a100-sxm-02", "training", "nvidia", "A100 80GB SXM4", 8, "x86_64", "535.154.05", "92.00.01.00",
-             "r01", "leaf-01", cuda="12.2"),
-    DemoNode("a100-pcie-01", "vision-dedicated", "nvidia", "A100 80GB PCIe", 4, "x86_64", "550.54.15",
-             "92.00.9F.00.01", "r02", "leaf-02", cuda="12.4"),
-    DemoNode("t4-infer-01", "inference", "nvidia", "T4", 4, "x86_64", "535.154.05", "90.00.02.00", "r03", "leaf-02",
-             cuda="12.2"),
-    DemoNode("t4-infer-02", "inference", "nvidia", "T4", 4, "x86_64", "535.154.05", "90.00.02.00", "r03", "leaf-02",
-             cuda="12.2"),
-    DemoNode("ascend-910b-01", "training", "huawei", "Ascend 910B3", 8, "aarch64", "24.1.rc2", "7.3.0.1.231", "r04",
-             "leaf-03", cann="8.0.RC3"),
-    DemoNode("ascend-910b-02", "training", "huawei", "Ascend 910B4", 8, "aarch64", "23.0.3", "7.1.0.5.220", "r04",
-             "leaf-03", cann="7.0.0"),
-    DemoNode("dcu-01", "inference", "hygon", "DCU Z100/Z100L", 8, "x86_64", "rock-5.7.1-6.2.13-V1.0.1a", "", "r05",
-             "leaf-03", dtk="24.04.1"),
+    DemoNode(
+        "a100-sxm-01",
+        "training",
+        "nvidia",
+        "A100 80GB SXM4",
+        8,
+        "x86_64",
+        "535.154.05",
+        "92.00.01.00",
+        "r01",
+        "leaf-01",
+        cuda="12.2",
+    ),
+    DemoNode(
+        "a100-sxm-02",
+        "training",
+        "nvidia",
+        "A100 80GB SXM4",
+        8,
+        "x86_64",
+        "535.154.05",
+        "92.00.01.00",
+        "r01",
+        "leaf-01",
+        cuda="12.2",
+    ),
+    DemoNode(
+        "a100-pcie-01",
+        "vision-dedicated",
+        "nvidia",
+        "A100 80GB PCIe",
+        4,
+        "x86_64",
+        "550.54.15",
+        "92.00.9F.00.01",
+        "r02",
+        "leaf-02",
+        cuda="12.4",
+    ),
+    DemoNode(
+        "t4-infer-01",
+        "inference",
+        "nvidia",
+        "T4",
+        4,
+        "x86_64",
+        "535.154.05",
+        "90.00.02.00",
+        "r03",
+        "leaf-02",
+        cuda="12.2",
+    ),
+    DemoNode(
+        "t4-infer-02",
+        "inference",
+        "nvidia",
+        "T4",
+        4,
+        "x86_64",
+        "535.154.05",
+        "90.00.02.00",
+        "r03",
+        "leaf-02",
+        cuda="12.2",
+    ),
+    DemoNode(
+        "ascend-910b-01",
+        "training",
+        "huawei",
+        "Ascend 910B3",
+        8,
+        "aarch64",
+        "24.1.rc2",
+        "7.3.0.1.231",
+        "r04",
+        "leaf-03",
+        cann="8.0.RC3",
+    ),
+    DemoNode(
+        "ascend-910b-02",
+        "training",
+        "huawei",
+        "Ascend 910B4",
+        8,
+        "aarch64",
+        "23.0.3",
+        "7.1.0.5.220",
+        "r04",
+        "leaf-03",
+        cann="7.0.0",
+    ),
+    DemoNode(
+        "dcu-01",
+        "inference",
+        "hygon",
+        "DCU Z100/Z100L",
+        8,
+        "x86_64",
+        "rock-5.7.1-6.2.13-V1.0.1a",
+        "",
+        "r05",
+        "leaf-03",
+        dtk="24.04.1",
+    ),
 ]
 # A workstation node with a card the catalog does not know: recorded with its raw name and flagged.
 UNKNOWN_NODE = ("dev-ws-01", "NVIDIA RTX PRO 6000 Blackwell Server Edition")
@@ -177,7 +265,9 @@ def nvswitch_topo(count: int, nics: int = 4) -> str:
     lines.append("  X    = Self")
     lines.append("  SYS  = Connection traversing PCIe as well as the SMP interconnect between NUMA nodes")
     lines.append("  NODE = Connection traversing PCIe as well as the interconnect between PCIe Host Bridges")
-    lines.append("  PXB  = Connection traversing multiple PCIe bridges (without traversing the PCIe Host Bridge)")
+    lines.append(
+        "  PXB  = Connection traversing multiple PCIe bridges (without traversing the PCIe Host Bridge)"
+    )
     lines.append("  NV#  = Connection traversing a bonded set of # NVLinks")
     lines.append("")
     lines.append("NIC Legend:")
@@ -238,7 +328,11 @@ def load(*, actor, stdout) -> dict:
     for node in NODES:
         if node.model == "A100 80GB SXM4":
             discovery.node_report_ingest(
-                node_name=node.name, kind="nvidia-topo", text=nvswitch_topo(node.count), actor=actor, cluster=cluster
+                node_name=node.name,
+                kind="nvidia-topo",
+                text=nvswitch_topo(node.count),
+                actor=actor,
+                cluster=cluster,
             )
     t4 = next(n for n in NODES if n.name == "t4-infer-02")
     discovery.node_report_ingest(
@@ -247,14 +341,21 @@ def load(*, actor, stdout) -> dict:
 
     # Two vision-owned cards on the shared A100 PCIe node and one quarantined card for the demo.
     vision = Project.objects.filter(slug="vision").first()
-    for device in Device.objects.filter(node__name="a100-pcie-01", index__in=[0, 1], owner_project__isnull=True):
+    for device in Device.objects.filter(
+        node__name="a100-pcie-01", index__in=[0, 1], owner_project__isnull=True
+    ):
         ledger.device_update(device=device, actor=actor, owner_project=vision)
     flaky = Device.objects.filter(node__name="a100-sxm-02", index=5).first()
-    if flaky is not None and flaky.pool_status == Device.PoolStatus.PRODUCTION and not flaky.events.filter(
-        kind="quarantine"
-    ).exists():
+    if (
+        flaky is not None
+        and flaky.pool_status == Device.PoolStatus.PRODUCTION
+        and not flaky.events.filter(kind="quarantine").exists()
+    ):
         ledger.device_pool_status_set(
-            device=flaky, pool_status="quarantine", reason="XID 79 (fallen off the bus) twice this week", actor=actor
+            device=flaky,
+            pool_status="quarantine",
+            reason="XID 79 (fallen off the bus) twice this week",
+            actor=actor,
         )
 
     for node in Node.objects.filter(cluster=cluster):

@@ -10,6 +10,8 @@ import pytest
 from django.contrib.admin import helpers
 from django.contrib.messages import get_messages
 from django.core.files.uploadedfile import SimpleUploadedFile
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from apps.core.models import ChangeRecord
@@ -422,3 +424,19 @@ def test_creating_an_agent_token_shows_the_key_once_and_stores_its_hash(staff):
     action(staff, reverse("admin:inventory_agenttoken_changelist"), "revoke", [token])
     token.refresh_from_db()
     assert token.revoked is True
+
+
+def test_node_report_list_does_not_load_raw_text(staff):
+    node = NodeFactory()
+    for i in range(3):
+        NodeReport.objects.create(
+            node=node, kind="npu-smi", sha256=f"{i}" * 64, size_bytes=9, raw_text="x" * 1000
+        )
+    with CaptureQueriesContext(connection) as ctx:
+        assert staff.get(reverse("admin:inventory_nodereport_changelist")).status_code == 200
+    listing = [
+        q["sql"]
+        for q in ctx.captured_queries
+        if 'FROM "inventory_nodereport"' in q["sql"] and "COUNT" not in q["sql"]
+    ]
+    assert listing and all('"raw_text"' not in sql for sql in listing)

@@ -51,9 +51,11 @@ class NodeViewSet(viewsets.ReadOnlyModelViewSet):
     def get_queryset(self):
         user = self.request.user
         visible_devices = selectors.device_list(user=user).exclude(health="retired").values("pk")
-        return selectors.node_list(user=user).annotate(
-            device_count=Count("devices", filter=Q(devices__in=visible_devices), distinct=True)
-        ).order_by("cluster__name", "name")
+        return (
+            selectors.node_list(user=user)
+            .annotate(device_count=Count("devices", filter=Q(devices__in=visible_devices), distinct=True))
+            .order_by("cluster__name", "name")
+        )
 
     @extend_schema(request=s.StatusChangeInputSerializer, responses=s.NodeSerializer)
     @action(detail=True, methods=["post"], permission_classes=[IsStaff])

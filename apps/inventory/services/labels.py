@@ -20,9 +20,9 @@ SUANCHI_PREFIX = "suanchi.io/"
 
 def node_labels_desired(node: Node) -> tuple[dict[str, str], list[dict[str, str]]]:
     cards = list(
-        node.devices.exclude(health=Device.Health.RETIRED).select_related("device_model").only(
-            "vendor", "raw_model_name", "device_model__name"
-        )
+        node.devices.exclude(health=Device.Health.RETIRED)
+        .select_related("device_model")
+        .only("vendor", "raw_model_name", "device_model__name")
     )
     labels = {k: v for k, v in node.labels.items() if not k.startswith(SUANCHI_PREFIX)}
     taints = [t for t in node.taints if t.get("key", "").startswith(SUANCHI_PREFIX)]
@@ -61,5 +61,7 @@ def node_labels_apply(*, node: Node, actor) -> bool:
         after={"labels": labels, "taints": taints},
         actor_label=actor_fields(actor)["actor_label"],
     )
-    change_record_create(actor=actor, action="node.labels", obj=node, before=before, after={"labels": labels, "taints": taints})
+    change_record_create(
+        actor=actor, action="node.labels", obj=node, before=before, after={"labels": labels, "taints": taints}
+    )
     return True

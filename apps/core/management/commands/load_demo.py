@@ -20,8 +20,7 @@ class Command(BaseCommand):
             fleet = inventory_demo.load(actor=actor, stdout=self.stdout)
         imported = fleet["import"]
         self.stdout.write(
-            "fleet: "
-            + ", ".join(f"{k} {v}" for k, v in imported.items() if isinstance(v, int))
+            "fleet: " + ", ".join(f"{k} {v}" for k, v in imported.items() if isinstance(v, int))
         )
         self.stdout.write(self.style.SUCCESS("Demo loaded. Sign in at http://127.0.0.1:8000/ with:"))
         for username, password, role in credentials:
