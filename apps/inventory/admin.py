@@ -24,11 +24,11 @@ from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
-from apps.accounts.models import ApiToken
 from apps.catalog.models import DeviceModel
 from apps.core.audit import change_record_create, snapshot
 from apps.core.errors import ApplicationError, ValidationFailed
 from apps.inventory.models import AgentToken, Cluster, Device, DeviceEvent, Node, NodeReport, Pool
+from apps.inventory.services import tokens
 from apps.inventory.services.ledger import (
     DEVICE_EDITABLE_FIELDS,
     IMPORT_COLUMNS,
@@ -747,16 +747,8 @@ class AgentTokenAdmin(admin.ModelAdmin):
                     after=snapshot(obj, changed),
                 )
             return
-        key = ApiToken.generate_key("sca")
-        obj.prefix = key[:12]
-        obj.key_hash = AgentToken.hash_key(key)
-        super().save_model(request, obj, form, change)
-        change_record_create(
-            actor=request.user,
-            action="agent_token.create",
-            obj=obj,
-            after={"cluster": obj.cluster_id, "name": obj.name, "prefix": obj.prefix},
-        )
+        token, key = tokens.agent_token_create(cluster=obj.cluster, name=obj.name, actor=request.user)
+        obj.pk, obj.prefix, obj.key_hash = token.pk, token.prefix, token.key_hash
         self.message_user(
             request,
             format_html(
@@ -769,13 +761,5 @@ class AgentTokenAdmin(admin.ModelAdmin):
     def revoke(self, request, queryset):
         count = 0
         for token in queryset.filter(revoked=False):
-            AgentToken.objects.filter(pk=token.pk, revoked=False).update(revoked=True)
-            change_record_create(
-                actor=request.user,
-                action="agent_token.revoke",
-                obj=token,
-                before={"revoked": False},
-                after={"revoked": True},
-            )
-            count += 1
+            count += tokens.agent_token_revoke(token=token, actor=request.user)
         self.message_user(request, f"Revoked: {count}", messages.SUCCESS)

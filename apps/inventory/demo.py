@@ -21,7 +21,7 @@ from apps.accounts.models import Project
 from apps.catalog.models import ComputeCoefficient, DeviceModel
 from apps.catalog.services import compute_coefficient_set
 from apps.inventory.models import AgentToken, Cluster, Device, Node, Pool
-from apps.inventory.services import discovery, labels, ledger
+from apps.inventory.services import discovery, labels, ledger, tokens
 from apps.inventory.services.ledger import IMPORT_COLUMNS
 
 _NS = uuid.UUID("7d3c5f0e-5a1b-4b7e-9a55-5c1a2f0b9d11")
@@ -375,10 +375,5 @@ def load(*, actor, stdout) -> dict:
 
     agent_key = None
     if not AgentToken.objects.filter(cluster=cluster).exists():
-        from apps.accounts.models import ApiToken
-
-        agent_key = "sca_" + ApiToken.generate_key("demo")
-        AgentToken.objects.create(
-            cluster=cluster, name="demo agent", prefix=agent_key[:10], key_hash=AgentToken.hash_key(agent_key)
-        )
+        _, agent_key = tokens.agent_token_create(cluster=cluster, name="demo agent", actor=actor)
     return {"import": report.as_dict(), "agent_key": agent_key}

@@ -400,6 +400,13 @@ def _ingest_locked(*, result: IngestResult, node_name: str, kind: str, text: str
         result.node_changed = True
 
     result.node_changed |= _apply_node_facts(node, parsed, rec)
+    if node.report_overdue_since is not None:
+        rec.add(
+            DeviceEvent.Kind.REPORTS_RESUMED,
+            f"reports resumed (overdue since {node.report_overdue_since:%Y-%m-%d %H:%M %Z})",
+        )
+        node.report_overdue_since = None
+        result.node_changed = True
 
     # Lock every ledger row this report can touch, in primary-key order.
     uuids = [p.uuid for p in parsed.devices if p.uuid]

@@ -46,7 +46,7 @@ def node_labels_desired(node: Node) -> tuple[dict[str, str], list[dict[str, str]
 @transaction.atomic
 def node_labels_apply(*, node: Node, actor) -> bool:
     """Bring the node's ledger labels and taints in line; an event only when something changed."""
-    node = Node.objects.select_for_update().select_related("cluster", "pool").get(pk=node.pk)
+    node = Node.objects.select_for_update(of=("self",)).select_related("cluster", "pool").get(pk=node.pk)
     labels, taints = node_labels_desired(node)
     if labels == node.labels and taints == node.taints:
         return False

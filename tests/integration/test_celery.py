@@ -1,0 +1,71 @@
+"""A real Celery worker on the real Redis broker runs the beat task and writes through the services."""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+
+import pytest
+from celery.contrib.testing.worker import start_worker
+from django.utils import timezone
+
+from apps.inventory.models import Cluster, DeviceEvent, Node
+from worker.celery import app
+from worker.tasks import node_staleness_check_task
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.integration]
+
+
+def wait_for(predicate, timeout: float = 20.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_the_broker_is_redis_in_tests():
+    assert app.conf.broker_url.startswith("redis://")
+
+
+def test_a_worker_flags_a_silent_node_once_even_when_the_task_runs_twice(settings):
+    cluster = Cluster.objects.create(name="Prod", slug="prod")
+    silent = Node.objects.create(
+        cluster=cluster, name="silent", last_report_at=timezone.now() - timedelta(hours=2)
+    )
+    Node.objects.create(cluster=cluster, name="fresh", last_report_at=timezone.now())
+    Node.objects.create(cluster=cluster, name="never-reported")
+    with start_worker(
+        app, pool="solo", perform_ping_check=False, queues=["ingest", "default"], loglevel="WARNING"
+    ):
+        node_staleness_check_task.delay()
+        node_staleness_check_task.delay()
+        assert wait_for(lambda: DeviceEvent.objects.filter(kind="report_overdue").exists())
+        time.sleep(1.0)  # let the second delivery run too
+    events = DeviceEvent.objects.filter(kind="report_overdue")
+    assert [e.node_id for e in events] == [silent.pk]
+    silent.refresh_from_db()
+    assert silent.report_overdue_since is not None
+
+
+def test_the_beat_schedule_names_registered_tasks():
+    for entry in app.conf.beat_schedule.values():
+        assert entry["task"] in app.tasks
+
+
+def test_the_next_report_clears_the_overdue_flag_with_an_event():
+    from apps.inventory.services.discovery import node_report_ingest
+    from apps.inventory.services.health import node_staleness_check
+    from tests.inventory.test_discovery import gpu_csv, uuids
+
+    cluster = Cluster.objects.create(name="Prod", slug="prod")
+    node = Node.objects.create(
+        cluster=cluster, name="gpu-a01", last_report_at=timezone.now() - timedelta(hours=1)
+    )
+    assert node_staleness_check(actor="test") == {"flagged": 1}
+    assert node_staleness_check(actor="test") == {"flagged": 0}
+    node_report_ingest(node_name="gpu-a01", kind="nvidia-smi-csv", text=gpu_csv(uuids(1)), actor="agent:prod")
+    node.refresh_from_db()
+    assert node.report_overdue_since is None
+    assert DeviceEvent.objects.filter(node=node, kind="reports_resumed").count() == 1
