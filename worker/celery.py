@@ -3,13 +3,18 @@
 import os
 
 from celery import Celery
-from kombu import Queue
+from kombu import Exchange, Queue
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.local")
 
 app = Celery("suanchi")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.conf.task_queues = [Queue(name) for name in ("default", "scheduler", "push", "ingest", "billing")]
+app.conf.task_queues = [
+    Queue(name, Exchange(name, type="direct"), routing_key=name)
+    for name in ("default", "scheduler", "push", "ingest", "billing")
+]
+app.conf.task_default_exchange = "default"
+app.conf.task_default_routing_key = "default"
 app.conf.task_default_queue = "default"
 app.conf.task_routes = {
     "worker.tasks.inventory.*": {"queue": "ingest"},

@@ -69,3 +69,18 @@ def test_the_next_report_clears_the_overdue_flag_with_an_event():
     node.refresh_from_db()
     assert node.report_overdue_since is None
     assert DeviceEvent.objects.filter(node=node, kind="reports_resumed").count() == 1
+
+
+def test_a_task_is_published_to_its_own_queue_only():
+    """Each queue has its own routing key: a routed task lands in one queue, not in all of them."""
+    import redis
+    from django.conf import settings
+
+    client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
+    queues = ("default", "scheduler", "push", "ingest", "billing")
+    client.delete(*queues)
+    with app.connection_for_write() as conn:
+        node_staleness_check_task.apply_async(connection=conn)
+    lengths = {q: client.llen(q) for q in queues}
+    client.delete(*queues)
+    assert lengths == {"default": 0, "scheduler": 0, "push": 0, "ingest": 1, "billing": 0}

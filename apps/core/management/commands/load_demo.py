@@ -22,7 +22,7 @@ class Command(BaseCommand):
         self.stdout.write(
             "fleet: " + ", ".join(f"{k} {v}" for k, v in imported.items() if isinstance(v, int))
         )
-        self.stdout.write(self.style.SUCCESS("Demo loaded. Sign in at http://127.0.0.1:8000/ with:"))
+        self.stdout.write(self.style.SUCCESS("Demo loaded. Sign in with:"))
         for username, password, role in credentials:
             self.stdout.write(f"  {username:<8} {password:<14} {role}")
         if fleet["agent_key"]:
