@@ -7,6 +7,7 @@ raised by services become admin error messages, never a 500.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable
 from typing import Any
@@ -94,42 +95,66 @@ def _run_each(
         modeladmin.message_user(request, f"{done}: {ok}", messages.SUCCESS)
 
 
-def _reason_action(
-    modeladmin: admin.ModelAdmin,
-    request: HttpRequest,
-    queryset: QuerySet,
-    *,
-    action: str,
-    title: str,
-    call: Callable[[Any, str], Any],
-    done: str,
-) -> TemplateResponse | None:
-    """An action that asks for a reason on an intermediate page, then calls ``call(obj, reason)``."""
-    form = ReasonForm(request.POST if "apply" in request.POST else None)
-    if form.is_bound and form.is_valid():
-        reason = form.cleaned_data["reason"]
-        _run_each(modeladmin, request, queryset, lambda obj: call(obj, reason), done)
-        return None
-    opts = modeladmin.model._meta
-    context = {
+def _page_context(modeladmin: admin.ModelAdmin, request: HttpRequest, title: str, **extra: Any) -> dict:
+    """The context of an admin page of our own (an action's confirmation, the import)."""
+    return {
         **modeladmin.admin_site.each_context(request),
         "title": title,
         "subtitle": None,
-        "opts": opts,
-        "objects": list(queryset),
-        "form": form,
-        "action": action,
-        "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
-        "media": modeladmin.media,
+        "opts": modeladmin.opts,
+        **extra,
     }
-    return TemplateResponse(request, "admin/inventory/action_reason.html", context)
 
 
-def _export_response(devices: QuerySet[Device], fmt: str) -> HttpResponse:
-    content, content_type, filename = ledger_export(devices=devices, fmt=fmt)
-    response = HttpResponse(content, content_type=content_type)
-    response["Content-Disposition"] = f'attachment; filename="{filename}"'
-    return response
+def _each_action(*, description: str, done: str):
+    """Decorator: make ``call(self, obj, actor)`` an admin action (change permission) that calls it
+    once per selected row."""
+
+    def decorate(call: Callable[..., Any]):
+        @admin.action(description=description, permissions=["change"])
+        @functools.wraps(call)
+        def action(modeladmin, request, queryset):
+            _run_each(modeladmin, request, queryset, lambda obj: call(modeladmin, obj, request.user), done)
+
+        return action
+
+    return decorate
+
+
+def _reason_action(*, description: str, title: str, done: str):
+    """Decorator: make ``call(self, obj, reason, actor)`` an admin action (change permission) that
+    asks for a reason on an intermediate page titled ``title``, then calls it once per selected row."""
+
+    def decorate(call: Callable[..., Any]):
+        @admin.action(description=description, permissions=["change"])
+        @functools.wraps(call)
+        def action(modeladmin, request, queryset):
+            form = ReasonForm(request.POST if "apply" in request.POST else None)
+            if form.is_bound and form.is_valid():
+                reason = form.cleaned_data["reason"]
+                _run_each(
+                    modeladmin,
+                    request,
+                    queryset,
+                    lambda obj: call(modeladmin, obj, reason, request.user),
+                    done,
+                )
+                return None
+            context = _page_context(
+                modeladmin,
+                request,
+                title,
+                objects=list(queryset),
+                form=form,
+                action=call.__name__,
+                action_checkbox_name=helpers.ACTION_CHECKBOX_NAME,
+                media=modeladmin.media,
+            )
+            return TemplateResponse(request, "admin/inventory/action_reason.html", context)
+
+        return action
+
+    return decorate
 
 
 def _json(value: Any) -> str:
@@ -149,10 +174,8 @@ class LatestEventsFormSet(BaseInlineFormSet):
         return self._latest
 
 
-class ReadOnlyInline(admin.TabularInline):
-    extra = 0
-    max_num = 0
-    can_delete = False
+class ReadOnlyMixin:
+    """No adding, changing or deleting (for model admins and inlines alike)."""
 
     def has_add_permission(self, request, obj=None) -> bool:
         return False
@@ -162,6 +185,12 @@ class ReadOnlyInline(admin.TabularInline):
 
     def has_delete_permission(self, request, obj=None) -> bool:
         return False
+
+
+class ReadOnlyInline(ReadOnlyMixin, admin.TabularInline):
+    extra = 0
+    max_num = 0
+    can_delete = False
 
 
 class EventHistoryInline(ReadOnlyInline):
@@ -222,35 +251,32 @@ class NodeDeviceInline(ReadOnlyInline):
 # clusters and pools
 
 
+class NodeCountAdmin(admin.ModelAdmin):
+    """A model admin whose rows show (and sort by) how many nodes they hold."""
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).annotate(node_count=Count("nodes", distinct=True))
+
+    @admin.display(description=_("nodes"), ordering="node_count")
+    def node_count(self, obj: Cluster | Pool) -> int:
+        return obj.node_count
+
+
 @admin.register(Cluster)
-class ClusterAdmin(admin.ModelAdmin):
+class ClusterAdmin(NodeCountAdmin):
     list_display = ("name", "slug", "backend", "node_count")
     list_filter = ("backend",)
     search_fields = ("name", "slug")
     prepopulated_fields = {"slug": ("name",)}
 
-    def get_queryset(self, request):
-        return super().get_queryset(request).annotate(node_count=Count("nodes", distinct=True))
-
-    @admin.display(description=_("nodes"), ordering="node_count")
-    def node_count(self, obj: Cluster) -> int:
-        return obj.node_count
-
 
 @admin.register(Pool)
-class PoolAdmin(admin.ModelAdmin):
+class PoolAdmin(NodeCountAdmin):
     list_display = ("name", "slug", "cluster", "owner_project", "overcommit_factor", "node_count")
     list_filter = ("cluster",)
     list_select_related = ("cluster", "owner_project")
     search_fields = ("name", "slug", "cluster__slug")
     prepopulated_fields = {"slug": ("name",)}
-
-    def get_queryset(self, request):
-        return super().get_queryset(request).annotate(node_count=Count("nodes", distinct=True))
-
-    @admin.display(description=_("nodes"), ordering="node_count")
-    def node_count(self, obj: Pool) -> int:
-        return obj.node_count
 
 
 class PoolListFilter(admin.RelatedFieldListFilter):
@@ -261,11 +287,46 @@ class PoolListFilter(admin.RelatedFieldListFilter):
 
 
 # --------------------------------------------------------------------------------------------------
-# nodes
+# nodes and devices
+
+
+class LedgerRowAdmin(admin.ModelAdmin):
+    """Nodes and devices: they arrive from node reports (agents) or the ledger CSV import and are
+    retired, never deleted; only ``editable_fields`` are edited by hand. Both export the ledger."""
+
+    editable_fields: tuple[str, ...] = ()
+
+    def get_readonly_fields(self, request, obj=None):
+        editable = set(self.editable_fields)
+        return [f.name for f in self.model._meta.fields if f.name not in editable and f.name != "id"]
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+    def export_devices(self, queryset: QuerySet) -> QuerySet[Device]:
+        """The devices the export actions write for the selected rows."""
+        return queryset
+
+    def _export(self, queryset: QuerySet, fmt: str) -> HttpResponse:
+        content, content_type, filename = ledger_export(devices=self.export_devices(queryset), fmt=fmt)
+        response = HttpResponse(content, content_type=content_type)
+        response["Content-Disposition"] = f'attachment; filename="{filename}"'
+        return response
+
+    @admin.action(description=_("Export selected as CSV"), permissions=["view"])
+    def export_csv(self, request, queryset):
+        return self._export(queryset, "csv")
+
+    @admin.action(description=_("Export selected as XLSX"), permissions=["view"])
+    def export_xlsx(self, request, queryset):
+        return self._export(queryset, "xlsx")
 
 
 @admin.register(Node)
-class NodeAdmin(admin.ModelAdmin):
+class NodeAdmin(LedgerRowAdmin):
     list_display = (
         "name",
         "cluster",
@@ -312,17 +373,7 @@ class NodeAdmin(admin.ModelAdmin):
         (None, {"fields": ("notes", "last_report_at", "created_at", "updated_at")}),
     )
 
-    def get_readonly_fields(self, request, obj=None):
-        editable = set(NODE_EDITABLE_FIELDS)
-        return [f.name for f in Node._meta.fields if f.name not in editable and f.name != "id"]
-
-    def has_add_permission(self, request) -> bool:
-        # Nodes arrive from agents (node reports) or the ledger CSV import.
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        # Nothing is deleted from the ledger; nodes are retired.
-        return False
+    editable_fields = NODE_EDITABLE_FIELDS
 
     def get_queryset(self, request):
         in_service = ~Q(devices__health=Device.Health.RETIRED)
@@ -359,18 +410,9 @@ class NodeAdmin(admin.ModelAdmin):
 
     # -- actions -----------------------------------------------------------------------------------
 
-    def _set_status(self, request, queryset, status: str, done: str, reason: str = "") -> None:
-        _run_each(
-            self,
-            request,
-            queryset,
-            lambda n: node_status_set(node=n, status=status, reason=reason, actor=request.user),
-            done,
-        )
-
-    @admin.action(description=_("Maintenance on"), permissions=["change"])
-    def maintenance_on(self, request, queryset):
-        self._set_status(request, queryset, Node.Status.MAINTENANCE, "Maintenance on")
+    @_each_action(description=_("Maintenance on"), done="Maintenance on")
+    def maintenance_on(self, node: Node, actor) -> Node:
+        return node_status_set(node=node, status=Node.Status.MAINTENANCE, actor=actor)
 
     @admin.action(description=_("Maintenance off (back to ready)"), permissions=["change"])
     def maintenance_off(self, request, queryset):
@@ -392,71 +434,30 @@ class NodeAdmin(admin.ModelAdmin):
                 messages.WARNING,
             )
 
-    @admin.action(description=_("Quarantine"), permissions=["change"])
-    def quarantine(self, request, queryset):
-        return _reason_action(
-            self,
-            request,
-            queryset,
-            action="quarantine",
-            title=_("Quarantine nodes"),
-            call=lambda n, reason: node_status_set(
-                node=n, status=Node.Status.QUARANTINED, reason=reason, actor=request.user
-            ),
-            done="Quarantined",
-        )
+    @_reason_action(description=_("Quarantine"), title=_("Quarantine nodes"), done="Quarantined")
+    def quarantine(self, node: Node, reason: str, actor) -> Node:
+        return node_status_set(node=node, status=Node.Status.QUARANTINED, reason=reason, actor=actor)
 
-    @admin.action(description=_("Release from quarantine"), permissions=["change"])
-    def release_from_quarantine(self, request, queryset):
-        return _reason_action(
-            self,
-            request,
-            queryset,
-            action="release_from_quarantine",
-            title=_("Release nodes from quarantine"),
-            call=lambda n, reason: self._release(n, reason, request.user),
-            done="Released from quarantine",
-        )
-
-    @staticmethod
-    def _release(node: Node, reason: str, actor) -> Node:
+    @_reason_action(
+        description=_("Release from quarantine"),
+        title=_("Release nodes from quarantine"),
+        done="Released from quarantine",
+    )
+    def release_from_quarantine(self, node: Node, reason: str, actor) -> Node:
         if node.status != Node.Status.QUARANTINED:
             raise ValidationFailed(f"node {node.name} is {node.status}, not quarantined")
         return node_status_set(node=node, status=Node.Status.READY, reason=reason, actor=actor)
 
-    @admin.action(description=_("Retire"), permissions=["change"])
-    def retire(self, request, queryset):
-        return _reason_action(
-            self,
-            request,
-            queryset,
-            action="retire",
-            title=_("Retire nodes and all their devices"),
-            call=lambda n, reason: node_status_set(
-                node=n, status=Node.Status.RETIRED, reason=reason, actor=request.user
-            ),
-            done="Retired",
-        )
+    @_reason_action(description=_("Retire"), title=_("Retire nodes and all their devices"), done="Retired")
+    def retire(self, node: Node, reason: str, actor) -> Node:
+        return node_status_set(node=node, status=Node.Status.RETIRED, reason=reason, actor=actor)
 
-    @admin.action(description=_("Export selected as CSV"), permissions=["view"])
-    def export_csv(self, request, queryset):
-        return _export_response(
-            Device.objects.filter(node_id__in=list(queryset.values_list("pk", flat=True))), "csv"
-        )
-
-    @admin.action(description=_("Export selected as XLSX"), permissions=["view"])
-    def export_xlsx(self, request, queryset):
-        return _export_response(
-            Device.objects.filter(node_id__in=list(queryset.values_list("pk", flat=True))), "xlsx"
-        )
-
-
-# --------------------------------------------------------------------------------------------------
-# devices
+    def export_devices(self, queryset: QuerySet[Node]) -> QuerySet[Device]:
+        return Device.objects.filter(node_id__in=list(queryset.values_list("pk", flat=True)))
 
 
 @admin.register(Device)
-class DeviceAdmin(admin.ModelAdmin):
+class DeviceAdmin(LedgerRowAdmin):
     change_list_template = "admin/inventory/device/change_list.html"
     list_display = (
         "node",
@@ -505,17 +506,7 @@ class DeviceAdmin(admin.ModelAdmin):
         ),
     )
 
-    def get_readonly_fields(self, request, obj=None):
-        editable = set(DEVICE_EDITABLE_FIELDS)
-        return [f.name for f in Device._meta.fields if f.name not in editable and f.name != "id"]
-
-    def has_add_permission(self, request) -> bool:
-        # Devices arrive from node reports or the ledger CSV import.
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        # Nothing is deleted from the ledger; devices are retired.
-        return False
+    editable_fields = DEVICE_EDITABLE_FIELDS
 
     def get_form(self, request, obj=None, change=False, **kwargs):
         form = super().get_form(request, obj, change=change, **kwargs)
@@ -554,51 +545,19 @@ class DeviceAdmin(admin.ModelAdmin):
 
     # -- actions -----------------------------------------------------------------------------------
 
-    @admin.action(description=_("Quarantine"), permissions=["change"])
-    def quarantine(self, request, queryset):
-        return _reason_action(
-            self,
-            request,
-            queryset,
-            action="quarantine",
-            title=_("Quarantine devices"),
-            call=lambda d, reason: device_pool_status_set(
-                device=d, pool_status=Device.PoolStatus.QUARANTINE, reason=reason, actor=request.user
-            ),
-            done="Quarantined",
+    @_reason_action(description=_("Quarantine"), title=_("Quarantine devices"), done="Quarantined")
+    def quarantine(self, device: Device, reason: str, actor) -> Device:
+        return device_pool_status_set(
+            device=device, pool_status=Device.PoolStatus.QUARANTINE, reason=reason, actor=actor
         )
 
-    @admin.action(description=_("Return to production"), permissions=["change"])
-    def return_to_production(self, request, queryset):
-        _run_each(
-            self,
-            request,
-            queryset,
-            lambda d: device_pool_status_set(
-                device=d, pool_status=Device.PoolStatus.PRODUCTION, actor=request.user
-            ),
-            "In production",
-        )
+    @_each_action(description=_("Return to production"), done="In production")
+    def return_to_production(self, device: Device, actor) -> Device:
+        return device_pool_status_set(device=device, pool_status=Device.PoolStatus.PRODUCTION, actor=actor)
 
-    @admin.action(description=_("Retire"), permissions=["change"])
-    def retire(self, request, queryset):
-        return _reason_action(
-            self,
-            request,
-            queryset,
-            action="retire",
-            title=_("Retire devices"),
-            call=lambda d, reason: device_retire(device=d, reason=reason, actor=request.user),
-            done="Retired",
-        )
-
-    @admin.action(description=_("Export selected as CSV"), permissions=["view"])
-    def export_csv(self, request, queryset):
-        return _export_response(queryset, "csv")
-
-    @admin.action(description=_("Export selected as XLSX"), permissions=["view"])
-    def export_xlsx(self, request, queryset):
-        return _export_response(queryset, "xlsx")
+    @_reason_action(description=_("Retire"), title=_("Retire devices"), done="Retired")
+    def retire(self, device: Device, reason: str, actor) -> Device:
+        return device_retire(device=device, reason=reason, actor=actor)
 
     # -- import view -------------------------------------------------------------------------------
 
@@ -637,19 +596,18 @@ class DeviceAdmin(admin.ModelAdmin):
                         self.message_user(request, _("Ledger imported."), messages.SUCCESS)
         else:
             form = LedgerImportForm()
-        context = {
-            **self.admin_site.each_context(request),
-            "title": _("Import ledger CSV"),
-            "subtitle": None,
-            "opts": self.opts,
-            "form": form,
-            "report": report,
-            "errors": errors,
-            "error_message": error_message,
-            "import_columns": IMPORT_COLUMNS,
-            "read_only_columns": READ_ONLY_COLUMNS,
-            "changelist_url": reverse("admin:inventory_device_changelist"),
-        }
+        context = _page_context(
+            self,
+            request,
+            _("Import ledger CSV"),
+            form=form,
+            report=report,
+            errors=errors,
+            error_message=error_message,
+            import_columns=IMPORT_COLUMNS,
+            read_only_columns=READ_ONLY_COLUMNS,
+            changelist_url=reverse("admin:inventory_device_changelist"),
+        )
         return TemplateResponse(request, "admin/inventory/ledger_import.html", context)
 
 
@@ -657,15 +615,8 @@ class DeviceAdmin(admin.ModelAdmin):
 # history, reports, agent tokens
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
+class ReadOnlyAdmin(ReadOnlyMixin, admin.ModelAdmin):
+    pass
 
 
 @admin.register(DeviceEvent)

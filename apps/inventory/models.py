@@ -52,6 +52,28 @@ class Cluster(BaseModel):
     def plugin_mode(self, vendor: str) -> str:
         return self.device_plugin_modes.get(vendor, self.PluginMode.PLAIN)
 
+    def clean(self) -> None:
+        from django.core.exceptions import ValidationError
+
+        modes = self.device_plugin_modes
+        if not isinstance(modes, dict):
+            raise ValidationError({"device_plugin_modes": _("Give an object: vendor → device-plugin mode.")})
+        errors = []
+        for vendor, mode in modes.items():
+            if vendor not in Vendor.values:
+                errors.append(
+                    _("unknown vendor %(v)r (known: %(k)s)") % {"v": vendor, "k": ", ".join(Vendor.values)}
+                )
+            elif mode not in self.PluginMode.values:
+                errors.append(
+                    _("unknown mode %(m)r for %(v)s (known: %(k)s)")
+                    % {"m": mode, "v": vendor, "k": ", ".join(self.PluginMode.values)}
+                )
+        if self.backend == self.Backend.KUBERNETES and not (self.kubeconfig_path or self.in_cluster):
+            errors.append(_("a Kubernetes cluster needs a kubeconfig path or in-cluster credentials"))
+        if errors:
+            raise ValidationError({"device_plugin_modes" if modes else "backend": errors})
+
 
 class Pool(BaseModel):
     """A resource pool (资源池) of nodes inside a cluster, e.g. training, inference."""

@@ -201,3 +201,32 @@ def test_the_openapi_schema_and_docs_are_served_to_users(api_client, client, sta
     docs = client.get("/api/docs/")
     assert docs.status_code == 200
     assert b"swagger" in docs.content.lower()
+
+
+def test_the_precheck_endpoint_answers_with_the_table_row_or_the_precise_reason(
+    api_client, cluster, staff_user
+):
+    node = Node.objects.create(cluster=cluster, name="gpu-old", driver_version="535.104.05")
+    Device.objects.create(node=node, vendor="nvidia", index=0, uuid="GPU-old-0")
+    api_client.force_authenticate(staff_user)
+    url = f"/api/inventory/nodes/{node.pk}/precheck/"
+    refused = api_client.get(url, {"requirement": "cuda 12.4"}).json()
+    assert refused["ok"] is False
+    assert "driver 535.104.05 < 550.54.14 required by CUDA 12.4" in refused["reason"]
+    assert api_client.get(url, {"requirement": "cuda 12.2"}).json()["ok"] is True
+    mvc = api_client.get(url, {"requirement": "cuda 12.4", "allow_minor_version_compat": "true"}).json()
+    assert mvc["ok"] is True and "minor-version" in mvc["reason"]
+    bad = api_client.get(url, {"requirement": "tensorflow please"})
+    assert bad.status_code == 400
+
+
+def test_a_cluster_with_an_unknown_plugin_mode_is_invalid():
+    from django.core.exceptions import ValidationError
+
+    cluster = Cluster(name="X", slug="x", device_plugin_modes={"nvidia": "magic"})
+    with pytest.raises(ValidationError) as excinfo:
+        cluster.full_clean()
+    assert "magic" in str(excinfo.value)
+    Cluster(
+        name="Y", slug="y", device_plugin_modes={"nvidia": "mig-mixed", "huawei": "ascend-vnpu"}
+    ).full_clean()

@@ -104,33 +104,6 @@ DEVICE_EDITABLE_FIELDS = (
     "device_model",
 )
 
-IMPORT_COLUMNS = (
-    "cluster",
-    "pool",
-    "node",
-    "node_status",
-    "cpu_arch",
-    "driver_version",
-    "cuda_version",
-    "cann_version",
-    "rocm_version",
-    "dtk_version",
-    "rack",
-    "switch",
-    "vendor",
-    "device_index",
-    "device_model",
-    "uuid",
-    "serial",
-    "pci_bus_id",
-    "numa_node",
-    "firmware_version",
-    "owner_project",
-    "topology_group",
-)
-READ_ONLY_COLUMNS = ("health", "pool_status", "model_unrecognized", "last_seen_at")
-EXPORT_COLUMNS = IMPORT_COLUMNS + READ_ONLY_COLUMNS
-
 # Node columns that map 1:1 to Node fields (pool and node_status are handled apart).
 _NODE_TEXT_COLUMNS = (
     "cpu_arch",
@@ -142,10 +115,8 @@ _NODE_TEXT_COLUMNS = (
     "rack",
     "switch",
 )
-_DEVICE_COLUMNS = (
-    "vendor",
-    "device_index",
-    "device_model",
+# Device columns named after the Device field they write.
+_DEVICE_FIELD_COLUMNS = (
     "uuid",
     "serial",
     "pci_bus_id",
@@ -154,6 +125,11 @@ _DEVICE_COLUMNS = (
     "owner_project",
     "topology_group",
 )
+_DEVICE_COLUMNS = ("vendor", "device_index", "device_model", *_DEVICE_FIELD_COLUMNS)
+IMPORT_COLUMNS = ("cluster", "pool", "node", "node_status", *_NODE_TEXT_COLUMNS, *_DEVICE_COLUMNS)
+READ_ONLY_COLUMNS = ("health", "pool_status", "model_unrecognized", "last_seen_at")
+EXPORT_COLUMNS = IMPORT_COLUMNS + READ_ONLY_COLUMNS
+
 _DEVICE_TEXT_COLUMNS = ("uuid", "serial", "pci_bus_id", "firmware_version", "topology_group")
 # Device fields the import may write, in a stable order (for diffs and events).
 _DEVICE_IMPORT_FIELDS = (
@@ -161,13 +137,7 @@ _DEVICE_IMPORT_FIELDS = (
     "device_model",
     "raw_model_name",
     "model_unrecognized",
-    "uuid",
-    "serial",
-    "pci_bus_id",
-    "numa_node",
-    "firmware_version",
-    "owner_project",
-    "topology_group",
+    *_DEVICE_FIELD_COLUMNS,
 )
 _NODE_IMPORT_FIELDS = ("pool", *_NODE_TEXT_COLUMNS)
 # Slots of cards out of service may be taken by a replacement (see Device's unique index).
@@ -189,18 +159,34 @@ def _full_clean(obj: models.Model, *, what: str) -> None:
         raise ValidationFailed(f"{what} is invalid: {flat}", details=details)
 
 
-def _event(
+def _save_fields(obj: Node | Device, values: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Set ``values`` on a locked row, validate and save them: (before, after) snapshots of those fields."""
+    fields = list(values)
+    before = snapshot(obj, fields)
+    for name, value in values.items():
+        setattr(obj, name, value)
+    _full_clean(obj, what=f"{obj._meta.model_name} {obj}")
+    obj.save(update_fields=[*fields, "updated_at"])
+    return before, snapshot(obj, fields)
+
+
+def _record(
+    obj: Node | Device,
     *,
-    node: Node,
-    device: Device | None,
+    action: str,
     kind: str,
     message: str,
     actor,
     severity: str = DeviceEvent.Severity.INFO,
     before: dict | None = None,
     after: dict | None = None,
-) -> DeviceEvent:
-    return DeviceEvent.objects.create(
+) -> None:
+    """Write a change's ``DeviceEvent`` (ledger history) and its ``ChangeRecord`` (audit trail).
+
+    A device's event is also filed under its node; a node's event has no device.
+    """
+    node, device = (obj.node, obj) if isinstance(obj, Device) else (obj, None)
+    DeviceEvent.objects.create(
         node=node,
         device=device,
         kind=kind,
@@ -210,6 +196,7 @@ def _event(
         after=after,
         actor_label=actor_fields(actor)["actor_label"][:150],
     )
+    change_record_create(actor=actor, action=action, obj=obj, before=before, after=after, message=message)
 
 
 def _with_reason(text: str, reason: str) -> str:
@@ -255,9 +242,6 @@ def _node_transition_wording(current: str, target: str) -> tuple[str, str, str]:
     return DeviceEvent.Kind.STATUS_CHANGED, DeviceEvent.Severity.INFO, f"status {current} → {target}"
 
 
-_NODE_STATUS_FIELDS = ["status", "status_reason", "taints"]
-
-
 def _node_transition_locked(*, node: Node, status: str, reason: str, actor) -> bool:
     """Move a node already locked by the caller. Returns False when it already is in ``status``."""
     current = node.status
@@ -271,27 +255,19 @@ def _node_transition_locked(*, node: Node, status: str, reason: str, actor) -> b
             f"a reason is required to move node {node.name} from {current} to {status}",
             details={"reason": ["This field is required."]},
         )
-    before = snapshot(node, _NODE_STATUS_FIELDS)
-    node.status = status
-    node.status_reason = reason
-    node.taints = _taints_for(node.taints, status)
-    _full_clean(node, what=f"node {node.name}")
-    node.save(update_fields=[*_NODE_STATUS_FIELDS, "updated_at"])
-    after = snapshot(node, _NODE_STATUS_FIELDS)
+    before, after = _save_fields(
+        node, {"status": status, "status_reason": reason, "taints": _taints_for(node.taints, status)}
+    )
     kind, severity, wording = _node_transition_wording(current, status)
-    message = _with_reason(f"node {node.name} {wording}", reason)
-    _event(
-        node=node,
-        device=None,
+    _record(
+        node,
+        action="node.status_set",
         kind=kind,
         severity=severity,
-        message=message,
+        message=_with_reason(f"node {node.name} {wording}", reason),
         before=before,
         after=after,
         actor=actor,
-    )
-    change_record_create(
-        actor=actor, action="node.status_set", obj=node, before=before, after=after, message=message
     )
     if status == S.RETIRED:
         devices = (
@@ -308,6 +284,16 @@ def _node_transition_locked(*, node: Node, status: str, reason: str, actor) -> b
     return True
 
 
+def _pool_transition_wording(current: str, target: str) -> tuple[str, str, str]:
+    """(event kind, severity, wording) for a device pool status change."""
+    P = Device.PoolStatus
+    if target == P.QUARANTINE:
+        return DeviceEvent.Kind.QUARANTINE, DeviceEvent.Severity.WARNING, "quarantined"
+    if current == P.QUARANTINE:
+        return DeviceEvent.Kind.QUARANTINE, DeviceEvent.Severity.INFO, f"released to {target}"
+    return DeviceEvent.Kind.STATUS_CHANGED, DeviceEvent.Severity.INFO, f"moved to {target}"
+
+
 def _lock_device(device: Device) -> Device:
     return Device.objects.select_for_update(of=("self",)).select_related("node").get(pk=device.pk)
 
@@ -315,26 +301,16 @@ def _lock_device(device: Device) -> Device:
 def _device_retire_locked(*, device: Device, reason: str, actor) -> bool:
     if device.health == Device.Health.RETIRED:
         return False
-    fields = ["health", "health_reason"]
-    before = snapshot(device, fields)
-    device.health = Device.Health.RETIRED
-    device.health_reason = reason
-    _full_clean(device, what=f"device {device}")
-    device.save(update_fields=[*fields, "updated_at"])
-    after = snapshot(device, fields)
-    message = _with_reason(f"device {device} retired", reason)
-    _event(
-        node=device.node,
-        device=device,
+    before, after = _save_fields(device, {"health": Device.Health.RETIRED, "health_reason": reason})
+    _record(
+        device,
+        action="device.retire",
         kind=DeviceEvent.Kind.RETIRED,
         severity=DeviceEvent.Severity.WARNING,
-        message=message,
+        message=_with_reason(f"device {device} retired", reason),
         before=before,
         after=after,
         actor=actor,
-    )
-    change_record_create(
-        actor=actor, action="device.retire", obj=device, before=before, after=after, message=message
     )
     return True
 
@@ -384,39 +360,17 @@ def device_pool_status_set(*, device: Device, pool_status: str, reason: str = ""
             f"a reason is required to quarantine device {locked}",
             details={"reason": ["This field is required."]},
         )
-    fields = ["pool_status"]
-    before = snapshot(locked, fields)
-    locked.pool_status = pool_status
-    _full_clean(locked, what=f"device {locked}")
-    locked.save(update_fields=[*fields, "updated_at"])
-    after = snapshot(locked, fields)
-    if pool_status == P.QUARANTINE:
-        kind, severity, wording = DeviceEvent.Kind.QUARANTINE, DeviceEvent.Severity.WARNING, "quarantined"
-    elif current == P.QUARANTINE:
-        kind, severity, wording = (
-            DeviceEvent.Kind.QUARANTINE,
-            DeviceEvent.Severity.INFO,
-            f"released to {pool_status}",
-        )
-    else:
-        kind, severity, wording = (
-            DeviceEvent.Kind.STATUS_CHANGED,
-            DeviceEvent.Severity.INFO,
-            f"moved to {pool_status}",
-        )
-    message = _with_reason(f"device {locked} {wording} (was {current})", reason)
-    _event(
-        node=locked.node,
-        device=locked,
+    before, after = _save_fields(locked, {"pool_status": pool_status})
+    kind, severity, wording = _pool_transition_wording(current, pool_status)
+    _record(
+        locked,
+        action="device.pool_status_set",
         kind=kind,
         severity=severity,
-        message=message,
+        message=_with_reason(f"device {locked} {wording} (was {current})", reason),
         before=before,
         after=after,
         actor=actor,
-    )
-    change_record_create(
-        actor=actor, action="device.pool_status_set", obj=locked, before=before, after=after, message=message
     )
     return locked
 
@@ -510,18 +464,14 @@ def device_update(*, device: Device, actor, **fields: Any) -> Device:
     locked.save(update_fields=[*diff_fields, "updated_at"])
     before = {k: before[k] for k in diff_fields}
     after = {k: after[k] for k in diff_fields}
-    message = f"device {locked} updated: {', '.join(diff_fields)}"
-    _event(
-        node=locked.node,
-        device=locked,
+    _record(
+        locked,
+        action="device.update",
         kind=DeviceEvent.Kind.UPDATED,
-        message=message,
+        message=f"device {locked} updated: {', '.join(diff_fields)}",
         before=before,
         after=after,
         actor=actor,
-    )
-    change_record_create(
-        actor=actor, action="device.update", obj=locked, before=before, after=after, message=message
     )
     return locked
 
@@ -1115,42 +1065,28 @@ class _Importer:
             _full_clean(node, what=f"node {plan.name}")
             node.save()
             plan.node, plan.action = node, "created"
-            after = snapshot(node, ["cluster", "name", "status", "taints", *fields])
-            message = f"node {node.name} imported from the ledger CSV (line {plan.line})"
-            _event(
-                node=node,
-                device=None,
+            _record(
+                node,
+                action="node.import",
                 kind=DeviceEvent.Kind.IMPORTED,
-                message=message,
-                after=after,
+                message=f"node {node.name} imported from the ledger CSV (line {plan.line})",
+                after=snapshot(node, ["cluster", "name", "status", "taints", *fields]),
                 actor=self.actor,
-            )
-            change_record_create(
-                actor=self.actor, action="node.import", obj=node, after=after, message=message
             )
             return
         node = plan.node
         changes = self._diff(node, plan.values)
         if not changes:
             return
-        before = snapshot(node, list(changes))
-        for name in changes:
-            setattr(node, name, plan.values[name])
-        _full_clean(node, what=f"node {node.name}")
-        node.save(update_fields=[*changes, "updated_at"])
-        after = snapshot(node, list(changes))
-        message = f"node {node.name} updated from the ledger CSV (line {plan.line}): {', '.join(changes)}"
-        _event(
-            node=node,
-            device=None,
+        before, after = _save_fields(node, {name: plan.values[name] for name in changes})
+        _record(
+            node,
+            action="node.update",
             kind=DeviceEvent.Kind.UPDATED,
-            message=message,
+            message=f"node {node.name} updated from the ledger CSV (line {plan.line}): {', '.join(changes)}",
             before=before,
             after=after,
             actor=self.actor,
-        )
-        change_record_create(
-            actor=self.actor, action="node.update", obj=node, before=before, after=after, message=message
         )
         plan.action = "updated"
         self.row_results[plan.line]["node_changes"] = list(changes)
@@ -1167,18 +1103,13 @@ class _Importer:
             device = Device(node=node, vendor=dp.vendor, index=dp.index, **dp.values)
             _full_clean(device, what=f"device {dp.vendor}#{dp.index} on node {node.name}")
             device.save()
-            after = snapshot(device, ["vendor", *_DEVICE_IMPORT_FIELDS])
-            message = f"device {device} imported from the ledger CSV (line {dp.line})"
-            _event(
-                node=node,
-                device=device,
+            _record(
+                device,
+                action="device.import",
                 kind=DeviceEvent.Kind.IMPORTED,
-                message=message,
-                after=after,
+                message=f"device {device} imported from the ledger CSV (line {dp.line})",
+                after=snapshot(device, ["vendor", *_DEVICE_IMPORT_FIELDS]),
                 actor=self.actor,
-            )
-            change_record_create(
-                actor=self.actor, action="device.import", obj=device, after=after, message=message
             )
             self.report.created_devices += 1
             result["device_action"] = "created"
@@ -1190,24 +1121,15 @@ class _Importer:
             result["device_action"] = "unchanged"
             return
         values = dp.target()
-        before = snapshot(device, list(changes))
-        for name in changes:
-            setattr(device, name, values[name])
-        _full_clean(device, what=f"device {device}")
-        device.save(update_fields=[*changes, "updated_at"])
-        after = snapshot(device, list(changes))
-        message = f"device {device} updated from the ledger CSV (line {dp.line}): {', '.join(changes)}"
-        _event(
-            node=node,
-            device=device,
+        before, after = _save_fields(device, {name: values[name] for name in changes})
+        _record(
+            device,
+            action="device.update",
             kind=DeviceEvent.Kind.UPDATED,
-            message=message,
+            message=f"device {device} updated from the ledger CSV (line {dp.line}): {', '.join(changes)}",
             before=before,
             after=after,
             actor=self.actor,
-        )
-        change_record_create(
-            actor=self.actor, action="device.update", obj=device, before=before, after=after, message=message
         )
         self.report.updated_devices += 1
         result["device_action"] = "updated"
