@@ -6,4 +6,5 @@ urlpatterns = [
     path("accounts/", include("apps.accounts.api.urls")),
     path("catalog/", include("apps.catalog.api.urls")),
     path("inventory/", include("apps.inventory.api.urls")),
+    path("jobs/", include("apps.jobs.api.urls")),
 ]

@@ -19,4 +19,5 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("inventory/", include("apps.inventory.urls")),
+    path("catalog/", include("apps.catalog.urls")),
 ]

@@ -2,7 +2,17 @@
 
 import django_filters
 
-from apps.catalog.models import ComputeCoefficient, Confidence, DeviceKind, DeviceModel, Vendor
+from apps.catalog.models import (
+    ComputeCoefficient,
+    ComputeTemplate,
+    Confidence,
+    DeviceKind,
+    DeviceModel,
+    DeviceRequestTemplate,
+    Isolation,
+    RequestApiVersion,
+    Vendor,
+)
 
 FEATURE_CHOICES = [
     (f, f) for f in ("mig", "vnpu", "memory_slicing", "nvlink", "hccs", "xgmi", "mlulink", "rdma")
@@ -38,3 +48,49 @@ class ComputeCoefficientFilterSet(django_filters.FilterSet):
     class Meta:
         model = ComputeCoefficient
         fields = ["device_model", "device_model_slug", "vendor", "basis"]
+
+
+# Partition kinds as the profile names spell them (the model's catalog data says the same).
+PARTITION_CHOICES = [("mig", "MIG"), ("vnpu", "vNPU"), ("none", "soft slice")]
+_PARTITION_PATTERNS = {"mig": r"^[0-9]+g\.[0-9]+gb", "vnpu": r"^vir"}
+
+
+def filter_by_partition(queryset, value: str):
+    """ "mig" / "vnpu": templates with such a profile; "none": soft slices."""
+    if value == "none":
+        return queryset.filter(partition_profile="")
+    return queryset.filter(partition_profile__regex=_PARTITION_PATTERNS[value])
+
+
+class ComputeTemplateFilterSet(django_filters.FilterSet):
+    vendor = django_filters.MultipleChoiceFilter(field_name="device_model__vendor", choices=Vendor.choices)
+    kind = django_filters.MultipleChoiceFilter(field_name="device_model__kind", choices=DeviceKind.choices)
+    device_model = django_filters.NumberFilter(field_name="device_model_id")
+    device_model_slug = django_filters.CharFilter(field_name="device_model__slug")
+    isolation = django_filters.ChoiceFilter(choices=Isolation.choices)
+    partition = django_filters.ChoiceFilter(choices=PARTITION_CHOICES, method="filter_partition")
+    name = django_filters.CharFilter(field_name="name", lookup_expr="icontains")
+
+    class Meta:
+        model = ComputeTemplate
+        fields = [
+            "vendor",
+            "kind",
+            "device_model",
+            "isolation",
+            "partition_profile",
+            "is_builtin",
+            "is_retired",
+        ]
+
+    def filter_partition(self, queryset, name, value):
+        return filter_by_partition(queryset, value)
+
+
+class DeviceRequestTemplateFilterSet(django_filters.FilterSet):
+    name = django_filters.CharFilter(field_name="name", lookup_expr="icontains")
+    api_version = django_filters.ChoiceFilter(choices=RequestApiVersion.choices)
+
+    class Meta:
+        model = DeviceRequestTemplate
+        fields = ["name", "api_version"]

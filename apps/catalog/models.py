@@ -133,3 +133,260 @@ class ComputeCoefficient(BaseModel):
 
     def __str__(self) -> str:
         return f"{self.device_model.name}: {self.value} from {self.effective_from}"
+
+
+class Isolation(models.TextChoices):
+    HARD = "hard", _("hard isolation")
+    SHARED = "shared", _("shared")
+
+
+class ComputeTemplate(BaseModel):
+    """A slice of one card model (算力模板): memory, compute share and isolation.
+
+    A template never exceeds its card: memory ≤ physical and max instances × memory ≤ physical (the
+    card's memory must be known), compute share 1–100 %, memory in whole GiB. A partition profile
+    (MIG ``3g.40gb``, vNPU ``vir05_1c_16g``) must exist for the model and fixes memory, share and the
+    instance bound; a blank profile is a soft slice. See apps/catalog/partitions.py for the numbers.
+    Cross-table rules live in clean(); the database constraints back up the row-local ones.
+    """
+
+    device_model = models.ForeignKey(
+        DeviceModel,
+        on_delete=models.PROTECT,
+        related_name="compute_templates",
+        verbose_name=_("device model"),
+    )
+    name = models.CharField(_("name"), max_length=100)
+    slug = models.SlugField(_("slug"), max_length=120, unique=True)
+    memory_mib = models.PositiveIntegerField(_("memory (MiB)"), help_text=_("whole GiB, in MiB"))
+    compute_share = models.DecimalField(
+        _("compute share (%)"),
+        max_digits=5,
+        decimal_places=2,
+        help_text=_("share of the card's compute, 1–100 %"),
+    )
+    isolation = models.CharField(
+        _("isolation"), max_length=10, choices=Isolation.choices, default=Isolation.HARD
+    )
+    partition_profile = models.CharField(
+        _("partition profile"),
+        max_length=40,
+        blank=True,
+        help_text=_("MIG profile (3g.40gb) or Ascend vNPU template (vir05_1c_16g); blank for a soft slice"),
+    )
+    max_instances = models.PositiveSmallIntegerField(_("max instances per card"), default=1)
+    is_builtin = models.BooleanField(_("built-in"), default=False, help_text=_("generated from the catalog"))
+    is_retired = models.BooleanField(_("retired"), default=False)
+    description = models.TextField(_("description"), blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        ordering = ["device_model__vendor", "device_model__name", "-memory_mib", "name"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["device_model", "name"], name="catalog_computetemplate_unique_name"
+            ),
+            models.CheckConstraint(
+                condition=models.Q(isolation__in=[v.value for v in Isolation]),
+                name="catalog_computetemplate_isolation_valid",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(memory_mib__gte=1024), name="catalog_computetemplate_memory_positive"
+            ),
+            models.CheckConstraint(
+                condition=models.lookups.Exact(models.functions.Mod("memory_mib", 1024), 0),
+                name="catalog_computetemplate_memory_whole_gib",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(compute_share__gte=1, compute_share__lte=100),
+                name="catalog_computetemplate_share_range",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(max_instances__gte=1), name="catalog_computetemplate_instances_positive"
+            ),
+            # A hardware partition (MIG instance, vNPU) is hard-isolated by construction.
+            models.CheckConstraint(
+                condition=models.Q(partition_profile="") | models.Q(isolation="hard"),
+                name="catalog_computetemplate_profile_hard",
+            ),
+        ]
+        verbose_name = _("compute template")
+        verbose_name_plural = _("compute templates")
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def memory_gib(self) -> int | None:
+        return None if self.memory_mib is None else self.memory_mib // 1024
+
+    @property
+    def partition_type(self) -> str:
+        """ "mig", "vnpu" or "" (soft slice); from the model's catalog data (no query once loaded)."""
+        from apps.catalog.partitions import profile_kind
+
+        if not self.partition_profile or self.device_model_id is None:
+            return ""
+        return profile_kind(self.device_model, self.partition_profile) or ""
+
+    def compute_units(self, coefficient: Decimal | None) -> Decimal | None:
+        """Compute units of one instance: the model's coefficient × share (None when unknown)."""
+        from apps.catalog.partitions import compute_units
+
+        return compute_units(coefficient, self.compute_share)
+
+    def clean(self) -> None:
+        from django.core.exceptions import ValidationError
+
+        from apps.catalog.partitions import ProfileError, partition_profile
+
+        errors: dict[str, str] = {}
+        memory = self.memory_mib
+        share = self.compute_share
+        if memory is not None and (memory < 1024 or memory % 1024):
+            errors["memory_mib"] = _("Memory is set in whole GiB (a multiple of 1024 MiB), at least 1 GiB.")
+        if share is not None and not (1 <= share <= 100):
+            errors["compute_share"] = _(
+                "The compute share is a percentage from 1 to 100 (got %(share)s)."
+            ) % {"share": share}
+        if self.max_instances is not None and self.max_instances < 1:
+            errors["max_instances"] = _("At least one instance per card.")
+        if self.device_model_id is None:
+            if errors:
+                raise ValidationError(errors)
+            return
+        card = self.device_model
+        physical = card.memory_mib
+        # The profile's own rules first: they say what the numbers must be.
+        if self.partition_profile:
+            try:
+                profile = partition_profile(card, self.partition_profile)
+            except ProfileError as exc:
+                errors["partition_profile"] = str(exc)
+            else:
+                if profile.memory_mib is not None and memory is not None and memory != profile.memory_mib:
+                    errors.setdefault(
+                        "memory_mib",
+                        _("Profile %(profile)s fixes the memory at %(fixed)s GiB (got %(memory)s GiB).")
+                        % {
+                            "profile": profile.name,
+                            "fixed": profile.memory_mib // 1024,
+                            "memory": _gib(memory),
+                        },
+                    )
+                if share is not None and share != profile.compute_share:
+                    errors.setdefault(
+                        "compute_share",
+                        _("Profile %(profile)s fixes the compute share at %(fixed)s %% (got %(share)s %%).")
+                        % {"profile": profile.name, "fixed": profile.compute_share, "share": share},
+                    )
+                if self.max_instances and self.max_instances > profile.max_instances:
+                    errors.setdefault(
+                        "max_instances",
+                        _("Profile %(profile)s allows at most %(count)s instances per card.")
+                        % {"profile": profile.name, "count": profile.max_instances},
+                    )
+                if self.isolation != Isolation.HARD:
+                    errors["isolation"] = _("A hardware partition profile is always hard-isolated.")
+        if memory is not None and "memory_mib" not in errors:
+            if physical is None:
+                errors["memory_mib"] = _(
+                    "The catalog does not know the memory of %(model)s, so a template for it cannot "
+                    "be checked against the card."
+                ) % {"model": card.name}
+            elif memory > physical:
+                errors["memory_mib"] = _(
+                    "The template is larger than its card: %(memory)s GiB > %(physical)s GiB of %(model)s."
+                ) % {"memory": memory // 1024, "physical": _gib(physical), "model": card.name}
+            elif self.max_instances and self.max_instances * memory > physical:
+                errors.setdefault(
+                    "max_instances",
+                    _(
+                        "%(count)s instances × %(memory)s GiB = %(total)s GiB exceed the %(physical)s GiB "
+                        "of %(model)s."
+                    )
+                    % {
+                        "count": self.max_instances,
+                        "memory": memory // 1024,
+                        "total": self.max_instances * memory // 1024,
+                        "physical": _gib(physical),
+                        "model": card.name,
+                    },
+                )
+        if errors:
+            raise ValidationError(errors)
+
+
+def _gib(mib: int) -> str:
+    """MiB as GiB for messages: whole numbers without decimals (81920 -> "80", 15360 -> "15")."""
+    value = Decimal(mib) / 1024
+    return f"{value.quantize(Decimal('0.1')):f}".removesuffix(".0")
+
+
+class RequestApiVersion(models.TextChoices):
+    SUANCHI = "suanchi.io/v1", "suanchi.io/v1"
+    EXAMPLE = "scheduling.example.io/v1", "scheduling.example.io/v1"
+
+
+class DeviceRequestTemplate(BaseModel):
+    """A reusable device request (seed 000 §3.2): groups of cards by type and model with a topology policy.
+
+    ``spec`` keeps the imported spec normalised ({"devices": [...], "topologyPolicy": {...}}), with
+    the model names exactly as written. ``resolution`` says, per device group, which catalog model
+    (or family of candidate models) the name was read as; ``warnings`` lists what could not be
+    resolved. Both are recomputed on every import.
+    """
+
+    name = models.CharField(_("name"), max_length=253, unique=True, help_text=_("metadata.name"))
+    slug = models.SlugField(_("slug"), max_length=253, unique=True)
+    api_version = models.CharField(
+        _("API version"), max_length=60, choices=RequestApiVersion.choices, default=RequestApiVersion.SUANCHI
+    )
+    metadata = models.JSONField(_("metadata"), default=dict, blank=True, help_text=_("labels, annotations"))
+    spec = models.JSONField(_("spec"))
+    resolution = models.JSONField(_("model resolution"), default=list, blank=True)
+    warnings = models.JSONField(_("warnings"), default=list, blank=True)
+    description = models.TextField(_("description"), blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(api_version__in=[v.value for v in RequestApiVersion]),
+                name="catalog_devicerequesttemplate_api_version_valid",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(spec__has_key="devices"),
+                name="catalog_devicerequesttemplate_spec_has_devices",
+            ),
+        ]
+        verbose_name = _("request template")
+        verbose_name_plural = _("request templates")
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def devices(self) -> list[dict]:
+        return list((self.spec or {}).get("devices") or [])
+
+    @property
+    def topology_policy(self) -> dict:
+        return dict((self.spec or {}).get("topologyPolicy") or {})
+
+    def clean(self) -> None:
+        from django.core.exceptions import ValidationError
+
+        from apps.catalog.request_spec import SpecError, spec_validate
+
+        if self.spec is None:
+            return  # clean_fields reports the missing spec
+        try:
+            spec_validate(self.spec)
+        except SpecError as exc:
+            raise ValidationError({"spec": [f"{path}: {msg}" for path, msg in exc.errors]})

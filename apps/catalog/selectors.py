@@ -5,16 +5,21 @@ Catalog data is public spec data: it is not scoped by project (the API still req
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import date
 from decimal import Decimal
+from typing import Any
 
-from django.db.models import OuterRef, QuerySet, Subquery
+from django.db.models import Count, IntegerField, OuterRef, QuerySet, Subquery, Value
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from apps.catalog.models import ComputeCoefficient, DeviceModel
+from apps.catalog.models import ComputeCoefficient, ComputeTemplate, DeviceModel, DeviceRequestTemplate
+from apps.catalog.partitions import MIG, PartitionProfile, ProfileError, partition_profile
+from apps.catalog.request_spec import json_dump, yaml_dump
 
 # ------------------------------------------------------------------ coefficients
 
@@ -198,4 +203,311 @@ def device_model_match(
         return next(iter(candidates.values()))
     if len(candidates) > 1 and memory_mib:
         return _unique(m for m in candidates.values() if _memory_fits(m, memory_mib))
+    return None
+
+
+# ------------------------------------------------------------------ compute templates
+
+
+def _coefficient_field():
+    return ComputeCoefficient._meta.get_field("value")
+
+
+def template_coefficient_subquery(on: date | None = None) -> Subquery:
+    """For .annotate() on ComputeTemplate: its device model's coefficient in force on the day."""
+    newest = (
+        ComputeCoefficient.objects.filter(
+            device_model=OuterRef("device_model_id"), effective_from__lte=on or _today()
+        )
+        .order_by("-effective_from")
+        .values("value")[:1]
+    )
+    return Subquery(newest, output_field=_coefficient_field())
+
+
+def compute_template_list(*, on: date | None = None) -> QuerySet[ComputeTemplate]:
+    """Every compute template with its device model and ``current_coefficient`` (one query)."""
+    return ComputeTemplate.objects.select_related("device_model").annotate(
+        current_coefficient=template_coefficient_subquery(on)
+    )
+
+
+def device_model_catalog_list(*, on: date | None = None) -> QuerySet[DeviceModel]:
+    """Device models with today's coefficient, its basis and date, and their active template count."""
+    newest = ComputeCoefficient.objects.filter(
+        device_model=OuterRef("pk"), effective_from__lte=on or _today()
+    ).order_by("-effective_from")
+    templates = (
+        ComputeTemplate.objects.filter(device_model=OuterRef("pk"), is_retired=False)
+        .order_by()
+        .values("device_model")
+        .annotate(n=Count("pk"))
+        .values("n")
+    )
+    return DeviceModel.objects.annotate(
+        current_coefficient=Subquery(newest.values("value")[:1], output_field=_coefficient_field()),
+        current_coefficient_basis=Subquery(newest.values("basis")[:1]),
+        current_coefficient_from=Subquery(newest.values("effective_from")[:1]),
+        template_count=Coalesce(Subquery(templates, output_field=IntegerField()), Value(0)),
+    )
+
+
+_UNSET: Any = object()
+
+
+def _decimal_text(value: Decimal | None) -> str | None:
+    return None if value is None else f"{value:f}"
+
+
+def _kubernetes_resources(template: ComputeTemplate, profile: PartitionProfile | None) -> dict[str, int]:
+    """The extended resource a device plugin advertises for this slice, where it is certain."""
+    if profile is None:
+        return {}
+    if profile.kind == MIG:
+        return {f"nvidia.com/mig-{profile.name}": 1}
+    detail = profile.detail
+    if detail.get("mem_gb") is not None and detail.get("aicpu") is not None:
+        suffix = f"-{detail['aicore']}c.{detail['aicpu']}cpu.{detail['mem_gb']}g"
+        for name in template.device_model.k8s_resource_names:
+            if name.endswith(suffix):
+                return {name: 1}
+    return {}
+
+
+def template_describe(template: ComputeTemplate, *, coefficient: Decimal | None = _UNSET) -> dict[str, Any]:
+    """The template as a document (exported as YAML or JSON). Decimals are strings.
+
+    The coefficient is today's for the device model: the ``current_coefficient`` annotation when the
+    template came from compute_template_list, else one query.
+    """
+    if coefficient is _UNSET:
+        coefficient = getattr(template, "current_coefficient", _UNSET)
+        if coefficient is _UNSET:
+            coefficient = coefficient_on(template.device_model) if template.device_model_id else None
+    card = template.device_model
+    profile: PartitionProfile | None = None
+    if template.partition_profile:
+        try:
+            profile = partition_profile(card, template.partition_profile)
+        except ProfileError:
+            profile = None
+    metadata: dict[str, Any] = {"name": template.slug, "displayName": template.name}
+    if template.is_builtin:
+        metadata["builtin"] = True
+    if template.is_retired:
+        metadata["retired"] = True
+    spec: dict[str, Any] = {
+        "deviceModel": {
+            "name": card.name,
+            "slug": card.slug,
+            "vendor": card.vendor,
+            "type": card.kind.upper(),
+            "memoryMiB": card.memory_mib,
+        },
+        "memoryGiB": template.memory_gib,
+        "memoryMiB": template.memory_mib,
+        "computeShare": _decimal_text(template.compute_share),
+        "isolation": str(template.isolation),
+    }
+    if template.partition_profile:
+        partition: dict[str, Any] = {
+            "type": profile.kind if profile else "unknown",
+            "profile": template.partition_profile,
+        }
+        if profile is not None:
+            partition["basis"] = profile.basis()
+        spec["partition"] = partition
+    spec["maxInstancesPerCard"] = template.max_instances
+    resources = _kubernetes_resources(template, profile)
+    if resources:
+        spec["kubernetesResources"] = resources
+    per_instance = template.compute_units(coefficient)
+    status = {
+        "coefficient": _decimal_text(coefficient),
+        "computeUnits": _decimal_text(per_instance),
+        "computeUnitsPerCard": _decimal_text(
+            None if per_instance is None else per_instance * template.max_instances
+        ),
+    }
+    document: dict[str, Any] = {
+        "apiVersion": "suanchi.io/v1",
+        "kind": "ComputeTemplate",
+        "metadata": metadata,
+        "spec": spec,
+        "status": status,
+    }
+    if template.description:
+        document["description"] = template.description
+    return document
+
+
+def template_render(document: dict[str, Any], fmt: str = "yaml") -> str:
+    """A describe() document as YAML (default) or JSON text."""
+    return json_dump(document) if fmt == "json" else yaml_dump(document)
+
+
+def request_template_list() -> QuerySet[DeviceRequestTemplate]:
+    return DeviceRequestTemplate.objects.all()
+
+
+# ------------------------------------------------------------------ request-template model names
+
+# Kinds of the catalog by request-template device type.
+_REQUEST_KINDS = {"GPU": "gpu", "NPU": "npu", "DCU": "dcu", "MLU": "mlu", "HPU": "hpu"}
+
+
+def _ordered_words(text: str) -> tuple[list[str], set[int]]:
+    """Model words in the order written (vendor and family words dropped) and memory sizes in GB."""
+    words: list[str] = []
+    memory: set[int] = set()
+    for token in _SPLIT.split(text.casefold()):
+        if not token or token in _NOISE_WORDS or token in _FAMILY_WORDS or _BOARD_REVISION.match(token):
+            continue
+        size = _MEMORY_TOKEN.match(token)
+        if size:
+            memory.add(int(size.group(1)))
+        elif token not in words:
+            words.append(token)
+    return words, memory
+
+
+def _model_words(model: DeviceModel) -> set[str]:
+    words: set[str] = set()
+    for text in [*_name_variants(model.name), *model.product_names, model.slug]:
+        found, _memory = _tokens(text)
+        words |= found - _FAMILY_WORDS
+    return words
+
+
+def _memory_gb_match(model: DeviceModel, memory: set[int]) -> bool:
+    if not memory:
+        return True
+    return bool(model.memory_mib) and round(model.memory_mib / 1024) in memory
+
+
+def _candidates(
+    pool: list[DeviceModel], words: list[str], memory: set[int], vocab: dict[int, set[str]]
+) -> list[DeviceModel]:
+    def has(model: DeviceModel, word: str, *, exact: bool) -> bool:
+        return any(t == word or (not exact and t.startswith(word)) for t in vocab[model.pk])
+
+    loose = [m for m in pool if all(has(m, w, exact=False) for w in words) and _memory_gb_match(m, memory)]
+    exact = [m for m in loose if all(has(m, w, exact=True) for w in words)]
+    return exact or loose
+
+
+def _family_label(models: list[DeviceModel], fallback: str) -> str:
+    prefix = os.path.commonprefix([m.name for m in models]).strip(" -_/")
+    return prefix if len(prefix) >= 3 else fallback
+
+
+def _ref(model: DeviceModel) -> dict[str, str]:
+    return {"slug": model.slug, "name": model.name, "vendor": model.vendor}
+
+
+def request_model_resolve(
+    *, device_type: str, model_name: str | None, models: list[DeviceModel] | None = None
+) -> dict[str, Any]:
+    """Read a request template's model name against the catalog, never silently guessing.
+
+    status:
+      ``any``        no model named: any card of the type;
+      ``exact``      device_model_match found one model (name, tool name or a safe alias);
+      ``inferred``   the looser reading below leaves exactly one model (a warning says how);
+      ``family``     several models fit ("Ascend-910B" -> 910B1/B2/B2C/B3/B4): the raw name is kept,
+                     the candidates and their common name are recorded, and a warning is given;
+      ``unresolved`` nothing of that type fits: a warning.
+    The looser reading drops vendor and family words, lets a word be the start of a model word
+    ("910b" -> "910b3"), requires a memory size when one is written ("40G"), and if that finds
+    nothing drops trailing words that no candidate carries ("A100-NVL-40G": "NVL" is ignored, leaving
+    A100 40GB PCIe and A100 40GB SXM4). ``models``: the catalog, loaded once by the caller.
+    """
+    kind = _REQUEST_KINDS.get((device_type or "").upper())
+    result: dict[str, Any] = {
+        "type": device_type,
+        "model": model_name,
+        "status": "any",
+        "device_model": None,
+        "family": None,
+        "vendor": None,
+        "candidates": [],
+        "ignored_words": [],
+        "other_kinds": [],
+    }
+    if not model_name:
+        return result
+    catalog = list(DeviceModel.objects.all()) if models is None else models
+    pool = [m for m in catalog if m.kind == kind]
+
+    hits: dict[int, DeviceModel] = {}
+    folded = model_name.strip().casefold()
+    for model in pool:
+        if model.slug == folded:
+            hits[model.pk] = model
+    if not hits:
+        for vendor in sorted({m.vendor for m in pool}):
+            model = device_model_match(vendor=vendor, raw_name=model_name)
+            if model is not None and model.kind == kind:
+                hits[model.pk] = model
+    if len(hits) == 1:
+        model = next(iter(hits.values()))
+        result.update(status="exact", device_model=_ref(model), vendor=model.vendor, candidates=[_ref(model)])
+        return result
+
+    words, memory = _ordered_words(model_name)
+    vocab = {m.pk: _model_words(m) for m in catalog}
+    candidates: list[DeviceModel] = list(hits.values())
+    used = words
+    if not candidates and words and len(memory) <= 1:
+        for end in range(len(words), 0, -1):
+            used = words[:end]
+            candidates = _candidates(pool, used, memory, vocab)
+            if candidates:
+                break
+    if candidates:
+        candidates.sort(key=lambda m: (m.vendor, m.name))
+        vendors = {m.vendor for m in candidates}
+        result.update(
+            candidates=[_ref(m) for m in candidates],
+            vendor=next(iter(vendors)) if len(vendors) == 1 else None,
+            ignored_words=[w for w in words if w not in used],
+        )
+        if len(candidates) == 1:
+            result.update(status="inferred", device_model=_ref(candidates[0]))
+        else:
+            result.update(status="family", family=_family_label(candidates, model_name))
+        return result
+
+    result["status"] = "unresolved"
+    if words:
+        others = _candidates([m for m in catalog if m.kind != kind], words, memory, vocab)
+        result["other_kinds"] = sorted({m.kind.upper() for m in others})
+    return result
+
+
+def request_model_warning(path: str, resolution: dict[str, Any]) -> str | None:
+    """The warning for one device group's resolution (None when it is exact or no model was named)."""
+    status = resolution["status"]
+    raw = resolution["model"]
+    names = ", ".join(c["name"] for c in resolution["candidates"])
+    ignored = resolution.get("ignored_words") or []
+    ignored_note = (
+        f"; the word(s) {', '.join(repr(w) for w in ignored)} match no catalog model of this kind and were ignored"
+        if ignored
+        else ""
+    )
+    if status == "inferred":
+        return f"{path}: {raw!r} is not an exact catalog name; read as {names}{ignored_note}"
+    if status == "family":
+        return (
+            f"{path}: {raw!r} is not one catalog model; kept as written and read as the "
+            f"{resolution['family']} family ({len(resolution['candidates'])} candidates: {names}){ignored_note}"
+        )
+    if status == "unresolved":
+        other = resolution.get("other_kinds") or []
+        hint = f" (the catalog has it as {'/'.join(other)}, not {resolution['type']})" if other else ""
+        return (
+            f"{path}: {raw!r} matches no {resolution['type']} model in the catalog{hint}; kept as written, "
+            "it cannot be placed until the catalog knows it or the name is corrected"
+        )
     return None

@@ -1,4 +1,5 @@
-"""Writes for the device catalog: loading the built-in catalog and versioning compute coefficients."""
+"""Writes for the device catalog: loading the built-in catalog, versioning compute coefficients,
+compute templates (算力模板) and device request templates."""
 
 from __future__ import annotations
 
@@ -10,10 +11,28 @@ from typing import Any
 import yaml
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import IntegrityError, transaction
+from django.db.models import ProtectedError
+from django.utils.text import slugify
 
-from apps.catalog.models import ComputeCoefficient, DeviceModel
+from apps.catalog import request_spec, selectors
+from apps.catalog.models import (
+    ComputeCoefficient,
+    ComputeTemplate,
+    DeviceModel,
+    DeviceRequestTemplate,
+    Isolation,
+)
+from apps.catalog.partitions import (
+    MIB_PER_GIB,
+    PartitionProfile,
+    ProfileError,
+    partition_profile,
+    partition_profiles,
+    share_percent,
+    whole_gib_mib,
+)
 from apps.core.audit import change_record_create, snapshot
-from apps.core.errors import Conflict, ValidationFailed
+from apps.core.errors import Conflict, ParseFailed, ValidationFailed
 
 DEFAULT_CATALOG_PATH = Path(__file__).resolve().parent / "data" / "device_models.yaml"
 
@@ -298,3 +317,568 @@ def compute_coefficient_set(
         after=snapshot(coefficient, ["device_model", "value", "effective_from", "basis", "reason"]),
     )
     return coefficient
+
+
+# ------------------------------------------------------------------ compute templates (算力模板)
+
+TEMPLATE_FIELDS = (
+    "device_model",
+    "name",
+    "slug",
+    "memory_mib",
+    "compute_share",
+    "isolation",
+    "partition_profile",
+    "max_instances",
+    "description",
+)
+_EDITABLE_FIELDS = frozenset(TEMPLATE_FIELDS)
+_AUDIT_FIELDS = [*TEMPLATE_FIELDS, "is_builtin", "is_retired"]
+
+
+def _first_message(details: dict[str, list[str]]) -> str:
+    for field, messages in details.items():
+        if messages:
+            return messages[0] if field in ("__all__", "non_field_errors") else f"{field}: {messages[0]}"
+    return "invalid input"
+
+
+def _template_invalid(error: DjangoValidationError) -> ValidationFailed:
+    details = _validation_details(error)
+    if "__all__" in details:
+        details["non_field_errors"] = details.pop("__all__")
+    return ValidationFailed(f"invalid compute template: {_first_message(details)}", details=details)
+
+
+def _as_decimal(value: Any, field: str) -> Decimal | None:
+    if value is None or value == "":
+        return None
+    try:
+        number = value if isinstance(value, Decimal) else Decimal(str(value))
+    except (InvalidOperation, ValueError):
+        raise ValidationFailed(f"{field}: {value!r} is not a number", details={field: ["not a number"]})
+    if not number.is_finite():
+        raise ValidationFailed(f"{field}: {value!r} is not a number", details={field: ["not a number"]})
+    return number
+
+
+def _profile_or_none(model: DeviceModel | None, name: str) -> PartitionProfile | None:
+    if model is None or not name:
+        return None
+    try:
+        return partition_profile(model, name)
+    except ProfileError:
+        return None  # clean() reports it on the partition_profile field
+
+
+def _template_slug_base(model: DeviceModel, name: str) -> str:
+    """ "A100 80GB SXM4 · MIG 3g.40gb (copy)" on a100-80gb-sxm4 -> "a100-80gb-sxm4-mig-3g-40gb-copy"."""
+    text = slugify(name.replace(".", "-").replace("+", "-"))
+    return text if text.startswith(model.slug) else f"{model.slug}-{text}".strip("-")
+
+
+def _unique_template_slug(base: str, *, exclude_pk: int | None = None) -> str:
+    base = (slugify(base) or "template")[:110]
+    taken = set(
+        ComputeTemplate.objects.filter(slug__startswith=base)
+        .exclude(pk=exclude_pk)
+        .values_list("slug", flat=True)
+    )
+    slug, n = base, 2
+    while slug in taken:
+        slug = f"{base}-{n}"
+        n += 1
+    return slug
+
+
+def compute_template_build(
+    *,
+    device_model: DeviceModel | None,
+    name: str,
+    memory_mib: int | None = None,
+    compute_share: Decimal | str | int | None = None,
+    isolation: str = Isolation.HARD,
+    partition_profile: str = "",
+    max_instances: int | None = None,
+    slug: str = "",
+    description: str = "",
+    instance: ComputeTemplate | None = None,
+) -> ComputeTemplate:
+    """An unsaved, validated template (the editor's live preview and the create/update services).
+
+    A partition profile fills what it fixes when left out: memory, compute share and the instance
+    count (the vendor's count, lowered to what fits the card). Without a profile, max_instances
+    defaults to 1. Raises ValidationFailed with field errors.
+    """
+    profile_name = (partition_profile or "").strip()
+    profile = _profile_or_none(device_model, profile_name)
+    share = _as_decimal(compute_share, "compute_share")
+    if profile is not None:
+        memory_mib = profile.memory_mib if memory_mib is None else memory_mib
+        share = profile.compute_share if share is None else share
+        max_instances = profile.default_instances if max_instances is None else max_instances
+    template = instance or ComputeTemplate()
+    template.device_model = device_model
+    template.name = (name or "").strip()
+    template.memory_mib = memory_mib
+    template.compute_share = share
+    template.isolation = str(isolation or Isolation.HARD.value)
+    template.partition_profile = profile_name
+    template.max_instances = 1 if max_instances is None else max_instances
+    template.description = (description or "").strip()
+    template.slug = (slug or "").strip() or template.slug or ""
+    if not template.slug and device_model is not None and template.name:
+        template.slug = _unique_template_slug(
+            _template_slug_base(device_model, template.name), exclude_pk=template.pk
+        )
+    # clean() covers every check constraint with a readable message; the name is unique per model.
+    errors: dict[str, list[str]] = {}
+    try:
+        template.full_clean(validate_constraints=False)
+    except DjangoValidationError as exc:
+        errors = _validation_details(exc)
+    if (
+        device_model is not None
+        and template.name
+        and "name" not in errors
+        and ComputeTemplate.objects.filter(device_model=device_model, name=template.name)
+        .exclude(pk=template.pk)
+        .exists()
+    ):
+        errors["name"] = [f"{device_model.name} already has a template named {template.name!r}"]
+    if errors:
+        raise _template_invalid(DjangoValidationError(errors))
+    template.compute_share = template.compute_share.quantize(Decimal("0.01"))  # 25 -> 25.00, same value
+    return template
+
+
+def _save_template(template: ComputeTemplate) -> None:
+    try:
+        with transaction.atomic():
+            template.save()
+    except IntegrityError:
+        raise Conflict(
+            f"a compute template named {template.name!r} or with slug {template.slug!r} already exists",
+            details={"name": ["already taken for this device model"], "slug": ["already taken"]},
+        )
+
+
+@transaction.atomic
+def compute_template_create(
+    *,
+    actor,
+    device_model: DeviceModel,
+    name: str,
+    memory_mib: int | None = None,
+    compute_share: Decimal | str | int | None = None,
+    isolation: str = Isolation.HARD,
+    partition_profile: str = "",
+    max_instances: int | None = None,
+    slug: str = "",
+    description: str = "",
+) -> ComputeTemplate:
+    """Create a custom compute template (validated against its card; audited)."""
+    template = compute_template_build(
+        device_model=device_model,
+        name=name,
+        memory_mib=memory_mib,
+        compute_share=compute_share,
+        isolation=isolation,
+        partition_profile=partition_profile,
+        max_instances=max_instances,
+        slug=slug,
+        description=description,
+    )
+    template.created_by = _actor_user(actor)
+    _save_template(template)
+    change_record_create(
+        actor=actor, action="compute_template.create", obj=template, after=snapshot(template, _AUDIT_FIELDS)
+    )
+    return template
+
+
+@transaction.atomic
+def compute_template_update(*, template: ComputeTemplate, actor, **changes: Any) -> ComputeTemplate:
+    """Change a custom template. Built-in and retired templates are read-only (Conflict).
+
+    ``changes`` may hold any of TEMPLATE_FIELDS; the others keep their values, and the whole template
+    is validated again against its (possibly new) card.
+    """
+    unknown = set(changes) - _EDITABLE_FIELDS
+    if unknown:
+        raise ValidationFailed(
+            f"these fields cannot be changed: {', '.join(sorted(unknown))}",
+            details={name: ["cannot be changed"] for name in sorted(unknown)},
+        )
+    locked = ComputeTemplate.objects.select_for_update().select_related("device_model").get(pk=template.pk)
+    if locked.is_builtin:
+        raise Conflict(
+            f"{locked.name} is a built-in template generated from the catalog and is read-only; "
+            "copy it into a new template to change it",
+            code="read_only",
+        )
+    if locked.is_retired:
+        raise Conflict(f"{locked.name} is retired; retired templates are read-only", code="read_only")
+    before = snapshot(locked, _AUDIT_FIELDS)
+    values = {name: getattr(locked, name) for name in TEMPLATE_FIELDS}
+    values.update(changes)
+    if (values["partition_profile"] or "") != locked.partition_profile or values[
+        "device_model"
+    ] != locked.device_model:
+        # A new profile (or card) fixes these again unless the change gives them.
+        for name in ("memory_mib", "compute_share", "max_instances"):
+            if name not in changes and values["partition_profile"]:
+                values[name] = None
+    compute_template_build(**values, instance=locked)
+    after = snapshot(locked, _AUDIT_FIELDS)
+    changed = [name for name in _AUDIT_FIELDS if before[name] != after[name]]
+    if not changed:
+        return locked
+    _save_template(locked)
+    change_record_create(
+        actor=actor,
+        action="compute_template.update",
+        obj=locked,
+        before={name: before[name] for name in changed},
+        after={name: after[name] for name in changed},
+    )
+    return locked
+
+
+@transaction.atomic
+def compute_template_retire(*, template: ComputeTemplate, actor, reason: str = "") -> ComputeTemplate:
+    """Retire a template: it stays (allocations and bills may point at it) but is no longer offered."""
+    locked = ComputeTemplate.objects.select_for_update().get(pk=template.pk)
+    if locked.is_retired:
+        return locked
+    locked.is_retired = True
+    locked.save(update_fields=["is_retired", "updated_at"])
+    change_record_create(
+        actor=actor,
+        action="compute_template.retire",
+        obj=locked,
+        before={"is_retired": False},
+        after={"is_retired": True},
+        message=(reason or "").strip(),
+    )
+    return locked
+
+
+@transaction.atomic
+def compute_template_delete(*, template: ComputeTemplate, actor) -> None:
+    """Delete a custom template nothing refers to; otherwise Conflict (retire it instead)."""
+    locked = ComputeTemplate.objects.select_for_update().get(pk=template.pk)
+    if locked.is_builtin:
+        raise Conflict(
+            f"{locked.name} is a built-in template generated from the catalog; retire it instead",
+            code="read_only",
+        )
+    record = snapshot(locked, _AUDIT_FIELDS)
+    pk = locked.pk
+    try:
+        with transaction.atomic():
+            locked.delete()
+    except ProtectedError:
+        raise Conflict(f"{locked.name} is in use; retire it instead of deleting it", code="in_use")
+    locked.pk = pk  # the audit record names the deleted row
+    change_record_create(actor=actor, action="compute_template.delete", obj=locked, before=record)
+
+
+def _builtin_specs(model: DeviceModel) -> tuple[list[dict[str, Any]], list[str]]:
+    """The built-in templates of one card model (field values by slug) and why some were skipped."""
+    specs: list[dict[str, Any]] = []
+    skipped: list[str] = []
+    physical = model.memory_mib
+    if not physical:
+        skipped.append(f"{model.name}: memory unknown in the catalog, no template can be checked against it")
+        return specs, skipped
+    whole = whole_gib_mib(physical)
+    specs.append(
+        {
+            "slug": f"{model.slug}-whole",
+            "name": f"{model.name} · whole card",
+            "memory_mib": whole,
+            "compute_share": Decimal("100.00"),
+            "isolation": Isolation.HARD,
+            "partition_profile": "",
+            "max_instances": 1,
+            "description": "Built-in: the whole card, hard-isolated.",
+        }
+    )
+    for profile in partition_profiles(model):
+        if isinstance(profile, ProfileError):
+            skipped.append(f"{model.name}: {profile}")
+            continue
+        if profile.memory_mib is None:
+            skipped.append(f"{model.name}: vNPU template {profile.name} has no memory size in the catalog")
+            continue
+        if profile.memory_mib > physical:
+            skipped.append(f"{model.name}: profile {profile.name} is larger than the card's memory")
+            continue
+        label = "MIG" if profile.kind == "mig" else "vNPU"
+        specs.append(
+            {
+                "slug": slugify(
+                    f"{model.slug}-{profile.kind}-{profile.name.replace('.', '-').replace('+', '-')}"
+                ),
+                "name": f"{model.name} · {label} {profile.name}",
+                "memory_mib": profile.memory_mib,
+                "compute_share": profile.compute_share,
+                "isolation": Isolation.HARD,
+                "partition_profile": profile.name,
+                "max_instances": profile.default_instances,
+                "description": f"Built-in from the catalog's {label} profile {profile.name}.",
+            }
+        )
+    for divisor, word in ((2, "half"), (4, "quarter")):
+        memory = whole_gib_mib(physical, divisor)
+        if memory < MIB_PER_GIB:
+            skipped.append(f"{model.name}: a {word} of the card is less than 1 GiB")
+            continue
+        specs.append(
+            {
+                "slug": f"{model.slug}-{word}-shared",
+                "name": f"{model.name} · {word} (shared)",
+                "memory_mib": memory,
+                "compute_share": share_percent(1, divisor),
+                "isolation": Isolation.SHARED,
+                "partition_profile": "",
+                "max_instances": divisor,
+                "description": (
+                    f"Built-in: a soft slice, 1/{divisor} of the card: {memory // MIB_PER_GIB} GiB of memory "
+                    f"(rounded down to whole GiB) and {share_percent(1, divisor)} % of the compute, shared."
+                ),
+            }
+        )
+    return specs, skipped
+
+
+@transaction.atomic
+def compute_template_sync_builtin(*, actor) -> dict[str, Any]:
+    """Create or refresh the built-in templates from the catalog, for every device model. Idempotent.
+
+    Per model with known memory: the whole card (100 %, hard, 1 per card); each MIG profile and each
+    vNPU template with a memory size (hard; numbers from apps/catalog/partitions.py); a half and a
+    quarter as soft slices (shared, 50 % / 25 %, memory / 2 and / 4 rounded down to whole GiB,
+    2 / 4 per card). Rows are keyed by slug; a custom template holding a built-in slug is left alone
+    and reported. Built-ins the catalog no longer yields are left alone (something may use them).
+
+    Returns {"created", "updated", "unchanged", "skipped": [reasons]}.
+    """
+    counts: dict[str, Any] = {"created": 0, "updated": 0, "unchanged": 0, "skipped": []}
+    models = list(DeviceModel.objects.order_by("vendor", "name"))
+    planned: list[tuple[DeviceModel, dict[str, Any]]] = []
+    for model in models:
+        specs, skipped = _builtin_specs(model)
+        counts["skipped"].extend(skipped)
+        planned.extend((model, spec) for spec in specs)
+    existing = {
+        t.slug: t
+        for t in ComputeTemplate.objects.select_for_update().filter(
+            slug__in=[spec["slug"] for _m, spec in planned]
+        )
+    }
+    fields = [name for name in TEMPLATE_FIELDS if name not in ("device_model", "slug")]
+    for model, spec in planned:
+        template = existing.get(spec["slug"])
+        if template is None:
+            template = ComputeTemplate(device_model=model, is_builtin=True, **spec)
+            try:
+                template.full_clean(validate_unique=False, validate_constraints=False)
+                with transaction.atomic():
+                    template.save()
+            except DjangoValidationError as exc:
+                counts["skipped"].append(f"{spec['name']}: {_first_message(_validation_details(exc))}")
+                continue
+            except IntegrityError:
+                counts["skipped"].append(f"{spec['name']}: the name or slug is taken by another template")
+                continue
+            change_record_create(
+                actor=actor,
+                action="compute_template.sync",
+                obj=template,
+                after=snapshot(template, _AUDIT_FIELDS),
+                message="built-in template created from the catalog",
+            )
+            counts["created"] += 1
+            continue
+        if not template.is_builtin or template.device_model_id != model.pk:
+            counts["skipped"].append(f"{spec['name']}: slug {spec['slug']} is taken by a custom template")
+            continue
+        changed = [name for name in fields if getattr(template, name) != spec[name]]
+        if not changed:
+            counts["unchanged"] += 1
+            continue
+        before = snapshot(template, changed)
+        for name in changed:
+            setattr(template, name, spec[name])
+        try:
+            template.full_clean(validate_unique=False, validate_constraints=False)
+            with transaction.atomic():
+                template.save()
+        except DjangoValidationError as exc:
+            counts["skipped"].append(f"{spec['name']}: {_first_message(_validation_details(exc))}")
+            continue
+        except IntegrityError:
+            counts["skipped"].append(f"{spec['name']}: the name is taken by another template")
+            continue
+        change_record_create(
+            actor=actor,
+            action="compute_template.sync",
+            obj=template,
+            before=before,
+            after=snapshot(template, changed),
+            message="built-in template updated from the catalog",
+        )
+        counts["updated"] += 1
+    return counts
+
+
+# ------------------------------------------------------------------ device request templates
+
+_REQUEST_AUDIT_FIELDS = ["name", "api_version", "metadata", "spec", "warnings"]
+
+
+def _spec_failed(error: request_spec.SpecError) -> ValidationFailed:
+    details: dict[str, list[str]] = {}
+    for path, message in error.errors:
+        details.setdefault(path, []).append(message)
+    return ValidationFailed(str(error), details=details)
+
+
+def request_template_resolve(spec: dict[str, Any]) -> tuple[list[dict[str, Any]], list[str]]:
+    """Read each device group's model name against the catalog: (resolution per group, warnings)."""
+    catalog = list(DeviceModel.objects.all())
+    resolution: list[dict[str, Any]] = []
+    warnings: list[str] = []
+    for index, device in enumerate(spec.get("devices") or []):
+        entry = selectors.request_model_resolve(
+            device_type=device.get("type", ""), model_name=device.get("model"), models=catalog
+        )
+        entry["index"] = index
+        resolution.append(entry)
+        warning = selectors.request_model_warning(f"spec.devices[{index}].model", entry)
+        if warning:
+            warnings.append(warning)
+    return resolution, warnings
+
+
+def request_template_check(*, text: str | None = None, data: Any = None) -> request_spec.Document:
+    """Parse (text) or take (data) a DeviceRequestTemplate document and validate it; no writes.
+
+    ParseFailed names the line of a YAML syntax error; ValidationFailed lists each problem by path
+    ("spec.devices[1].count: must be a positive integer").
+    """
+    if text is not None:
+        try:
+            data = request_spec.document_parse(text)
+        except request_spec.DocumentSyntaxError as exc:
+            details = {"line": exc.line, "column": exc.column} if exc.line is not None else None
+            raise ParseFailed(exc.message, details=details)
+    try:
+        return request_spec.document_validate(data)
+    except request_spec.SpecError as exc:
+        raise _spec_failed(exc)
+
+
+@transaction.atomic
+def request_template_import(
+    *, text: str | None = None, data: Any = None, actor
+) -> tuple[DeviceRequestTemplate, list[str]]:
+    """Import a DeviceRequestTemplate (YAML text, or already-parsed data) -> (template, warnings).
+
+    Upsert by metadata.name: the same name and spec again changes nothing (no audit record); a new
+    spec for an existing name replaces it (audited with before/after). Model names are kept as
+    written; how each was read against the catalog is stored in ``resolution`` and every name that
+    is not exactly one catalog model produces a warning. The template carries ``import_outcome``
+    ("created", "updated" or "unchanged") for the caller.
+    """
+    document = request_template_check(text=text, data=data)
+    resolution, model_warnings = request_template_resolve(document.spec)
+    warnings = [*document.warnings, *model_warnings]
+    values = {
+        "api_version": document.api_version,
+        "metadata": document.metadata,
+        "spec": document.spec,
+        "resolution": resolution,
+        "warnings": warnings,
+    }
+    template = DeviceRequestTemplate.objects.select_for_update().filter(name=document.name).first()
+    if template is None:
+        template = DeviceRequestTemplate(
+            name=document.name, slug=slugify(document.name)[:253], created_by=_actor_user(actor), **values
+        )
+        try:
+            template.full_clean(validate_unique=False)
+        except DjangoValidationError as exc:
+            raise ValidationFailed(
+                f"invalid request template: {_first_message(_validation_details(exc))}",
+                details=_validation_details(exc),
+            )
+        try:
+            with transaction.atomic():
+                template.save()
+        except IntegrityError:
+            raise Conflict(
+                f"a request template named {document.name!r} (or with the same slug) already exists",
+                details={"metadata.name": ["already taken"]},
+            )
+        change_record_create(
+            actor=actor,
+            action="request_template.import",
+            obj=template,
+            after=snapshot(template, _REQUEST_AUDIT_FIELDS),
+            message="created",
+        )
+        template.import_outcome = "created"
+        return template, warnings
+
+    same = (
+        template.api_version == document.api_version
+        and template.spec == document.spec
+        and template.metadata == document.metadata
+    )
+    if same and template.resolution == resolution and template.warnings == warnings:
+        template.import_outcome = "unchanged"
+        return template, warnings
+    before = snapshot(template, _REQUEST_AUDIT_FIELDS)
+    for name, value in values.items():
+        setattr(template, name, value)
+    template.full_clean(validate_unique=False)
+    template.save()
+    change_record_create(
+        actor=actor,
+        action="request_template.import",
+        obj=template,
+        before=before,
+        after=snapshot(template, _REQUEST_AUDIT_FIELDS),
+        message="updated" if not same else "model resolution refreshed from the catalog",
+    )
+    template.import_outcome = "updated"
+    return template, warnings
+
+
+def request_template_document(template: DeviceRequestTemplate) -> dict[str, Any]:
+    return request_spec.document_dict(
+        api_version=template.api_version, name=template.name, metadata=template.metadata, spec=template.spec
+    )
+
+
+def request_template_export(template: DeviceRequestTemplate, *, fmt: str = "yaml") -> str:
+    """The template as a document in the seed's shape (YAML by default, or JSON): import-able again."""
+    document = request_template_document(template)
+    return request_spec.json_dump(document) if fmt == "json" else request_spec.yaml_dump(document)
+
+
+@transaction.atomic
+def request_template_delete(*, template: DeviceRequestTemplate, actor) -> None:
+    """Delete a request template (nothing refers to one yet; jobs will copy what they use)."""
+    record = snapshot(template, _REQUEST_AUDIT_FIELDS)
+    pk = template.pk
+    try:
+        with transaction.atomic():
+            template.delete()
+    except ProtectedError:
+        raise Conflict(f"{template.name} is in use", code="in_use")
+    template.pk = pk
+    change_record_create(actor=actor, action="request_template.delete", obj=template, before=record)

@@ -49,6 +49,8 @@ INSTALLED_APPS = [
     "apps.accounts",
     "apps.catalog",
     "apps.inventory",
+    "apps.jobs",
+    "apps.scheduling",
 ]
 
 MIDDLEWARE = [
@@ -179,6 +181,11 @@ SPECTACULAR_SETTINGS = {
         "NodeStatusEnum": "apps.inventory.models.Node.Status",
         "DeviceHealthEnum": "apps.inventory.models.Device.Health",
         "DevicePoolStatusEnum": "apps.inventory.models.Device.PoolStatus",
+        "DeviceKindEnum": "apps.catalog.models.DeviceKind",
+        "IsolationEnum": "apps.catalog.models.Isolation",
+        "JobKindEnum": "apps.jobs.models.Job.Kind",
+        "JobEventKindEnum": "apps.jobs.models.JobEvent.Kind",
+        "JobStateEnum": "apps.jobs.models.JobState",
     },
 }
 
@@ -211,6 +218,8 @@ SUANCHI = {
     "NODE_REPORT_MAX_BYTES": env.int("SUANCHI_NODE_REPORT_MAX_BYTES", default=4 * 1024 * 1024),
     # A node whose agent has not reported for this long gets a "reports overdue" event.
     "NODE_REPORT_STALE_MINUTES": env.int("SUANCHI_NODE_REPORT_STALE_MINUTES", default=30),
+    # The scheduling engine's node-scoring policy (see apps/scheduling/engine/policies.py).
+    "SCHEDULER_POLICY": env.str("SUANCHI_SCHEDULER_POLICY", default=""),
 }
 
 LOGGING = {

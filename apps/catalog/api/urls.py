@@ -5,4 +5,6 @@ from apps.catalog.api import views
 router = DefaultRouter()
 router.register("device-models", views.DeviceModelViewSet, basename="device-model")
 router.register("compute-coefficients", views.ComputeCoefficientViewSet, basename="compute-coefficient")
+router.register("compute-templates", views.ComputeTemplateViewSet, basename="compute-template")
+router.register("request-templates", views.DeviceRequestTemplateViewSet, basename="request-template")
 urlpatterns = router.urls

@@ -4,7 +4,7 @@ from django.core.management.base import BaseCommand
 from django.db import transaction
 
 from apps.accounts import demo as accounts_demo
-from apps.catalog.services import catalog_sync
+from apps.catalog.services import catalog_sync, compute_template_sync_builtin
 from apps.inventory import demo as inventory_demo
 
 
@@ -15,6 +15,10 @@ class Command(BaseCommand):
         actor = "demo-loader"
         counts = catalog_sync(actor=actor)
         self.stdout.write(f"catalog: {counts}")
+        templates = compute_template_sync_builtin(actor=actor)
+        self.stdout.write(
+            f"compute templates: created {templates['created']}, unchanged {templates['unchanged']}"
+        )
         with transaction.atomic():
             credentials = accounts_demo.load(actor=actor, stdout=self.stdout)
             fleet = inventory_demo.load(actor=actor, stdout=self.stdout)

@@ -1,0 +1,232 @@
+"""Hardware partition profiles of a device model: NVIDIA MIG profiles and Ascend vNPU templates.
+
+Pure functions over a DeviceModel's catalog data (no queries). A profile fixes what a slice of the
+card gets, so a compute template that names a profile must agree with it:
+
+MIG (``mig_profiles``: profile name -> max instances per card, from NVIDIA mig-parted)
+    ``3g.40gb`` = 3 compute slices and "40gb" of memory. The card's number of compute slices is the
+    most slices any of its profiles fills (g x max instances): 7 on A100/H100/H200/H20, 4 on A30.
+    Compute share = g / slices. Memory = the figure in the name x 1024 MiB. NVIDIA's names round
+    the instance memory up to whole GB (an A100 80GB ``3g.40gb`` instance has a little under
+    40 GiB usable), so this figure is the nominal size, the same nominal unit the catalog uses for
+    the card (80 GB x 1024 MiB). Where the rounding makes instances x memory exceed the card
+    (H100 NVL ``1g.24gb`` x 4 = 96 of 94 GiB, H200 ``3g.71gb`` x 2 = 142 of 141 GiB) the fitting
+    count is lower than NVIDIA's: a template never promises more memory than the card has.
+
+vNPU (``vnpu_templates``: name -> {aicore, aicpu, mem_gb?}, from Ascend MindCluster)
+    Compute share = aicore / the model's ai_cores. Memory = mem_gb x 1024 MiB when the catalog
+    gives it; otherwise the template does not fix memory. Max instances = ai_cores // aicore.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from decimal import ROUND_HALF_UP, Decimal
+from typing import Any
+
+MIB_PER_GIB = 1024
+SHARE_QUANTUM = Decimal("0.01")
+CU_QUANTUM = Decimal("0.0001")
+
+MIG = "mig"
+VNPU = "vnpu"
+
+_MIG_NAME = re.compile(r"^(?P<g>\d+)g\.(?P<gb>\d+)gb(?P<extra>(\+[a-z]+)*)$")
+
+
+class ProfileError(ValueError):
+    """The profile is unknown for the model, or the catalog lacks what is needed to size it."""
+
+
+@dataclass(frozen=True)
+class PartitionProfile:
+    kind: str  # MIG or VNPU
+    name: str
+    compute_share: Decimal  # percent, 2 decimals
+    memory_mib: int | None  # None: the profile does not fix memory
+    max_instances: int  # per card, as the vendor allows
+    fitting_instances: int | None  # how many fit the card's memory; None when memory is unknown
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def default_instances(self) -> int:
+        """What a template for this profile allows per card: the vendor's count, lowered to what fits."""
+        if self.fitting_instances is None:
+            return self.max_instances
+        return max(1, min(self.max_instances, self.fitting_instances))
+
+    def basis(self) -> str:
+        """One English sentence saying where the numbers come from (shown in the description)."""
+        d = self.detail
+        if self.kind == MIG:
+            text = (
+                f"MIG {self.name}: {d['g']} of {d['slices']} compute slices ({self.compute_share} %); "
+                f"memory {d['gb']} GiB = the figure in the profile name x 1024 MiB (nominal, the "
+                f"instance has slightly less usable); NVIDIA allows {self.max_instances} per card"
+            )
+        else:
+            text = (
+                f"vNPU {self.name}: {d['aicore']} of {d['ai_cores']} AI cores ({self.compute_share} %), "
+                f"{d['aicpu']} AI CPU; "
+                + (
+                    f"memory {d['mem_gb']} GiB from the catalog"
+                    if self.memory_mib is not None
+                    else "memory not fixed by the template"
+                )
+                + f"; at most {self.max_instances} per card by AI cores"
+            )
+        if self.fitting_instances is not None and self.fitting_instances < self.max_instances:
+            text += (
+                f"; only {self.fitting_instances} fit the card's memory at this nominal size, "
+                f"so templates allow {self.default_instances}"
+            )
+        return text
+
+
+def share_percent(part: int, whole: int) -> Decimal:
+    """part / whole as a percentage with 2 decimals (3/7 -> 42.86)."""
+    return (Decimal(part) * 100 / Decimal(whole)).quantize(SHARE_QUANTUM, rounding=ROUND_HALF_UP)
+
+
+def whole_gib_mib(memory_mib: int, divisor: int = 1) -> int:
+    """memory / divisor rounded down to whole GiB, in MiB (141 GiB / 2 -> 70 GiB)."""
+    return (memory_mib // divisor // MIB_PER_GIB) * MIB_PER_GIB
+
+
+def mig_slices(mig_profiles: dict[str, Any]) -> int | None:
+    """The card's compute slices: the most slices any profile fills (g x max instances)."""
+    best = 0
+    for name, count in (mig_profiles or {}).items():
+        match = _MIG_NAME.match(str(name))
+        if match and isinstance(count, int) and count > 0:
+            best = max(best, int(match.group("g")) * count)
+    return best or None
+
+
+def _fitting(card_mib: int | None, memory_mib: int | None) -> int | None:
+    if not card_mib or not memory_mib:
+        return None
+    return card_mib // memory_mib
+
+
+def _mig_profile(model, name: str) -> PartitionProfile:
+    match = _MIG_NAME.match(name)
+    count = model.mig_profiles.get(name)
+    if not match or not isinstance(count, int) or count < 1:
+        raise ProfileError(f"the catalog's MIG profile {name!r} of {model.name} cannot be read")
+    slices = mig_slices(model.mig_profiles)
+    g, gb = int(match.group("g")), int(match.group("gb"))
+    if not slices or g > slices:
+        raise ProfileError(f"MIG profile {name!r}: {g} compute slices do not fit {model.name}")
+    memory = gb * MIB_PER_GIB
+    return PartitionProfile(
+        kind=MIG,
+        name=name,
+        compute_share=share_percent(g, slices),
+        memory_mib=memory,
+        max_instances=count,
+        fitting_instances=_fitting(model.memory_mib, memory),
+        detail={"g": g, "slices": slices, "gb": gb, "media_extensions": "+me" in match.group("extra")},
+    )
+
+
+def _vnpu_profile(model, name: str) -> PartitionProfile:
+    spec = model.vnpu_templates.get(name)
+    if not isinstance(spec, dict) or not isinstance(spec.get("aicore"), int) or spec["aicore"] < 1:
+        raise ProfileError(f"the catalog's vNPU template {name!r} of {model.name} has no AI core count")
+    if not model.ai_cores:
+        raise ProfileError(
+            f"the catalog does not know how many AI cores {model.name} has, so the share of "
+            f"vNPU template {name!r} cannot be computed"
+        )
+    aicore = spec["aicore"]
+    if aicore > model.ai_cores:
+        raise ProfileError(
+            f"vNPU template {name!r} needs {aicore} AI cores; {model.name} has {model.ai_cores}"
+        )
+    mem_gb = spec.get("mem_gb")
+    memory = mem_gb * MIB_PER_GIB if isinstance(mem_gb, int) and mem_gb > 0 else None
+    return PartitionProfile(
+        kind=VNPU,
+        name=name,
+        compute_share=share_percent(aicore, model.ai_cores),
+        memory_mib=memory,
+        max_instances=model.ai_cores // aicore,
+        fitting_instances=_fitting(model.memory_mib, memory),
+        detail={
+            "aicore": aicore,
+            "ai_cores": model.ai_cores,
+            "aicpu": spec.get("aicpu"),
+            "mem_gb": mem_gb if memory is not None else None,
+        },
+    )
+
+
+def profile_kind(model, name: str) -> str | None:
+    """MIG, VNPU or None (not a profile of this model)."""
+    if name in (model.mig_profiles or {}):
+        return MIG
+    if name in (model.vnpu_templates or {}):
+        return VNPU
+    return None
+
+
+def _mig_order(name: str) -> tuple:
+    match = _MIG_NAME.match(str(name))
+    if not match:
+        return (1 << 30, 0, str(name))
+    return (int(match.group("g")), int(match.group("gb")), match.group("extra"))
+
+
+def _vnpu_order(templates: dict[str, Any], name: str) -> tuple:
+    spec = templates.get(name)
+    aicore = spec.get("aicore") if isinstance(spec, dict) else None
+    return (aicore if isinstance(aicore, int) else 1 << 30, name)
+
+
+def known_profile_names(model) -> list[str]:
+    """MIG profiles by size (1g.5gb, 1g.5gb+me, 1g.10gb, 2g.10gb, ...), then vNPU templates by AI cores.
+
+    The JSON column does not keep the catalog file's key order (PostgreSQL jsonb sorts keys)."""
+    vnpu = model.vnpu_templates or {}
+    return [
+        *sorted(model.mig_profiles or {}, key=_mig_order),
+        *sorted(vnpu, key=lambda name: _vnpu_order(vnpu, name)),
+    ]
+
+
+def partition_profile(model, name: str) -> PartitionProfile:
+    """The profile ``name`` of ``model``; ProfileError when unknown or not sizeable."""
+    kind = profile_kind(model, name)
+    if kind == MIG:
+        return _mig_profile(model, name)
+    if kind == VNPU:
+        return _vnpu_profile(model, name)
+    known = known_profile_names(model)
+    if known:
+        raise ProfileError(
+            f"{model.name} has no partition profile {name!r}; the catalog lists: {', '.join(known)}"
+        )
+    raise ProfileError(
+        f"{model.name} has no hardware partition profiles in the catalog (no MIG, no vNPU): "
+        "leave the profile blank for a soft slice"
+    )
+
+
+def partition_profiles(model) -> list[PartitionProfile | ProfileError]:
+    """Every profile of the model in catalog order: MIG first, then vNPU; errors where not sizeable."""
+    result: list[PartitionProfile | ProfileError] = []
+    for name in known_profile_names(model):
+        try:
+            result.append(partition_profile(model, name))
+        except ProfileError as exc:
+            result.append(exc)
+    return result
+
+
+def compute_units(coefficient: Decimal | None, compute_share: Decimal | None) -> Decimal | None:
+    """coefficient x share (a Decimal with 4 decimals), or None when either is unknown."""
+    if coefficient is None or compute_share is None:
+        return None
+    return (Decimal(coefficient) * Decimal(compute_share) / 100).quantize(CU_QUANTUM, rounding=ROUND_HALF_UP)

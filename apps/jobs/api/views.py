@@ -1,0 +1,67 @@
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.response import Response
+
+from apps.accounts.selectors import project_list
+from apps.jobs import selectors, services
+from apps.jobs.api import serializers as s
+from apps.jobs.filtersets import JobFilterSet
+from apps.scheduling import services as scheduling
+from apps.scheduling.models import Allocation, DecisionTrace
+
+
+class JobViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
+    serializer_class = s.JobSerializer
+    filterset_class = JobFilterSet
+    ordering_fields = ["created_at", "priority", "state"]
+    search_fields = ["name"]
+
+    def get_queryset(self):
+        return selectors.job_list(user=self.request.user)
+
+    @extend_schema(request=s.JobSubmitSerializer, responses={201: s.JobSerializer})
+    def create(self, request, *args, **kwargs):
+        data = s.JobSubmitSerializer(data=request.data)
+        # Only the caller's projects resolve: another project's slug reads as unknown, not forbidden.
+        data.fields["project"].queryset = project_list(user=request.user)
+        data.is_valid(raise_exception=True)
+        values = dict(data.validated_data)
+        project = values.pop("project")
+        job = services.job_submit(project=project, actor=request.user, **values)
+        return Response(
+            s.JobSerializer(self.get_queryset().get(pk=job.pk)).data, status=status.HTTP_201_CREATED
+        )
+
+    @extend_schema(request=s.CancelSerializer, responses=s.JobSerializer)
+    @action(detail=True, methods=["post"])
+    def cancel(self, request, pk=None):
+        job = self.get_object()
+        data = s.CancelSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        services.job_cancel(job=job, actor=request.user, reason=data.validated_data["reason"])
+        return Response(s.JobSerializer(self.get_queryset().get(pk=job.pk)).data)
+
+    @extend_schema(responses=s.JobEventSerializer(many=True))
+    @action(detail=True, methods=["get"])
+    def events(self, request, pk=None):
+        job = self.get_object()
+        return Response(s.JobEventSerializer(job.events.all(), many=True).data)
+
+    @extend_schema(responses=s.AllocationSerializer(many=True))
+    @action(detail=True, methods=["get"])
+    def allocations(self, request, pk=None):
+        job = self.get_object()
+        rows = Allocation.objects.filter(job=job).select_related("node", "device")
+        return Response(s.AllocationSerializer(rows, many=True).data)
+
+    @extend_schema(responses=s.DecisionTraceSerializer)
+    @action(detail=True, methods=["get"])
+    def trace(self, request, pk=None):
+        """The latest decision: "why this card?" or "why pending?" with the queue position."""
+        job = self.get_object()
+        trace = DecisionTrace.objects.filter(job=job).order_by("-created_at", "-id").first()
+        body = s.DecisionTraceSerializer(trace).data if trace else {}
+        body["queue_position"] = scheduling.queue_position(job)
+        body["state"] = job.state
+        return Response(body)

@@ -1,0 +1,194 @@
+"""Jobs: what a project asks for, in neutral terms, and where it is in its life."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+from django.db.models import Q
+from django.utils.translation import gettext_lazy as _
+
+from apps.accounts.models import Project
+from apps.core.models import BaseModel
+
+
+class JobState(models.TextChoices):
+    PENDING = "pending", _("pending")
+    ADMITTED = "admitted", _("admitted")
+    SCHEDULED = "scheduled", _("scheduled")
+    RUNNING = "running", _("running")
+    SUCCEEDED = "succeeded", _("succeeded")
+    FAILED = "failed", _("failed")
+    PREEMPTED = "preempted", _("preempted")
+    CANCELLED = "cancelled", _("cancelled")
+
+
+# The state machine. Requeue after preemption or a retried failure goes back to PENDING.
+TRANSITIONS: dict[str, frozenset[str]] = {
+    JobState.PENDING: frozenset({JobState.ADMITTED, JobState.SCHEDULED, JobState.CANCELLED, JobState.FAILED}),
+    JobState.ADMITTED: frozenset({JobState.SCHEDULED, JobState.PENDING, JobState.CANCELLED}),
+    JobState.SCHEDULED: frozenset(
+        {JobState.RUNNING, JobState.PENDING, JobState.FAILED, JobState.CANCELLED, JobState.PREEMPTED}
+    ),
+    JobState.RUNNING: frozenset(
+        {JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.PREEMPTED, JobState.PENDING}
+    ),
+    JobState.PREEMPTED: frozenset({JobState.PENDING, JobState.CANCELLED}),
+    JobState.FAILED: frozenset({JobState.PENDING}),
+    JobState.SUCCEEDED: frozenset(),
+    JobState.CANCELLED: frozenset(),
+}
+ACTIVE_STATES = (JobState.SCHEDULED, JobState.RUNNING)
+QUEUED_STATES = (JobState.PENDING, JobState.ADMITTED)
+FINAL_STATES = (JobState.SUCCEEDED, JobState.CANCELLED)
+
+
+class PriorityClass(models.TextChoices):
+    LOW = "low", _("low")
+    NORMAL = "normal", _("normal")
+    HIGH = "high", _("high")
+    CRITICAL = "critical", _("critical")
+
+
+PRIORITY_VALUES = {"low": 100, "normal": 500, "high": 800, "critical": 1000}
+
+
+class Job(BaseModel):
+    class Kind(models.TextChoices):
+        TRAINING = "training", _("training")
+        INFERENCE = "inference", _("inference service")
+        FINETUNE = "finetune", _("fine-tune")
+        BATCH = "batch", _("batch")
+
+    class RequestKind(models.TextChoices):
+        TEMPLATE = "template", _("compute template × count")
+        WHOLE_CARDS = "whole_cards", _("whole cards")
+        COMPUTE_UNITS = "compute_units", _("compute units + memory")
+        REQUEST_TEMPLATE = "request_template", _("device request template")
+
+    project = models.ForeignKey(Project, on_delete=models.PROTECT, related_name="jobs")
+    name = models.CharField(_("name"), max_length=120)
+    kind = models.CharField(_("kind"), max_length=12, choices=Kind.choices, default=Kind.TRAINING)
+    image = models.CharField(_("image"), max_length=300)
+    command = models.JSONField(_("command"), default=list, blank=True)
+    env = models.JSONField(_("environment"), default=dict, blank=True)
+    # e.g. "cuda 12.4", "cann 8.0.RC3"; checked against each node by the compatibility precheck.
+    runtime_requirement = models.CharField(_("runtime requirement"), max_length=60, blank=True)
+
+    request_kind = models.CharField(_("request"), max_length=20, choices=RequestKind.choices)
+    # template × count
+    template = models.ForeignKey(
+        "catalog.ComputeTemplate", null=True, blank=True, on_delete=models.PROTECT, related_name="jobs"
+    )
+    # whole cards: by model, or by attributes (vendor, minimum memory, features)
+    device_model = models.ForeignKey(
+        "catalog.DeviceModel", null=True, blank=True, on_delete=models.PROTECT, related_name="jobs"
+    )
+    vendor = models.CharField(_("vendor"), max_length=20, blank=True)
+    min_memory_mib = models.PositiveIntegerField(_("minimum card memory (MiB)"), null=True, blank=True)
+    required_features = models.JSONField(_("required features"), default=list, blank=True)
+    # count of slices or whole cards per replica
+    count = models.PositiveSmallIntegerField(_("count"), default=1, validators=[MinValueValidator(1)])
+    # neutral compute units + memory with allowed vendors
+    compute_units = models.DecimalField(
+        _("compute units"), max_digits=8, decimal_places=3, null=True, blank=True
+    )
+    memory_mib = models.PositiveIntegerField(_("memory (MiB)"), null=True, blank=True)
+    allowed_vendors = models.JSONField(_("allowed vendors"), default=list, blank=True)
+    request_template = models.ForeignKey(
+        "catalog.DeviceRequestTemplate", null=True, blank=True, on_delete=models.PROTECT, related_name="jobs"
+    )
+    replicas = models.PositiveSmallIntegerField(
+        _("replicas"), default=1, validators=[MinValueValidator(1), MaxValueValidator(64)]
+    )
+    node_selector = models.JSONField(_("node selector"), default=dict, blank=True)
+    tolerations = models.JSONField(_("tolerations"), default=list, blank=True)
+    gray_opt_in = models.BooleanField(_("may run on gray-release nodes"), default=False)
+
+    priority_class = models.CharField(
+        _("priority"), max_length=10, choices=PriorityClass.choices, default=PriorityClass.NORMAL
+    )
+    priority = models.PositiveIntegerField(default=PRIORITY_VALUES["normal"], db_index=True)
+    expected_duration_s = models.PositiveIntegerField(_("expected duration (s)"), null=True, blank=True)
+    checkpoint_dir = models.CharField(_("checkpoint directory"), max_length=300, blank=True)
+    max_retries = models.PositiveSmallIntegerField(
+        _("max retries"), default=0, validators=[MaxValueValidator(20)]
+    )
+    retry_backoff_s = models.PositiveIntegerField(_("retry backoff (s)"), default=60)
+    attempt = models.PositiveSmallIntegerField(default=0)
+
+    state = models.CharField(max_length=12, choices=JobState.choices, default=JobState.PENDING, db_index=True)
+    state_reason = models.CharField(max_length=500, blank=True)
+    state_changed_at = models.DateTimeField(null=True, blank=True)
+    submitted_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="submitted_jobs",
+    )
+    # Compute units per hour the request is worth at submission (coefficient × share × count × replicas).
+    requested_cu = models.DecimalField(max_digits=10, decimal_places=4, null=True, blank=True)
+    last_trace_id = models.UUIDField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["state", "-priority", "created_at"], name="jobs_job_queue_idx")]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(state__in=[s.value for s in JobState]), name="jobs_job_state_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(
+                    request_kind__in=["template", "whole_cards", "compute_units", "request_template"]
+                ),
+                name="jobs_job_request_kind_valid",
+            ),
+            models.CheckConstraint(
+                condition=~Q(request_kind="template") | Q(template__isnull=False),
+                name="jobs_job_template_request_has_template",
+            ),
+            models.CheckConstraint(
+                condition=~Q(request_kind="compute_units") | (Q(compute_units__gt=Decimal("0"))),
+                name="jobs_job_cu_request_positive",
+            ),
+            models.CheckConstraint(
+                condition=~Q(request_kind="request_template") | Q(request_template__isnull=False),
+                name="jobs_job_request_template_set",
+            ),
+            models.CheckConstraint(condition=Q(count__gte=1), name="jobs_job_count_positive"),
+        ]
+        verbose_name = _("job")
+
+    def __str__(self) -> str:
+        return f"{self.project.slug}/{self.name}"
+
+
+class JobEvent(models.Model):
+    class Kind(models.TextChoices):
+        SUBMITTED = "submitted", _("submitted")
+        STATE = "state", _("state changed")
+        DECISION = "decision", _("scheduling decision")
+        PENDING = "pending", _("still pending")
+        RELEASED = "released", _("allocation released")
+        CANCEL = "cancel", _("cancel requested")
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="events")
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    kind = models.CharField(max_length=12, choices=Kind.choices)
+    from_state = models.CharField(max_length=12, blank=True)
+    to_state = models.CharField(max_length=12, blank=True)
+    message = models.CharField(max_length=1000)
+    actor_label = models.CharField(max_length=150, blank=True)
+    data = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        verbose_name = _("job event")
+
+    def __str__(self) -> str:
+        return f"{self.job_id} {self.kind}: {self.message[:60]}"

@@ -1,0 +1,1 @@
+"""Scheduling: the pure placement engine (``apps.scheduling.engine``) and, later, its services."""

@@ -1,0 +1,438 @@
+"""The engine: three tiers per request, gangs, fallbacks, traces and a scheduling cycle.
+
+``Engine(policy=...).place(snapshot, request)`` runs tier 1 (node filter, reasons per rejected node),
+tier 2 (node scoring by the policy) and tier 3 (device assignment) and returns a :class:`Decision`
+with a trace id and ordered steps. With ``commit=True`` (default) the placement is applied to the
+snapshot; ``Engine.release`` gives it back. ``Engine.schedule`` runs a queue in priority order.
+
+Speed: static filter results are cached per request signature; node scores are cached per request
+shape in a heap and only nodes that changed since the last query (the snapshot's change log) are
+re-evaluated. Exact ties are broken with the engine's seeded random generator.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import random
+import uuid
+from collections.abc import Iterable, Sequence
+
+from . import assign, filters
+from .filters import StaticResult
+from .model import (
+    Candidate,
+    Decision,
+    NodePart,
+    NodeState,
+    Placement,
+    Request,
+    Snapshot,
+)
+from .policies import BEST, Policy, get_policy
+
+_STATIC = "static"
+_TOKENS = itertools.count(1)
+
+
+class _Index:
+    """Feasible nodes for one (request signature, shape, policy) with their cached scores."""
+
+    __slots__ = ("heap", "entries", "seq", "static")
+
+    def __init__(self, static: StaticResult) -> None:
+        self.heap: list[tuple] = []
+        self.entries: dict[int, tuple] = {}  # pos -> (node version, key, option)
+        self.seq = 0
+        self.static = static
+
+
+class Engine:
+    def __init__(
+        self,
+        policy: str | Policy = BEST,
+        *,
+        seed: int | None = None,
+        explain: bool = True,
+        top_k: int = 3,
+        workload: Iterable[Request] | None = None,
+        tie_break: str = "random",
+    ) -> None:
+        """``tie_break``: exact score ties go to a random node (``random``, as kube-scheduler does) or to
+        the first node in snapshot order (``order``, reproducible and packing-friendly)."""
+        if tie_break not in ("random", "order"):
+            raise ValueError("tie_break must be 'random' or 'order'")
+        self.policy = get_policy(policy)
+        self.rng = random.Random(seed)
+        self.tie_break = tie_break
+        self._token = next(_TOKENS)  # cached scores belong to this engine (ids of dead objects get reused)
+        self.explain = explain
+        self.top_k = top_k
+        self._bound: tuple[int, int] | None = None
+        if workload is not None:
+            self.policy.set_workload(workload)
+
+    # ---- public API ----------------------------------------------------------------------------
+
+    def place(
+        self, snapshot: Snapshot, req: Request, *, commit: bool = True, trace_id: str | None = None
+    ) -> Decision:
+        """Place one request (all replicas and groups, or nothing)."""
+        decision = Decision(trace_id or uuid.uuid4().hex, req.id, self.policy.name)
+        self.policy.observe(req)
+        if req.id in snapshot.placements:
+            decision.explanation = f"request {req.id} is already placed"
+            decision.step("result", decision.explanation)
+            return decision
+        static = self._static(snapshot, req)
+        if self.explain:
+            decision.step(
+                "filter",
+                f"{len(static.eligible)}/{static.total} nodes pass the static filters",
+                rejected=static.counts(),
+            )
+        if req.replicas > 1:
+            placement = self._place_gang(snapshot, req, static, decision)
+        else:
+            placement = self._place_single(snapshot, req, static, decision)
+            if placement is None and len(req.groups) > 1 and self._may_split(req):
+                placement = self._place_split(snapshot, req, decision)
+        if placement is None:
+            if self.explain:
+                text, decision.rejections = self._reasons(snapshot, req, static)
+                if not decision.explanation:
+                    decision.explanation = text
+            decision.step("result", decision.explanation or "no node fits")
+            return decision
+        decision.placement = placement
+        if self.explain:
+            decision.rejections = dict(static.rejected)
+        if commit:
+            snapshot.apply(placement)
+        if self.explain:
+            nodes = ", ".join(placement.nodes)
+            note = " (cross-node)" if placement.cross_node else ""
+            decision.step("result", f"placed on {nodes}{note}", committed=commit)
+        return decision
+
+    def schedule(
+        self, snapshot: Snapshot, requests: Iterable[Request], *, commit: bool = True
+    ) -> list[Decision]:
+        """One scheduling cycle over a queue: higher priority first, then the given order."""
+        queue = sorted(enumerate(requests), key=lambda item: (-item[1].priority, item[0]))
+        return [self.place(snapshot, req, commit=commit) for _i, req in queue]
+
+    def apply(self, snapshot: Snapshot, placement: Placement) -> None:
+        snapshot.apply(placement)
+
+    def release(self, snapshot: Snapshot, request_id: str) -> Placement:
+        return snapshot.release(request_id)
+
+    def explain_failure(self, snapshot: Snapshot, req: Request, static: StaticResult | None = None) -> str:
+        """Why no node can take one replica of ``req`` right now, kube-scheduler style."""
+        return self._reasons(snapshot, req, static)[0]
+
+    def _reasons(
+        self, snapshot: Snapshot, req: Request, static: StaticResult | None = None
+    ) -> tuple[str, dict[str, str]]:
+        static = static or self._static(snapshot, req)
+        reasons = dict(static.rejected)
+        available = 0
+        for node, elig in static.eligible:
+            reason = filters.capacity_reason(snapshot, node, req, elig)
+            if reason is None:
+                available += 1
+            else:
+                reasons[node.name] = reason
+        return filters.explain(static.total, reasons.values(), available), reasons
+
+    # ---- tier 1 --------------------------------------------------------------------------------
+
+    def _static(self, snapshot: Snapshot, req: Request) -> StaticResult:
+        if self._bound != (id(snapshot), snapshot.static_version):
+            self.policy.bind(snapshot)
+            self._bound = (id(snapshot), snapshot.static_version)
+        cache = snapshot.indexes.get(_STATIC)
+        if cache is None:
+            cache = snapshot.indexes[_STATIC] = {}
+        result = cache.get(req.static_key)
+        if result is None:
+            if len(cache) > 4096:
+                cache.clear()
+            result = cache[req.static_key] = filters.static_filter(snapshot, req)
+        return result
+
+    # ---- tiers 2 and 3 ---------------------------------------------------------------------------
+
+    def _evaluate(self, snapshot: Snapshot, node: NodeState, req: Request, elig: tuple):
+        opts = assign.options(node, req, elig, snapshot.factor_pct(node))
+        if not opts:
+            return None
+        key, k = self.policy.score(snapshot, node, req, opts, self.rng)
+        return key, opts[k]
+
+    def _index(self, snapshot: Snapshot, req: Request, static: StaticResult) -> _Index:
+        policy = self.policy
+        ikey = ("idx", self._token, policy.version, req.static_key, req.shape_key)
+        idx = snapshot.indexes.get(ikey)
+        seq = snapshot.change_seq
+        if idx is not None and idx.static is static:
+            start = idx.seq - snapshot.log_offset
+            if start >= 0:
+                if start < len(snapshot.change_log):
+                    dirty = set(snapshot.change_log[start:])
+                    if len(dirty) * 2 < len(static.eligible) + 8:
+                        self._refresh(snapshot, req, idx, dirty)
+                        idx.seq = seq
+                        return idx
+                else:
+                    return idx
+        idx = _Index(static)
+        self._refresh(snapshot, req, idx, None)
+        idx.seq = seq
+        indexes = snapshot.indexes
+        if len(indexes) > 1024:  # bound the memory: forget the least recently created half
+            for old in [k for k in indexes if k != _STATIC][:512]:
+                del indexes[old]
+        indexes[ikey] = idx
+        return idx
+
+    def _refresh(self, snapshot: Snapshot, req: Request, idx: _Index, dirty: set[int] | None) -> None:
+        entries = idx.entries
+        heap = idx.heap
+        nodes = snapshot.nodes
+        rnd = self.rng.random if self.tie_break == "random" else None
+        use_heap = not self.policy.randomized
+        if dirty is None:
+            items: Iterable = idx.static.eligible
+            entries.clear()
+            heap.clear()
+        else:
+            elig_by_pos = idx.static.elig_by_pos
+            items = [(nodes[p], elig_by_pos[p]) for p in dirty if p in elig_by_pos]
+        for node, elig in items:
+            res = self._evaluate(snapshot, node, req, elig)
+            pos = node.pos
+            if res is None:
+                entries.pop(pos, None)
+                continue
+            key, opt = res
+            entries[pos] = (node.version, key, opt)
+            if use_heap:
+                item = (tuple(-x for x in key), rnd() if rnd else pos, pos, node.version)
+                if dirty is None:
+                    heap.append(item)
+                else:
+                    heapq.heappush(heap, item)
+        if dirty is None:
+            heapq.heapify(heap)
+        elif len(heap) > 4 * len(entries) + 64:
+            valid = [h for h in heap if (e := entries.get(h[2])) is not None and e[0] == h[3]]
+            heapq.heapify(valid)
+            idx.heap = valid
+
+    def _best(self, snapshot: Snapshot, req: Request, static: StaticResult, k: int = 0):
+        """(pos, key, option) of the best feasible node, plus up to ``k`` runner-up candidates."""
+        idx = self._index(snapshot, req, static)
+        entries = idx.entries
+        if not entries:
+            return None, []
+        if self.policy.randomized:
+            pos = self.rng.choice(list(entries))
+            _v, key, opt = entries[pos]
+            return (pos, key, opt), []
+        heap = idx.heap
+        while heap:
+            top = heap[0]
+            e = entries.get(top[2])
+            if e is not None and e[0] == top[3]:
+                break
+            heapq.heappop(heap)
+        else:
+            return None, []
+        pos = heap[0][2]
+        _v, key, opt = entries[pos]
+        runners: list[tuple[int, tuple]] = []
+        if k:
+            popped = []
+            while heap and len(runners) < k + 1:
+                item = heapq.heappop(heap)
+                e = entries.get(item[2])
+                if e is not None and e[0] == item[3]:
+                    popped.append(item)
+                    runners.append((item[2], e[1]))
+            for item in popped:
+                heapq.heappush(heap, item)
+        return (pos, key, opt), runners
+
+    def _place_single(
+        self, snapshot: Snapshot, req: Request, static: StaticResult, decision: Decision
+    ) -> Placement | None:
+        best, runners = self._best(snapshot, req, static, self.top_k if self.explain else 0)
+        if best is None:
+            return None
+        pos, key, (choice, tier) = best
+        node = snapshot.nodes[pos]
+        part = assign.build_part(node, req, choice, tier)
+        if self.explain:
+            decision.candidates = [Candidate(snapshot.nodes[p].name, tuple(s)) for p, s in runners] or [
+                Candidate(node.name, tuple(key))
+            ]
+            decision.step(
+                "score",
+                f"policy {self.policy.name}: {node.name} scores {tuple(key)}",
+                candidates=len(runners),
+            )
+            decision.step(
+                "assign",
+                f"{node.name}: "
+                + (", ".join(d.device_id for d in part.devices) or "no devices")
+                + (f" ({tier})" if tier else ""),
+                topology=tier,
+            )
+        return Placement(req.id, (part,))
+
+    # ---- gangs -----------------------------------------------------------------------------------
+
+    def _candidates(self, snapshot: Snapshot, req: Request, nodes: Sequence[NodeState]):
+        """Brute-force scoring of ``nodes`` (used inside switch domains, where no index applies)."""
+        static = self._static(snapshot, req)
+        best = None
+        for node in nodes:
+            elig = static.elig_by_pos.get(node.pos)
+            if elig is None:
+                continue
+            res = self._evaluate(snapshot, node, req, elig)
+            if res is None:
+                continue
+            key, opt = res
+            rank = (tuple(key), self.rng.random() if self.tie_break == "random" else -node.pos)
+            if best is None or rank > best[0]:
+                best = (rank, node, opt)
+        return best
+
+    def _domains(self, snapshot: Snapshot) -> list[tuple[str, list[NodeState]]]:
+        domains: dict[str, list[NodeState]] = {}
+        for node in snapshot.nodes:
+            if node.switch:
+                domains.setdefault(node.switch, []).append(node)
+        return sorted(domains.items())
+
+    def _place_gang(
+        self, snapshot: Snapshot, req: Request, static: StaticResult, decision: Decision
+    ) -> Placement | None:
+        """All replicas or none; ``sameSwitch`` keeps them under one switch."""
+        wants_switch = req.topology.placement == "sameSwitch"
+        domains: list[tuple[str | None, list[NodeState] | None]]
+        domains = (
+            [(name, nodes) for name, nodes in self._domains(snapshot)] if wants_switch else [(None, None)]
+        )
+        if wants_switch and req.topology.preferred == "any":
+            domains.append((None, None))
+        placed_max = 0
+        for domain, nodes in domains:
+            tentative: list[Placement] = []
+            parts: list[NodePart] = []
+            for r in range(req.replicas):
+                if nodes is None:
+                    best, _ = self._best(snapshot, req, static)
+                    if best is None:
+                        break
+                    pos, _key, (choice, tier) = best
+                    node = snapshot.nodes[pos]
+                else:
+                    found = self._candidates(snapshot, req, nodes)
+                    if found is None:
+                        break
+                    _rank, node, (choice, tier) = found
+                part = assign.build_part(node, req, choice, tier, replica=r)
+                probe = Placement(f"{req.id}\x00gang{r}", (part,))
+                snapshot.apply(probe)
+                tentative.append(probe)
+                parts.append(part)
+            for probe in tentative:
+                snapshot.release(probe.request_id)
+            placed_max = max(placed_max, len(parts))
+            if len(parts) == req.replicas:
+                where = f"switch {domain}" if domain else "any nodes"
+                decision.step(
+                    "gang", f"all {req.replicas} replicas fit on {where}", nodes=[p.node for p in parts]
+                )
+                return Placement(req.id, tuple(parts), cross_node=len({p.node for p in parts}) > 1)
+        decision.step(
+            "gang", f"only {placed_max}/{req.replicas} replicas fit; gang not placed (all or nothing)"
+        )
+        if self.explain:
+            detail = self.explain_failure(snapshot, req, static)
+            decision.explanation = f"gang of {req.replicas} replicas: only {placed_max} fit. {detail}"
+        else:
+            decision.explanation = f"gang of {req.replicas} replicas: only {placed_max} fit"
+        return None
+
+    @staticmethod
+    def _may_split(req: Request) -> bool:
+        return req.topology.placement in ("sameSwitch", "any") or req.topology.preferred in (
+            "sameSwitch",
+            "any",
+        )
+
+    def _place_split(self, snapshot: Snapshot, req: Request, decision: Decision) -> Placement | None:
+        """Fallback for multi-group requests: each group on its own node, all under one switch."""
+        level = req.topology.placement if req.topology.placement != "sameNode" else req.topology.preferred
+        decision.step("fallback", f"no single node holds every group; trying {level}")
+        total_devices = req.device_count
+        order = sorted(range(len(req.groups)), key=lambda k: -req.groups[k].count * req.groups[k].compute)
+        domains: list[tuple[str | None, list[NodeState] | None]]
+        if level == "sameSwitch":
+            domains = [(name, nodes) for name, nodes in self._domains(snapshot)]
+        else:
+            domains = [(None, list(snapshot.nodes))]
+        results = []
+        for domain, nodes in domains:
+            tentative: list[Placement] = []
+            parts: list[NodePart] = []
+            cpu_left, mem_left = req.cpu_milli, req.memory_mib
+            ok = True
+            for n, k in enumerate(order):
+                g = req.groups[k]
+                last = n == len(order) - 1
+                cpu = cpu_left if last else req.cpu_milli * g.count // total_devices
+                mem = mem_left if last else req.memory_mib * g.count // total_devices
+                cpu_left -= cpu
+                mem_left -= mem
+                sub = Request(
+                    id=f"{req.id}\x00g{k}",
+                    cpu_milli=cpu,
+                    memory_mib=mem,
+                    groups=(g,),
+                    project=req.project,
+                    pool=req.pool,
+                    node_selector=req.node_selector,
+                    tolerations=req.tolerations,
+                    precheck_failures=req.precheck_failures,
+                )
+                found = self._candidates(snapshot, sub, nodes or [])
+                if found is None:
+                    ok = False
+                    break
+                _rank, node, (choice, tier) = found
+                part = assign.build_part(node, sub, choice, tier, groups=[k])
+                probe = Placement(sub.id, (part,))
+                snapshot.apply(probe)
+                tentative.append(probe)
+                parts.append(part)
+            for probe in tentative:
+                snapshot.release(probe.request_id)
+            if ok:
+                results.append((len({p.node for p in parts}), domain or "", parts))
+                break
+        if not results:
+            decision.explanation = ""
+            if self.explain:
+                single = self.explain_failure(snapshot, req)
+                decision.explanation = f"{single} Fallback {level}: {filters.NO_SWITCH}."
+            return None
+        n_nodes, domain, parts = results[0]
+        where = f"switch {domain}" if domain else "any nodes"
+        decision.step("fallback", f"placed across {n_nodes} node(s) under {where}; marked cross-node")
+        return Placement(req.id, tuple(parts), cross_node=n_nodes > 1)

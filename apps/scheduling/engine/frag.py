@@ -1,0 +1,368 @@
+"""Fragmentation measures over the workload's typical request shapes.
+
+Two measures of how much of a node's idle accelerator compute the common request shapes cannot use:
+
+* ``fgd`` — the measure of Weng et al. (USENIX ATC '23, "Beware of Fragmentation"): for each typical
+  shape, if one more pod of that shape fits on the node, the idle compute on cards with less free than
+  the shape asks for is fragment; if it does not fit (GPU, CPU or type), all idle compute is fragment.
+  The shapes are weighted by their frequency.
+* ``slots`` — Suanchi's measure: for each typical shape, how many pods of that shape the node could
+  still host *all together* (limited by cards, by CPU, optionally by memory); the idle compute those
+  pods could not fill is fragment. Counting every pod the node can host, not just one, makes the
+  measure feel CPU or memory being eaten away before the last pod stops fitting. On top of it, the
+  idle compute that the node's free CPU (memory) cannot feed at the workload's average CPU (memory)
+  per card counts as *stranded* — what is left behind on CPU-poor nodes whatever comes next.
+
+Both are evaluated on a compact node state key (hardware, free CPU, free memory, per-card free compute)
+and memoized, so identical node states are computed once.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from .model import WHOLE, DeviceState, Isolation, NodeState, Request, Snapshot
+
+DevState = tuple[int, int, int, bool]  # (type index, free compute, free memory, empty)
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """One typical request shape (a replica of a request, first device group)."""
+
+    cpu_milli: int = 0
+    memory_mib: int = 0
+    count: int = 0  # devices per pod, 0 for CPU-only
+    compute: int = WHOLE  # milli of a card per device
+    whole: bool = True
+    device_memory: int = 0
+    kind: str | None = None
+    vendors: frozenset[str] = frozenset()
+    models: frozenset[str] = frozenset()
+
+    @property
+    def gpu(self) -> int:
+        return self.count * self.compute
+
+    def sort_key(self) -> tuple:
+        return (
+            self.cpu_milli,
+            self.compute,
+            self.count,
+            self.memory_mib,
+            sorted(self.models),
+            sorted(self.vendors),
+            self.kind or "",
+        )
+
+
+def shape_of(req: Request, use_memory: bool = True) -> Shape:
+    mem = req.memory_mib if use_memory else 0
+    if not req.groups:
+        return Shape(cpu_milli=req.cpu_milli, memory_mib=mem, count=0, compute=0)
+    g = max(req.groups, key=lambda x: x.count * x.compute)
+    return Shape(
+        cpu_milli=req.cpu_milli,
+        memory_mib=mem,
+        count=g.count,
+        compute=g.compute,
+        whole=g.whole,
+        device_memory=0 if g.whole else g.memory_mib,
+        kind=g.kind,
+        vendors=g.vendors,
+        models=g.models,
+    )
+
+
+def typical_shapes(
+    shapes: Iterable[Shape], threshold: float = 0.95, include_cpu_only: bool = True
+) -> list[tuple[Shape, float]]:
+    """The most frequent shapes that together make up ``threshold`` of all, with normalized weights."""
+    counts = Counter(s for s in shapes if include_cpu_only or s.count > 0)
+    total = sum(counts.values())
+    if not total:
+        return []
+    ordered = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0].sort_key()))
+    chosen: list[tuple[Shape, int]] = []
+    cum = 0
+    for shape, n in ordered:
+        chosen.append((shape, n))
+        cum += n
+        if cum >= threshold * total:
+            break
+    return [(s, n / cum) for s, n in chosen]
+
+
+def device_state(d: DeviceState, type_idx: int, factor: int) -> DevState:
+    if not (d.healthy and d.schedulable):
+        return (type_idx, 0, 0, False)
+    return (type_idx, d.free_compute(factor), d.memory_mib - d.mem_used, d.whole_by is None and not d.slices)
+
+
+def after_state(
+    d: DeviceState, type_idx: int, factor: int, whole: bool, compute: int, memory: int, isolation: str
+) -> DevState:
+    """The card's state once a whole card / a slice is placed on it (nothing is mutated)."""
+    if whole:
+        return (type_idx, 0, 0, False)
+    hard = d.hard_used + (compute if isolation == Isolation.HARD else 0)
+    shared = d.shared_used + (compute if isolation != Isolation.HARD else 0)
+    free = ((WHOLE - hard) * factor) // 100 - shared
+    return (type_idx, max(free, 0), d.memory_mib - d.mem_used - memory, False)
+
+
+class FragModel:
+    """Memoized fragmentation value of node states for one set of typical shapes."""
+
+    def __init__(
+        self,
+        shapes: Sequence[tuple[Shape, float]],
+        mode: str = "slots",
+        use_memory: bool = False,
+        *,
+        strand_cpu: tuple[float, float] = (0.0, 0.0),
+        strand_mem: tuple[float, float] = (0.0, 0.0),
+    ) -> None:
+        """``strand_cpu`` / ``strand_mem``: (weight, milli-cores or MiB per milli-card of the workload).
+
+        With a weight, the slots measure also counts the idle compute that the node's free CPU
+        (memory) could not feed at the workload's average ratio — cards stranded behind an exhausted
+        CPU or memory, whichever pod shapes come next.
+        """
+        if mode not in ("fgd", "slots"):
+            raise ValueError(f"unknown fragmentation mode {mode!r}")
+        self.mode = mode
+        self.use_memory = use_memory
+        self.strand_cpu = strand_cpu if strand_cpu[0] > 0 and strand_cpu[1] > 0 else (0.0, 0.0)
+        self.strand_mem = strand_mem if strand_mem[0] > 0 and strand_mem[1] > 0 else (0.0, 0.0)
+        self.key_memory = use_memory or self.strand_mem[0] > 0
+        self.shapes = list(shapes)
+        self._memo: dict[tuple, float] = {}
+        self._allowed: dict[tuple, tuple] = {}
+        self._nodes: dict[int, tuple[int, list[DevState], tuple, float]] = {}
+        self._snap_id = 0
+        self._snap_static = -1
+        # shapes that ask for the same cards are evaluated together (their CPU / memory differ)
+        self.cpu_only_weight = sum(w for shape, w in self.shapes if shape.count == 0)
+        self._members: dict[tuple, list[tuple[int, int, float]]] = {}
+        for shape, w in self.shapes:
+            if shape.count == 0:
+                continue
+            gkey = (
+                shape.whole,
+                shape.count,
+                shape.compute,
+                shape.device_memory,
+                shape.kind,
+                shape.vendors,
+                shape.models,
+            )
+            self._members.setdefault(gkey, []).append((shape.cpu_milli, shape.memory_mib, w))
+        self.scale: dict[tuple, float] = {}
+        self._build_groups()
+
+    def _build_groups(self) -> None:
+        self.groups = []
+        for gkey, base in self._members.items():
+            f = self.scale.get(gkey, 1.0)
+            members = sorted((cpu, mem, w * f) for cpu, mem, w in base)
+            cpus = [m[0] for m in members]
+            prefix = [0.0]
+            for m in members:
+                prefix.append(prefix[-1] + m[2])
+            whole, count, compute, dmem, kind, vendors, models = gkey
+            self.groups.append(
+                (whole, count, compute, dmem, (kind, vendors, models), members, cpus, prefix, prefix[-1])
+            )
+        self._allowed.clear()
+        self._memo.clear()
+        self._nodes.clear()
+
+    def set_supply(self, snapshot: Snapshot) -> bool:
+        """Weight each shape by demand per supply: frequency × (all cards ÷ cards the shape may use).
+
+        A shape that only a small part of the fleet can serve (one vendor, one model) then counts more
+        on exactly those nodes, so requests that could run anywhere leave scarce hardware to the
+        requests that need it. Returns whether the weights changed.
+        """
+        types: Counter = Counter()
+        for node in snapshot.nodes:
+            for d in node.devices:
+                if d.healthy and d.schedulable:
+                    types[(d.kind, d.vendor, d.model)] += 1
+        total = sum(types.values())
+        scale: dict[tuple, float] = {}
+        raw = 0.0
+        weight = 0.0
+        for gkey, base in self._members.items():
+            _w, _c, _m, _d, kind, vendors, models = gkey
+            usable = sum(
+                n
+                for (k, vendor, model), n in types.items()
+                if (kind is None or k == kind)
+                and (not vendors or vendor in vendors)
+                and (not models or model in models)
+            )
+            f = total / usable if usable else 1.0
+            scale[gkey] = f
+            w = sum(m[2] for m in base)
+            raw += w * f
+            weight += w
+        if raw > 0:
+            norm = weight / raw
+            scale = {k: v * norm for k, v in scale.items()}
+        if all(abs(scale.get(k, 1.0) - self.scale.get(k, 1.0)) < 1e-9 for k in self._members):
+            return False
+        self.scale = scale
+        self._build_groups()
+        return True
+
+    # ---- node states ---------------------------------------------------------------------------
+
+    def _types(self, hw_key: tuple) -> tuple:
+        """Per group: ``None`` when every card type of the node qualifies, else the allowed type set."""
+        allowed = self._allowed.get(hw_key)
+        if allowed is None:
+            out = []
+            for group in self.groups:
+                kind, vendors, models = group[4]
+                ok = frozenset(
+                    i
+                    for i, (k, vendor, model) in enumerate(hw_key)
+                    if (kind is None or k == kind)
+                    and (not vendors or vendor in vendors)
+                    and (not models or model in models)
+                )
+                out.append(None if len(ok) == len(hw_key) else ok)
+            allowed = tuple(out)
+            self._allowed[hw_key] = allowed
+        return allowed
+
+    def node_states(self, snapshot: Snapshot, node: NodeState) -> tuple[list[DevState], tuple, float]:
+        """(per-card states in node order, state key, fragmentation value), cached per node version."""
+        if self._snap_id != id(snapshot) or self._snap_static != snapshot.static_version:
+            self._nodes.clear()
+            self._snap_id, self._snap_static = id(snapshot), snapshot.static_version
+        hit = self._nodes.get(node.pos)
+        if hit is not None and hit[0] == node.version:
+            return hit[1], hit[2], hit[3]
+        factor = snapshot.factor_pct(node)
+        hw = node.hw_key
+        index = {t: i for i, t in enumerate(hw)}
+        devs = [device_state(d, index[(d.kind, d.vendor, d.model)], factor) for d in node.devices]
+        key = self.key(hw, node.cpu_milli - node.cpu_used, node.memory_mib - node.mem_used, devs)
+        value = self.value(key)
+        self._nodes[node.pos] = (node.version, devs, key, value)
+        return devs, key, value
+
+    def key(self, hw_key: tuple, cpu_free: int, mem_free: int, devs: Iterable[DevState]) -> tuple:
+        return (hw_key, cpu_free, mem_free if self.key_memory else 0, tuple(sorted(devs)))
+
+    # ---- the measures --------------------------------------------------------------------------
+
+    def value(self, key: tuple) -> float:
+        v = self._memo.get(key)
+        if v is None:
+            v = self._fgd(key) if self.mode == "fgd" else self._slots(key)
+            if len(self._memo) > 2_000_000:
+                self._memo.clear()
+            self._memo[key] = v
+        return v
+
+    def _fgd(self, key: tuple) -> float:
+        hw, cpu_free, _mem, devs = key
+        total = 0
+        partial = 0
+        for d in devs:
+            total += d[1]
+            if not d[3]:
+                partial += d[1]
+        if total <= 0:
+            return 0.0
+        frag = self.cpu_only_weight * total
+        for (whole, count, compute, _dm, _f, _members, cpus, prefix, weight), types in zip(
+            self.groups, self._types(hw), strict=True
+        ):
+            if types is not None and not types:
+                frag += weight * total
+                continue
+            if whole:
+                n = sum(1 for d in devs if d[3] and (types is None or d[0] in types))
+                part = partial
+            else:
+                n = sum(1 for d in devs if d[1] >= compute and (types is None or d[0] in types))
+                part = sum(d[1] for d in devs if d[1] < compute)
+            if n < count:
+                frag += weight * total
+                continue
+            fits = prefix[bisect_right(cpus, cpu_free)]  # shapes whose CPU still fits
+            frag += fits * part + (weight - fits) * total
+        return frag
+
+    def _slots(self, key: tuple) -> float:
+        hw, cpu_free, mem_free, devs = key
+        total = sum(d[1] for d in devs)
+        if total <= 0:
+            return 0.0
+        use_mem = self.use_memory
+        frag = 0.0
+        for (whole, count, compute, dmem, _f, members, _c, _p, weight), types in zip(
+            self.groups, self._types(hw), strict=True
+        ):
+            if types is not None and not types:
+                frag += weight * total
+                continue
+            if whole:
+                slots = sum(1 for d in devs if d[3] and (types is None or d[0] in types)) // count
+            else:
+                slots = 0
+                for d in devs:
+                    if d[1] >= compute and (types is None or d[0] in types):
+                        s = d[1] // compute
+                        if dmem:
+                            s = min(s, d[2] // dmem)
+                        slots += s
+                if count > 1:
+                    slots //= count
+            if not slots:
+                frag += weight * total
+                continue
+            unit = count * compute
+            for cpu, mem, w in members:
+                s = slots
+                if cpu:
+                    c = cpu_free // cpu
+                    if c < s:
+                        s = c
+                if use_mem and mem:
+                    m = mem_free // mem
+                    if m < s:
+                        s = m
+                usable = s * unit
+                if usable < total:
+                    frag += w * (total - usable)
+        weight, ratio = self.strand_cpu
+        if weight:
+            stranded = total - cpu_free / ratio
+            if stranded > 0:
+                frag += weight * stranded
+        weight, ratio = self.strand_mem
+        if weight:
+            stranded = total - mem_free / ratio
+            if stranded > 0:
+                frag += weight * stranded
+        return frag
+
+    # ---- cluster level (the simulator's optional fragmentation metric) -------------------------
+
+    def cluster(self, snapshot: Snapshot) -> tuple[float, float]:
+        """(fragmented idle compute, idle compute) over the whole snapshot, in milli-cards."""
+        frag = idle = 0.0
+        for node in snapshot.nodes:
+            devs, _key, value = self.node_states(snapshot, node)
+            frag += value
+            idle += sum(d[1] for d in devs)
+        return frag, idle

@@ -1,0 +1,349 @@
+"""Tier 2: node scoring policies.
+
+A policy scores one feasible node for one request; higher keys win (tuples compare element-wise) and
+exact ties are broken at random by the engine. Every policy here is *node-local*: the score depends
+only on the node's own state and the request, so the engine can cache scores and re-evaluate only the
+nodes that changed.
+
+``random``    a uniformly random feasible node and card (the paper's Random-fit baseline)
+``bestfit``   least CPU + accelerator left after placement, in integer points (the paper's Best-fit)
+``packing``   shared cards first, then used nodes, then free nodes (the paper's GPU packing)
+``binpack``   most allocated after placement over CPU, memory and accelerator compute
+``spread``    least allocated after placement
+``topology``  tightest device topology first (NVLink clique > PCIe switch > NUMA > cross-NUMA), then binpack
+``fgd``       fragmentation gradient descent (Weng et al., ATC '23): least growth of the FGD
+              fragmentation measure, scored as the paper does (sigmoid, integer points)
+``slotfrag``  Suanchi's policy (the project's best): least growth of the slot-based fragmentation
+              measure plus stranded compute (see ``frag``), exact deltas, then a packing tie-break
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Iterable, Sequence
+
+from .assign import Choice
+from .frag import FragModel, Shape, after_state, shape_of, typical_shapes
+from .model import WHOLE, NodeState, Request, Snapshot, Topology
+
+Option = tuple[Choice, str]
+
+
+class Policy:
+    """Base class. Subclasses implement ``score``; fragmentation policies also learn the workload."""
+
+    name = ""
+    randomized = False  # the engine picks a uniformly random feasible node
+    version = 0  # bumped when cached node scores become stale (e.g. a new typical workload)
+
+    def bind(self, snapshot: Snapshot) -> None:
+        """Called when the snapshot's static version changes (fleet-wide constants)."""
+
+    def score(
+        self, snapshot: Snapshot, node: NodeState, req: Request, opts: Sequence[Option], rng: random.Random
+    ) -> tuple[tuple, int]:
+        raise NotImplementedError
+
+    def set_workload(self, requests: Iterable[Request]) -> None:
+        """The workload the fleet should expect (fragmentation policies derive typical shapes)."""
+
+    def observe(self, req: Request) -> None:
+        """Every request the engine sees (placed or not)."""
+
+    def __repr__(self) -> str:
+        return f"<Policy {self.name}>"
+
+
+def _free_compute_total(snapshot: Snapshot, node: NodeState) -> int:
+    return node.free_compute_total()
+
+
+def _request_compute(req: Request) -> int:
+    return req.compute_total
+
+
+class RandomPolicy(Policy):
+    name = "random"
+    randomized = True
+
+    def score(self, snapshot, node, req, opts, rng):
+        return (0,), rng.randrange(len(opts))
+
+
+class BestFitPolicy(Policy):
+    """``int((1 - ½·cpu_left/max_cpu - ½·accel_left/max_accel) · 100)``, as the paper's simulator does."""
+
+    name = "bestfit"
+
+    def __init__(self) -> None:
+        self.max_cpu = 1
+        self.max_accel = 1
+
+    def bind(self, snapshot):
+        self.max_cpu = max((n.cpu_milli for n in snapshot.nodes), default=0) or 1
+        self.max_accel = max((len(n.devices) * WHOLE for n in snapshot.nodes), default=0) or 1
+
+    def score(self, snapshot, node, req, opts, rng):
+        s = 0.0
+        s += (node.cpu_milli - node.cpu_used - req.cpu_milli) / self.max_cpu * 0.5
+        s += (_free_compute_total(snapshot, node) - _request_compute(req)) / self.max_accel * 0.5
+        return (int((1.0 - s) * 100),), 0
+
+
+class PackingPolicy(Policy):
+    """Shared cards first (least free on them), then free cards of used nodes, then free nodes."""
+
+    name = "packing"
+
+    def score(self, snapshot, node, req, opts, rng):
+        if not req.groups:
+            return (0,), 0
+        factor = snapshot.factor_pct(node)
+        devs = node.devices
+        n_dev = len(devs)
+        fully_free = sum(1 for d in devs if d.whole_by is None and not d.slices)
+        if fully_free == n_dev:
+            return (max(100 // 3 - fully_free, fully_free),), 0
+        choice = opts[0][0]
+        used = [devs[i] for positions in choice for i in positions]
+        free_used = sum(1 for d in used if d.whole_by is None and not d.slices)
+        if free_used:
+            return (max(100 // 2 - free_used, 100 // 3),), 0
+        ratio = sum(d.free_compute(factor) * 100 // WHOLE for d in used)
+        return (max(100 - ratio // 10, 100 // 2),), 0
+
+
+def _utilization_after(snapshot: Snapshot, node: NodeState, req: Request) -> float:
+    dims = []
+    if node.cpu_milli:
+        dims.append((node.cpu_used + req.cpu_milli) / node.cpu_milli)
+    if node.memory_mib:
+        dims.append((node.mem_used + req.memory_mib) / node.memory_mib)
+    if node.devices:
+        cap = len(node.devices) * WHOLE
+        dims.append((cap - _free_compute_total(snapshot, node) + _request_compute(req)) / cap)
+    return sum(dims) / len(dims) if dims else 0.0
+
+
+class BinpackPolicy(Policy):
+    name = "binpack"
+
+    def score(self, snapshot, node, req, opts, rng):
+        return (round(_utilization_after(snapshot, node, req), 9),), 0
+
+
+class SpreadPolicy(Policy):
+    name = "spread"
+
+    def score(self, snapshot, node, req, opts, rng):
+        return (-round(_utilization_after(snapshot, node, req), 9),), 0
+
+
+class TopologyScorePolicy(Policy):
+    """Nodes where the request gets the tightest device coupling win; binpack breaks ties."""
+
+    name = "topology"
+
+    def score(self, snapshot, node, req, opts, rng):
+        tier = opts[0][1]
+        rank = Topology.RANK.get(tier, 3) if tier else 0
+        return (-rank, round(_utilization_after(snapshot, node, req), 9)), 0
+
+
+class _FragmentationPolicy(Policy):
+    """Shared machinery: typical shapes from a given workload or learned online from requests."""
+
+    mode = "slots"
+    threshold = 1.0
+    include_cpu_only = False
+    use_memory = False
+    supply_weighting = False
+    strand_cpu_weight = 0.0
+    strand_mem_weight = 0.0
+
+    def __init__(
+        self,
+        *,
+        threshold: float | None = None,
+        use_memory: bool | None = None,
+        strand_cpu_weight: float | None = None,
+        strand_mem_weight: float | None = None,
+    ) -> None:
+        if threshold is not None:
+            self.threshold = threshold
+        if use_memory is not None:
+            self.use_memory = use_memory
+        if strand_cpu_weight is not None:
+            self.strand_cpu_weight = strand_cpu_weight
+        if strand_mem_weight is not None:
+            self.strand_mem_weight = strand_mem_weight
+        self._ratio_sums = [0, 0, 0]  # CPU, memory, compute of the accelerator requests seen
+        self._seen: list[Shape] = []
+        self._snapshot: Snapshot | None = None
+        self._fixed = False
+        self._next_refresh = 64
+        self.model = self._model(self._default_shapes())
+
+    def _default_shapes(self) -> list[tuple[Shape, float]]:
+        # before any workload is known: whole cards ×1/2/4/8 and half / quarter slices, equally likely
+        shapes = [Shape(count=n) for n in (1, 2, 4, 8)] + [
+            Shape(count=1, compute=c, whole=False) for c in (250, 500)
+        ]
+        return [(s, 1 / len(shapes)) for s in shapes]
+
+    def _count_ratio(self, req: Request) -> None:
+        compute = req.compute_total
+        if compute:
+            sums = self._ratio_sums
+            sums[0] += req.cpu_milli
+            sums[1] += req.memory_mib
+            sums[2] += compute
+
+    def _model(self, typical: Sequence[tuple[Shape, float]]) -> FragModel:
+        cpu, mem, compute = self._ratio_sums
+        return FragModel(
+            typical,
+            self.mode,
+            self.use_memory,
+            strand_cpu=(self.strand_cpu_weight, cpu / compute if compute else 0.0),
+            strand_mem=(self.strand_mem_weight, mem / compute if compute else 0.0),
+        )
+
+    def _rebuild(self, shapes: Sequence[Shape]) -> None:
+        typical = typical_shapes(shapes, self.threshold, self.include_cpu_only)
+        if typical:
+            self.model = self._model(typical)
+            if self.supply_weighting and self._snapshot is not None:
+                self.model.set_supply(self._snapshot)
+            self.version += 1
+
+    def bind(self, snapshot):
+        self._snapshot = snapshot
+        if self.supply_weighting and self.model.set_supply(snapshot):
+            self.version += 1
+
+    def set_workload(self, requests):
+        requests = list(requests)
+        self._ratio_sums = [0, 0, 0]
+        for req in requests:
+            self._count_ratio(req)
+        self._fixed = True
+        self._rebuild([shape_of(r, self.use_memory) for r in requests])
+
+    def observe(self, req):
+        if self._fixed:
+            return
+        self._count_ratio(req)
+        self._seen.append(shape_of(req, self.use_memory))
+        if len(self._seen) >= self._next_refresh:
+            if len(self._seen) > 20_000:
+                del self._seen[: len(self._seen) - 20_000]
+            self._next_refresh = len(self._seen) + min(2048, max(64, len(self._seen)))
+            self._rebuild(self._seen)
+
+    def deltas(
+        self, snapshot: Snapshot, node: NodeState, req: Request, opts: Sequence[Option]
+    ) -> tuple[list[float], int]:
+        """Growth of the fragmentation measure for each option, and the node's idle compute."""
+        model = self.model
+        devs, _key, before = model.node_states(snapshot, node)
+        idle = sum(d[1] for d in devs)
+        cpu_after = node.cpu_milli - node.cpu_used - req.cpu_milli
+        mem_after = node.memory_mib - node.mem_used - req.memory_mib
+        factor = snapshot.factor_pct(node)
+        hw = node.hw_key
+        out = []
+        for choice, _tier in opts:
+            after = list(devs)
+            for k, positions in enumerate(choice):
+                g = req.groups[k]
+                for i in positions:
+                    after[i] = after_state(
+                        node.devices[i], devs[i][0], factor, g.whole, g.compute, g.memory_mib, g.isolation
+                    )
+            out.append(model.value(model.key(hw, cpu_after, mem_after, after)) - before)
+        return out, idle
+
+
+class FGDPolicy(_FragmentationPolicy):
+    """The paper's score: ``int(sigmoid(-Δfrag / 1000) · 100)``; the first card with the best score."""
+
+    name = "fgd"
+    mode = "fgd"
+    threshold = 0.95
+    include_cpu_only = True
+
+    def score(self, snapshot, node, req, opts, rng):
+        deltas, _idle = self.deltas(snapshot, node, req, opts)
+        best = -1
+        best_i = 0
+        order = sorted(range(len(opts)), key=lambda k: [i for c in opts[k][0] for i in c])
+        for k in order:
+            x = -deltas[k] / 1000.0
+            s = int(100.0 / (1.0 + math.exp(-x)))
+            if s > best:
+                best, best_i = s, k
+        return (best,), best_i
+
+
+class SlotFragPolicy(_FragmentationPolicy):
+    """Suanchi's fragmentation-aware policy (the project's best on the Alibaba GPU trace).
+
+    The node (and, for a slice, the card) where the placement grows this measure the least wins:
+
+    * **slot fragmentation** — for every request shape seen (all of them, weighted by frequency and,
+      when shapes are tied to a vendor or model, by demand per supply), the idle compute that pods of
+      that shape could not fill if they came one after another (cards, CPU and memory all limit
+      how many fit);
+    * **stranded compute** — the idle compute the node's free CPU could not feed at the workload's
+      average CPU per card (weight 4): cards left behind an exhausted CPU, whatever comes next.
+
+    Deltas are exact (no rounding into points); ties go to the node with the least idle compute (fill
+    used nodes first), then the least free CPU.
+    """
+
+    name = "slotfrag"
+    mode = "slots"
+    threshold = 1.0
+    include_cpu_only = False
+    supply_weighting = True
+    strand_cpu_weight = 4.0
+    strand_mem_weight = 0.0
+
+    def score(self, snapshot, node, req, opts, rng):
+        deltas, idle = self.deltas(snapshot, node, req, opts)
+        best_i = 0
+        if len(deltas) > 1:
+            best_i = min(range(len(deltas)), key=lambda k: (round(deltas[k], 6), k))
+        return (-round(deltas[best_i], 6), -idle, -(node.cpu_milli - node.cpu_used)), best_i
+
+
+REGISTRY: dict[str, type[Policy]] = {
+    cls.name: cls
+    for cls in (
+        RandomPolicy,
+        BestFitPolicy,
+        PackingPolicy,
+        BinpackPolicy,
+        SpreadPolicy,
+        TopologyScorePolicy,
+        FGDPolicy,
+        SlotFragPolicy,
+    )
+}
+BEST = SlotFragPolicy.name
+
+
+def policy_names() -> list[str]:
+    return list(REGISTRY)
+
+
+def get_policy(name: str | Policy, **options) -> Policy:
+    if isinstance(name, Policy):
+        return name
+    try:
+        cls = REGISTRY[name]
+    except KeyError:
+        raise ValueError(f"unknown policy {name!r}; choose from {', '.join(REGISTRY)}") from None
+    return cls(**options)

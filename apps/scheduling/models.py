@@ -1,0 +1,112 @@
+"""Allocations (what runs where) and decision traces (why)."""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import F, Q
+from django.utils.translation import gettext_lazy as _
+
+from apps.catalog.models import Isolation
+from apps.inventory.models import Device, Node
+from apps.jobs.models import Job
+
+
+class Allocation(models.Model):
+    """A job's share of one device for one replica. Active while ``released_at`` is null.
+
+    The engine never over-allocates; the database backs it up: a whole card has at most one active
+    allocation (partial unique index), shares and memory are bounded per row, and the scheduling
+    service re-checks each device's totals under a row lock before inserting.
+    """
+
+    Isolation = Isolation
+
+    job = models.ForeignKey(Job, on_delete=models.PROTECT, related_name="allocations")
+    device = models.ForeignKey(Device, on_delete=models.PROTECT, related_name="allocations")
+    node = models.ForeignKey(Node, on_delete=models.PROTECT, related_name="allocations")
+    replica = models.PositiveSmallIntegerField(default=0)
+    attempt = models.PositiveSmallIntegerField(default=0)
+    whole_card = models.BooleanField(default=False)
+    memory_mib = models.PositiveIntegerField()
+    # Compute share in milli of one card: 1000 = the whole card.
+    compute_milli = models.PositiveIntegerField()
+    isolation = models.CharField(max_length=8, choices=Isolation.choices, default=Isolation.HARD)
+    partition_profile = models.CharField(max_length=40, blank=True)
+    trace_id = models.UUIDField(db_index=True)
+    started_at = models.DateTimeField(db_index=True)
+    released_at = models.DateTimeField(null=True, blank=True, db_index=True)
+    release_reason = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        ordering = ["-started_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["device"],
+                condition=Q(released_at__isnull=True, whole_card=True),
+                name="scheduling_allocation_one_active_whole_card",
+            ),
+            models.UniqueConstraint(
+                fields=["job", "device", "replica", "attempt"],
+                name="scheduling_allocation_unique_slot",
+            ),
+            models.CheckConstraint(
+                condition=Q(compute_milli__gte=1) & Q(compute_milli__lte=1000),
+                name="scheduling_allocation_compute_range",
+            ),
+            models.CheckConstraint(
+                condition=Q(whole_card=False) | Q(compute_milli=1000),
+                name="scheduling_allocation_whole_card_is_whole",
+            ),
+            models.CheckConstraint(
+                condition=Q(released_at__isnull=True) | Q(released_at__gte=F("started_at")),
+                name="scheduling_allocation_release_after_start",
+            ),
+            models.CheckConstraint(
+                condition=Q(isolation__in=["hard", "shared"]), name="scheduling_allocation_isolation_valid"
+            ),
+        ]
+        indexes = [
+            models.Index(
+                fields=["device"], condition=Q(released_at__isnull=True), name="scheduling_alloc_active_idx"
+            ),
+        ]
+        verbose_name = _("allocation")
+
+    def __str__(self) -> str:
+        return f"job {self.job_id} on device {self.device_id} ({self.compute_milli}m, {self.memory_mib} MiB)"
+
+
+class DecisionTrace(models.Model):
+    """One scheduling decision (调度轨迹): every step with its reason, the top candidates, the choice."""
+
+    class Outcome(models.TextChoices):
+        PLACED = "placed", _("placed")
+        PENDING = "pending", _("pending")
+        CONFLICT = "conflict", _("lost a race; retried next cycle")
+        REJECTED = "rejected", _("rejected")
+
+    trace_id = models.UUIDField(unique=True)
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="traces")
+    cycle_id = models.UUIDField(null=True, blank=True, db_index=True)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    policy = models.CharField(max_length=40)
+    outcome = models.CharField(max_length=10, choices=Outcome.choices)
+    explanation = models.TextField(blank=True)
+    queue_position = models.PositiveIntegerField(null=True, blank=True)
+    steps = models.JSONField(default=list)
+    candidates = models.JSONField(default=list)
+    placement = models.JSONField(null=True, blank=True)
+    duration_us = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(outcome__in=["placed", "pending", "conflict", "rejected"]),
+                name="scheduling_decisiontrace_outcome_valid",
+            ),
+        ]
+        verbose_name = _("decision trace")
+
+    def __str__(self) -> str:
+        return f"{self.trace_id} {self.outcome}"

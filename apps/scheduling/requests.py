@@ -1,0 +1,303 @@
+"""From a Job (neutral terms) to engine Requests, and the submission-time feasibility check."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from decimal import ROUND_CEILING, Decimal
+
+from apps.catalog.models import ComputeTemplate, DeviceModel, Vendor
+from apps.catalog.selectors import coefficients_on
+from apps.core.errors import ValidationFailed
+from apps.inventory.vendors import ADAPTERS
+from apps.jobs.models import Job
+from apps.scheduling.engine.model import WHOLE, DeviceGroup, Isolation, Request, Toleration, TopologyPolicy
+
+_KIND_BY_TYPE = {"GPU": "gpu", "NPU": "npu", "DCU": "dcu", "MLU": "mlu", "HPU": "hpu"}
+# Features a device request template may name, mapped to the catalog's feature flags.
+_NEEDS = {"RDMA": "rdma", "ROCE": "rdma", "NVLINK": "nvlink", "MIG": "mig", "HCCS": "hccs"}
+
+
+@dataclass(frozen=True)
+class Feasibility:
+    ok: bool
+    reason: str = ""
+    compute_units: Decimal | None = None
+
+
+def _vendor_tolerations(vendors: set[str]) -> tuple[Toleration, ...]:
+    """The platform knows which accelerator a request targets, so it tolerates that vendor's taint."""
+    out = []
+    for vendor in sorted(vendors or ADAPTERS):
+        adapter = ADAPTERS.get(vendor)
+        if adapter is None:
+            continue
+        for taint in adapter.taints():
+            out.append(
+                Toleration(key=taint["key"], operator="Equal", value=taint["value"], effect=taint["effect"])
+            )
+    return tuple(out)
+
+
+def _user_tolerations(job: Job) -> tuple[Toleration, ...]:
+    out = []
+    for t in job.tolerations or []:
+        out.append(
+            Toleration(
+                key=t.get("key", ""),
+                operator=t.get("operator", "Equal"),
+                value=t.get("value", ""),
+                effect=t.get("effect", ""),
+            )
+        )
+    return tuple(out)
+
+
+def _model_label(model: DeviceModel) -> str:
+    return model.name
+
+
+def request_validate(job: Job) -> None:
+    """Field-level rules for each request kind (400 with field errors)."""
+    errors: dict[str, list[str]] = {}
+    kind = job.request_kind
+    if kind == Job.RequestKind.TEMPLATE:
+        if job.template_id is None:
+            errors["template"] = ["Choose a compute template."]
+        elif job.template.is_retired:
+            errors["template"] = [f"Template {job.template.name!r} is retired."]
+    elif kind == Job.RequestKind.WHOLE_CARDS:
+        if (
+            job.device_model_id is None
+            and not job.vendor
+            and not job.min_memory_mib
+            and not job.required_features
+        ):
+            errors["device_model"] = [
+                "Name a device model, or attributes (vendor, minimum memory, features)."
+            ]
+        if job.vendor and job.vendor not in Vendor.values:
+            errors["vendor"] = [f"Unknown vendor {job.vendor!r}; choose one of {', '.join(Vendor.values)}."]
+    elif kind == Job.RequestKind.COMPUTE_UNITS:
+        if job.compute_units is None or job.compute_units <= 0:
+            errors["compute_units"] = ["Give a positive number of compute units."]
+        unknown = [v for v in job.allowed_vendors or [] if v not in Vendor.values]
+        if unknown:
+            errors["allowed_vendors"] = [f"Unknown vendors: {', '.join(unknown)}."]
+    elif kind == Job.RequestKind.REQUEST_TEMPLATE and job.request_template_id is None:
+        errors["request_template"] = ["Choose a device request template."]
+    if job.count < 1:
+        errors["count"] = ["Count must be at least 1."]
+    if errors:
+        raise ValidationFailed("The request is invalid.", details=errors)
+
+
+def _cu_alternatives(
+    job: Job, models: list[DeviceModel], coefficients: dict[int, Decimal]
+) -> list[tuple[DeviceGroup, Decimal]]:
+    """Neutral compute units → concrete shapes per model, least over-grant first.
+
+    One slice (share = CU ÷ coefficient) when the request fits one card, else whole cards.
+    """
+    want = Decimal(job.compute_units)
+    memory = job.memory_mib or 0
+    options: list[tuple[Decimal, DeviceGroup, Decimal]] = []
+    for model in models:
+        coef = coefficients.get(model.pk)
+        if not coef or not model.memory_mib:
+            continue
+        if want <= coef:
+            milli = int((want / coef * WHOLE).to_integral_value(rounding=ROUND_CEILING))
+            if memory > model.memory_mib:
+                continue
+            group = DeviceGroup(
+                count=1,
+                whole=milli >= WHOLE,
+                memory_mib=memory,
+                compute=min(milli, WHOLE),
+                isolation=Isolation.HARD,
+                kind=model.kind,
+                models={_model_label(model)},
+            )
+            granted = coef * Decimal(min(milli, WHOLE)) / WHOLE
+        else:
+            cards = math.ceil(want / coef)
+            if memory and math.ceil(memory / cards) > model.memory_mib:
+                continue
+            group = DeviceGroup(count=cards, whole=True, kind=model.kind, models={_model_label(model)})
+            granted = coef * cards
+        options.append((granted - want, group, granted))
+    options.sort(key=lambda item: (item[0], sorted(item[1].models)))
+    return [(group, granted) for _waste, group, granted in options]
+
+
+def _template_group(template: ComputeTemplate, count: int) -> DeviceGroup:
+    model = template.device_model
+    whole = (
+        template.compute_share >= 100
+        and template.isolation == "hard"
+        and not template.partition_profile
+        and template.max_instances == 1
+    )
+    milli = int((Decimal(template.compute_share) * 10).to_integral_value(rounding=ROUND_CEILING))
+    return DeviceGroup(
+        count=count,
+        whole=whole,
+        memory_mib=0 if whole else template.memory_mib,
+        compute=WHOLE if whole else max(1, min(milli, WHOLE)),
+        isolation=template.isolation,
+        kind=model.kind,
+        models={_model_label(model)},
+    )
+
+
+def _request_template_groups(job: Job) -> tuple[list[DeviceGroup], TopologyPolicy, str]:
+    template = job.request_template
+    groups: list[DeviceGroup] = []
+    problems = []
+    resolution = template.resolution or []
+    for i, device in enumerate(template.devices):
+        res = resolution[i] if i < len(resolution) else {"status": "any", "candidates": []}
+        kind = _KIND_BY_TYPE.get(str(device.get("type", "")).upper())
+        models = {c["name"] for c in res.get("candidates", [])}
+        if res.get("status") == "unresolved":
+            problems.append(f"spec.devices[{i}].model {device.get('model')!r} matches no catalog model")
+        needs = {_NEEDS.get(str(n).upper(), str(n).lower()) for n in device.get("needs", []) or []}
+        shared = bool(device.get("shared"))
+        groups.append(
+            DeviceGroup(
+                count=int(device.get("count", 1)),
+                whole=not shared,
+                compute=WHOLE // 2 if shared else WHOLE,
+                isolation=Isolation.SHARED if shared else Isolation.HARD,
+                kind=kind,
+                models=models,
+                features=needs,
+                name=str(device.get("model") or device.get("type") or f"group{i}"),
+            )
+        )
+    policy = template.topology_policy
+    placement = policy.get("placement") or "sameNode"
+    preferred = policy.get("preferred")
+    topology = TopologyPolicy(placement=placement, preferred=preferred if preferred != placement else None)
+    return groups, topology, "; ".join(problems)
+
+
+def job_requests(
+    job: Job,
+    *,
+    precheck_failures: dict[str, str] | None = None,
+    catalog: list[DeviceModel] | None = None,
+    coefficients: dict[int, Decimal] | None = None,
+) -> list[tuple[Request, Decimal | None]]:
+    """The engine requests for a job: usually one; neutral compute-unit requests give one per shape.
+
+    Each comes with the compute units per hour it would be granted (None when a coefficient is unknown).
+    """
+    base = {
+        "id": str(job.pk or "new"),
+        "replicas": job.replicas,
+        "project": job.project.slug if job.project_id else None,
+        "node_selector": dict(job.node_selector or {}),
+        "precheck_failures": precheck_failures or {},
+        "priority": job.priority,
+    }
+    user_tol = _user_tolerations(job)
+    kind = job.request_kind
+    if kind == Job.RequestKind.TEMPLATE:
+        template = job.template
+        group = _template_group(template, job.count)
+        coef = (coefficients or coefficients_on([template.device_model_id])).get(template.device_model_id)
+        cu = None if coef is None else coef * Decimal(group.compute) / WHOLE * job.count * job.replicas
+        tol = _vendor_tolerations({template.device_model.vendor}) + user_tol
+        return [(Request(groups=(group,), tolerations=tol, **base), cu)]
+    if kind == Job.RequestKind.WHOLE_CARDS:
+        features = set(job.required_features or [])
+        if job.device_model_id:
+            models = {_model_label(job.device_model)}
+            vendors = {job.device_model.vendor}
+            mkind = job.device_model.kind
+        else:
+            models = set()
+            vendors = {job.vendor} if job.vendor else set()
+            mkind = None
+        group = DeviceGroup(
+            count=job.count,
+            whole=True,
+            memory_mib=job.min_memory_mib or 0,
+            kind=mkind,
+            vendors=vendors,
+            models=models,
+            features=features,
+        )
+        cu = None
+        if job.device_model_id:
+            coef = (coefficients or coefficients_on([job.device_model_id])).get(job.device_model_id)
+            cu = None if coef is None else coef * job.count * job.replicas
+        tol = _vendor_tolerations(vendors) + user_tol
+        return [(Request(groups=(group,), tolerations=tol, **base), cu)]
+    if kind == Job.RequestKind.COMPUTE_UNITS:
+        allowed = set(job.allowed_vendors or [])
+        catalog = catalog if catalog is not None else list(DeviceModel.objects.all())
+        models = [m for m in catalog if not allowed or m.vendor in allowed]
+        coefficients = coefficients or coefficients_on([m.pk for m in models])
+        out = []
+        for group, granted in _cu_alternatives(job, models, coefficients):
+            vendor = next(m.vendor for m in models if m.name in group.models)
+            tol = _vendor_tolerations({vendor}) + user_tol
+            out.append((Request(groups=(group,), tolerations=tol, **base), granted * job.replicas))
+        return out
+    groups, topology, _problems = _request_template_groups(job)
+    vendors = set()
+    for res in job.request_template.resolution or []:
+        vendors |= {c["vendor"] for c in res.get("candidates", [])}
+    tol = _vendor_tolerations(vendors) + user_tol
+    return [(Request(groups=tuple(groups), topology=topology, tolerations=tol, **base), None)]
+
+
+def request_describe(job: Job) -> str:
+    kind = job.request_kind
+    reps = f" × {job.replicas} replicas" if job.replicas > 1 else ""
+    if kind == Job.RequestKind.TEMPLATE:
+        return f"{job.count} × template {job.template.name} ({job.template.device_model.name}){reps}"
+    if kind == Job.RequestKind.WHOLE_CARDS:
+        what = job.device_model.name if job.device_model_id else (job.vendor or "any vendor")
+        extra = []
+        if job.min_memory_mib:
+            extra.append(f"≥ {job.min_memory_mib // 1024} GiB")
+        if job.required_features:
+            extra.append("+".join(job.required_features))
+        return f"{job.count} whole card(s) of {what}" + (f" ({', '.join(extra)})" if extra else "") + reps
+    if kind == Job.RequestKind.COMPUTE_UNITS:
+        vendors = ", ".join(job.allowed_vendors) if job.allowed_vendors else "any vendor"
+        mem = f" + {job.memory_mib // 1024} GiB" if job.memory_mib else ""
+        return f"{job.compute_units} CU{mem} on {vendors}{reps}"
+    return f"request template {job.request_template.name}{reps}"
+
+
+def request_feasible_anywhere(job: Job) -> Feasibility:
+    """Could any node of the fleet, empty and healthy, ever take this request? If not, why."""
+    from apps.scheduling.engine.engine import Engine
+    from apps.scheduling.snapshot import fleet_snapshot
+
+    if job.request_kind == Job.RequestKind.REQUEST_TEMPLATE:
+        _groups, _topology, problems = _request_template_groups(job)
+        if problems:
+            return Feasibility(False, problems)
+    alternatives = job_requests(job)
+    if not alternatives:
+        allowed = ", ".join(job.allowed_vendors) if job.allowed_vendors else "any vendor"
+        return Feasibility(
+            False,
+            f"no device model of {allowed} with a known compute coefficient and memory can provide "
+            f"{job.compute_units} CU" + (f" with {job.memory_mib} MiB" if job.memory_mib else ""),
+        )
+    snapshot = fleet_snapshot(empty=True, gray_opt_in=True)
+    engine = Engine(policy="bestfit", explain=True)
+    explanation = ""
+    for request, cu in alternatives:
+        decision = engine.place(snapshot, request, commit=False)
+        if decision.placed:
+            return Feasibility(True, "", cu)
+        explanation = explanation or decision.explanation
+    return Feasibility(False, explanation or "no node matches")

@@ -1,0 +1,388 @@
+"""The scheduling cycle: queue → engine decisions → allocations written under row locks.
+
+The engine decides on an in-memory snapshot; persistence re-checks every touched card's totals
+inside ``SELECT … FOR UPDATE`` (jobs first, then devices, each in primary-key order, so concurrent
+cycles never deadlock) before inserting. A placement that lost a race is dropped, traced as
+"conflict" and retried next cycle. Database constraints back this up (one active whole-card
+allocation per device, share and memory bounds per row).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections import defaultdict
+from dataclasses import dataclass, field
+from decimal import Decimal
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from apps.catalog.models import DeviceModel
+from apps.catalog.selectors import coefficients_on
+from apps.core.audit import actor_fields
+from apps.inventory import compat
+from apps.inventory.models import Device, Node
+from apps.jobs.models import QUEUED_STATES, Job, JobEvent, JobState
+from apps.scheduling.engine.engine import Engine
+from apps.scheduling.engine.model import WHOLE, Decision, Snapshot
+from apps.scheduling.models import Allocation, DecisionTrace
+from apps.scheduling.requests import job_requests
+from apps.scheduling.snapshot import fleet_snapshot
+
+DEFAULT_BATCH = 200
+
+
+@dataclass
+class CycleResult:
+    cycle_id: uuid.UUID
+    considered: int = 0
+    placed: int = 0
+    pending: int = 0
+    conflicts: int = 0
+    engine_seconds: float = 0.0
+    persist_seconds: float = 0.0
+    placed_job_ids: list[int] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return {
+            "cycle_id": str(self.cycle_id),
+            "considered": self.considered,
+            "placed": self.placed,
+            "pending": self.pending,
+            "conflicts": self.conflicts,
+            "engine_seconds": round(self.engine_seconds, 4),
+            "persist_seconds": round(self.persist_seconds, 4),
+        }
+
+
+def scheduler_policy() -> str:
+    return settings.SUANCHI.get("SCHEDULER_POLICY", "")
+
+
+class _Prechecks:
+    """Runtime precheck answers per (node, requirement, vendor), computed once per cycle."""
+
+    def __init__(self, nodes: list[Node]) -> None:
+        self.nodes = nodes
+        self.cache: dict[tuple[str, str], dict[str, str]] = {}
+
+    def failures(self, job: Job, vendors: set[str]) -> dict[str, str]:
+        requirement = (job.runtime_requirement or "").strip()
+        if not requirement:
+            return {}
+        out: dict[str, str] = {}
+        for vendor in sorted(vendors) or [""]:
+            key = (requirement, vendor)
+            if key not in self.cache:
+                answers = {}
+                for node in self.nodes:
+                    result = compat.node_precheck(node, requirement, vendor=vendor or None)
+                    if not result.ok:
+                        answers[node.name] = result.reason
+                self.cache[key] = answers
+            for name, reason in self.cache[key].items():
+                out.setdefault(name, reason)
+        return out
+
+
+def _job_vendors(job: Job) -> set[str]:
+    if job.request_kind == Job.RequestKind.TEMPLATE:
+        return {job.template.device_model.vendor}
+    if job.request_kind == Job.RequestKind.WHOLE_CARDS:
+        return {job.device_model.vendor} if job.device_model_id else ({job.vendor} if job.vendor else set())
+    if job.request_kind == Job.RequestKind.COMPUTE_UNITS:
+        return set(job.allowed_vendors or [])
+    return {c["vendor"] for r in job.request_template.resolution or [] for c in r.get("candidates", [])}
+
+
+def queued_jobs(limit: int | None = None):
+    qs = (
+        Job.objects.filter(state__in=QUEUED_STATES)
+        .select_related("project", "template__device_model", "device_model", "request_template")
+        .order_by("-priority", "created_at", "id")
+    )
+    return qs[:limit] if limit else qs
+
+
+def scheduling_cycle_run(
+    *, actor="scheduler", policy: str | None = None, limit: int | None = None, batch: int = DEFAULT_BATCH
+) -> CycleResult:
+    """One pass over the queue (priority, then age). Safe to run concurrently with itself."""
+    result = CycleResult(cycle_id=uuid.uuid4())
+    jobs = list(queued_jobs(limit))
+    result.considered = len(jobs)
+    if not jobs:
+        return result
+    started = time.perf_counter()
+    snapshot = fleet_snapshot()
+    engine = Engine(policy=policy or scheduler_policy() or "bestfit")
+    nodes = list(Node.objects.exclude(status=Node.Status.RETIRED))
+    prechecks = _Prechecks(nodes)
+    catalog = list(DeviceModel.objects.all())
+    coefficients = coefficients_on([m.pk for m in catalog])
+    outcomes: list[tuple[Job, Decision, Decimal | None, int]] = []
+    for position, job in enumerate(jobs, start=1):
+        failures = prechecks.failures(job, _job_vendors(job))
+        decision = None
+        cu = None
+        for request, granted in job_requests(
+            job, precheck_failures=failures, catalog=catalog, coefficients=coefficients
+        ):
+            decision = engine.place(snapshot, request, commit=True)
+            cu = granted
+            if decision.placed:
+                break
+        if decision is None:  # no shape at all (e.g. no model with a coefficient): explain
+            decision = Decision(uuid.uuid4().hex, str(job.pk), engine.policy.name)
+            decision.explanation = "no device model can provide this request"
+        outcomes.append((job, decision, cu, position))
+    result.engine_seconds = time.perf_counter() - started
+
+    started = time.perf_counter()
+    for i in range(0, len(outcomes), batch):
+        _persist(
+            outcomes[i : i + batch], snapshot=snapshot, cycle_id=result.cycle_id, actor=actor, result=result
+        )
+    result.persist_seconds = time.perf_counter() - started
+    return result
+
+
+def _device_usage(device_ids: list[int]) -> dict[int, list[int]]:
+    """Active totals per device: [memory, hard milli, shared milli, whole count]."""
+    usage: dict[int, list[int]] = defaultdict(lambda: [0, 0, 0, 0])
+    rows = Allocation.objects.filter(device_id__in=device_ids, released_at__isnull=True).values_list(
+        "device_id", "memory_mib", "compute_milli", "isolation", "whole_card"
+    )
+    for device_id, memory, compute, isolation, whole in rows:
+        u = usage[device_id]
+        u[0] += memory
+        if whole:
+            u[3] += 1
+        elif isolation == "shared":
+            u[2] += compute
+        else:
+            u[1] += compute
+    return usage
+
+
+def _fits(
+    u: list[int], *, memory_cap: int, whole: bool, memory: int, compute: int, isolation: str, factor: int
+) -> bool:
+    if u[3]:
+        return False
+    if whole:
+        return u[0] == 0 and u[1] == 0 and u[2] == 0
+    if u[0] + memory > memory_cap:
+        return False
+    hard, shared = u[1], u[2]
+    if isolation == "shared":
+        shared += compute
+    else:
+        hard += compute
+    return hard * factor + shared * 100 <= WHOLE * factor
+
+
+@transaction.atomic
+def _persist(outcomes, *, snapshot: Snapshot, cycle_id, actor, result: CycleResult) -> None:
+    now = timezone.now()
+    label = actor_fields(actor)["actor_label"]
+    job_ids = [job.pk for job, *_ in outcomes]
+    # Lock order: jobs, then devices, both by primary key.
+    states = dict(
+        Job.objects.select_for_update().filter(pk__in=job_ids).order_by("pk").values_list("pk", "state")
+    )
+    placed = [(job, d, cu, pos) for job, d, cu, pos in outcomes if d.placed]
+    device_ids = sorted(
+        {int(a.device_id) for _j, d, _c, _p in placed for part in d.placement.parts for a in part.devices}
+    )
+    caps = {}
+    if device_ids:
+        caps = {
+            pk: (model_memory or memory or 0, int((factor or 1) * 100), node_id)
+            for pk, memory, model_memory, factor, node_id in Device.objects.select_for_update(of=("self",))
+            .filter(pk__in=device_ids)
+            .order_by("pk")
+            .values_list(
+                "pk", "memory_mib", "device_model__memory_mib", "node__pool__overcommit_factor", "node_id"
+            )
+        }
+    usage = _device_usage(device_ids) if device_ids else {}
+
+    allocations: list[Allocation] = []
+    traces: list[DecisionTrace] = []
+    events: list[JobEvent] = []
+    scheduled_ids: list[int] = []
+    for job, decision, cu, position in outcomes:
+        trace = _trace(job, decision, cycle_id=cycle_id, position=position)
+        if states.get(job.pk) not in QUEUED_STATES:
+            if decision.placed:
+                snapshot.release(decision.request_id)
+            continue  # cancelled (or scheduled by another cycle) meanwhile
+        if not decision.placed:
+            result.pending += 1
+            if job.state_reason != decision.explanation[:500]:
+                traces.append(trace)
+                events.append(
+                    JobEvent(
+                        job=job,
+                        kind=JobEvent.Kind.PENDING,
+                        message=decision.explanation[:1000],
+                        actor_label=label,
+                        data={"trace_id": decision.trace_id},
+                    )
+                )
+                Job.objects.filter(pk=job.pk, state__in=QUEUED_STATES).update(
+                    state_reason=decision.explanation[:500], last_trace_id=trace.trace_id, updated_at=now
+                )
+            continue
+        # Re-check every card of this placement against the locked, current totals.
+        rows = []
+        ok = True
+        trial = {pk: list(u) for pk, u in usage.items()}
+        for part in decision.placement.parts:
+            for a in part.devices:
+                pk = int(a.device_id)
+                cap, factor, _node = caps.get(pk, (0, 100, None))
+                u = trial.setdefault(pk, [0, 0, 0, 0])
+                if not _fits(
+                    u,
+                    memory_cap=cap,
+                    whole=a.whole,
+                    memory=a.memory_mib,
+                    compute=a.compute,
+                    isolation=a.isolation,
+                    factor=factor,
+                ):
+                    ok = False
+                    break
+                u[0] += a.memory_mib if not a.whole else cap
+                if a.whole:
+                    u[3] += 1
+                elif a.isolation == "shared":
+                    u[2] += a.compute
+                else:
+                    u[1] += a.compute
+                rows.append((part.replica, pk, a))
+            if not ok:
+                break
+        if not ok:
+            snapshot.release(decision.request_id)
+            result.conflicts += 1
+            trace.outcome = DecisionTrace.Outcome.CONFLICT
+            trace.explanation = "another scheduling cycle took this capacity first; retrying next cycle"
+            traces.append(trace)
+            continue
+        usage.update(trial)
+        for replica, pk, a in rows:
+            allocations.append(
+                Allocation(
+                    job=job,
+                    device_id=pk,
+                    node_id=caps[pk][2],
+                    replica=replica,
+                    attempt=job.attempt,
+                    whole_card=a.whole,
+                    memory_mib=caps[pk][0] if a.whole else a.memory_mib,
+                    compute_milli=WHOLE if a.whole else a.compute,
+                    isolation=a.isolation,
+                    partition_profile=(job.template.partition_profile if job.template_id else ""),
+                    trace_id=uuid.UUID(decision.trace_id),
+                    started_at=now,
+                )
+            )
+        traces.append(trace)
+        scheduled_ids.append(job.pk)
+        nodes = ", ".join(decision.placement.nodes)
+        cross = " (cross-node)" if decision.cross_node else ""
+        events.append(
+            JobEvent(
+                job=job,
+                kind=JobEvent.Kind.STATE,
+                from_state=states[job.pk],
+                to_state=JobState.SCHEDULED,
+                message=f"scheduled on {nodes}{cross}",
+                actor_label=label,
+                data={"trace_id": decision.trace_id, "compute_units": str(cu) if cu is not None else None},
+            )
+        )
+        result.placed += 1
+        result.placed_job_ids.append(job.pk)
+
+    Allocation.objects.bulk_create(allocations)
+    DecisionTrace.objects.bulk_create(traces)
+    JobEvent.objects.bulk_create(events)
+    if scheduled_ids:
+        trace_by_job = {
+            int(t.job_id): t.trace_id for t in traces if t.outcome == DecisionTrace.Outcome.PLACED
+        }
+        # Conditional: only jobs still queued move (they are locked, so this is the whole set).
+        for job_id in scheduled_ids:
+            Job.objects.filter(pk=job_id, state__in=QUEUED_STATES).update(
+                state=JobState.SCHEDULED,
+                state_reason="",
+                state_changed_at=now,
+                updated_at=now,
+                last_trace_id=trace_by_job.get(job_id),
+            )
+
+
+def _trace(job: Job, decision: Decision, *, cycle_id, position: int) -> DecisionTrace:
+    data = decision.to_dict()
+    return DecisionTrace(
+        trace_id=uuid.UUID(decision.trace_id),
+        job=job,
+        cycle_id=cycle_id,
+        policy=decision.policy,
+        outcome=DecisionTrace.Outcome.PLACED if decision.placed else DecisionTrace.Outcome.PENDING,
+        explanation=decision.explanation,
+        queue_position=None if decision.placed else position,
+        steps=data["steps"],
+        candidates=data["candidates"],
+        placement=data["placement"],
+    )
+
+
+@transaction.atomic
+def allocations_release(*, job: Job, reason: str, actor) -> int:
+    """Release the job's active allocations (completion, cancel, preemption). Idempotent."""
+    now = timezone.now()
+    count = Allocation.objects.filter(job=job, released_at__isnull=True).update(
+        released_at=now, release_reason=reason[:200]
+    )
+    if count:
+        JobEvent.objects.create(
+            job=job,
+            kind=JobEvent.Kind.RELEASED,
+            message=f"{count} allocation(s) released: {reason}",
+            actor_label=actor_fields(actor)["actor_label"],
+        )
+    return count
+
+
+@transaction.atomic
+def job_finish(*, job: Job, succeeded: bool, reason: str = "", actor) -> bool:
+    """A scheduled or running job ends; its cards are released. Returns whether this call ended it."""
+    from apps.jobs.services import job_transition
+
+    target = JobState.SUCCEEDED if succeeded else JobState.FAILED
+    if not job_transition(
+        job, to=target, actor=actor, reason=reason, expected=(JobState.SCHEDULED, JobState.RUNNING)
+    ):
+        return False
+    allocations_release(job=job, reason=target, actor=actor)
+    return True
+
+
+def queue_position(job: Job) -> int | None:
+    """1-based position among queued jobs (priority, then age); None when the job is not queued."""
+    if job.state not in QUEUED_STATES:
+        return None
+    ahead = Job.objects.filter(state__in=QUEUED_STATES).filter(
+        Q(priority__gt=job.priority)
+        | Q(priority=job.priority, created_at__lt=job.created_at)
+        | Q(priority=job.priority, created_at=job.created_at, pk__lt=job.pk)
+    )
+    return ahead.count() + 1
