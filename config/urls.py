@@ -20,4 +20,5 @@ urlpatterns = [
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("inventory/", include("apps.inventory.urls")),
     path("catalog/", include("apps.catalog.urls")),
+    path("jobs/", include("apps.jobs.urls")),
 ]

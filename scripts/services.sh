@@ -16,3 +16,6 @@ if ! redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then
     while [ $i -lt 30 ] && ! redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; do i=$((i + 1)); sleep 1; done
 fi
 pg_isready -h 127.0.0.1 -p 5432 && redis-cli -h 127.0.0.1 -p 6379 ping
+# The database the test settings name (pytest creates test_<name> from it).
+psql -h 127.0.0.1 -U postgres -tAc "SELECT 1 FROM pg_database WHERE datname='suanchi'" 2>/dev/null | grep -q 1 \
+    || createdb -h 127.0.0.1 -U postgres suanchi 2>/dev/null || true

@@ -18,8 +18,14 @@ app.conf.task_default_routing_key = "default"
 app.conf.task_default_queue = "default"
 app.conf.task_routes = {
     "worker.tasks.inventory.*": {"queue": "ingest"},
+    "worker.tasks.scheduling.*": {"queue": "scheduler"},
 }
 app.conf.beat_schedule = {
+    "scheduling-cycle": {
+        "task": "worker.tasks.scheduling.scheduling_cycle_task",
+        "schedule": 5.0,
+        "options": {"expires": 10},
+    },
     "inventory-mark-stale-nodes": {
         "task": "worker.tasks.inventory.node_staleness_check_task",
         "schedule": 300.0,

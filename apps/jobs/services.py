@@ -119,7 +119,14 @@ def job_submit(*, project: Project, actor, **fields: Any) -> Job:
         obj=job,
         after={"request": scheduling_requests.request_describe(job)},
     )
+    transaction.on_commit(_request_cycle)
     return job
+
+
+def _request_cycle() -> None:
+    from worker.tasks.scheduling import request_cycle
+
+    request_cycle()
 
 
 def job_transition(

@@ -17,7 +17,7 @@ from decimal import Decimal
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import Case, Q, Value, When
 from django.utils import timezone
 
 from apps.catalog.models import DeviceModel
@@ -215,6 +215,7 @@ def _persist(outcomes, *, snapshot: Snapshot, cycle_id, actor, result: CycleResu
     traces: list[DecisionTrace] = []
     events: list[JobEvent] = []
     scheduled_ids: list[int] = []
+    pending_updates: dict[int, tuple[str, uuid.UUID]] = {}
     for job, decision, cu, position in outcomes:
         trace = _trace(job, decision, cycle_id=cycle_id, position=position)
         if states.get(job.pk) not in QUEUED_STATES:
@@ -234,9 +235,7 @@ def _persist(outcomes, *, snapshot: Snapshot, cycle_id, actor, result: CycleResu
                         data={"trace_id": decision.trace_id},
                     )
                 )
-                Job.objects.filter(pk=job.pk, state__in=QUEUED_STATES).update(
-                    state_reason=decision.explanation[:500], last_trace_id=trace.trace_id, updated_at=now
-                )
+                pending_updates[job.pk] = (decision.explanation[:500], trace.trace_id)
             continue
         # Re-check every card of this placement against the locked, current totals.
         rows = []
@@ -318,15 +317,24 @@ def _persist(outcomes, *, snapshot: Snapshot, cycle_id, actor, result: CycleResu
         trace_by_job = {
             int(t.job_id): t.trace_id for t in traces if t.outcome == DecisionTrace.Outcome.PLACED
         }
-        # Conditional: only jobs still queued move (they are locked, so this is the whole set).
-        for job_id in scheduled_ids:
-            Job.objects.filter(pk=job_id, state__in=QUEUED_STATES).update(
-                state=JobState.SCHEDULED,
-                state_reason="",
-                state_changed_at=now,
-                updated_at=now,
-                last_trace_id=trace_by_job.get(job_id),
-            )
+        # One conditional UPDATE for the batch: only jobs still queued move (they are locked).
+        Job.objects.filter(pk__in=scheduled_ids, state__in=QUEUED_STATES).update(
+            state=JobState.SCHEDULED,
+            state_reason="",
+            state_changed_at=now,
+            updated_at=now,
+            last_trace_id=Case(*[When(pk=pk, then=Value(trace_by_job[pk])) for pk in scheduled_ids]),
+        )
+    if pending_updates:
+        Job.objects.filter(pk__in=list(pending_updates), state__in=QUEUED_STATES).update(
+            state_reason=Case(
+                *[When(pk=pk, then=Value(reason)) for pk, (reason, _t) in pending_updates.items()]
+            ),
+            last_trace_id=Case(
+                *[When(pk=pk, then=Value(trace)) for pk, (_r, trace) in pending_updates.items()]
+            ),
+            updated_at=now,
+        )
 
 
 def _trace(job: Job, decision: Decision, *, cycle_id, position: int) -> DecisionTrace:

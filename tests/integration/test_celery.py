@@ -84,3 +84,35 @@ def test_a_task_is_published_to_its_own_queue_only():
     lengths = {q: client.llen(q) for q in queues}
     client.delete(*queues)
     assert lengths == {"default": 0, "scheduler": 0, "push": 0, "ingest": 1, "billing": 0}
+
+
+def test_a_submission_asks_for_a_cycle_and_the_worker_schedules_it(make_user, make_project):
+    """Submit → on_commit enqueues a cycle on the scheduler queue → a real worker places the job."""
+    from datetime import date
+    from decimal import Decimal
+
+    from apps.catalog.models import ComputeCoefficient, DeviceModel
+    from apps.inventory.models import Device
+    from apps.jobs.models import Job, JobState
+    from apps.jobs.services import job_submit
+
+    model = DeviceModel.objects.create(vendor="nvidia", kind="gpu", name="T4", slug="t4", memory_mib=15360)
+    ComputeCoefficient.objects.create(
+        device_model=model, value=Decimal("0.2083"), effective_from=date(2024, 1, 1)
+    )
+    cluster = Cluster.objects.create(name="Prod", slug="prod")
+    node = Node.objects.create(cluster=cluster, name="t4-01")
+    Device.objects.create(node=node, vendor="nvidia", index=0, uuid="GPU-t4-0", device_model=model)
+    user = make_user("alice")
+    project = make_project("vision", members=[user])
+    with start_worker(app, pool="solo", perform_ping_check=False, queues=["scheduler"], loglevel="WARNING"):
+        job = job_submit(
+            project=project,
+            actor=user,
+            name="infer",
+            image="x",
+            request_kind="whole_cards",
+            device_model=model,
+            count=1,
+        )
+        assert wait_for(lambda: Job.objects.get(pk=job.pk).state == JobState.SCHEDULED)

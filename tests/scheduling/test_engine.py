@@ -625,3 +625,15 @@ def test_whole_card_choice_without_topology_uses_the_lowest_free_index():
     n = node("plain", gpus("plain", 4))
     got = assign.pick_whole(n, range(4), 2)
     assert got == ((0, 1), Topology.UNKNOWN)
+
+
+def test_a_copy_is_independent():
+    snap = Snapshot([node("a", gpus("a", 2))])
+    engine = Engine("bestfit", seed=1)
+    engine.place(snap, Request("x", groups=(whole(1),)))
+    twin = snap.copy()
+    assert engine.place(twin, Request("y", groups=(whole(1),))).placed
+    assert "y" not in snap.placements and snap.node("a").devices[1].empty
+    assert twin.check_invariants() == [] and snap.check_invariants() == []
+    twin.release("x")
+    assert not snap.node("a").devices[0].empty

@@ -1,5 +1,6 @@
 """Celery tasks: thin wrappers that look rows up again and call one service."""
 
 from worker.tasks.inventory import node_staleness_check_task
+from worker.tasks.scheduling import scheduling_cycle_task
 
-__all__ = ["node_staleness_check_task"]
+__all__ = ["node_staleness_check_task", "scheduling_cycle_task"]

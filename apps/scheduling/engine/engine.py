@@ -149,9 +149,9 @@ class Engine:
     # ---- tier 1 --------------------------------------------------------------------------------
 
     def _static(self, snapshot: Snapshot, req: Request) -> StaticResult:
-        if self._bound != (id(snapshot), snapshot.static_version):
+        if self._bound != (snapshot.uid, snapshot.static_version):
             self.policy.bind(snapshot)
-            self._bound = (id(snapshot), snapshot.static_version)
+            self._bound = (snapshot.uid, snapshot.static_version)
         cache = snapshot.indexes.get(_STATIC)
         if cache is None:
             cache = snapshot.indexes[_STATIC] = {}

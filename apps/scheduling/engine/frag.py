@@ -243,9 +243,9 @@ class FragModel:
 
     def node_states(self, snapshot: Snapshot, node: NodeState) -> tuple[list[DevState], tuple, float]:
         """(per-card states in node order, state key, fragmentation value), cached per node version."""
-        if self._snap_id != id(snapshot) or self._snap_static != snapshot.static_version:
+        if self._snap_id != snapshot.uid or self._snap_static != snapshot.static_version:
             self._nodes.clear()
-            self._snap_id, self._snap_static = id(snapshot), snapshot.static_version
+            self._snap_id, self._snap_static = snapshot.uid, snapshot.static_version
         hit = self._nodes.get(node.pos)
         if hit is not None and hit[0] == node.version:
             return hit[1], hit[2], hit[3]

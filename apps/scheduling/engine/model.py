@@ -18,12 +18,14 @@ Invariants the snapshot enforces on every ``apply`` (and ``check_invariants`` re
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 WHOLE = 1000  # compute milli of one whole card
+_SNAPSHOT_IDS = itertools.count(1)
 MAX_OVERCOMMIT_PCT = 150
 
 
@@ -607,6 +609,7 @@ class Snapshot:
     """
 
     def __init__(self, nodes: Iterable[NodeState] = (), pools: Iterable[PoolInfo] = ()) -> None:
+        self.uid = next(_SNAPSHOT_IDS)  # unique for the process (``id()`` of a dead snapshot is reused)
         self.nodes: list[NodeState] = []
         self.by_name: dict[str, NodeState] = {}
         self.pools: dict[str, PoolInfo] = {p.name: p for p in pools}
@@ -693,6 +696,49 @@ class Snapshot:
         for alloc in allocations:
             snap.apply(Placement.from_dict(alloc) if isinstance(alloc, Mapping) else alloc)
         return snap
+
+    def copy(self) -> Snapshot:
+        """An independent copy (for what-if checks); caches are not copied."""
+        clone = Snapshot(pools=self.pools.values())
+        for node in self.nodes:
+            devices = []
+            for d in node.devices:
+                c = DeviceState(
+                    d.id,
+                    d.index,
+                    kind=d.kind,
+                    vendor=d.vendor,
+                    model=d.model,
+                    memory_mib=d.memory_mib,
+                    features=d.features,
+                    topology_group=d.topology_group,
+                    pcie_switch=d.pcie_switch,
+                    numa_node=d.numa_node,
+                    owner_project=d.owner_project,
+                    healthy=d.healthy,
+                    schedulable=d.schedulable,
+                )
+                c.mem_used, c.hard_used, c.shared_used = d.mem_used, d.hard_used, d.shared_used
+                c.whole_by, c.slices = d.whole_by, dict(d.slices)
+                devices.append(c)
+            n = NodeState(
+                node.name,
+                cpu_milli=node.cpu_milli,
+                memory_mib=node.memory_mib,
+                devices=devices,
+                pool=node.pool,
+                status=node.status,
+                status_reason=node.status_reason,
+                labels=node.labels,
+                taints=node.taints,
+                switch=node.switch,
+                zone=node.zone,
+                owner_project=node.owner_project,
+            )
+            n.cpu_used, n.mem_used = node.cpu_used, node.mem_used
+            clone.add_node(n)
+        clone.placements = dict(self.placements)
+        return clone
 
     # ---- static changes -----------------------------------------------------------------------
 

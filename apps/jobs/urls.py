@@ -1,0 +1,15 @@
+"""Job pages, mounted at /jobs/ (namespace "jobs")."""
+
+from django.urls import path
+
+from apps.jobs import views
+
+app_name = "jobs"
+
+urlpatterns = [
+    path("", views.job_list, name="list"),
+    path("submit/", views.job_submit, name="submit"),
+    path("submit/preview/", views.job_submit_preview, name="submit-preview"),
+    path("<int:pk>/", views.job_detail, name="detail"),
+    path("<int:pk>/cancel/", views.job_cancel, name="cancel"),
+]

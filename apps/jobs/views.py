@@ -1,0 +1,469 @@
+"""Server-rendered job pages: the list, the submit form with its live placement preview, the detail.
+
+Every read goes through ``apps.jobs.selectors.job_list`` (scoped by membership); another project's
+job is a 404, never a 403. Writes go through ``apps.jobs.services`` (submit, cancel); their
+ApplicationErrors become form errors or messages, never a 500.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import ValidationError
+from django.core.paginator import Page, Paginator
+from django.http import HttpRequest, HttpResponse, JsonResponse, QueryDict
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils.translation import gettext as _
+from django.views.decorators.http import require_http_methods, require_POST, require_safe
+
+from apps.accounts.models import Membership
+from apps.accounts.selectors import is_platform_staff, project_list, user_role
+from apps.core.errors import ApplicationError, ValidationFailed
+from apps.core.templatetags.suanchi import DEVICE_KIND_BY_VENDOR
+from apps.inventory import selectors as inventory_selectors
+from apps.inventory.models import Device, Node
+from apps.jobs import selectors, services
+from apps.jobs.forms import REQUEST_FIELDS, JobFilterForm, JobSubmitForm, submittable_projects
+from apps.jobs.models import ACTIVE_STATES, FINAL_STATES, PRIORITY_VALUES, QUEUED_STATES, Job, JobState
+from apps.scheduling import services as scheduling
+from apps.scheduling.engine.engine import Engine
+from apps.scheduling.models import Allocation, DecisionTrace
+from apps.scheduling.requests import (
+    job_requests,
+    request_describe,
+    request_feasible_anywhere,
+    request_validate,
+)
+from apps.scheduling.snapshot import fleet_snapshot
+
+PAGE_SIZE = 50
+PREVIEW_POLICY = "bestfit"
+PREVIEW_TOP_K = 5
+PREVIEW_REJECTIONS = 12
+CANCEL_ROLES = (Membership.Role.MEMBER, Membership.Role.ADMIN)
+# Badge tones (classes in suanchi.css) per job state.
+STATE_TONES = {
+    JobState.PENDING: "info",
+    JobState.ADMITTED: "info",
+    JobState.SCHEDULED: "accent",
+    JobState.RUNNING: "ok",
+    JobState.SUCCEEDED: "ok",
+    JobState.FAILED: "bad",
+    JobState.PREEMPTED: "warn",
+    JobState.CANCELLED: "muted",
+}
+TRACE_TONES = {"placed": "ok", "pending": "warn", "conflict": "info", "rejected": "bad"}
+
+
+def _paginate(request: HttpRequest, qs) -> Page:
+    return Paginator(qs, PAGE_SIZE).get_page(request.GET.get("page"))
+
+
+def _query_without_page(request: HttpRequest) -> str:
+    query: QueryDict = request.GET.copy()
+    query.pop("page", None)
+    return query.urlencode()
+
+
+def _device_label(vendor: str, index: int) -> str:
+    return f"{DEVICE_KIND_BY_VENDOR.get(vendor, 'GPU')}{index}"
+
+
+def queue_positions(jobs: list[Job]) -> dict[int, int]:
+    """1-based queue positions of the queued ``jobs``, with one query for the whole page.
+
+    The same order as ``apps.scheduling.services.queue_position``: priority, then age, then id.
+    """
+    wanted = {job.pk for job in jobs if job.state in QUEUED_STATES}
+    if not wanted:
+        return {}
+    order = (
+        Job.objects.filter(state__in=QUEUED_STATES)
+        .order_by("-priority", "created_at", "id")
+        .values_list("id", flat=True)
+    )
+    positions: dict[int, int] = {}
+    for position, pk in enumerate(order, start=1):
+        if pk in wanted:
+            positions[pk] = position
+            if len(positions) == len(wanted):
+                break
+    return positions
+
+
+# ------------------------------------------------------------------ list
+
+
+@login_required
+@require_safe
+def job_list(request: HttpRequest) -> HttpResponse:
+    user = request.user
+    form = JobFilterForm(request.GET, user=user)
+    page = _paginate(request, form.filter(selectors.job_list(user=user)))
+    jobs = list(page.object_list)
+    positions = queue_positions(jobs)
+    for job in jobs:
+        job.request_text = request_describe(job)
+        job.queue_pos = positions.get(job.pk)
+        job.state_tone = STATE_TONES.get(job.state, "muted")
+    context = {
+        "form": form,
+        "page": page,
+        "jobs": jobs,
+        "page_query": _query_without_page(request),
+        "can_submit": submittable_projects(user).exists(),
+    }
+    return render(request, "jobs/job_list.html", context)
+
+
+# ------------------------------------------------------------------ submit
+
+
+def _submit_refusal(user) -> str:
+    """Why this user cannot submit anywhere (shown instead of the form)."""
+    if project_list(user=user).exists():
+        return _(
+            "You are a viewer in your projects: viewers can follow jobs but not submit them. "
+            "Ask a project admin to make you a member."
+        )
+    return _("You are not a member of any project yet. Ask a project admin to add you.")
+
+
+def _request_kind_fields() -> dict[str, list[str]]:
+    return {kind: list(names) for kind, names in REQUEST_FIELDS.items()}
+
+
+@login_required
+@require_http_methods(["GET", "HEAD", "POST"])
+def job_submit(request: HttpRequest) -> HttpResponse:
+    user = request.user
+    can_submit = submittable_projects(user).exists()
+    if not can_submit:
+        status = 403 if request.method == "POST" else 200
+        context = {"refusal": _submit_refusal(user), "form": None}
+        return render(request, "jobs/job_submit.html", context, status=status)
+    initial = {}
+    if request.GET.get("project"):
+        initial["project"] = request.GET["project"]
+    form = JobSubmitForm(request.POST if request.method == "POST" else None, user=user, initial=initial)
+    if request.method == "POST" and form.is_valid():
+        try:
+            job = services.job_submit(
+                project=form.cleaned_data["project"], actor=user, **form.service_values()
+            )
+        except ApplicationError as exc:
+            form.add_service_errors(exc.message, exc.details)
+        except ValidationError as exc:
+            details = exc.message_dict if hasattr(exc, "error_dict") else {"__all__": exc.messages}
+            form.add_service_errors("", details)
+        else:
+            messages.success(
+                request,
+                _("Job %(name)s submitted: it waits in the queue for the next scheduling cycle.")
+                % {"name": job.name},
+            )
+            return redirect("jobs:detail", pk=job.pk)
+    context = {
+        "form": form,
+        "refusal": "",
+        "preview_url": reverse("jobs:submit-preview"),
+        "request_kind_fields": _request_kind_fields(),
+    }
+    return render(request, "jobs/job_submit.html", context)
+
+
+def _json_errors(form: JobSubmitForm) -> dict[str, list[str]]:
+    return {name: [e["message"] for e in errors] for name, errors in form.errors.get_json_data().items()}
+
+
+def _unsaved_job(form: JobSubmitForm) -> Job:
+    """The request as an unsaved Job (never saved: ``job.pk`` stays None, so requests use id "new")."""
+    values = form.request_values()
+    data = form.cleaned_data
+    job = Job(name=data.get("name") or "", image=data.get("image") or "", **values)
+    if data.get("project") is not None:
+        job.project = data["project"]
+    job.priority = PRIORITY_VALUES.get(job.priority_class, PRIORITY_VALUES["normal"])
+    return job
+
+
+def _precheck_failures(job: Job) -> dict[str, str]:
+    """Nodes whose driver cannot run the job's runtime requirement (as the scheduling cycle checks)."""
+    if not (job.runtime_requirement or "").strip():
+        return {}
+    nodes = list(Node.objects.exclude(status=Node.Status.RETIRED))
+    try:
+        return scheduling._Prechecks(nodes).failures(job, scheduling._job_vendors(job))
+    except ApplicationError:
+        return {}
+
+
+def _decimal(value: Decimal | None) -> str | None:
+    return None if value is None else f"{value.normalize():f}"
+
+
+def _placement_preview(job: Job, user) -> dict[str, Any]:
+    """Which nodes and cards could take the request now, per alternative shape (nothing is written)."""
+    snapshot = fleet_snapshot()
+    engine = Engine(policy=PREVIEW_POLICY, top_k=PREVIEW_TOP_K)
+    failures = _precheck_failures(job)
+    visible = set(inventory_selectors.node_list(user=user).values_list("name", flat=True))
+    hidden = _("a node you cannot see")
+
+    def shown(name: str) -> str:
+        return name if name in visible else hidden
+
+    decisions = []
+    for request_, cu in job_requests(job, precheck_failures=failures):
+        decision = engine.place(snapshot, request_, commit=False)
+        decisions.append((request_, cu, decision))
+    device_ids = {
+        int(a.device_id)
+        for _r, _c, d in decisions
+        if d.placed
+        for part in d.placement.parts
+        for a in part.devices
+    }
+    devices = {
+        row["pk"]: row for row in Device.objects.filter(pk__in=device_ids).values("pk", "vendor", "index", "uuid")
+    }
+    alternatives = []
+    chosen = None
+    for i, (request_, cu, decision) in enumerate(decisions):
+        group = request_.groups[0] if request_.groups else None
+        entry: dict[str, Any] = {
+            "index": i,
+            "models": sorted(group.models) if group else [],
+            "compute_units": _decimal(cu),
+            "placed": decision.placed,
+            "nodes": [],
+            "candidates": [
+                {"node": shown(c.node), "score": list(c.score)} for c in decision.candidates
+            ],
+            "explanation": decision.explanation,
+            "rejections": [
+                {"node": shown(name), "reason": reason}
+                for name, reason in sorted(decision.rejections.items())[:PREVIEW_REJECTIONS]
+            ]
+            if not decision.placed
+            else [],
+            "steps": [{"tier": s.tier, "message": s.message} for s in decision.steps],
+        }
+        if decision.placed:
+            for part in decision.placement.parts:
+                cards = []
+                for a in part.devices:
+                    row = devices.get(int(a.device_id), {})
+                    cards.append(
+                        {
+                            "label": _device_label(row.get("vendor", ""), a.index),
+                            "uuid": row.get("uuid", ""),
+                            "whole": a.whole,
+                            "memory_mib": a.memory_mib,
+                            "compute_pct": round(a.compute / 10, 1),
+                        }
+                    )
+                entry["nodes"].append({"node": shown(part.node), "replica": part.replica, "cards": cards})
+            if chosen is None:
+                chosen = i
+        entry["chosen"] = False
+        alternatives.append(entry)
+    if chosen is not None:
+        alternatives[chosen]["chosen"] = True
+    return {"placed_now": chosen is not None, "alternatives": alternatives}
+
+
+@login_required
+@require_POST
+def job_submit_preview(request: HttpRequest) -> JsonResponse:
+    """The submit form's live preview: validation, the request in words, its price, where it fits now."""
+    user = request.user
+    if not submittable_projects(user).exists():
+        return JsonResponse({"valid": False, "errors": {"__all__": [_submit_refusal(user)]}}, status=403)
+    form = JobSubmitForm(request.POST, user=user)
+    valid = form.is_valid()
+    body: dict[str, Any] = {
+        "valid": valid,
+        "errors": _json_errors(form),
+        "request": None,
+        "compute_units_per_hour": None,
+        "feasible": None,
+        "placed_now": False,
+        "alternatives": [],
+    }
+    if form.request_errors():
+        body["valid"] = False
+        return JsonResponse(body)
+    job = _unsaved_job(form)
+    try:
+        request_validate(job)
+    except ValidationFailed as exc:
+        for name, errors in (exc.details or {}).items():
+            body["errors"].setdefault(name, []).extend(str(e) for e in errors)
+        body["valid"] = False
+        return JsonResponse(body)
+    body["request"] = request_describe(job)
+    feasibility = request_feasible_anywhere(job)
+    body["feasible"] = {"ok": feasibility.ok, "reason": feasibility.reason}
+    cu = feasibility.compute_units
+    if cu is None:
+        alternatives = job_requests(job)
+        cu = alternatives[0][1] if alternatives else None
+    body["compute_units_per_hour"] = _decimal(cu)
+    if not feasibility.ok:
+        body["valid"] = False
+        body["errors"].setdefault("__all__", []).append(
+            _("No device in the fleet could ever satisfy this request: %(reason)s") % {"reason": feasibility.reason}
+        )
+    body.update(_placement_preview(job, user))
+    return JsonResponse(body)
+
+
+# ------------------------------------------------------------------ detail
+
+
+def _placement_rows(placement: dict | None) -> list[dict]:
+    """The trace's placement JSON as rows per node and replica, each card with its label and UUID."""
+    if not placement:
+        return []
+    parts = placement.get("parts") or []
+    ids = set()
+    for part in parts:
+        for device in part.get("devices") or []:
+            try:
+                ids.add(int(device.get("device_id")))
+            except (TypeError, ValueError):
+                continue
+    known = {row["pk"]: row for row in Device.objects.filter(pk__in=ids).values("pk", "vendor", "index", "uuid")}
+    rows = []
+    for part in parts:
+        cards = []
+        for device in part.get("devices") or []:
+            try:
+                row = known.get(int(device.get("device_id")), {})
+            except (TypeError, ValueError):
+                row = {}
+            cards.append(
+                {
+                    "label": _device_label(row.get("vendor", ""), device.get("index", row.get("index", 0))),
+                    "uuid": row.get("uuid", ""),
+                    "whole": device.get("whole", False),
+                    "memory_mib": device.get("memory_mib") or 0,
+                    "compute_pct": round((device.get("compute") or 0) / 10, 1),
+                    "isolation": device.get("isolation", ""),
+                }
+            )
+        rows.append(
+            {
+                "node": part.get("node", ""),
+                "replica": part.get("replica", 0),
+                "topology": part.get("topology", ""),
+                "cards": cards,
+            }
+        )
+    return rows
+
+
+def _candidate_rows(trace: DecisionTrace, chosen_nodes: set[str]) -> list[dict]:
+    rows = []
+    for rank, candidate in enumerate(trace.candidates or [], start=1):
+        if not isinstance(candidate, dict):
+            continue
+        score = candidate.get("score")
+        rows.append(
+            {
+                "rank": rank,
+                "node": candidate.get("node", ""),
+                "score": ", ".join(str(s) for s in score) if isinstance(score, list) else str(score or ""),
+                "chosen": candidate.get("node") in chosen_nodes,
+            }
+        )
+    return rows
+
+
+def _step_rows(trace: DecisionTrace) -> list[dict]:
+    return [
+        {"tier": step.get("tier", ""), "message": step.get("message", "")}
+        for step in trace.steps or []
+        if isinstance(step, dict)
+    ]
+
+
+def _why(job: Job) -> dict[str, Any]:
+    """"Why this card?" (latest placed trace) or "Why pending?" (latest pending trace + live position)."""
+    traces = DecisionTrace.objects.filter(job=job).order_by("-created_at", "-id")
+    if job.state in QUEUED_STATES:
+        trace = traces.filter(
+            outcome__in=[DecisionTrace.Outcome.PENDING, DecisionTrace.Outcome.CONFLICT]
+        ).first()
+        return {
+            "mode": "pending",
+            "trace": trace,
+            "queue_position": scheduling.queue_position(job),
+            "steps": _step_rows(trace) if trace else [],
+            "explanation": (trace.explanation if trace else "") or job.state_reason,
+        }
+    trace = traces.filter(outcome=DecisionTrace.Outcome.PLACED).first()
+    if trace is None:
+        return {"mode": "none", "trace": None}
+    placement = _placement_rows(trace.placement)
+    chosen = {row["node"] for row in placement}
+    return {
+        "mode": "placed",
+        "trace": trace,
+        "placement": placement,
+        "steps": _step_rows(trace),
+        "candidates": _candidate_rows(trace, chosen),
+        "cross_node": bool((trace.placement or {}).get("cross_node")),
+    }
+
+
+def _can_act(user, job: Job) -> bool:
+    return user_role(user, job.project) in CANCEL_ROLES
+
+
+@login_required
+@require_safe
+def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    user = request.user
+    job = get_object_or_404(selectors.job_list(user=user), pk=pk)
+    job.state_tone = STATE_TONES.get(job.state, "muted")
+    events = list(job.events.all())
+    for event in events:
+        event.to_tone = STATE_TONES.get(event.to_state, "muted")
+    allocations = list(
+        Allocation.objects.filter(job=job).select_related("node", "device").order_by("replica", "node__name", "device__index", "id")
+    )
+    why = _why(job)
+    if why.get("trace") is not None:
+        why["tone"] = TRACE_TONES.get(why["trace"].outcome, "muted")
+    context = {
+        "job": job,
+        "request_text": request_describe(job),
+        "events": events,
+        "allocations": allocations,
+        "active_allocations": sum(1 for a in allocations if a.released_at is None),
+        "why": why,
+        "can_cancel": job.state not in FINAL_STATES and _can_act(user, job),
+        "is_active": job.state in ACTIVE_STATES,
+        "is_platform_staff": is_platform_staff(user),
+    }
+    return render(request, "jobs/job_detail.html", context)
+
+
+@login_required
+@require_POST
+def job_cancel(request: HttpRequest, pk: int) -> HttpResponse:
+    job = get_object_or_404(selectors.job_list(user=request.user), pk=pk)
+    reason = (request.POST.get("reason") or "").strip()[:300]
+    try:
+        services.job_cancel(job=job, actor=request.user, reason=reason)
+    except ApplicationError as exc:
+        messages.error(request, exc.message)
+    else:
+        messages.success(request, _("Job %(name)s cancelled; its cards were released.") % {"name": job.name})
+    return redirect("jobs:detail", pk=job.pk)
