@@ -133,8 +133,10 @@ class JobSubmitForm(forms.Form):
         label=_("Runtime requirement"),
         required=False,
         max_length=60,
-        help_text=_("The runtime the image was built for, checked against each node's driver: "
-                    "cuda 12.4, cann 8.0.RC3, rocm 6.2, dtk 24.04."),
+        help_text=_(
+            "The runtime the image was built for, checked against each node's driver: "
+            "cuda 12.4, cann 8.0.RC3, rocm 6.2, dtk 24.04."
+        ),
         widget=forms.TextInput(attrs={"placeholder": "cuda 12.4"}),
     )
     request_kind = forms.ChoiceField(
@@ -253,7 +255,9 @@ class JobSubmitForm(forms.Form):
             key = key.strip()
             if not sep or not ENV_KEY.match(key):
                 errors.append(
-                    _("Line %(number)s: expected KEY=VALUE with a key of letters, digits and _ (got %(line)s).")
+                    _(
+                        "Line %(number)s: expected KEY=VALUE with a key of letters, digits and _ (got %(line)s)."
+                    )
                     % {"number": number, "line": line[:60]}
                 )
             elif key in env:

@@ -229,7 +229,8 @@ def _placement_preview(job: Job, user) -> dict[str, Any]:
         for a in part.devices
     }
     devices = {
-        row["pk"]: row for row in Device.objects.filter(pk__in=device_ids).values("pk", "vendor", "index", "uuid")
+        row["pk"]: row
+        for row in Device.objects.filter(pk__in=device_ids).values("pk", "vendor", "index", "uuid")
     }
     alternatives = []
     chosen = None
@@ -241,9 +242,7 @@ def _placement_preview(job: Job, user) -> dict[str, Any]:
             "compute_units": _decimal(cu),
             "placed": decision.placed,
             "nodes": [],
-            "candidates": [
-                {"node": shown(c.node), "score": list(c.score)} for c in decision.candidates
-            ],
+            "candidates": [{"node": shown(c.node), "score": list(c.score)} for c in decision.candidates],
             "explanation": decision.explanation,
             "rejections": [
                 {"node": shown(name), "reason": reason}
@@ -317,7 +316,8 @@ def job_submit_preview(request: HttpRequest) -> JsonResponse:
     if not feasibility.ok:
         body["valid"] = False
         body["errors"].setdefault("__all__", []).append(
-            _("No device in the fleet could ever satisfy this request: %(reason)s") % {"reason": feasibility.reason}
+            _("No device in the fleet could ever satisfy this request: %(reason)s")
+            % {"reason": feasibility.reason}
         )
     body.update(_placement_preview(job, user))
     return JsonResponse(body)
@@ -338,7 +338,9 @@ def _placement_rows(placement: dict | None) -> list[dict]:
                 ids.add(int(device.get("device_id")))
             except (TypeError, ValueError):
                 continue
-    known = {row["pk"]: row for row in Device.objects.filter(pk__in=ids).values("pk", "vendor", "index", "uuid")}
+    known = {
+        row["pk"]: row for row in Device.objects.filter(pk__in=ids).values("pk", "vendor", "index", "uuid")
+    }
     rows = []
     for part in parts:
         cards = []
@@ -394,7 +396,7 @@ def _step_rows(trace: DecisionTrace) -> list[dict]:
 
 
 def _why(job: Job) -> dict[str, Any]:
-    """"Why this card?" (latest placed trace) or "Why pending?" (latest pending trace + live position)."""
+    """ "Why this card?" (latest placed trace) or "Why pending?" (latest pending trace + live position)."""
     traces = DecisionTrace.objects.filter(job=job).order_by("-created_at", "-id")
     if job.state in QUEUED_STATES:
         trace = traces.filter(
@@ -433,10 +435,15 @@ def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
     job = get_object_or_404(selectors.job_list(user=user), pk=pk)
     job.state_tone = STATE_TONES.get(job.state, "muted")
     events = list(job.events.all())
+    labels = dict(JobState.choices)
     for event in events:
         event.to_tone = STATE_TONES.get(event.to_state, "muted")
+        event.to_label = labels.get(event.to_state, event.to_state)
+        event.from_label = labels.get(event.from_state, event.from_state)
     allocations = list(
-        Allocation.objects.filter(job=job).select_related("node", "device").order_by("replica", "node__name", "device__index", "id")
+        Allocation.objects.filter(job=job)
+        .select_related("node", "device")
+        .order_by("replica", "node__name", "device__index", "id")
     )
     why = _why(job)
     if why.get("trace") is not None:
@@ -444,6 +451,9 @@ def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
     context = {
         "job": job,
         "request_text": request_describe(job),
+        "expected_hours": (
+            None if job.expected_duration_s is None else Decimal(job.expected_duration_s) / Decimal(3600)
+        ),
         "events": events,
         "allocations": allocations,
         "active_allocations": sum(1 for a in allocations if a.released_at is None),

@@ -190,7 +190,7 @@ SPECTACULAR_SETTINGS = {
 }
 
 # Celery: embedded default is kombu's filesystem transport under var/ (no server needed).
-CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default="filesystem://")
+CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default="filesystem://localhost//")
 if CELERY_BROKER_URL.startswith("filesystem://"):
     _broker_dir = VAR_DIR / "broker"
     for _sub in ("queue", "processed"):

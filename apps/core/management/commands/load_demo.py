@@ -6,6 +6,8 @@ from django.db import transaction
 from apps.accounts import demo as accounts_demo
 from apps.catalog.services import catalog_sync, compute_template_sync_builtin
 from apps.inventory import demo as inventory_demo
+from apps.jobs import demo as jobs_demo
+from apps.scheduling.services import scheduling_cycle_run
 
 
 class Command(BaseCommand):
@@ -22,6 +24,11 @@ class Command(BaseCommand):
         with transaction.atomic():
             credentials = accounts_demo.load(actor=actor, stdout=self.stdout)
             fleet = inventory_demo.load(actor=actor, stdout=self.stdout)
+            jobs = jobs_demo.load(actor=actor, stdout=self.stdout)
+        cycle = scheduling_cycle_run(actor="scheduler")
+        self.stdout.write(
+            f"jobs: {jobs} submitted; scheduling cycle: {cycle.placed} placed, {cycle.pending} pending"
+        )
         imported = fleet["import"]
         self.stdout.write(
             "fleet: " + ", ".join(f"{k} {v}" for k, v in imported.items() if isinstance(v, int))

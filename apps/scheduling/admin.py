@@ -1,0 +1,114 @@
+"""Admin console for scheduling records (staff only): allocations and decision traces, read-only.
+
+Both are written by the scheduling cycle and the release services only; the admin shows them.
+"""
+
+from __future__ import annotations
+
+import json
+
+from django.contrib import admin
+from django.http import HttpRequest
+from django.utils.html import format_html
+from django.utils.translation import gettext_lazy as _
+
+from apps.scheduling.models import Allocation, DecisionTrace
+
+
+def _pretty(value) -> str:
+    if value in (None, "", [], {}):
+        return "—"
+    text = json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False, default=str)
+    return format_html('<pre style="white-space: pre-wrap; margin: 0">{}</pre>', text)
+
+
+class _ReadOnlyAdmin(admin.ModelAdmin):
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj=None) -> bool:
+        return False
+
+
+class ActiveFilter(admin.SimpleListFilter):
+    title = _("status")
+    parameter_name = "active"
+
+    def lookups(self, request, model_admin):
+        return (("yes", _("active")), ("no", _("released")))
+
+    def queryset(self, request, queryset):
+        if self.value() == "yes":
+            return queryset.filter(released_at__isnull=True)
+        if self.value() == "no":
+            return queryset.filter(released_at__isnull=False)
+        return queryset
+
+
+@admin.register(Allocation)
+class AllocationAdmin(_ReadOnlyAdmin):
+    list_display = (
+        "id",
+        "job",
+        "node",
+        "device",
+        "replica",
+        "attempt",
+        "whole_card",
+        "memory_mib",
+        "compute_milli",
+        "isolation",
+        "started_at",
+        "released_at",
+    )
+    list_filter = (
+        ActiveFilter,
+        "whole_card",
+        "isolation",
+        ("node", admin.RelatedOnlyFieldListFilter),
+        ("job", admin.RelatedOnlyFieldListFilter),
+    )
+    search_fields = ("job__name", "node__name", "device__uuid", "=trace_id")
+    list_select_related = ("job__project", "node", "device")
+    date_hierarchy = "started_at"
+    ordering = ("-started_at", "-id")
+
+
+@admin.register(DecisionTrace)
+class DecisionTraceAdmin(_ReadOnlyAdmin):
+    list_display = ("trace_id", "job", "outcome", "policy", "queue_position", "duration_us", "created_at")
+    list_filter = ("outcome", "policy")
+    search_fields = ("=trace_id", "job__name", "explanation")
+    list_select_related = ("job__project",)
+    date_hierarchy = "created_at"
+    ordering = ("-created_at", "-id")
+    fields = (
+        "trace_id",
+        "job",
+        "cycle_id",
+        "created_at",
+        "policy",
+        "outcome",
+        "queue_position",
+        "duration_us",
+        "explanation",
+        "steps_pretty",
+        "candidates_pretty",
+        "placement_pretty",
+    )
+    readonly_fields = fields
+
+    @admin.display(description=_("steps"))
+    def steps_pretty(self, obj: DecisionTrace) -> str:
+        return _pretty(obj.steps)
+
+    @admin.display(description=_("candidates"))
+    def candidates_pretty(self, obj: DecisionTrace) -> str:
+        return _pretty(obj.candidates)
+
+    @admin.display(description=_("placement"))
+    def placement_pretty(self, obj: DecisionTrace) -> str:
+        return _pretty(obj.placement)
