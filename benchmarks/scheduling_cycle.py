@@ -51,26 +51,55 @@ def build_fleet():
     from apps.inventory.models import Cluster, Device, Node, Pool
 
     models = {
-        "a100": DeviceModel.objects.create(vendor="nvidia", kind="gpu", name="A100 80GB SXM4", slug="a100",
-                                           memory_mib=81920, features=["nvlink"]),
+        "a100": DeviceModel.objects.create(
+            vendor="nvidia",
+            kind="gpu",
+            name="A100 80GB SXM4",
+            slug="a100",
+            memory_mib=81920,
+            features=["nvlink"],
+        ),
         "t4": DeviceModel.objects.create(vendor="nvidia", kind="gpu", name="T4", slug="t4", memory_mib=15360),
-        "910b3": DeviceModel.objects.create(vendor="huawei", kind="npu", name="Ascend 910B3", slug="910b3",
-                                            memory_mib=65536),
-        "dcu": DeviceModel.objects.create(vendor="hygon", kind="dcu", name="DCU Z100/Z100L", slug="dcu",
-                                          memory_mib=32768),
+        "910b3": DeviceModel.objects.create(
+            vendor="huawei", kind="npu", name="Ascend 910B3", slug="910b3", memory_mib=65536
+        ),
+        "dcu": DeviceModel.objects.create(
+            vendor="hygon", kind="dcu", name="DCU Z100/Z100L", slug="dcu", memory_mib=32768
+        ),
     }
     for key, coef in (("a100", "1.0"), ("t4", "0.2083"), ("910b3", "0.8"), ("dcu", "0.3")):
-        ComputeCoefficient.objects.create(device_model=models[key], value=Decimal(coef), effective_from=date(2024, 1, 1))
+        ComputeCoefficient.objects.create(
+            device_model=models[key], value=Decimal(coef), effective_from=date(2024, 1, 1)
+        )
     templates = {
-        "a100-half": ComputeTemplate.objects.create(device_model=models["a100"], name="half", slug="a100-half",
-                                                    memory_mib=40960, compute_share=50, isolation="shared",
-                                                    max_instances=2),
-        "a100-3g": ComputeTemplate.objects.create(device_model=models["a100"], name="3g.40gb", slug="a100-3g",
-                                                  memory_mib=40960, compute_share=Decimal("42.86"),
-                                                  isolation="hard", partition_profile="", max_instances=2),
-        "t4-quarter": ComputeTemplate.objects.create(device_model=models["t4"], name="quarter", slug="t4-q",
-                                                     memory_mib=3072, compute_share=25, isolation="shared",
-                                                     max_instances=4),
+        "a100-half": ComputeTemplate.objects.create(
+            device_model=models["a100"],
+            name="half",
+            slug="a100-half",
+            memory_mib=40960,
+            compute_share=50,
+            isolation="shared",
+            max_instances=2,
+        ),
+        "a100-3g": ComputeTemplate.objects.create(
+            device_model=models["a100"],
+            name="3g.40gb",
+            slug="a100-3g",
+            memory_mib=40960,
+            compute_share=Decimal("42.86"),
+            isolation="hard",
+            partition_profile="",
+            max_instances=2,
+        ),
+        "t4-quarter": ComputeTemplate.objects.create(
+            device_model=models["t4"],
+            name="quarter",
+            slug="t4-q",
+            memory_mib=3072,
+            compute_share=25,
+            isolation="shared",
+            max_instances=4,
+        ),
     }
     cluster = Cluster.objects.create(name="bench", slug="bench")
     pool = Pool.objects.create(cluster=cluster, name="all", slug="all")
@@ -83,11 +112,22 @@ def build_fleet():
         key = mix[i % len(mix)]
         model = models[key]
         for d in range(8):
-            devices.append(Device(node=node, vendor=model.vendor, index=d, uuid=f"{node.name}-{d}", device_model=model,
-                                  topology_group=f"g{d // 4}" if key == "a100" else ""))
+            devices.append(
+                Device(
+                    node=node,
+                    vendor=model.vendor,
+                    index=d,
+                    uuid=f"{node.name}-{d}",
+                    device_model=model,
+                    topology_group=f"g{d // 4}" if key == "a100" else "",
+                )
+            )
     Device.objects.bulk_create(devices, batch_size=2000)
     dept = Department.objects.create(name="bench", slug="bench")
-    projects = [Project.objects.create(department=dept, name=f"p{i}", slug=f"p{i}", namespace=f"p{i}") for i in range(10)]
+    projects = [
+        Project.objects.create(department=dept, name=f"p{i}", slug=f"p{i}", namespace=f"p{i}")
+        for i in range(10)
+    ]
     return models, templates, projects
 
 
@@ -95,17 +135,31 @@ def queue_jobs(models, templates, projects, rng: random.Random) -> None:
     from apps.jobs.models import PRIORITY_VALUES, Job
 
     shapes = [
-        ("whole", "a100", 1), ("whole", "a100", 2), ("whole", "a100", 4), ("whole", "a100", 8),
-        ("whole", "910b3", 1), ("whole", "910b3", 4), ("whole", "dcu", 1), ("whole", "t4", 1),
-        ("template", "a100-half", 1), ("template", "a100-3g", 1), ("template", "t4-quarter", 1),
+        ("whole", "a100", 1),
+        ("whole", "a100", 2),
+        ("whole", "a100", 4),
+        ("whole", "a100", 8),
+        ("whole", "910b3", 1),
+        ("whole", "910b3", 4),
+        ("whole", "dcu", 1),
+        ("whole", "t4", 1),
+        ("template", "a100-half", 1),
+        ("template", "a100-3g", 1),
+        ("template", "t4-quarter", 1),
         ("cu", "huawei", Decimal("0.4")),
     ]
     jobs = []
     for i in range(JOBS):
         kind, what, n = shapes[rng.randrange(len(shapes))]
         prio = rng.choice(["low", "normal", "normal", "high"])
-        common = dict(project=projects[i % len(projects)], name=f"j{i}", image="x", priority_class=prio,
-                      priority=PRIORITY_VALUES[prio], state="pending")
+        common = dict(
+            project=projects[i % len(projects)],
+            name=f"j{i}",
+            image="x",
+            priority_class=prio,
+            priority=PRIORITY_VALUES[prio],
+            state="pending",
+        )
         if kind == "whole":
             jobs.append(Job(request_kind="whole_cards", device_model=models[what], count=n, **common))
         elif kind == "template":
@@ -170,7 +224,10 @@ def main() -> None:
     base_s, base = run(batch=1)
     ours_s, ours = run(batch=200)
     bad = check_no_overallocation()
-    for label, seconds, result in (("baseline (1 job / transaction)", base_s, base), ("suanchi (200 / batch)", ours_s, ours)):
+    for label, seconds, result in (
+        ("baseline (1 job / transaction)", base_s, base),
+        ("suanchi (200 / batch)", ours_s, ours),
+    ):
         print(
             f"{label:32s} {result.considered / seconds:8.1f} jobs/s   placed {result.placed:5d}  pending "
             f"{result.pending:5d}  conflicts {result.conflicts}   engine {result.engine_seconds:6.2f}s  "

@@ -286,3 +286,21 @@ def test_a_placement_from_a_stale_snapshot_is_refused_under_the_lock(
     assert late.state == JobState.PENDING
     assert not Allocation.objects.filter(job=late).exists()
     assert DecisionTrace.objects.filter(job=late, outcome="conflict").count() == 1
+
+
+def test_a_card_that_runs_a_job_cannot_be_retired_until_it_is_released(fleet, member_project, a100):
+    from apps.core.errors import InvalidTransition
+    from apps.inventory.models import Device
+    from apps.inventory.services.ledger import device_retire
+    from apps.scheduling.services import allocations_release
+
+    user, project = member_project
+    job = submit(project, user, name="busy", request_kind="whole_cards", device_model=a100, count=1)
+    scheduling_cycle_run()
+    device = Allocation.objects.get(job=job).device
+    with pytest.raises(InvalidTransition, match="vision/busy"):
+        device_retire(device=device, reason="end of life", actor="ops")
+    assert Device.objects.get(pk=device.pk).health == "healthy"
+    allocations_release(job=job, reason="done", actor="test")
+    device_retire(device=device, reason="end of life", actor="ops")
+    assert Device.objects.get(pk=device.pk).health == "retired"

@@ -298,9 +298,28 @@ def _lock_device(device: Device) -> Device:
     return Device.objects.select_for_update(of=("self",)).select_related("node").get(pk=device.pk)
 
 
+def _active_allocation_jobs(device: Device) -> list[str]:
+    """Names of jobs holding an active allocation on the card (scheduling builds on the ledger)."""
+    from apps.scheduling.models import Allocation
+
+    rows = (
+        Allocation.objects.filter(device=device, released_at__isnull=True)
+        .values_list("job__project__slug", "job__name")
+        .distinct()
+    )
+    return [f"{project}/{name}" for project, name in rows]
+
+
 def _device_retire_locked(*, device: Device, reason: str, actor) -> bool:
     if device.health == Device.Health.RETIRED:
         return False
+    active = _active_allocation_jobs(device)
+    if active:
+        raise InvalidTransition(
+            f"device {device} still runs {len(active)} job(s) ({', '.join(active[:5])}); "
+            "cancel or move them before retiring the card",
+            details={"active_jobs": active},
+        )
     before, after = _save_fields(device, {"health": Device.Health.RETIRED, "health_reason": reason})
     _record(
         device,
