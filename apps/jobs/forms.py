@@ -98,7 +98,8 @@ class JobFilterForm(forms.Form):
 
 class _TemplateChoiceField(forms.ModelChoiceField):
     def label_from_instance(self, obj: ComputeTemplate) -> str:
-        return f"{obj.device_model.name} · {obj.name}"
+        model = obj.device_model.name
+        return obj.name if obj.name.startswith(model) else f"{model} · {obj.name}"
 
 
 class _ModelChoiceField(forms.ModelChoiceField):
@@ -222,6 +223,35 @@ class JobSubmitForm(forms.Form):
         self.fields["request_template"].queryset = DeviceRequestTemplate.objects.order_by("name")
         for name in ALL_REQUEST_FIELDS:
             self.fields[name].widget.attrs["data-request-field"] = name
+
+    @staticmethod
+    def initial_from(job: Job) -> dict:
+        """Initial values that submit a copy of ``job`` ("submit a similar job")."""
+        hours = None
+        if job.expected_duration_s:
+            hours = (Decimal(job.expected_duration_s) / 3600).quantize(Decimal("0.01"))
+        return {
+            "project": job.project_id,
+            "name": job.name,
+            "kind": job.kind,
+            "image": job.image,
+            "command": shlex.join(str(part) for part in job.command or []),
+            "env": "\n".join(f"{key}={value}" for key, value in (job.env or {}).items()),
+            "runtime_requirement": job.runtime_requirement,
+            "request_kind": job.request_kind,
+            "template": job.template_id,
+            "device_model": job.device_model_id,
+            "count": job.count,
+            "compute_units": job.compute_units,
+            "memory_gib": job.memory_mib // 1024 if job.memory_mib else None,
+            "allowed_vendors": list(job.allowed_vendors or []),
+            "request_template": job.request_template_id,
+            "replicas": job.replicas,
+            "priority_class": job.priority_class,
+            "expected_duration_h": hours,
+            "checkpoint_dir": job.checkpoint_dir,
+            "max_retries": job.max_retries,
+        }
 
     # ---- field cleaning --------------------------------------------------------------------------
 

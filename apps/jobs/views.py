@@ -21,7 +21,7 @@ from django.utils.translation import gettext as _
 from django.views.decorators.http import require_http_methods, require_POST, require_safe
 
 from apps.accounts.models import Membership
-from apps.accounts.selectors import is_platform_staff, project_list, user_role
+from apps.accounts.selectors import project_list, user_role
 from apps.core.errors import ApplicationError, ValidationFailed
 from apps.core.templatetags.suanchi import DEVICE_KIND_BY_VENDOR
 from apps.inventory import selectors as inventory_selectors
@@ -56,7 +56,6 @@ STATE_TONES = {
     JobState.PREEMPTED: "warn",
     JobState.CANCELLED: "muted",
 }
-TRACE_TONES = {"placed": "ok", "pending": "warn", "conflict": "info", "rejected": "bad"}
 
 
 def _paginate(request: HttpRequest, qs) -> Page:
@@ -146,8 +145,12 @@ def job_submit(request: HttpRequest) -> HttpResponse:
         status = 403 if request.method == "POST" else 200
         context = {"refusal": _submit_refusal(user), "form": None}
         return render(request, "jobs/job_submit.html", context, status=status)
-    initial = {}
-    if request.GET.get("project"):
+    initial: dict[str, Any] = {}
+    if request.GET.get("from", "").isdigit():
+        source = selectors.job_list(user=user).filter(pk=request.GET["from"]).first()
+        if source is not None:
+            initial = JobSubmitForm.initial_from(source)
+    elif request.GET.get("project", "").isdigit():
         initial["project"] = request.GET["project"]
     form = JobSubmitForm(request.POST if request.method == "POST" else None, user=user, initial=initial)
     if request.method == "POST" and form.is_valid():
@@ -197,7 +200,7 @@ def _precheck_failures(job: Job) -> dict[str, str]:
         return {}
     nodes = list(Node.objects.exclude(status=Node.Status.RETIRED))
     try:
-        return scheduling._Prechecks(nodes).failures(job, scheduling._job_vendors(job))
+        return scheduling.precheck_failures(job, nodes)
     except ApplicationError:
         return {}
 
@@ -235,22 +238,22 @@ def _placement_preview(job: Job, user) -> dict[str, Any]:
     alternatives = []
     chosen = None
     for i, (request_, cu, decision) in enumerate(decisions):
-        group = request_.groups[0] if request_.groups else None
         entry: dict[str, Any] = {
             "index": i,
-            "models": sorted(group.models) if group else [],
+            "models": sorted({model for group in request_.groups for model in group.models}),
             "compute_units": _decimal(cu),
             "placed": decision.placed,
             "nodes": [],
             "candidates": [{"node": shown(c.node), "score": list(c.score)} for c in decision.candidates],
             "explanation": decision.explanation,
+            # Per-node reasons for the nodes the user can see (the explanation counts all of them).
             "rejections": [
-                {"node": shown(name), "reason": reason}
-                for name, reason in sorted(decision.rejections.items())[:PREVIEW_REJECTIONS]
-            ]
+                {"node": name, "reason": reason}
+                for name, reason in sorted(decision.rejections.items())
+                if name in visible
+            ][:PREVIEW_REJECTIONS]
             if not decision.placed
             else [],
-            "steps": [{"tier": s.tier, "message": s.message} for s in decision.steps],
         }
         if decision.placed:
             for part in decision.placement.parts:
@@ -402,12 +405,14 @@ def _why(job: Job) -> dict[str, Any]:
         trace = traces.filter(
             outcome__in=[DecisionTrace.Outcome.PENDING, DecisionTrace.Outcome.CONFLICT]
         ).first()
+        explanation = (trace.explanation if trace else "") or job.state_reason
         return {
             "mode": "pending",
             "trace": trace,
             "queue_position": scheduling.queue_position(job),
-            "steps": _step_rows(trace) if trace else [],
-            "explanation": (trace.explanation if trace else "") or job.state_reason,
+            # The last step repeats the explanation shown above it.
+            "steps": [s for s in _step_rows(trace) if s["message"] != explanation] if trace else [],
+            "explanation": explanation,
         }
     trace = traces.filter(outcome=DecisionTrace.Outcome.PLACED).first()
     if trace is None:
@@ -446,8 +451,7 @@ def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
         .order_by("replica", "node__name", "device__index", "id")
     )
     why = _why(job)
-    if why.get("trace") is not None:
-        why["tone"] = TRACE_TONES.get(why["trace"].outcome, "muted")
+    can_act = _can_act(user, job)
     context = {
         "job": job,
         "request_text": request_describe(job),
@@ -458,9 +462,9 @@ def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "allocations": allocations,
         "active_allocations": sum(1 for a in allocations if a.released_at is None),
         "why": why,
-        "can_cancel": job.state not in FINAL_STATES and _can_act(user, job),
+        "can_cancel": job.state not in FINAL_STATES and can_act,
+        "can_copy": can_act,
         "is_active": job.state in ACTIVE_STATES,
-        "is_platform_staff": is_platform_staff(user),
     }
     return render(request, "jobs/job_detail.html", context)
 

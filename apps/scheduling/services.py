@@ -88,6 +88,13 @@ class _Prechecks:
         return out
 
 
+def precheck_failures(job: Job, nodes: list[Node] | None = None) -> dict[str, str]:
+    """Node name → why the job's runtime requirement cannot run there (empty when none is set)."""
+    if nodes is None:
+        nodes = list(Node.objects.exclude(status=Node.Status.RETIRED))
+    return _Prechecks(nodes).failures(job, _job_vendors(job))
+
+
 def _job_vendors(job: Job) -> set[str]:
     if job.request_kind == Job.RequestKind.TEMPLATE:
         return {job.template.device_model.vendor}

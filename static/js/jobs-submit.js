@@ -21,6 +21,7 @@
   var alternativesBox = document.getElementById("preview-alternatives");
   var timer = null;
   var sequence = 0;
+  var SHOWN_ALTERNATIVES = 2;
 
   document.documentElement.classList.add("js-jobs");
 
@@ -184,10 +185,27 @@
     }
     nowBox.textContent = data.placed_now ? text.nowYes : text.nowNo;
     nowBox.className = data.placed_now ? "text-ok" : "text-warn";
-    var count = (data.alternatives || []).length;
-    (data.alternatives || []).forEach(function (alt) {
+    var alternatives = data.alternatives || [];
+    var count = alternatives.length;
+    // The option the scheduler would use comes first; with many shapes (compute units) the ones
+    // that do not fit now fold away.
+    var first = alternatives.filter(function (alt) { return alt.chosen; });
+    var rest = alternatives.filter(function (alt) { return !alt.chosen; });
+    if (!first.length) {
+      first = rest.slice(0, SHOWN_ALTERNATIVES);
+      rest = rest.slice(SHOWN_ALTERNATIVES);
+    }
+    first.forEach(function (alt) {
       alternativesBox.appendChild(renderAlternative(alt, count));
     });
+    if (rest.length) {
+      var more = el("details", "preview-more");
+      more.appendChild(el("summary", null, (text.more || "+{n}").replace("{n}", String(rest.length))));
+      rest.forEach(function (alt) {
+        more.appendChild(renderAlternative(alt, count));
+      });
+      alternativesBox.appendChild(more);
+    }
   }
 
   // ---- talking to the server -------------------------------------------------------------------

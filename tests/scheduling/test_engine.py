@@ -637,3 +637,45 @@ def test_a_copy_is_independent():
     assert twin.check_invariants() == [] and snap.check_invariants() == []
     twin.release("x")
     assert not snap.node("a").devices[0].empty
+
+
+# ---- fragmentation policies ------------------------------------------------------------------------
+
+
+def test_vendor_neutral_requests_leave_scarce_hardware_to_the_requests_that_need_it():
+    snap = Snapshot(
+        [node("dcu", gpus("dcu", kind="dcu", vendor="hygon", model="K100"))]
+        + [node(f"gpu{i}", gpus(f"gpu{i}")) for i in range(3)]
+    )
+    history = [Request(f"h{i}", cpu_milli=4_000, groups=(whole(1, vendors={"hygon"}),)) for i in range(50)]
+    history += [Request(f"n{i}", cpu_milli=4_000, groups=(whole(1),)) for i in range(50)]
+    engine = Engine("slotfrag", seed=1, workload=history)
+    for i in range(12):
+        decision = engine.place(snap, Request(f"neutral{i}", cpu_milli=4_000, groups=(whole(1),)))
+        assert decision.placement.nodes[0].startswith("gpu")
+    hygon = engine.place(snap, Request("hygon", cpu_milli=4_000, groups=(whole(1, vendors={"hygon"}),)))
+    assert hygon.placement.nodes == ("dcu",)
+
+
+def test_shapes_only_large_nodes_can_hold_weigh_more():
+    from apps.scheduling.engine.frag import FragModel, Shape
+
+    snap = Snapshot([node("big", cpu=128_000)] + [node(f"small{i}", cpu=64_000) for i in range(3)])
+    large = Shape(cpu_milli=120_000, count=8)
+    small = Shape(cpu_milli=8_000, count=1)
+    model = FragModel([(large, 0.1), (small, 0.9)], "slots")
+    assert model.set_supply(snap)
+    weights = {m[0]: m[2] for g in model.groups for m in g[5]}
+    assert weights[120_000] / 0.1 == pytest.approx(4 * weights[8_000] / 0.9)  # 32 cards, 8 can hold it
+    assert not model.set_supply(snap)  # unchanged fleet: same weights
+
+
+def test_slot_fragmentation_counts_cards_stranded_behind_cpu():
+    from apps.scheduling.engine.frag import FragModel, Shape
+
+    model = FragModel([(Shape(cpu_milli=4_000, count=1), 1.0)], "slots", strand_cpu=(1.0, 8.0))
+    idle = model.value(model.key((("gpu", "", ""),), 64_000, 0, [(0, 1000, 0, True)] * 8))
+    starved = model.value(model.key((("gpu", "", ""),), 8_000, 0, [(0, 1000, 0, True)] * 8))
+    # 8 cards, CPU for 2 pods of the shape: 6 cards unusable, and 7 stranded at 8 cores per card
+    assert idle == 0
+    assert starved == pytest.approx(6000 + 7000)

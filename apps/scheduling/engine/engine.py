@@ -28,6 +28,7 @@ from .model import (
     Placement,
     Request,
     Snapshot,
+    Topology,
 )
 from .policies import BEST, Policy, get_policy
 
@@ -38,13 +39,14 @@ _TOKENS = itertools.count(1)
 class _Index:
     """Feasible nodes for one (request signature, shape, policy) with their cached scores."""
 
-    __slots__ = ("heap", "entries", "seq", "static")
+    __slots__ = ("heap", "entries", "seq", "static", "reasons")
 
     def __init__(self, static: StaticResult) -> None:
         self.heap: list[tuple] = []
         self.entries: dict[int, tuple] = {}  # pos -> (node version, key, option)
         self.seq = 0
         self.static = static
+        self.reasons: dict[int, tuple[int, str | None]] = {}  # pos -> (node version, capacity reason)
 
 
 class Engine:
@@ -136,10 +138,17 @@ class Engine:
         self, snapshot: Snapshot, req: Request, static: StaticResult | None = None
     ) -> tuple[str, dict[str, str]]:
         static = static or self._static(snapshot, req)
+        idx = snapshot.indexes.get(("idx", self._token, self.policy.version, req.static_key, req.shape_key))
+        cache = idx.reasons if idx is not None and idx.static is static else {}
         reasons = dict(static.rejected)
         available = 0
         for node, elig in static.eligible:
-            reason = filters.capacity_reason(snapshot, node, req, elig)
+            hit = cache.get(node.pos)
+            if hit is not None and hit[0] == node.version:
+                reason = hit[1]
+            else:
+                reason = filters.capacity_reason(snapshot, node, req, elig)
+                cache[node.pos] = (node.version, reason)
             if reason is None:
                 available += 1
             else:
@@ -165,11 +174,36 @@ class Engine:
     # ---- tiers 2 and 3 ---------------------------------------------------------------------------
 
     def _evaluate(self, snapshot: Snapshot, node: NodeState, req: Request, elig: tuple):
-        opts = assign.options(node, req, elig, snapshot.factor_pct(node))
+        """(score key, device option) for one node, or ``None`` when the request does not fit.
+
+        Policies whose score ignores the device choice get ``None`` as the option; tier 3 then runs
+        for the winning node only (``_choose``).
+        """
+        policy = self.policy
+        if not policy.needs_options:
+            if not assign.fits(node, req, elig, node.factor):
+                return None
+            return policy.score(snapshot, node, req, (), self.rng)[0], None
+        opts = assign.options(node, req, elig, node.factor)
         if not opts:
             return None
-        key, k = self.policy.score(snapshot, node, req, opts, self.rng)
+        key, k = policy.score(snapshot, node, req, opts, self.rng)
         return key, opts[k]
+
+    def _choose(self, node: NodeState, req: Request, elig: tuple, opt):
+        """Tier 3 for the chosen node when scoring did not need it."""
+        if opt is not None:
+            return opt
+        groups = req.groups
+        if self.policy.randomized and len(groups) == 1 and not groups[0].whole and groups[0].count == 1:
+            # random fit: any card the slice fits on, uniformly
+            cards = assign.slice_candidates(node, elig[0], groups[0], node.factor)
+            if cards:
+                return (((self.rng.choice(cards),),), Topology.SINGLE)
+        opts = assign.options(node, req, elig, node.factor)
+        if not opts:  # cannot happen: the node was feasible a moment ago
+            raise RuntimeError(f"{node.name} no longer fits {req.id}")
+        return opts[self.rng.randrange(len(opts))] if self.policy.randomized else opts[0]
 
     def _index(self, snapshot: Snapshot, req: Request, static: StaticResult) -> _Index:
         policy = self.policy
@@ -240,6 +274,7 @@ class Engine:
         if self.policy.randomized:
             pos = self.rng.choice(list(entries))
             _v, key, opt = entries[pos]
+            opt = self._choose(snapshot.nodes[pos], req, idx.static.elig_by_pos[pos], opt)
             return (pos, key, opt), []
         heap = idx.heap
         while heap:
@@ -252,6 +287,7 @@ class Engine:
             return None, []
         pos = heap[0][2]
         _v, key, opt = entries[pos]
+        opt = self._choose(snapshot.nodes[pos], req, idx.static.elig_by_pos[pos], opt)
         runners: list[tuple[int, tuple]] = []
         if k:
             popped = []
@@ -309,6 +345,9 @@ class Engine:
             rank = (tuple(key), self.rng.random() if self.tie_break == "random" else -node.pos)
             if best is None or rank > best[0]:
                 best = (rank, node, opt)
+        if best is not None:
+            rank, node, opt = best
+            best = (rank, node, self._choose(node, req, static.elig_by_pos[node.pos], opt))
         return best
 
     def _domains(self, snapshot: Snapshot) -> list[tuple[str, list[NodeState]]]:

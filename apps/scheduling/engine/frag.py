@@ -167,8 +167,9 @@ class FragModel:
     def _build_groups(self) -> None:
         self.groups = []
         for gkey, base in self._members.items():
-            f = self.scale.get(gkey, 1.0)
-            members = sorted((cpu, mem, w * f) for cpu, mem, w in base)
+            members = sorted(
+                (cpu, mem, w * self.scale.get((gkey, i), 1.0)) for i, (cpu, mem, w) in enumerate(base)
+            )
             cpus = [m[0] for m in members]
             prefix = [0.0]
             for m in members:
@@ -181,40 +182,54 @@ class FragModel:
         self._memo.clear()
         self._nodes.clear()
 
-    def set_supply(self, snapshot: Snapshot) -> bool:
-        """Weight each shape by demand per supply: frequency × (all cards ÷ cards the shape may use).
+    def set_supply(self, snapshot: Snapshot, capability: bool = True) -> bool:
+        """Weight each shape by demand per supply: frequency × (all cards ÷ cards that can serve it).
 
-        A shape that only a small part of the fleet can serve (one vendor, one model) then counts more
-        on exactly those nodes, so requests that could run anywhere leave scarce hardware to the
-        requests that need it. Returns whether the weights changed.
+        A card can serve a shape when its type matches and, with ``capability``, when its node is ready
+        and big enough for one pod of the shape at all (enough such cards, CPU, memory). A shape that only
+        a small part of the fleet can serve (one vendor or model, or pods only the largest nodes can
+        hold) then counts more on exactly those nodes, so requests that could run anywhere leave scarce
+        hardware to the requests that need it. Returns whether the weights changed.
         """
-        types: Counter = Counter()
+        nodes = []
+        total = 0
         for node in snapshot.nodes:
-            for d in node.devices:
-                if d.healthy and d.schedulable:
-                    types[(d.kind, d.vendor, d.model)] += 1
-        total = sum(types.values())
+            cards = [d for d in node.devices if d.healthy and d.schedulable]
+            total += len(cards)
+            if cards and (not capability or node.status == "ready"):
+                nodes.append((node, cards))
         scale: dict[tuple, float] = {}
-        raw = 0.0
-        weight = 0.0
+        raw = weight = 0.0
         for gkey, base in self._members.items():
-            _w, _c, _m, _d, kind, vendors, models = gkey
-            usable = sum(
-                n
-                for (k, vendor, model), n in types.items()
-                if (kind is None or k == kind)
-                and (not vendors or vendor in vendors)
-                and (not models or model in models)
-            )
-            f = total / usable if usable else 1.0
-            scale[gkey] = f
-            w = sum(m[2] for m in base)
-            raw += w * f
-            weight += w
+            _whole, count, _c, dmem, kind, vendors, models = gkey
+            per_node = []
+            for node, cards in nodes:
+                n = sum(
+                    1
+                    for d in cards
+                    if (kind is None or d.kind == kind)
+                    and (not vendors or d.vendor in vendors)
+                    and (not models or d.model in models)
+                    and (not dmem or d.memory_mib >= dmem)
+                )
+                if n >= count:
+                    per_node.append((node, n))
+            for i, (cpu, mem, w) in enumerate(base):
+                usable = sum(
+                    n
+                    for node, n in per_node
+                    if not capability or (node.cpu_milli >= cpu and (not mem or node.memory_mib >= mem))
+                )
+                f = total / usable if usable else 1.0
+                scale[(gkey, i)] = f
+                raw += w * f
+                weight += w
         if raw > 0:
             norm = weight / raw
             scale = {k: v * norm for k, v in scale.items()}
-        if all(abs(scale.get(k, 1.0) - self.scale.get(k, 1.0)) < 1e-9 for k in self._members):
+        if all(abs(v - self.scale.get(k, 1.0)) < 1e-9 for k, v in scale.items()) and len(scale) == len(
+            self.scale
+        ):
             return False
         self.scale = scale
         self._build_groups()

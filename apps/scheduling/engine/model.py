@@ -407,6 +407,7 @@ class Request:
     priority: int = 0
     static_key: tuple = field(init=False, repr=False, compare=False, default=())
     shape_key: tuple = field(init=False, repr=False, compare=False, default=())
+    compute_total: int = field(init=False, repr=False, compare=False, default=0)
 
     def __post_init__(self) -> None:
         sel = self.node_selector
@@ -438,15 +439,12 @@ class Request:
             tuple((g.count, g.whole, g.memory_mib, g.compute, g.isolation) for g in self.groups),
         )
         object.__setattr__(self, "shape_key", shape)
+        # requested compute of one replica in milli-cards (a whole card counts 1000)
+        object.__setattr__(self, "compute_total", sum(g.count * g.compute for g in self.groups))
 
     @property
     def device_count(self) -> int:
         return sum(g.count for g in self.groups)
-
-    @property
-    def compute_total(self) -> int:
-        """Requested compute of one replica in milli-cards (a whole card counts 1000)."""
-        return sum(g.count * g.compute for g in self.groups)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """Tier 2: node scoring policies.
 
 A policy scores one feasible node for one request; higher keys win (tuples compare element-wise) and
-exact ties are broken at random by the engine. Every policy here is *node-local*: the score depends
+the engine breaks exact ties (at random, or by snapshot order). Every policy here is *node-local*: the score depends
 only on the node's own state and the request, so the engine can cache scores and re-evaluate only the
 nodes that changed.
 
@@ -35,6 +35,7 @@ class Policy:
 
     name = ""
     randomized = False  # the engine picks a uniformly random feasible node
+    needs_options = True  # False: the score ignores the device choice, tier 3 runs for the winner only
     version = 0  # bumped when cached node scores become stale (e.g. a new typical workload)
 
     def bind(self, snapshot: Snapshot) -> None:
@@ -66,15 +67,17 @@ def _request_compute(req: Request) -> int:
 class RandomPolicy(Policy):
     name = "random"
     randomized = True
+    needs_options = False
 
     def score(self, snapshot, node, req, opts, rng):
-        return (0,), rng.randrange(len(opts))
+        return (0,), 0
 
 
 class BestFitPolicy(Policy):
     """``int((1 - ½·cpu_left/max_cpu - ½·accel_left/max_accel) · 100)``, as the paper's simulator does."""
 
     name = "bestfit"
+    needs_options = False
 
     def __init__(self) -> None:
         self.max_cpu = 1
@@ -128,6 +131,7 @@ def _utilization_after(snapshot: Snapshot, node: NodeState, req: Request) -> flo
 
 class BinpackPolicy(Policy):
     name = "binpack"
+    needs_options = False
 
     def score(self, snapshot, node, req, opts, rng):
         return (round(_utilization_after(snapshot, node, req), 9),), 0
@@ -135,6 +139,7 @@ class BinpackPolicy(Policy):
 
 class SpreadPolicy(Policy):
     name = "spread"
+    needs_options = False
 
     def score(self, snapshot, node, req, opts, rng):
         return (-round(_utilization_after(snapshot, node, req), 9),), 0
@@ -159,6 +164,7 @@ class _FragmentationPolicy(Policy):
     include_cpu_only = False
     use_memory = False
     supply_weighting = False
+    capability_weighting = False
     strand_cpu_weight = 0.0
     strand_mem_weight = 0.0
 
@@ -215,12 +221,12 @@ class _FragmentationPolicy(Policy):
         if typical:
             self.model = self._model(typical)
             if self.supply_weighting and self._snapshot is not None:
-                self.model.set_supply(self._snapshot)
+                self.model.set_supply(self._snapshot, self.capability_weighting)
             self.version += 1
 
     def bind(self, snapshot):
         self._snapshot = snapshot
-        if self.supply_weighting and self.model.set_supply(snapshot):
+        if self.supply_weighting and self.model.set_supply(snapshot, self.capability_weighting):
             self.version += 1
 
     def set_workload(self, requests):
@@ -292,10 +298,11 @@ class SlotFragPolicy(_FragmentationPolicy):
 
     The node (and, for a slice, the card) where the placement grows this measure the least wins:
 
-    * **slot fragmentation** — for every request shape seen (all of them, weighted by frequency and,
-      when shapes are tied to a vendor or model, by demand per supply), the idle compute that pods of
-      that shape could not fill if they came one after another (cards, CPU and memory all limit
-      how many fit);
+    * **slot fragmentation** — for every request shape seen (all of them), the idle compute that
+      pods of that shape could not fill if they came one after another (cards, CPU and memory all
+      limit how many fit), weighted by demand per supply: the shape's frequency × all cards ÷ the
+      cards whose type and node size can serve it at all — so the few nodes that can take the largest
+      pods (or one vendor's pods) are kept for them;
     * **stranded compute** — the idle compute the node's free CPU could not feed at the workload's
       average CPU per card (weight 4): cards left behind an exhausted CPU, whatever comes next.
 
@@ -308,6 +315,7 @@ class SlotFragPolicy(_FragmentationPolicy):
     threshold = 1.0
     include_cpu_only = False
     supply_weighting = True
+    capability_weighting = True
     strand_cpu_weight = 4.0
     strand_mem_weight = 0.0
 
