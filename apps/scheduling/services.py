@@ -28,6 +28,7 @@ from apps.inventory.models import Device, Node
 from apps.jobs.models import QUEUED_STATES, Job, JobEvent, JobState
 from apps.scheduling.engine.engine import Engine
 from apps.scheduling.engine.model import WHOLE, Decision, Snapshot
+from apps.scheduling.engine.policies import BEST
 from apps.scheduling.models import Allocation, DecisionTrace
 from apps.scheduling.requests import job_requests
 from apps.scheduling.snapshot import fleet_snapshot
@@ -125,7 +126,7 @@ def scheduling_cycle_run(
         return result
     started = time.perf_counter()
     snapshot = fleet_snapshot()
-    engine = Engine(policy=policy or scheduler_policy() or "bestfit")
+    engine = Engine(policy=policy or scheduler_policy() or BEST)
     nodes = list(Node.objects.exclude(status=Node.Status.RETIRED))
     prechecks = _Prechecks(nodes)
     catalog = list(DeviceModel.objects.all())

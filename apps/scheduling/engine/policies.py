@@ -1,9 +1,9 @@
 """Tier 2: node scoring policies.
 
-A policy scores one feasible node for one request; higher keys win (tuples compare element-wise) and
-the engine breaks exact ties (at random, or by snapshot order). Every policy here is *node-local*: the score depends
-only on the node's own state and the request, so the engine can cache scores and re-evaluate only the
-nodes that changed.
+A policy scores one feasible node for one request; higher keys win (tuples compare element-wise)
+and the engine breaks exact ties (at random, or by snapshot order). Every policy here is
+*node-local*: the score depends only on the node's own state and the request, so the engine can
+cache scores and re-evaluate only the nodes that changed.
 
 ``random``    a uniformly random feasible node and card (the paper's Random-fit baseline)
 ``bestfit``   least CPU + accelerator left after placement, in integer points (the paper's Best-fit)
