@@ -79,6 +79,25 @@ def _validation_details(error: DjangoValidationError) -> dict[str, list[str]]:
     return {"non_field_errors": [str(m) for m in error.messages]}
 
 
+def _full_clean_or_fail(obj: Any, prefix: str, **clean_kwargs: Any) -> None:
+    """obj.full_clean(**clean_kwargs); a failure raises ValidationFailed("<prefix>: <first message>") with details."""
+    try:
+        obj.full_clean(**clean_kwargs)
+    except DjangoValidationError as exc:
+        raise ValidationFailed(
+            f"{prefix}: {exc.messages[0] if exc.messages else exc}", details=_validation_details(exc)
+        )
+
+
+def _save_or_conflict(obj: Any, message: str, details: dict[str, list[str]]) -> None:
+    """Save in a savepoint: a unique clash raises Conflict(message, details) and leaves the outer transaction usable."""
+    try:
+        with transaction.atomic():
+            obj.save()
+    except IntegrityError:
+        raise Conflict(message, details=details)
+
+
 def _catalog_rows(path: Path) -> list[dict[str, Any]]:
     try:
         with open(path, encoding="utf-8") as fh:
@@ -141,13 +160,7 @@ def _field_values(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def _save(model: DeviceModel) -> None:
-    try:
-        model.full_clean()
-    except DjangoValidationError as exc:
-        raise ValidationFailed(
-            f"catalog row {model.slug} is invalid: {exc.messages[0] if exc.messages else exc}",
-            details=_validation_details(exc),
-        )
+    _full_clean_or_fail(model, f"catalog row {model.slug} is invalid")
     model.save()
 
 
@@ -295,21 +308,12 @@ def compute_coefficient_set(
         reason=(reason or "").strip(),
         created_by=_actor_user(actor),
     )
-    try:
-        coefficient.full_clean(validate_constraints=False)
-    except DjangoValidationError as exc:
-        raise ValidationFailed(
-            f"invalid compute coefficient: {exc.messages[0] if exc.messages else exc}",
-            details=_validation_details(exc),
-        )
-    try:
-        with transaction.atomic():
-            coefficient.save()
-    except IntegrityError:
-        raise Conflict(
-            f"{device_model.name} already has a coefficient effective from {effective_from.isoformat()}",
-            details={"effective_from": ["already taken for this device model"]},
-        )
+    _full_clean_or_fail(coefficient, "invalid compute coefficient", validate_constraints=False)
+    _save_or_conflict(
+        coefficient,
+        f"{device_model.name} already has a coefficient effective from {effective_from.isoformat()}",
+        {"effective_from": ["already taken for this device model"]},
+    )
     change_record_create(
         actor=actor,
         action="compute_coefficient.set",
@@ -453,14 +457,11 @@ def compute_template_build(
 
 
 def _save_template(template: ComputeTemplate) -> None:
-    try:
-        with transaction.atomic():
-            template.save()
-    except IntegrityError:
-        raise Conflict(
-            f"a compute template named {template.name!r} or with slug {template.slug!r} already exists",
-            details={"name": ["already taken for this device model"], "slug": ["already taken"]},
-        )
+    _save_or_conflict(
+        template,
+        f"a compute template named {template.name!r} or with slug {template.slug!r} already exists",
+        {"name": ["already taken for this device model"], "slug": ["already taken"]},
+    )
 
 
 @transaction.atomic
@@ -653,6 +654,19 @@ def _builtin_specs(model: DeviceModel) -> tuple[list[dict[str, Any]], list[str]]
     return specs, skipped
 
 
+def _sync_save(template: ComputeTemplate, *, taken: str) -> str:
+    """Clean and save a built-in template for the sync: "" when saved, else why it was skipped."""
+    try:
+        template.full_clean(validate_unique=False, validate_constraints=False)
+        with transaction.atomic():
+            template.save()
+    except DjangoValidationError as exc:
+        return _first_message(_validation_details(exc))
+    except IntegrityError:
+        return taken
+    return ""
+
+
 @transaction.atomic
 def compute_template_sync_builtin(*, actor) -> dict[str, Any]:
     """Create or refresh the built-in templates from the catalog, for every device model. Idempotent.
@@ -683,15 +697,9 @@ def compute_template_sync_builtin(*, actor) -> dict[str, Any]:
         template = existing.get(spec["slug"])
         if template is None:
             template = ComputeTemplate(device_model=model, is_builtin=True, **spec)
-            try:
-                template.full_clean(validate_unique=False, validate_constraints=False)
-                with transaction.atomic():
-                    template.save()
-            except DjangoValidationError as exc:
-                counts["skipped"].append(f"{spec['name']}: {_first_message(_validation_details(exc))}")
-                continue
-            except IntegrityError:
-                counts["skipped"].append(f"{spec['name']}: the name or slug is taken by another template")
+            problem = _sync_save(template, taken="the name or slug is taken by another template")
+            if problem:
+                counts["skipped"].append(f"{spec['name']}: {problem}")
                 continue
             change_record_create(
                 actor=actor,
@@ -712,15 +720,9 @@ def compute_template_sync_builtin(*, actor) -> dict[str, Any]:
         before = snapshot(template, changed)
         for name in changed:
             setattr(template, name, spec[name])
-        try:
-            template.full_clean(validate_unique=False, validate_constraints=False)
-            with transaction.atomic():
-                template.save()
-        except DjangoValidationError as exc:
-            counts["skipped"].append(f"{spec['name']}: {_first_message(_validation_details(exc))}")
-            continue
-        except IntegrityError:
-            counts["skipped"].append(f"{spec['name']}: the name is taken by another template")
+        problem = _sync_save(template, taken="the name is taken by another template")
+        if problem:
+            counts["skipped"].append(f"{spec['name']}: {problem}")
             continue
         change_record_create(
             actor=actor,
@@ -815,14 +817,11 @@ def request_template_import(
                 f"invalid request template: {_first_message(_validation_details(exc))}",
                 details=_validation_details(exc),
             )
-        try:
-            with transaction.atomic():
-                template.save()
-        except IntegrityError:
-            raise Conflict(
-                f"a request template named {document.name!r} (or with the same slug) already exists",
-                details={"metadata.name": ["already taken"]},
-            )
+        _save_or_conflict(
+            template,
+            f"a request template named {document.name!r} (or with the same slug) already exists",
+            {"metadata.name": ["already taken"]},
+        )
         change_record_create(
             actor=actor,
             action="request_template.import",

@@ -54,6 +54,36 @@ class PriorityClass(models.TextChoices):
 
 PRIORITY_VALUES = {"low": 100, "normal": 500, "high": 800, "critical": 1000}
 
+# The Job fields a submitter may set (job_submit accepts these; the API lists them in this order).
+SUBMIT_FIELDS = (
+    "name",
+    "kind",
+    "image",
+    "command",
+    "env",
+    "runtime_requirement",
+    "request_kind",
+    "template",
+    "device_model",
+    "vendor",
+    "min_memory_mib",
+    "required_features",
+    "count",
+    "compute_units",
+    "memory_mib",
+    "allowed_vendors",
+    "request_template",
+    "replicas",
+    "node_selector",
+    "tolerations",
+    "gray_opt_in",
+    "priority_class",
+    "expected_duration_s",
+    "checkpoint_dir",
+    "max_retries",
+    "retry_backoff_s",
+)
+
 
 class Job(BaseModel):
     class Kind(models.TextChoices):

@@ -12,36 +12,7 @@ from apps.accounts.models import Membership, Project
 from apps.accounts.selectors import user_role
 from apps.core.audit import actor_fields, change_record_create
 from apps.core.errors import InvalidTransition, PermissionDenied, ValidationFailed
-from apps.jobs.models import PRIORITY_VALUES, TRANSITIONS, Job, JobEvent, JobState
-
-SUBMIT_FIELDS = {
-    "name",
-    "kind",
-    "image",
-    "command",
-    "env",
-    "runtime_requirement",
-    "request_kind",
-    "template",
-    "device_model",
-    "vendor",
-    "min_memory_mib",
-    "required_features",
-    "count",
-    "compute_units",
-    "memory_mib",
-    "allowed_vendors",
-    "request_template",
-    "replicas",
-    "node_selector",
-    "tolerations",
-    "gray_opt_in",
-    "priority_class",
-    "expected_duration_s",
-    "checkpoint_dir",
-    "max_retries",
-    "retry_backoff_s",
-}
+from apps.jobs.models import PRIORITY_VALUES, SUBMIT_FIELDS, TRANSITIONS, Job, JobEvent, JobState
 
 
 def job_event(
@@ -78,7 +49,7 @@ def job_submit(*, project: Project, actor, **fields: Any) -> Job:
     """
     from apps.scheduling import requests as scheduling_requests  # scheduling builds on jobs
 
-    unknown = set(fields) - SUBMIT_FIELDS
+    unknown = set(fields).difference(SUBMIT_FIELDS)
     if unknown:
         raise ValidationFailed(
             f"Unknown fields: {', '.join(sorted(unknown))}.", details={f: ["unknown"] for f in unknown}

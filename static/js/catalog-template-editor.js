@@ -5,7 +5,7 @@
   "use strict";
 
   var form = document.getElementById("template-editor");
-  if (!form || !window.fetch) {
+  if (!form || !window.fetch || !window.Suanchi) {
     return;
   }
   var text = window.SUANCHI_EDITOR_TEXT || {};
@@ -20,8 +20,6 @@
   var profileOptions = document.getElementById("profile-options");
   var fields = ["device_model", "name", "partition_profile", "memory_gib", "compute_share", "isolation",
     "max_instances", "description"];
-  var timer = null;
-  var sequence = 0;
 
   // The card's facts belong under the device model select.
   var modelField = form.querySelector('[data-field="device_model"]');
@@ -102,28 +100,21 @@
     });
   }
 
-  function refresh() {
-    var mine = ++sequence;
-    statusLine.textContent = text.checking;
-    var token = form.elements.namedItem("csrfmiddlewaretoken");
-    fetch(previewUrl, {
-      method: "POST",
-      credentials: "same-origin",
-      headers: {
-        "Content-Type": "application/json",
-        "Accept": "application/json",
-        "X-CSRFToken": token ? token.value : ""
-      },
-      body: JSON.stringify(payload())
-    }).then(function (response) {
-      if (!response.ok) {
-        throw new Error("HTTP " + response.status);
-      }
-      return response.json();
-    }).then(function (data) {
-      if (mine !== sequence) {
-        return;
-      }
+  form.addEventListener("change", function (event) {
+    if (event.target && event.target.name === "device_model") {
+      describeCard();
+    }
+  });
+  describeCard();
+  window.Suanchi.livePreview({
+    form: form,
+    url: previewUrl,
+    delay: 300,
+    body: payload,
+    onStart: function () {
+      statusLine.textContent = text.checking;
+    },
+    onResult: function (data) {
       showErrors(data.errors);
       if (data.valid) {
         statusLine.textContent = text.valid;
@@ -132,25 +123,9 @@
         statusLine.textContent = text.invalid;
       }
       yamlBox.classList.toggle("is-stale", !data.valid);
-    }).catch(function () {
-      if (mine === sequence) {
-        statusLine.textContent = text.failed;
-      }
-    });
-  }
-
-  function schedule() {
-    window.clearTimeout(timer);
-    timer = window.setTimeout(refresh, 300);
-  }
-
-  form.addEventListener("input", schedule);
-  form.addEventListener("change", function (event) {
-    if (event.target && event.target.name === "device_model") {
-      describeCard();
+    },
+    onFailure: function () {
+      statusLine.textContent = text.failed;
     }
-    schedule();
   });
-  describeCard();
-  refresh();
 })();

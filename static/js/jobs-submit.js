@@ -6,7 +6,7 @@
   "use strict";
 
   var form = document.getElementById("job-submit-form");
-  if (!form || !window.fetch || !window.FormData) {
+  if (!form || !window.fetch || !window.FormData || !window.Suanchi) {
     return;
   }
   var text = window.SUANCHI_JOBS_TEXT || {};
@@ -19,8 +19,6 @@
   var feasibleBox = document.getElementById("preview-feasible");
   var nowBox = document.getElementById("preview-now");
   var alternativesBox = document.getElementById("preview-alternatives");
-  var timer = null;
-  var sequence = 0;
   var SHOWN_ALTERNATIVES = 2;
 
   document.documentElement.classList.add("js-jobs");
@@ -210,49 +208,28 @@
 
   // ---- talking to the server -------------------------------------------------------------------
 
-  function refresh() {
-    var mine = ++sequence;
-    statusLine.textContent = text.checking;
-    alternativesBox.classList.add("is-stale");
-    var token = form.elements.namedItem("csrfmiddlewaretoken");
-    fetch(previewUrl, {
-      method: "POST",
-      credentials: "same-origin",
-      headers: {"Accept": "application/json", "X-CSRFToken": token ? token.value : ""},
-      body: new FormData(form)
-    }).then(function (response) {
-      return response.json().then(function (data) {
-        if (!response.ok && !(data && data.errors)) {
-          throw new Error("HTTP " + response.status);
-        }
-        return data;
-      });
-    }).then(function (data) {
-      if (mine !== sequence) {
-        return;
-      }
-      alternativesBox.classList.remove("is-stale");
-      render(data);
-    }).catch(function () {
-      if (mine === sequence) {
-        alternativesBox.classList.remove("is-stale");
-        statusLine.textContent = text.failed;
-      }
-    });
-  }
-
-  function schedule() {
-    window.clearTimeout(timer);
-    timer = window.setTimeout(refresh, 400);
-  }
-
-  form.addEventListener("input", schedule);
   form.addEventListener("change", function (event) {
     if (event.target && event.target.name === "request_kind") {
       toggleKindFields();
     }
-    schedule();
   });
   toggleKindFields();
-  refresh();
+  window.Suanchi.livePreview({
+    form: form,
+    url: previewUrl,
+    delay: 400,
+    acceptErrors: true,
+    onStart: function () {
+      statusLine.textContent = text.checking;
+      alternativesBox.classList.add("is-stale");
+    },
+    onResult: function (data) {
+      alternativesBox.classList.remove("is-stale");
+      render(data);
+    },
+    onFailure: function () {
+      alternativesBox.classList.remove("is-stale");
+      statusLine.textContent = text.failed;
+    }
+  });
 })();

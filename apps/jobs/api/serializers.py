@@ -2,8 +2,10 @@ from rest_framework import serializers
 
 from apps.accounts.models import Project
 from apps.catalog.models import ComputeTemplate, DeviceModel, DeviceRequestTemplate
-from apps.jobs.models import Job, JobEvent
+from apps.jobs.models import SUBMIT_FIELDS, Job, JobEvent
 from apps.scheduling.models import Allocation, DecisionTrace
+
+_AFTER_PRIORITY_CLASS = SUBMIT_FIELDS.index("priority_class") + 1
 
 
 class JobSerializer(serializers.ModelSerializer):
@@ -18,33 +20,9 @@ class JobSerializer(serializers.ModelSerializer):
         fields = [
             "id",
             "project",
-            "name",
-            "kind",
-            "image",
-            "command",
-            "env",
-            "runtime_requirement",
-            "request_kind",
-            "template",
-            "device_model",
-            "vendor",
-            "min_memory_mib",
-            "required_features",
-            "count",
-            "compute_units",
-            "memory_mib",
-            "allowed_vendors",
-            "request_template",
-            "replicas",
-            "node_selector",
-            "tolerations",
-            "gray_opt_in",
-            "priority_class",
-            "priority",
-            "expected_duration_s",
-            "checkpoint_dir",
-            "max_retries",
-            "retry_backoff_s",
+            *SUBMIT_FIELDS[:_AFTER_PRIORITY_CLASS],
+            "priority",  # derived from priority_class; listed next to it
+            *SUBMIT_FIELDS[_AFTER_PRIORITY_CLASS:],
             "attempt",
             "state",
             "state_reason",
