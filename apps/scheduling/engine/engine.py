@@ -322,9 +322,10 @@ class Engine:
             decision.step(
                 "assign",
                 f"{node.name}: "
-                + (", ".join(d.device_id for d in part.devices) or "no devices")
+                + (", ".join(f"#{d.index}" for d in part.devices) or "no devices")
                 + (f" ({tier})" if tier else ""),
                 topology=tier,
+                devices=[d.device_id for d in part.devices],
             )
         return Placement(req.id, (part,))
 
