@@ -1,0 +1,1 @@
+"""Kubernetes integration: manifest rendering (``manifests``) and the cluster backends."""
