@@ -1,0 +1,413 @@
+"""Cluster backends: the real ``kubernetes`` client against the fake API server, and the simulated one."""
+
+from __future__ import annotations
+
+import copy
+from types import SimpleNamespace
+
+import pytest
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+
+from tests.kube.fake_apiserver import FakeApiServer, kubeconfig_for
+from worker.kube.backend import (
+    KubernetesBackend,
+    PermanentBackendError,
+    SimulatedBackend,
+    TransientBackendError,
+    backend_for,
+)
+
+MANAGED = {"app.kubernetes.io/managed-by": "suanchi"}
+
+
+def namespace(name="proj-a"):
+    return {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": name, "labels": {**MANAGED, "suanchi.io/project": name}},
+    }
+
+
+def job(name="train-1", ns="proj-a", image="pytorch:2.4", labels=None, duration=None):
+    annotations = {"suanchi.io/expected-duration-seconds": str(duration)} if duration else {}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": name,
+            "namespace": ns,
+            "labels": {**MANAGED, "suanchi.io/job": name, **(labels or {})},
+            "annotations": annotations,
+        },
+        "spec": {
+            "backoffLimit": 0,
+            "template": {
+                "metadata": {"labels": {**MANAGED, "suanchi.io/job": name}},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "nodeName": "gpu-node-1",
+                    "containers": [
+                        {"name": "main", "image": image, "resources": {"limits": {"nvidia.com/gpu": "1"}}}
+                    ],
+                },
+            },
+        },
+    }
+
+
+def node(name="gpu-node-1"):
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+    }
+
+
+@pytest.fixture
+def server():
+    srv = FakeApiServer(timeout_delay=1.5).start()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture
+def kube(server, tmp_path):
+    backend = KubernetesBackend(str(kubeconfig_for(server, tmp_path)), timeout=0.5)
+    yield backend
+    backend.close()
+
+
+@pytest.fixture
+def sim():
+    return SimulatedBackend(seed=7)
+
+
+@pytest.fixture(params=["kubernetes", "simulated"])
+def backend(request):
+    if request.param == "kubernetes":
+        return request.getfixturevalue("kube")
+    return request.getfixturevalue("sim")
+
+
+# -- the fake server itself, through the official client ----------------------------------------------
+
+
+def test_kubeconfig_loads_with_the_official_client(server, tmp_path):
+    path = kubeconfig_for(server, tmp_path)
+    configuration = k8s.Configuration()
+    k8s_config.load_kube_config(config_file=str(path), client_configuration=configuration)
+    assert configuration.host == server.url
+    with k8s_config.new_client_from_config(config_file=str(path)) as api_client:
+        core = k8s.CoreV1Api(api_client)
+        created = core.create_namespace(body=namespace("typed"))
+        assert created.metadata.uid and created.metadata.labels["kubernetes.io/metadata.name"] == "typed"
+        assert [
+            n.metadata.name for n in core.list_namespace(label_selector="suanchi.io/project=typed").items
+        ] == ["typed"]
+        with pytest.raises(k8s.exceptions.ApiException) as exc:
+            core.read_namespace("missing")
+        assert exc.value.status == 404
+
+
+def test_fake_server_rejects_watch_and_unknown_namespace(server, kube):
+    with pytest.raises(PermanentBackendError) as exc:
+        kube.apply(job(ns="nope"))
+    assert exc.value.status == 404 and 'namespaces "nope" not found' in exc.value.message
+    kube.apply(namespace())
+    core = kube._apis["CoreV1Api"]
+    with pytest.raises(k8s.exceptions.ApiException) as watch:
+        core.list_namespaced_pod("proj-a", watch=True, _request_timeout=1)
+    assert watch.value.status == 400 and "watch is not implemented" in watch.value.body
+
+
+def test_fake_server_pod_phase_drives_job_status(server, kube):
+    kube.apply(namespace())
+    kube.apply(job())
+    (pod,) = kube.list_owned("Pod", "proj-a", "job-name=train-1")
+    assert pod["status"]["phase"] == "Pending" and pod["spec"]["nodeName"] == "gpu-node-1"
+    server.set_pod_phase("proj-a", pod["metadata"]["name"], "Failed", exit_code=137, reason="OOMKilled")
+    live = kube.get("Pod", "proj-a", pod["metadata"]["name"])
+    assert live["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 137
+    assert int(live["metadata"]["resourceVersion"]) > int(pod["metadata"]["resourceVersion"])
+    status = kube.get("Job", "proj-a", "train-1")["status"]
+    assert status["failed"] == 1 and status["conditions"][0]["reason"] == "BackoffLimitExceeded"
+
+
+# -- scenarios shared by both backends ----------------------------------------------------------------
+
+
+def test_create_namespace_and_job(backend):
+    ns = backend.apply(namespace())
+    assert ns.action == "created" and ns.uid
+    result = backend.apply(job())
+    assert result.action == "created"
+    assert result.uid and int(result.resource_version) > int(ns.resource_version)
+    live = backend.get("Job", "proj-a", "train-1")
+    assert live["metadata"]["uid"] == result.uid
+    assert live["metadata"]["generation"] == 1 and live["metadata"]["creationTimestamp"]
+    assert backend.get("Job", "proj-a", "absent") is None
+
+
+def test_duplicate_apply_is_unchanged(backend):
+    backend.apply(namespace())
+    first = backend.apply(job())
+    again = backend.apply(job())
+    assert again.action == "unchanged"
+    assert (again.uid, again.resource_version) == (first.uid, first.resource_version)
+    assert backend.apply(namespace()).action == "unchanged"  # the server-added label is not ours
+
+
+def test_changed_object_is_updated(backend):
+    backend.apply(namespace())
+    first = backend.apply(job())
+    changed = job(labels={"suanchi.io/priority": "high"})
+    changed["spec"]["template"]["spec"]["containers"][0]["image"] = "pytorch:2.5"
+    updated = backend.apply(changed)
+    assert updated.action == "updated" and updated.uid == first.uid
+    assert int(updated.resource_version) > int(first.resource_version)
+    live = backend.get("Job", "proj-a", "train-1")
+    assert live["metadata"]["labels"]["suanchi.io/priority"] == "high"
+    assert live["spec"]["template"]["spec"]["containers"][0]["image"] == "pytorch:2.5"
+    assert live["metadata"]["generation"] == 2
+    assert backend.apply(changed).action == "unchanged"
+
+
+def test_list_by_label_selector(backend):
+    backend.apply(namespace())
+    backend.apply(namespace("proj-b"))
+    backend.apply(job("a", labels={"tier": "gold"}))
+    backend.apply(job("b", labels={"tier": "silver"}))
+    backend.apply(job("c", ns="proj-b"))
+    foreign = job("d")
+    foreign["metadata"]["labels"] = {"team": "other"}
+    backend.apply(foreign)
+    names = lambda items: sorted(i["metadata"]["name"] for i in items)  # noqa: E731
+    assert names(backend.list_owned("Job")) == ["a", "b", "c"]
+    assert names(backend.list_owned("Job", "proj-a")) == ["a", "b"]
+    assert names(backend.list_owned("Job", selector="app.kubernetes.io/managed-by=suanchi,tier!=gold")) == [
+        "b",
+        "c",
+    ]
+    assert names(backend.list_owned("Job", selector="tier")) == ["a", "b"]
+    assert names(backend.list_owned("Job", selector="!tier")) == ["c", "d"]
+    assert all(item["kind"] == "Job" for item in backend.list_owned("Job"))
+
+
+def test_delete_twice(backend):
+    backend.apply(namespace())
+    backend.apply(job())
+    assert backend.delete("Job", "proj-a", "train-1") is True
+    assert backend.delete("Job", "proj-a", "train-1") is False
+    assert backend.get("Job", "proj-a", "train-1") is None
+
+
+def test_node_labels_and_taints(backend):
+    backend.apply(node())
+    taint = {"key": "suanchi.io/quarantine", "value": "xid-79", "effect": "NoSchedule"}
+    live = backend.patch_node("gpu-node-1", labels={"suanchi.io/accelerator": "nvidia-h200"}, taints=[taint])
+    assert live["metadata"]["labels"] == {
+        "kubernetes.io/hostname": "gpu-node-1",
+        "suanchi.io/accelerator": "nvidia-h200",
+    }
+    assert live["spec"]["taints"] == [taint]
+    maintenance = {"key": "suanchi.io/maintenance", "effect": "NoExecute"}
+    live = backend.patch_node("gpu-node-1", labels={"suanchi.io/accelerator": None}, taints=[maintenance])
+    assert live["spec"]["taints"] == [maintenance]  # the list is replaced
+    assert "suanchi.io/accelerator" not in live["metadata"]["labels"]
+    live = backend.patch_node("gpu-node-1", taints=[])
+    assert not live.get("spec", {}).get("taints")
+    assert (
+        backend.get("Node", None, "gpu-node-1")["metadata"]["resourceVersion"]
+        == live["metadata"]["resourceVersion"]
+    )
+    with pytest.raises(PermanentBackendError):
+        backend.patch_node("gpu-node-1", taints=[{"key": "x", "effect": "Sometimes"}])
+    with pytest.raises(PermanentBackendError) as exc:
+        backend.patch_node("ghost", labels={"a": "b"})
+    assert exc.value.status == 404
+
+
+# -- fault injection (kubernetes only) ------------------------------------------------------------------
+
+
+def _apply_with_retry(backend, obj, attempts=3):
+    errors = []
+    for _ in range(attempts):
+        try:
+            return backend.apply(obj), errors
+        except TransientBackendError as e:
+            errors.append(e)
+    raise AssertionError(f"no success after {attempts} attempts: {errors}")
+
+
+def test_500_then_success(server, kube):
+    kube.apply(namespace())
+    server.inject(r"/jobs$", status=500, times=1, method="POST")
+    result, errors = _apply_with_retry(kube, job())
+    assert len(errors) == 1 and errors[0].status == 500 and "injected fault 500" in errors[0].message
+    assert result.action == "created"
+    assert [j["metadata"]["name"] for j in server.objects("Job")] == ["train-1"]
+
+
+def test_timeout_then_retry_makes_no_duplicate(server, kube):
+    kube.apply(namespace())
+    server.inject(r"/namespaces/proj-a/jobs$", status="timeout", times=1)
+    result, errors = _apply_with_retry(kube, job())
+    assert len(errors) == 1 and "timed out" in errors[0].message
+    # The first request took effect; the retry found it and left it alone.
+    assert result.action == "unchanged"
+    assert len(server.objects("Job")) == 1 and len(server.objects("Pod")) == 1
+
+
+def test_connection_reset_mid_request(server, kube):
+    kube.apply(namespace())
+    server.inject(r"/jobs", status="reset", times=1)
+    with pytest.raises(TransientBackendError) as exc:
+        kube.apply(job())
+    assert "connection" in exc.value.message.lower()
+    assert server.objects("Job") == []
+    assert kube.apply(job()).action == "created"
+    assert len(server.objects("Job")) == 1
+
+
+def test_connection_refused_is_transient(tmp_path):
+    srv = FakeApiServer().start()
+    path = kubeconfig_for(srv, tmp_path)
+    srv.stop()
+    backend = KubernetesBackend(str(path), timeout=0.5)
+    with pytest.raises(TransientBackendError):
+        backend.apply(namespace())
+
+
+@pytest.mark.parametrize("code", [400, 422])
+def test_4xx_is_permanent_with_the_servers_message(server, kube, code):
+    kube.apply(namespace())
+    server.inject(r"/jobs$", status=code, times=1)
+    with pytest.raises(PermanentBackendError) as exc:
+        kube.apply(job())
+    assert exc.value.status == code and f"injected fault {code}" in exc.value.message
+
+
+def test_invalid_name_is_permanent(kube):
+    kube.apply(namespace())
+    with pytest.raises(PermanentBackendError) as exc:
+        kube.apply(job(name="Not_Valid"))
+    assert exc.value.status == 422 and 'Job "Not_Valid" is invalid: metadata.name' in exc.value.message
+
+
+def test_object_the_client_refuses_is_permanent(server, kube):
+    kube.apply(namespace())
+    bad = job()
+    bad["spec"]["bogusField"] = 1
+    with pytest.raises(PermanentBackendError) as exc:
+        kube.apply(bad)
+    assert "invalid object" in exc.value.message and "bogusField" in exc.value.message
+    assert server.objects("Job") == []
+
+
+def test_stale_resource_version_conflict_is_transient(server, kube):
+    kube.apply(namespace())
+    kube.apply(job())
+    orig_get = kube.get
+
+    def stale_get(*args):  # someone else writes between our read and our patch
+        live = orig_get(*args)
+        server.set_pod_phase("proj-a", server.objects("Pod")[0]["metadata"]["name"], "Running")
+        live["metadata"]["resourceVersion"] = "1"
+        return live
+
+    kube.get = stale_get
+    with pytest.raises(TransientBackendError) as exc:
+        kube.apply(job(image="other"))
+    assert exc.value.status == 409 and exc.value.reason == "Conflict"
+
+
+def test_backend_for_chooses_by_cluster(server, tmp_path):
+    path = kubeconfig_for(server, tmp_path)
+    real = backend_for(
+        SimpleNamespace(
+            backend="kubernetes", kubeconfig_path=str(path), kube_context="", in_cluster=False, slug="k"
+        )
+    )
+    assert isinstance(real, KubernetesBackend)
+    assert real.apply(namespace()).action == "created"
+    sim1 = backend_for(SimpleNamespace(backend="simulated", slug="sim-x", pk=1))
+    assert isinstance(sim1, SimulatedBackend)
+    assert backend_for(SimpleNamespace(backend="simulated", slug="sim-x", pk=1)) is sim1
+    with pytest.raises(PermanentBackendError):
+        KubernetesBackend(str(tmp_path / "missing.yaml"))
+
+
+# -- simulated only -------------------------------------------------------------------------------------
+
+
+def test_simulated_pod_runs_for_expected_duration(sim):
+    sim.apply(namespace())
+    sim.apply(job(duration=600))
+    (pod,) = sim.pods_of("proj-a", "train-1")
+    assert pod["status"]["phase"] == "Pending"
+    assert sim.advance(5) == [("proj-a", pod["metadata"]["name"], "Running")]
+    assert sim.get("Pod", "proj-a", pod["metadata"]["name"])["status"]["phase"] == "Running"
+    assert sim.get("Job", "proj-a", "train-1")["status"]["active"] == 1
+    assert sim.advance(500) == []  # 600 s × [0.9, 1.1] has not passed yet
+    for _ in range(10):  # bounded
+        if sim.advance(60):
+            break
+    live = sim.get("Pod", "proj-a", pod["metadata"]["name"])
+    assert live["status"]["phase"] == "Succeeded"
+    assert live["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 0
+    status = sim.get("Job", "proj-a", "train-1")["status"]
+    assert status["succeeded"] == 1 and status["conditions"][0]["type"] == "Complete"
+
+
+def test_simulated_is_deterministic_given_seed():
+    def run(seed):
+        backend = SimulatedBackend(seed=seed)
+        backend.apply(namespace())
+        for i in range(3):
+            backend.apply(job(f"j{i}", duration=100))
+        return [backend.advance(20) for _ in range(8)], [
+            p["metadata"]["uid"] for p in backend.list_owned("Pod", selector="")
+        ]
+
+    assert run(3) == run(3)
+    assert run(3) != run(4)
+
+
+def test_simulated_inject_failure(sim):
+    sim.apply(namespace())
+    sim.apply(job(duration=600))
+    sim.advance(10)
+    failed = sim.inject_failure("proj-a", "train-1", reason="XidError79")
+    (pod,) = sim.pods_of("proj-a", "train-1")
+    assert failed == [pod["metadata"]["name"]]
+    assert pod["status"]["phase"] == "Failed" and pod["status"]["reason"] == "XidError79"
+    assert pod["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 1
+    assert sim.get("Job", "proj-a", "train-1")["status"]["failed"] == 1
+    assert sim.advance(10_000) == []  # a failed pod stays failed
+    with pytest.raises(KeyError):
+        sim.inject_failure("proj-a", "nothing", reason="x")
+
+
+def test_simulated_deployment_pods_run_until_deleted(sim):
+    sim.apply(namespace())
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "svc", "namespace": "proj-a", "labels": copy.deepcopy(MANAGED)},
+        "spec": {
+            "replicas": 2,
+            "selector": {"matchLabels": {"app": "svc"}},
+            "template": {
+                "metadata": {"labels": {"app": "svc"}},
+                "spec": {"containers": [{"name": "m", "image": "vllm"}]},
+            },
+        },
+    }
+    sim.apply(deployment)
+    sim.advance(3600)
+    pods = sim.list_owned("Pod", "proj-a", "app=svc")
+    assert [p["status"]["phase"] for p in pods] == ["Running", "Running"]
+    sim.delete("Deployment", "proj-a", "svc")
+    assert sim.list_owned("Pod", "proj-a", "app=svc") == []
