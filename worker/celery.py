@@ -19,12 +19,18 @@ app.conf.task_default_queue = "default"
 app.conf.task_routes = {
     "worker.tasks.inventory.*": {"queue": "ingest"},
     "worker.tasks.scheduling.*": {"queue": "scheduler"},
+    "worker.tasks.push.*": {"queue": "push"},
 }
 app.conf.beat_schedule = {
     "scheduling-cycle": {
         "task": "worker.tasks.scheduling.scheduling_cycle_task",
         "schedule": 5.0,
         "options": {"expires": 10},
+    },
+    "push-pending": {
+        "task": "worker.tasks.push.push_pending_task",
+        "schedule": 10.0,
+        "options": {"expires": 20},
     },
     "inventory-mark-stale-nodes": {
         "task": "worker.tasks.inventory.node_staleness_check_task",

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from django.db import models
 from django.db.models import F, Q
+from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from apps.catalog.models import Isolation
-from apps.inventory.models import Device, Node
+from apps.inventory.models import Cluster, Device, Node
 from apps.jobs.models import Job
 
 
@@ -110,3 +111,64 @@ class DecisionTrace(models.Model):
 
     def __str__(self) -> str:
         return f"{self.trace_id} {self.outcome}"
+
+
+class PushAction(models.Model):
+    """Outbox row: one object to apply to (or delete from) a cluster for a job's attempt.
+
+    Written inside the scheduling transaction; a worker applies a job's pending actions in ``seq``
+    order after commit, with no database transaction open around the network call.
+    """
+
+    class Verb(models.TextChoices):
+        APPLY = "apply", _("apply")
+        DELETE = "delete", _("delete")
+
+    class State(models.TextChoices):
+        PENDING = "pending", _("pending")
+        APPLIED = "applied", _("applied")
+        FAILED = "failed", _("failed")
+
+    job = models.ForeignKey(Job, on_delete=models.PROTECT, related_name="push_actions")
+    cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="push_actions")
+    attempt = models.PositiveSmallIntegerField(default=0)
+    seq = models.PositiveSmallIntegerField(default=0)
+    verb = models.CharField(max_length=8, choices=Verb.choices, default=Verb.APPLY)
+    object = models.JSONField(default=dict, blank=True)
+    kind = models.CharField(max_length=40)
+    namespace = models.CharField(max_length=63, blank=True)
+    name = models.CharField(max_length=253)
+    state = models.CharField(max_length=8, choices=State.choices, default=State.PENDING)
+    attempts = models.PositiveSmallIntegerField(default=0)
+    last_error = models.TextField(blank=True)
+    next_attempt_at = models.DateTimeField(default=timezone.now)
+    created_at = models.DateTimeField(auto_now_add=True)
+    applied_at = models.DateTimeField(null=True, blank=True)
+    result = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["job", "attempt", "seq"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["job", "attempt", "seq"], name="scheduling_pushaction_unique_seq"
+            ),
+            models.CheckConstraint(
+                condition=Q(state__in=["pending", "applied", "failed"]),
+                name="scheduling_pushaction_state_valid",
+            ),
+            models.CheckConstraint(
+                condition=Q(verb__in=["apply", "delete"]), name="scheduling_pushaction_verb_valid"
+            ),
+        ]
+        indexes = [
+            models.Index(
+                fields=["next_attempt_at"],
+                condition=Q(state="pending"),
+                name="scheduling_push_pending_idx",
+            ),
+        ]
+        verbose_name = _("push action")
+
+    def __str__(self) -> str:
+        where = f"{self.namespace}/{self.name}" if self.namespace else self.name
+        return f"{self.verb} {self.kind} {where} ({self.state})"

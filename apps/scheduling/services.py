@@ -319,6 +319,8 @@ def _persist(outcomes, *, snapshot: Snapshot, cycle_id, actor, result: CycleResu
         result.placed_job_ids.append(job.pk)
 
     Allocation.objects.bulk_create(allocations)
+    if allocations:
+        _push_enqueue(allocations)
     DecisionTrace.objects.bulk_create(traces)
     JobEvent.objects.bulk_create(events)
     if scheduled_ids:
@@ -343,6 +345,21 @@ def _persist(outcomes, *, snapshot: Snapshot, cycle_id, actor, result: CycleResu
             ),
             updated_at=now,
         )
+
+
+def _push_enqueue(allocations: list[Allocation]) -> None:
+    """Write the push actions of the placed jobs (outbox), in this transaction: two bulk queries
+    load the devices and the nodes with their clusters; manifests are rendered in memory."""
+    from apps.scheduling.push import push_actions_enqueue_many
+
+    devices = Device.objects.in_bulk({a.device_id for a in allocations})
+    nodes = Node.objects.select_related("cluster").in_bulk({a.node_id for a in allocations})
+    by_job: dict[int, tuple[Job, list[Allocation]]] = {}
+    for allocation in allocations:
+        allocation.device = devices[allocation.device_id]
+        allocation.node = nodes[allocation.node_id]
+        by_job.setdefault(allocation.job_id, (allocation.job, []))[1].append(allocation)
+    push_actions_enqueue_many((job, allocs, allocs[0].node.cluster) for job, allocs in by_job.values())
 
 
 def _trace(job: Job, decision: Decision, *, cycle_id, position: int) -> DecisionTrace:

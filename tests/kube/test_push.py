@@ -1,0 +1,246 @@
+"""Push through an outbox: scheduling writes push actions; push_job_run applies them after commit."""
+
+from __future__ import annotations
+
+import datetime as dt
+from unittest import mock
+
+import pytest
+from django.utils import timezone
+
+from apps.inventory.models import Cluster
+from apps.jobs.models import JobState
+from apps.jobs.services import job_submit
+from apps.scheduling.models import Allocation, PushAction
+from apps.scheduling.push import backoff_delay, push_due_job_ids, push_job_run
+from apps.scheduling.services import scheduling_cycle_run
+from tests.jobs import conftest as jobs_fixtures
+from tests.kube.fake_apiserver import FakeApiServer, kubeconfig_for
+from worker.kube.backend import backend_for
+from worker.tasks.push import push_job_task, push_pending_task
+
+pytestmark = pytest.mark.django_db
+
+# The job tests' fleet: two A100 nodes and an Ascend node in cluster "prod".
+a100 = jobs_fixtures.a100
+ascend = jobs_fixtures.ascend
+fleet = jobs_fixtures.fleet
+member_project = jobs_fixtures.member_project
+
+
+@pytest.fixture
+def server():
+    srv = FakeApiServer(timeout_delay=1.5).start()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture
+def kube_cluster(fleet, server, tmp_path):
+    cluster = Cluster.objects.get(slug="prod")
+    cluster.backend = Cluster.Backend.KUBERNETES
+    cluster.kubeconfig_path = str(kubeconfig_for(server, tmp_path))
+    cluster.save()
+    return cluster
+
+
+def schedule_one(project, user, a100, name="train"):
+    job = job_submit(
+        project=project,
+        actor=user,
+        name=name,
+        image="pytorch:2.3",
+        request_kind="whole_cards",
+        device_model=a100,
+        count=1,
+    )
+    result = scheduling_cycle_run()
+    assert job.pk in result.placed_job_ids
+    job.refresh_from_db()
+    assert job.state == JobState.SCHEDULED
+    return job
+
+
+def actions(job):
+    return list(PushAction.objects.filter(job=job).order_by("attempt", "seq"))
+
+
+def test_scheduling_writes_namespace_then_workload(kube_cluster, member_project, a100):
+    user, project = member_project
+    job = schedule_one(project, user, a100)
+    rows = actions(job)
+    assert [(a.seq, a.verb, a.kind, a.state) for a in rows] == [
+        (0, "apply", "Namespace", "pending"),
+        (1, "apply", "Job", "pending"),
+    ]
+    assert rows[0].cluster_id == kube_cluster.pk and rows[1].namespace == rows[0].name
+    assert rows[1].object["metadata"]["name"] == f"suanchi-{job.pk}-a0"
+    assert push_due_job_ids() == [job.pk]
+
+
+def test_push_applies_once_through_the_fake_api_server(server, kube_cluster, member_project, a100):
+    user, project = member_project
+    job = schedule_one(project, user, a100)
+    summary = push_job_run(job_id=job.pk)
+    assert summary["applied"] == 2 and summary["errors"] == []
+    ns, workload = actions(job)
+    assert ns.state == workload.state == PushAction.State.APPLIED
+    assert workload.result["action"] == "created" and workload.result["uid"]
+    assert workload.applied_at is not None and workload.attempts == 1
+    assert [o["metadata"]["name"] for o in server.objects("Namespace")] == [ns.name]
+    assert [o["metadata"]["name"] for o in server.objects("Job")] == [workload.name]
+
+    # Re-delivery: nothing pending, nothing changes.
+    assert push_job_run(job_id=job.pk)["applied"] == 0
+    assert len(server.objects("Job")) == 1 and len(server.objects("Namespace")) == 1
+    # Crash after the call, before the outcome was recorded: the re-apply is idempotent.
+    PushAction.objects.filter(pk=workload.pk).update(state=PushAction.State.PENDING)
+    assert push_job_run(job_id=job.pk)["applied"] == 1
+    workload.refresh_from_db()
+    assert workload.result["action"] == "unchanged"
+    assert len(server.objects("Job")) == 1
+    assert push_due_job_ids() == []
+
+
+def test_transient_error_backs_off_then_applies(server, kube_cluster, member_project, a100):
+    user, project = member_project
+    job = schedule_one(project, user, a100)
+    server.inject(r"/jobs$", status=500, times=1, method="POST")
+    now = timezone.now()
+    summary = push_job_run(job_id=job.pk, now=now)
+    assert summary["applied"] == 1 and summary["retry"] == 1
+    ns, workload = actions(job)
+    assert ns.state == PushAction.State.APPLIED
+    assert workload.state == PushAction.State.PENDING and workload.attempts == 1
+    assert "500" in workload.last_error and workload.next_attempt_at > now
+    assert server.objects("Job") == []
+    # Not due yet: nothing happens.
+    assert push_job_run(job_id=job.pk, now=now)["waiting"] == 1
+    assert push_due_job_ids(now=now) == []
+
+    later = now + dt.timedelta(minutes=10)
+    assert push_due_job_ids(now=later) == [job.pk]
+    assert push_job_run(job_id=job.pk, now=later)["applied"] == 1
+    workload.refresh_from_db()
+    assert workload.state == PushAction.State.APPLIED and workload.attempts == 2
+    assert len(server.objects("Job")) == 1
+    job.refresh_from_db()
+    assert job.state == JobState.SCHEDULED
+
+
+def test_transient_errors_are_bounded(server, kube_cluster, member_project, a100):
+    user, project = member_project
+    job = schedule_one(project, user, a100)
+    server.inject(r"/jobs$", status=503, times=10, method="POST")
+    now = timezone.now()
+    for i in range(3):
+        push_job_run(job_id=job.pk, max_attempts=3, now=now + dt.timedelta(hours=i))
+    workload = actions(job)[1]
+    assert workload.state == PushAction.State.FAILED and workload.attempts == 3
+    job.refresh_from_db()
+    assert job.state == JobState.PENDING
+    assert "push failed" in job.state_reason and workload.name in job.state_reason
+    assert not Allocation.objects.filter(job=job, released_at__isnull=True).exists()
+
+
+def test_permanent_error_returns_the_job_to_pending(server, kube_cluster, member_project, a100):
+    user, project = member_project
+    job = schedule_one(project, user, a100)
+    server.inject(r"/jobs$", status=422, times=1, method="POST")
+    summary = push_job_run(job_id=job.pk)
+    assert summary["failed"] == 1
+    workload = actions(job)[1]
+    assert workload.state == PushAction.State.FAILED and "422" in workload.last_error
+    job.refresh_from_db()
+    assert job.state == JobState.PENDING
+    assert f"Job vision/{workload.name}" in job.state_reason and "422" in job.state_reason
+    assert Allocation.objects.filter(job=job).exists()
+    assert not Allocation.objects.filter(job=job, released_at__isnull=True).exists()
+    assert server.objects("Job") == []
+
+    assert job.attempt == 1
+
+    # Scheduled again as attempt 1: new actions, applied; the old attempt's rows stay as history.
+    assert job.pk in scheduling_cycle_run().placed_job_ids
+    rows = actions(job)
+    assert [(a.attempt, a.seq, a.state) for a in rows] == [
+        (0, 0, "applied"),
+        (0, 1, "failed"),
+        (1, 0, "pending"),
+        (1, 1, "pending"),
+    ]
+    assert push_job_run(job_id=job.pk)["applied"] == 2
+    assert [o["metadata"]["name"] for o in server.objects("Job")] == [f"suanchi-{job.pk}-a1"]
+
+
+def test_simulated_backend(fleet, member_project, a100):
+    user, project = member_project
+    job = schedule_one(project, user, a100, name="sim")
+    assert push_job_run(job_id=job.pk)["applied"] == 2
+    ns, workload = actions(job)
+    assert workload.state == PushAction.State.APPLIED and workload.result["uid"]
+    cluster = Cluster.objects.get(slug="prod")
+    assert backend_for(cluster).get("Job", workload.namespace, workload.name) is not None
+
+
+def test_cancelled_job_is_not_pushed(kube_cluster, server, member_project, a100):
+    from apps.jobs.services import job_transition
+
+    user, project = member_project
+    job = schedule_one(project, user, a100)
+    job_transition(job, to=JobState.CANCELLED, actor="test")
+    assert push_job_run(job_id=job.pk)["failed"] == 2
+    assert server.objects("Job") == [] and server.objects("Namespace") == []
+
+
+def test_broker_outage_does_not_fail_scheduling(
+    fleet, member_project, a100, django_capture_on_commit_callbacks
+):
+    user, project = member_project
+    job = job_submit(
+        project=project,
+        actor=user,
+        name="x",
+        image="pytorch:2.3",
+        request_kind="whole_cards",
+        device_model=a100,
+        count=1,
+    )
+    broker_down = ConnectionError("broker down")
+    with (
+        mock.patch.object(push_job_task, "apply_async", side_effect=broker_down) as send,
+        django_capture_on_commit_callbacks(execute=True),
+    ):
+        result = scheduling_cycle_run()
+    assert job.pk in result.placed_job_ids and send.called
+    job.refresh_from_db()
+    assert job.state == JobState.SCHEDULED
+    # The periodic task catches up.
+    assert push_pending_task()["pushed"] == [job.pk]
+    assert all(a.state == PushAction.State.APPLIED for a in actions(job))
+
+
+def test_enqueue_after_commit_sends_the_task(fleet, member_project, a100, django_capture_on_commit_callbacks):
+    user, project = member_project
+    job = job_submit(
+        project=project,
+        actor=user,
+        name="y",
+        image="pytorch:2.3",
+        request_kind="whole_cards",
+        device_model=a100,
+        count=1,
+    )
+    with (
+        mock.patch.object(push_job_task, "apply_async") as send,
+        django_capture_on_commit_callbacks(execute=True),
+    ):
+        scheduling_cycle_run()
+    send.assert_called_once_with(args=[job.pk], queue="push")
+
+
+def test_backoff_grows_with_jitter_and_a_cap():
+    for attempts in range(1, 12):
+        delay = backoff_delay(attempts, base=2, cap=300)
+        full = min(300, 2 * 2 ** (attempts - 1))
+        assert full / 2 <= delay <= full
