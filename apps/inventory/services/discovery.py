@@ -102,7 +102,7 @@ def node_report_parse(*, kind: str, text: str) -> ParsedReport:
     return parse_report(kind, text)
 
 
-def _resolve_node(*, node_name: str, cluster: Cluster | None, actor, now) -> tuple[Node, bool]:
+def _resolve_node(*, node_name: str, cluster: Cluster | None) -> tuple[Node, bool]:
     qs = Node.objects.select_for_update().filter(name=node_name)
     if cluster is not None:
         qs = qs.filter(cluster=cluster)
@@ -330,7 +330,6 @@ def _apply_links(
     if current:
         DeviceLink.objects.filter(pk__in=[link.pk for link in current.values()]).delete()
         result.links_removed += len(current)
-    return set()
 
 
 def _link_kind(raw: str) -> tuple[str, int | None]:
@@ -392,7 +391,7 @@ def _ingest_locked(*, result: IngestResult, node_name: str, kind: str, text: str
     parsed = result.parsed
     now = timezone.now()
     actor_label = actor_fields(actor)["actor_label"]
-    node, node_created = _resolve_node(node_name=node_name, cluster=cluster, actor=actor, now=now)
+    node, node_created = _resolve_node(node_name=node_name, cluster=cluster)
     result.node = node
     rec = _Recorder(node=node, actor_label=actor_label)
     if node_created:
