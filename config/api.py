@@ -7,4 +7,7 @@ urlpatterns = [
     path("catalog/", include("apps.catalog.api.urls")),
     path("inventory/", include("apps.inventory.api.urls")),
     path("jobs/", include("apps.jobs.api.urls")),
+    path("quotas/", include("apps.quotas.api.urls")),
+    path("telemetry/", include("apps.telemetry.api.urls")),
+    path("billing/", include("apps.billing.api.urls")),
 ]

@@ -21,4 +21,7 @@ urlpatterns = [
     path("inventory/", include("apps.inventory.urls")),
     path("catalog/", include("apps.catalog.urls")),
     path("jobs/", include("apps.jobs.urls")),
+    path("quotas/", include("apps.quotas.urls")),
+    path("telemetry/", include("apps.telemetry.urls")),
+    path("billing/", include("apps.billing.urls")),
 ]

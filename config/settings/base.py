@@ -51,6 +51,9 @@ INSTALLED_APPS = [
     "apps.inventory",
     "apps.jobs",
     "apps.scheduling",
+    "apps.quotas",
+    "apps.telemetry",
+    "apps.billing",
 ]
 
 MIDDLEWARE = [

@@ -1,0 +1,5 @@
+"""Billing pages, mounted at /billing/ (namespace "billing")."""
+
+app_name = "billing"
+
+urlpatterns = []

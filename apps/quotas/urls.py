@@ -1,0 +1,5 @@
+"""Quotas pages, mounted at /quotas/ (namespace "quotas")."""
+
+app_name = "quotas"
+
+urlpatterns = []

@@ -1,0 +1,5 @@
+"""Telemetry pages, mounted at /telemetry/ (namespace "telemetry")."""
+
+app_name = "telemetry"
+
+urlpatterns = []
