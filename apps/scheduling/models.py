@@ -33,6 +33,11 @@ class Allocation(models.Model):
     compute_milli = models.PositiveIntegerField()
     isolation = models.CharField(max_length=8, choices=Isolation.choices, default=Isolation.HARD)
     partition_profile = models.CharField(max_length=40, blank=True)
+    # Compute units this row holds: the card model's coefficient on the start day × the share
+    # (compute_milli / 1000). Quotas count it; billing multiplies it by hours.
+    compute_units = models.DecimalField(max_digits=12, decimal_places=4, default=0)
+    # Granted beyond the project's guarantee from idle lendable capacity: preemptible (reclaim).
+    borrowed = models.BooleanField(default=False)
     trace_id = models.UUIDField(db_index=True)
     started_at = models.DateTimeField(db_index=True)
     released_at = models.DateTimeField(null=True, blank=True, db_index=True)

@@ -158,6 +158,16 @@ def scheduling_cycle_run(
     return result
 
 
+CU_QUANTUM = Decimal("0.0001")
+
+
+def allocation_compute_units(coefficient: Decimal | None, compute_milli: int) -> Decimal:
+    """Compute units of one allocation row; 0 for a card model without a coefficient (unknown)."""
+    if coefficient is None:
+        return Decimal(0)
+    return (coefficient * Decimal(compute_milli) / Decimal(WHOLE)).quantize(CU_QUANTUM)
+
+
 def _device_usage(device_ids: list[int]) -> dict[int, list[int]]:
     """Active totals per device: [memory, hard milli, shared milli, whole count]."""
     usage: dict[int, list[int]] = defaultdict(lambda: [0, 0, 0, 0])
@@ -209,15 +219,23 @@ def _persist(outcomes, *, snapshot: Snapshot, cycle_id, actor, result: CycleResu
     caps = {}
     if device_ids:
         caps = {
-            pk: (model_memory or memory or 0, int((factor or 1) * 100), node_id)
-            for pk, memory, model_memory, factor, node_id in Device.objects.select_for_update(of=("self",))
+            pk: (model_memory or memory or 0, int((factor or 1) * 100), node_id, model_id)
+            for pk, memory, model_memory, factor, node_id, model_id in Device.objects.select_for_update(
+                of=("self",)
+            )
             .filter(pk__in=device_ids)
             .order_by("pk")
             .values_list(
-                "pk", "memory_mib", "device_model__memory_mib", "node__pool__overcommit_factor", "node_id"
+                "pk",
+                "memory_mib",
+                "device_model__memory_mib",
+                "node__pool__overcommit_factor",
+                "node_id",
+                "device_model_id",
             )
         }
     usage = _device_usage(device_ids) if device_ids else {}
+    coefficients = coefficients_on({c[3] for c in caps.values() if c[3]}, on=timezone.localdate(now))
 
     allocations: list[Allocation] = []
     traces: list[DecisionTrace] = []
@@ -252,7 +270,7 @@ def _persist(outcomes, *, snapshot: Snapshot, cycle_id, actor, result: CycleResu
         for part in decision.placement.parts:
             for a in part.devices:
                 pk = int(a.device_id)
-                cap, factor, _node = caps.get(pk, (0, 100, None))
+                cap, factor, _node, _model = caps.get(pk, (0, 100, None, None))
                 u = trial.setdefault(pk, [0, 0, 0, 0])
                 if not _fits(
                     u,
@@ -296,6 +314,9 @@ def _persist(outcomes, *, snapshot: Snapshot, cycle_id, actor, result: CycleResu
                     compute_milli=WHOLE if a.whole else a.compute,
                     isolation=a.isolation,
                     partition_profile=(job.template.partition_profile if job.template_id else ""),
+                    compute_units=allocation_compute_units(
+                        coefficients.get(caps[pk][3]), WHOLE if a.whole else a.compute
+                    ),
                     trace_id=uuid.UUID(decision.trace_id),
                     started_at=now,
                 )
