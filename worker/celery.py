@@ -20,6 +20,9 @@ app.conf.task_routes = {
     "worker.tasks.inventory.*": {"queue": "ingest"},
     "worker.tasks.scheduling.*": {"queue": "scheduler"},
     "worker.tasks.push.*": {"queue": "push"},
+    "worker.tasks.reconcile.*": {"queue": "push"},
+    "worker.tasks.telemetry.*": {"queue": "ingest"},
+    "worker.tasks.billing.*": {"queue": "billing"},
 }
 app.conf.beat_schedule = {
     "scheduling-cycle": {
@@ -31,6 +34,21 @@ app.conf.beat_schedule = {
         "task": "worker.tasks.push.push_pending_task",
         "schedule": 10.0,
         "options": {"expires": 20},
+    },
+    "reconcile": {
+        "task": "worker.tasks.reconcile.reconcile_task",
+        "schedule": 10.0,
+        "options": {"expires": 20},
+    },
+    "telemetry-ingest": {
+        "task": "worker.tasks.telemetry.telemetry_ingest_task",
+        "schedule": 60.0,
+        "options": {"expires": 120},
+    },
+    "billing-meter": {
+        "task": "worker.tasks.billing.metering_task",
+        "schedule": 900.0,
+        "options": {"expires": 1800},
     },
     "inventory-mark-stale-nodes": {
         "task": "worker.tasks.inventory.node_staleness_check_task",
