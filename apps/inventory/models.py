@@ -304,6 +304,7 @@ class DeviceEvent(models.Model):
         REPORT_OVERDUE = "report_overdue", _("reports overdue")
         REPORTS_RESUMED = "reports_resumed", _("reports resumed")
         UPDATED = "updated", _("updated")
+        NOT_READY = "not_ready", _("NotReady in Kubernetes")
 
     class Severity(models.TextChoices):
         INFO = "info", _("info")

@@ -148,6 +148,11 @@ class Job(BaseModel):
     )
     retry_backoff_s = models.PositiveIntegerField(_("retry backoff (s)"), default=60)
     attempt = models.PositiveSmallIntegerField(default=0)
+    # Nodes a retry must avoid (where an earlier attempt failed), and when the next attempt may start.
+    excluded_nodes = models.JSONField(default=list, blank=True)
+    retry_not_before = models.DateTimeField(null=True, blank=True)
+    # The checkpoint the next attempt resumes from (SUANCHI_RESUME_FROM); set on retry and preemption.
+    resume_from = models.CharField(max_length=300, blank=True)
 
     state = models.CharField(max_length=12, choices=JobState.choices, default=JobState.PENDING, db_index=True)
     state_reason = models.CharField(max_length=500, blank=True)
@@ -206,6 +211,9 @@ class JobEvent(models.Model):
         PENDING = "pending", _("still pending")
         RELEASED = "released", _("allocation released")
         CANCEL = "cancel", _("cancel requested")
+        RETRY = "retry", _("retry")
+        PREEMPTED = "preempted", _("preempted")
+        CLUSTER = "cluster", _("cluster")
 
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="events")
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)

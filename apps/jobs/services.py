@@ -151,6 +151,9 @@ def job_cancel(*, job: Job, actor, reason: str = "") -> Job:
         job.refresh_from_db()
         raise InvalidTransition(f"Job {job} is {job.state}; it cannot be cancelled now.")
     allocations_release(job=job, reason="cancelled", actor=actor)
+    from apps.scheduling.push import workload_delete_enqueue
+
+    workload_delete_enqueue(job=job)  # its Kubernetes objects are deleted after commit
     change_record_create(actor=actor, action="job.cancel", obj=job, after={"state": JobState.CANCELLED})
     return job
 

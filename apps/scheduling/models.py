@@ -128,13 +128,17 @@ class PushAction(models.Model):
     class Verb(models.TextChoices):
         APPLY = "apply", _("apply")
         DELETE = "delete", _("delete")
+        PATCH = "patch", _("patch node")
 
     class State(models.TextChoices):
         PENDING = "pending", _("pending")
         APPLIED = "applied", _("applied")
         FAILED = "failed", _("failed")
 
-    job = models.ForeignKey(Job, on_delete=models.PROTECT, related_name="push_actions")
+    # A job's workload objects, or — with no job — one standalone object (a node's labels and
+    # taints, a project's ResourceQuota). ``stream`` orders the actions: "job:<id>" or "<kind>:<ns>/<name>".
+    job = models.ForeignKey(Job, null=True, blank=True, on_delete=models.PROTECT, related_name="push_actions")
+    stream = models.CharField(max_length=300, db_index=True, default="")
     cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="push_actions")
     attempt = models.PositiveSmallIntegerField(default=0)
     seq = models.PositiveSmallIntegerField(default=0)
@@ -152,17 +156,17 @@ class PushAction(models.Model):
     result = models.JSONField(default=dict, blank=True)
 
     class Meta:
-        ordering = ["job", "attempt", "seq"]
+        ordering = ["stream", "attempt", "seq"]
         constraints = [
             models.UniqueConstraint(
-                fields=["job", "attempt", "seq"], name="scheduling_pushaction_unique_seq"
+                fields=["cluster", "stream", "attempt", "seq"], name="scheduling_pushaction_unique_seq"
             ),
             models.CheckConstraint(
                 condition=Q(state__in=["pending", "applied", "failed"]),
                 name="scheduling_pushaction_state_valid",
             ),
             models.CheckConstraint(
-                condition=Q(verb__in=["apply", "delete"]), name="scheduling_pushaction_verb_valid"
+                condition=Q(verb__in=["apply", "delete", "patch"]), name="scheduling_pushaction_verb_valid"
             ),
         ]
         indexes = [
@@ -177,3 +181,23 @@ class PushAction(models.Model):
     def __str__(self) -> str:
         where = f"{self.namespace}/{self.name}" if self.namespace else self.name
         return f"{self.verb} {self.kind} {where} ({self.state})"
+
+
+class SimulatedCluster(models.Model):
+    """The state of a simulated cluster, shared by every worker process and kept across restarts.
+
+    The demo's web, worker and beat processes all see one cluster: each backend call loads this row
+    under a lock, advances the simulated clock to the wall clock (times ``SIMULATED_TIME_SCALE``),
+    acts, and stores the state back.
+    """
+
+    cluster = models.OneToOneField(Cluster, on_delete=models.CASCADE, related_name="simulation")
+    state = models.JSONField(default=dict, blank=True)
+    started_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name = _("simulated cluster")
+
+    def __str__(self) -> str:
+        return f"simulation of {self.cluster_id}"

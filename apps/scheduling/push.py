@@ -11,6 +11,9 @@
   permanent error, the action fails and the job returns to pending with the reason, its
   allocations released and its ``attempt`` advanced (the allocation slot and the workload name
   include the attempt, so the next placement cannot collide with this one).
+* Actions are ordered per *stream*: ``job:<id>`` for a job's objects (applies, then the deletes of a
+  preempted or retried attempt), ``<cluster>:<Kind>:<namespace>/<name>`` for a standalone object
+  (a node's labels and taints, a project's ResourceQuota) written by ``push_object_enqueue``.
 """
 
 from __future__ import annotations
@@ -45,10 +48,19 @@ def backoff_delay(
     return delay / 2 + random.uniform(0, delay / 2)  # noqa: S311 - jitter, not cryptography
 
 
+def job_stream(job_id: int) -> str:
+    return f"job:{job_id}"
+
+
+def object_stream(cluster: Any, kind: str, namespace: str, name: str) -> str:
+    return f"{cluster.pk}:{kind}:{namespace}/{name}"
+
+
 def _action(job: Job, cluster: Any, obj: dict, seq: int, now: dt.datetime) -> PushAction:
     meta = obj.get("metadata") or {}
     return PushAction(
         job=job,
+        stream=job_stream(job.pk),
         cluster=cluster,
         attempt=job.attempt,
         seq=seq,
@@ -71,7 +83,7 @@ def push_actions_enqueue_many(items: Iterable[tuple[Job, Sequence[Any], Any]]) -
     now = timezone.now()
     next_seq = {
         (row["job_id"], row["attempt"]): row["top"] + 1
-        for row in PushAction.objects.filter(job_id__in=[job.pk for job, _a, _c in items])
+        for row in PushAction.objects.filter(stream__in=[job_stream(job.pk) for job, _a, _c in items])
         .values("job_id", "attempt")
         .annotate(top=Max("seq"))
     }
@@ -85,8 +97,8 @@ def push_actions_enqueue_many(items: Iterable[tuple[Job, Sequence[Any], Any]]) -
         for offset, obj in enumerate(objects):
             actions.append(_action(job, cluster, obj, seq + offset, now))
     PushAction.objects.bulk_create(actions)
-    job_ids = [job.pk for job, _a, _c in items]
-    transaction.on_commit(lambda: [request_push(job_id) for job_id in job_ids])
+    streams = [job_stream(job.pk) for job, _a, _c in items]
+    transaction.on_commit(lambda: [request_push(stream) for stream in streams])
     return actions
 
 
@@ -96,15 +108,93 @@ def push_actions_enqueue(*, job: Job, allocations: Sequence[Any], cluster: Any) 
     return push_actions_enqueue_many([(job, allocations, cluster)])
 
 
-def request_push(job_id: int) -> None:
-    """Enqueue a push for one job. Never fails the caller: beat's ``push_pending_task`` catches up."""
-    try:
-        from worker.tasks.push import push_job_task
+def _next_seq(stream: str, attempt: int) -> int:
+    top = PushAction.objects.filter(stream=stream, attempt=attempt).aggregate(top=Max("seq"))["top"]
+    return 0 if top is None else top + 1
 
-        push_job_task.apply_async(args=[job_id], queue="push")
+
+def workload_delete_enqueue(*, job: Job, attempt: int | None = None) -> list[PushAction]:
+    """Write graceful deletes for the objects of the job's attempt (call inside the transaction that
+    preempts, retries or cancels it); pushed after commit. Nothing when nothing was ever pushed."""
+    attempt = job.attempt if attempt is None else attempt
+    stream = job_stream(job.pk)
+    applied = list(
+        PushAction.objects.filter(stream=stream, attempt=attempt, verb=PushAction.Verb.APPLY)
+        .exclude(kind="Namespace")
+        .select_related("cluster")
+        .order_by("seq")
+    )
+    if not applied:
+        return []
+    # Applies not yet done will never be: the job moved on.
+    PushAction.objects.filter(
+        stream=stream, attempt=attempt, verb=PushAction.Verb.APPLY, state=PushAction.State.PENDING
+    ).update(state=PushAction.State.FAILED, last_error="not applied: superseded by a delete")
+    seq = _next_seq(stream, attempt)
+    now = timezone.now()
+    actions = [
+        PushAction(
+            job=job,
+            stream=stream,
+            cluster=a.cluster,
+            attempt=attempt,
+            seq=seq + i,
+            verb=PushAction.Verb.DELETE,
+            kind=a.kind,
+            namespace=a.namespace,
+            name=a.name,
+            next_attempt_at=now,
+        )
+        for i, a in enumerate(applied)
+    ]
+    PushAction.objects.bulk_create(actions)
+    transaction.on_commit(lambda: request_push(stream))
+    return actions
+
+
+def push_object_enqueue(
+    *, cluster: Any, manifest: dict, actor: Any = None, verb: str = "apply"
+) -> PushAction:
+    """Write one standalone object to push (a Node patch of labels and taints, a ResourceQuota …)
+    inside the caller's transaction; it is pushed after commit, in order with earlier writes of the
+    same object. ``verb``: apply (create or update), patch (Node labels/taints) or delete."""
+    if verb not in PushAction.Verb.values:
+        raise ValueError(f"unknown verb {verb!r}")
+    meta = manifest.get("metadata") or {}
+    kind, namespace, name = manifest["kind"], meta.get("namespace", ""), meta["name"]
+    stream = object_stream(cluster, kind, namespace, name)
+    # An older pending write of the same object is superseded: only the newest state matters.
+    PushAction.objects.filter(stream=stream, state=PushAction.State.PENDING).update(
+        state=PushAction.State.FAILED, last_error="superseded by a newer write"
+    )
+    action = PushAction.objects.create(
+        job=None,
+        stream=stream,
+        cluster=cluster,
+        attempt=0,
+        seq=_next_seq(stream, 0),
+        verb=verb,
+        object=manifest,
+        kind=kind,
+        namespace=namespace,
+        name=name,
+        next_attempt_at=timezone.now(),
+    )
+    transaction.on_commit(lambda: request_push(stream))
+    return action
+
+
+def request_push(stream: str | int) -> None:
+    """Enqueue a push for one stream (a job id means its job stream). Never fails the caller: beat's
+    ``push_pending_task`` catches up."""
+    stream = job_stream(stream) if isinstance(stream, int) else stream
+    try:
+        from worker.tasks.push import push_stream_task
+
+        push_stream_task.apply_async(args=[stream], queue="push")
     except Exception:  # noqa: BLE001 - the broker may be down; the periodic push will pick it up
         logger.warning(
-            "could not enqueue a push for job %s; the periodic push will pick it up", job_id, exc_info=True
+            "could not enqueue a push for %s; the periodic push will pick it up", stream, exc_info=True
         )
 
 
@@ -127,8 +217,10 @@ def _fail(action: PushAction, *, error: str, attempts: int, actor: Any, now: dt.
         if not won:
             return False
         PushAction.objects.filter(
-            job_id=action.job_id, attempt=action.attempt, seq__gt=action.seq, state=PushAction.State.PENDING
+            stream=action.stream, attempt=action.attempt, seq__gt=action.seq, state=PushAction.State.PENDING
         ).update(state=PushAction.State.FAILED, last_error=f"not attempted: {_describe(action)} failed")
+        if action.job_id is None or action.verb != PushAction.Verb.APPLY:
+            return True
         job = Job.objects.get(pk=action.job_id)
         if job.attempt == action.attempt and job_transition(
             job,
@@ -147,6 +239,19 @@ def _call(backend, action: PushAction) -> dict:
     if action.verb == PushAction.Verb.APPLY:
         result = backend.apply(action.object)
         return {"action": result.action, "uid": result.uid, "resourceVersion": result.resource_version}
+    if action.verb == PushAction.Verb.PATCH:
+        obj = action.object
+        live = backend.patch_node(
+            action.name,
+            labels=(obj.get("metadata") or {}).get("labels") or None,
+            taints=(obj.get("spec") or {}).get("taints"),
+        )
+        meta = live.get("metadata") or {}
+        return {
+            "action": "patched",
+            "uid": meta.get("uid", ""),
+            "resourceVersion": meta.get("resourceVersion", ""),
+        }
     deleted = backend.delete(action.kind, action.namespace or None, action.name)
     return {"action": "deleted" if deleted else "absent", "uid": "", "resourceVersion": ""}
 
@@ -159,14 +264,27 @@ def push_job_run(
     now: dt.datetime | None = None,
 ) -> dict:
     """Apply the job's due pending actions in order. Returns counts: applied / retry / failed / waiting."""
+    summary = push_stream_run(stream=job_stream(job_id), actor=actor, max_attempts=max_attempts, now=now)
+    summary["job_id"] = job_id
+    return summary
+
+
+def push_stream_run(
+    *,
+    stream: str,
+    actor: Any = "worker",
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    now: dt.datetime | None = None,
+) -> dict:
+    """Apply a stream's due pending actions in order. Returns counts: applied / retry / failed / waiting."""
     now = now or timezone.now()
-    summary = {"job_id": job_id, "applied": 0, "retry": 0, "failed": 0, "waiting": 0, "errors": []}
+    summary = {"stream": stream, "applied": 0, "retry": 0, "failed": 0, "waiting": 0, "errors": []}
     backends: dict[int, Any] = {}
     try:
         while True:
             action = (
                 PushAction.objects.select_related("cluster")
-                .filter(job_id=job_id, state=PushAction.State.PENDING)
+                .filter(stream=stream, state=PushAction.State.PENDING)
                 .order_by("attempt", "seq")
                 .first()
             )
@@ -175,11 +293,19 @@ def push_job_run(
             if action.next_attempt_at > now:
                 summary["waiting"] += 1
                 break
-            job_state = Job.objects.filter(pk=job_id).values_list("state", "attempt").first()
-            if action.verb == PushAction.Verb.APPLY and (
-                job_state is None
-                or job_state[0] not in (JobState.SCHEDULED, JobState.RUNNING)
-                or job_state[1] != action.attempt
+            job_state = (
+                Job.objects.filter(pk=action.job_id).values_list("state", "attempt").first()
+                if action.job_id
+                else None
+            )
+            if (
+                action.job_id
+                and action.verb == PushAction.Verb.APPLY
+                and (
+                    job_state is None
+                    or job_state[0] not in (JobState.SCHEDULED, JobState.RUNNING)
+                    or job_state[1] != action.attempt
+                )
             ):
                 # The job moved on (cancelled, requeued, a newer attempt): this apply is stale.
                 PushAction.objects.filter(pk=action.pk, state=PushAction.State.PENDING).update(
@@ -236,13 +362,22 @@ def push_job_run(
     return summary
 
 
-def push_due_job_ids(*, now: dt.datetime | None = None, limit: int = 100) -> list[int]:
-    """Jobs with a pending action that is due, oldest first."""
+def push_due_streams(*, now: dt.datetime | None = None, limit: int = 100) -> list[str]:
+    """Streams with a pending action that is due, oldest first."""
     now = now or timezone.now()
     rows = (
         PushAction.objects.filter(state=PushAction.State.PENDING, next_attempt_at__lte=now)
-        .values("job_id")
+        .values("stream")
         .annotate(due=Max("next_attempt_at"))
-        .order_by("due", "job_id")[:limit]
+        .order_by("due", "stream")[:limit]
     )
-    return [row["job_id"] for row in rows]
+    return [row["stream"] for row in rows]
+
+
+def push_due_job_ids(*, now: dt.datetime | None = None, limit: int = 100) -> list[int]:
+    """Jobs with a pending action that is due, oldest first."""
+    return [
+        int(stream.split(":", 1)[1])
+        for stream in push_due_streams(now=now, limit=limit)
+        if stream.startswith("job:")
+    ]

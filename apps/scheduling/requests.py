@@ -194,12 +194,15 @@ def job_requests(
 
     Each comes with the compute units per hour it would be granted (None when a coefficient is unknown).
     """
+    failures = dict(precheck_failures or {})
+    for name in job.excluded_nodes or []:  # an earlier attempt failed there
+        failures.setdefault(name, "an earlier attempt of this job failed on this node")
     base = {
         "id": str(job.pk or "new"),
         "replicas": job.replicas,
         "project": job.project.slug if job.project_id else None,
         "node_selector": dict(job.node_selector or {}),
-        "precheck_failures": precheck_failures or {},
+        "precheck_failures": failures,
         "priority": job.priority,
     }
     user_tol = _user_tolerations(job)

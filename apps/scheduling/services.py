@@ -109,6 +109,8 @@ def _job_vendors(job: Job) -> set[str]:
 def queued_jobs(limit: int | None = None):
     qs = (
         Job.objects.filter(state__in=QUEUED_STATES)
+        # a retry waits out its backoff
+        .filter(Q(retry_not_before__isnull=True) | Q(retry_not_before__lte=timezone.now()))
         .select_related("project", "template__device_model", "device_model", "request_template")
         .order_by("-priority", "created_at", "id")
     )

@@ -223,6 +223,8 @@ SUANCHI = {
     "NODE_REPORT_STALE_MINUTES": env.int("SUANCHI_NODE_REPORT_STALE_MINUTES", default=30),
     # The scheduling engine's node-scoring policy (see apps/scheduling/engine/policies.py).
     "SCHEDULER_POLICY": env.str("SUANCHI_SCHEDULER_POLICY", default=""),
+    # Simulated clusters run this many simulated seconds per wall-clock second (the demo speeds up).
+    "SIMULATED_TIME_SCALE": env.float("SUANCHI_SIMULATED_TIME_SCALE", default=1.0),
 }
 
 LOGGING = {

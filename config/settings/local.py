@@ -6,3 +6,6 @@ from .base import env
 DEBUG = env.bool("DJANGO_DEBUG", default=True)
 # A fixed key is acceptable only for the local demo; production.py refuses to start without one.
 SECRET_KEY = SECRET_KEY or "suanchi-local-demo-key-not-for-production"  # noqa: F405, S105
+
+# The demo's simulated cluster runs an hour-long job in a minute, so a visitor sees jobs finish.
+SUANCHI["SIMULATED_TIME_SCALE"] = env.float("SUANCHI_SIMULATED_TIME_SCALE", default=60.0)  # noqa: F405

@@ -437,6 +437,38 @@ class FakeApiServer(ThreadingHTTPServer):
             self._sync_job_status(namespace, pod)
             return copy.deepcopy(pod)
 
+    def add_node(self, name: str, labels: dict | None = None, ready: bool = True) -> dict:
+        """Register a Node, as a kubelet would, with a Ready condition."""
+        node = {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **(labels or {})}},
+            "spec": {},
+            "status": {},
+        }
+        with self._lock:
+            self._new_meta(node)
+            self._bump(node)
+            self._store[("nodes", "", name)] = node
+        return self.set_node_ready(name, ready)
+
+    def set_node_ready(self, name: str, ready: bool) -> dict:
+        """The node controller's view: Ready True, or False with reason KubeletNotReady."""
+        with self._lock:
+            node = self._store.get(("nodes", "", name))
+            if node is None:
+                raise KeyError(f"no node {name}")
+            node.setdefault("status", {})["conditions"] = [
+                {
+                    "type": "Ready",
+                    "status": "True" if ready else "False",
+                    "reason": "KubeletReady" if ready else "KubeletNotReady",
+                    "lastTransitionTime": _now(),
+                }
+            ]
+            self._bump(node)
+            return copy.deepcopy(node)
+
     # -- internals -------------------------------------------------------------------------------
     def _bump(self, obj: dict) -> None:
         self._rv += 1

@@ -17,7 +17,7 @@ from apps.scheduling.services import scheduling_cycle_run
 from tests.jobs import conftest as jobs_fixtures
 from tests.kube.fake_apiserver import FakeApiServer, kubeconfig_for
 from worker.kube.backend import backend_for
-from worker.tasks.push import push_job_task, push_pending_task
+from worker.tasks.push import push_pending_task, push_stream_task
 
 pytestmark = pytest.mark.django_db
 
@@ -208,7 +208,7 @@ def test_broker_outage_does_not_fail_scheduling(
     )
     broker_down = ConnectionError("broker down")
     with (
-        mock.patch.object(push_job_task, "apply_async", side_effect=broker_down) as send,
+        mock.patch.object(push_stream_task, "apply_async", side_effect=broker_down) as send,
         django_capture_on_commit_callbacks(execute=True),
     ):
         result = scheduling_cycle_run()
@@ -216,7 +216,7 @@ def test_broker_outage_does_not_fail_scheduling(
     job.refresh_from_db()
     assert job.state == JobState.SCHEDULED
     # The periodic task catches up.
-    assert push_pending_task()["pushed"] == [job.pk]
+    assert push_pending_task()["pushed"] == [f"job:{job.pk}"]
     assert all(a.state == PushAction.State.APPLIED for a in actions(job))
 
 
@@ -232,11 +232,11 @@ def test_enqueue_after_commit_sends_the_task(fleet, member_project, a100, django
         count=1,
     )
     with (
-        mock.patch.object(push_job_task, "apply_async") as send,
+        mock.patch.object(push_stream_task, "apply_async") as send,
         django_capture_on_commit_callbacks(execute=True),
     ):
         scheduling_cycle_run()
-    send.assert_called_once_with(args=[job.pk], queue="push")
+    send.assert_called_once_with(args=[f"job:{job.pk}"], queue="push")
 
 
 def test_backoff_grows_with_jitter_and_a_cap():

@@ -421,6 +421,34 @@ class SimulatedBackend(ClusterBackend):
         # pod key -> {"start_at": t, "end_at": t | None}
         self._schedule: dict[tuple[str, str, str], dict] = {}
 
+    # -- state ------------------------------------------------------------------------------------
+    def to_state(self) -> dict:
+        """Everything needed to carry on elsewhere (another process, after a restart), as JSON."""
+        with self._lock:
+            version, internal, gauss = self._rng.getstate()
+            return {
+                "objects": [[*key, obj] for key, obj in sorted(self._store.items())],
+                "schedule": [[*key, plan] for key, plan in sorted(self._schedule.items())],
+                "rv": self._rv,
+                "t": self._t,
+                "epoch": self._epoch.isoformat(),
+                "default_duration": self.default_duration,
+                "rng": [version, list(internal), gauss],
+            }
+
+    @classmethod
+    def from_state(cls, state: dict, seed: int = 0) -> SimulatedBackend:
+        epoch = dt.datetime.fromisoformat(state["epoch"]) if state.get("epoch") else None
+        backend = cls(seed=seed, default_duration=state.get("default_duration", 3600.0), now=epoch)
+        backend._store = {(k, ns, n): obj for k, ns, n, obj in state.get("objects", [])}
+        backend._schedule = {(k, ns, n): plan for k, ns, n, plan in state.get("schedule", [])}
+        backend._rv = state.get("rv", 0)
+        backend._t = state.get("t", 0.0)
+        if state.get("rng"):
+            version, internal, gauss = state["rng"]
+            backend._rng.setstate((version, tuple(internal), gauss))
+        return backend
+
     # -- time -------------------------------------------------------------------------------------
     @property
     def clock(self) -> float:
@@ -777,6 +805,10 @@ def backend_for(cluster, **kwargs) -> ClusterBackend:
     if cluster.backend == "kubernetes":
         return KubernetesBackend(cluster, **kwargs)
     if cluster.backend == "simulated":
+        if hasattr(cluster, "_meta"):  # a Cluster row: the state lives in the database, shared
+            from apps.scheduling.simulation import DurableSimulatedBackend
+
+            return DurableSimulatedBackend(cluster)
         key = getattr(cluster, "slug", None) or str(cluster.pk)
         with _simulated_lock:
             if key not in _simulated:

@@ -51,6 +51,7 @@ ANN_TRACE = "suanchi.io/trace-id"
 ANN_UUIDS = "suanchi.io/device-uuids"
 ANN_CROSS_NODE = "suanchi.io/cross-node"
 ANN_PLACEMENT = "suanchi.io/placement"
+ANN_EXPECTED_DURATION = "suanchi.io/expected-duration-seconds"
 HAMI_UUID_ANNOTATION = "nvidia.com/use-gpuuuid"
 QUOTA_NAME = "suanchi-quota"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
@@ -319,6 +320,9 @@ def _pod_template(
         for r, allocs in sorted(replicas.items())
     }
     annotations[ANN_PLACEMENT] = json.dumps(placement, separators=(",", ":"), sort_keys=True)
+    if getattr(job, "expected_duration_s", None):
+        # Informative for people and the simulated cluster (which runs the pod this long).
+        annotations[ANN_EXPECTED_DURATION] = str(int(job.expected_duration_s))
     pod_annotations = dict(annotations)
     if hami:
         pod_annotations[HAMI_UUID_ANNOTATION] = ",".join(
@@ -354,9 +358,10 @@ def _pod_template(
             set_env(adapter.visible_devices_env, ",".join(str(i) for i in indices))
     if job.checkpoint_dir:
         set_env("SUANCHI_CHECKPOINT_DIR", job.checkpoint_dir)
-        resume = checkpoint or (job.checkpoint_dir if attempt else None)
-        if resume:
-            set_env("SUANCHI_RESUME_FROM", resume)
+    # A retried or preempted attempt resumes from the checkpoint recorded when the last one ended.
+    resume = checkpoint or getattr(job, "resume_from", "") or (job.checkpoint_dir if attempt else None)
+    if resume:
+        set_env("SUANCHI_RESUME_FROM", resume)
 
     volumes: list[dict[str, Any]] = []
     mounts: list[dict[str, Any]] = []

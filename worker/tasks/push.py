@@ -5,7 +5,7 @@ import logging
 from celery import shared_task
 from django.db import OperationalError
 
-from apps.scheduling.push import push_due_job_ids, push_job_run
+from apps.scheduling.push import push_due_streams, push_job_run, push_stream_run
 
 logger = logging.getLogger(__name__)
 PENDING_BATCH = 50
@@ -27,14 +27,29 @@ def push_job_task(job_id: int) -> dict:
     return push_job_run(job_id=job_id, actor="worker")
 
 
+@shared_task(
+    name="worker.tasks.push.push_stream_task",
+    acks_late=True,
+    ignore_result=True,
+    autoretry_for=(OperationalError,),
+    max_retries=3,
+    retry_backoff=True,
+    retry_backoff_max=60,
+    retry_jitter=True,
+)
+def push_stream_task(stream: str) -> dict:
+    """Apply one stream's pending push actions (a job's objects, or one node / quota object)."""
+    return push_stream_run(stream=stream, actor="worker")
+
+
 @shared_task(name="worker.tasks.push.push_pending_task", acks_late=True, ignore_result=True)
 def push_pending_task(limit: int = PENDING_BATCH) -> dict:
-    """Catch up: push every job with a due pending action (retries, or an enqueue the broker lost)."""
+    """Catch up: push every stream with a due pending action (retries, or an enqueue the broker lost)."""
     done = []
-    for job_id in push_due_job_ids(limit=limit):
+    for stream in push_due_streams(limit=limit):
         try:
-            push_job_run(job_id=job_id, actor="worker")
-            done.append(job_id)
-        except Exception:  # noqa: BLE001 - one job's failure must not stop the others
-            logger.exception("push of job %s failed", job_id)
+            push_stream_run(stream=stream, actor="worker")
+            done.append(stream)
+        except Exception:  # noqa: BLE001 - one stream's failure must not stop the others
+            logger.exception("push of %s failed", stream)
     return {"pushed": done}

@@ -64,4 +64,14 @@ def node_labels_apply(*, node: Node, actor) -> bool:
     change_record_create(
         actor=actor, action="node.labels", obj=node, before=before, after={"labels": labels, "taints": taints}
     )
+    node_push_enqueue(node)
     return True
+
+
+def node_push_enqueue(node: Node) -> None:
+    """Write the node's ledger labels and taints to the push outbox (inside the caller's transaction);
+    the worker patches the Kubernetes Node after commit. Only the newest pending patch is pushed."""
+    from apps.scheduling.push import push_object_enqueue
+    from worker.kube.manifests import node_patch
+
+    push_object_enqueue(cluster=node.cluster, manifest=node_patch(node), verb="patch")

@@ -269,6 +269,10 @@ def _node_transition_locked(*, node: Node, status: str, reason: str, actor) -> b
         after=after,
         actor=actor,
     )
+    if before.get("taints") != after.get("taints"):
+        from apps.inventory.services.labels import node_push_enqueue
+
+        node_push_enqueue(node)  # the maintenance / quarantine taint reaches Kubernetes
     if status == S.RETIRED:
         devices = (
             Device.objects.select_for_update()

@@ -1,0 +1,307 @@
+"""Reconcile: keep Suanchi's jobs in step with what the cluster actually runs.
+
+For each cluster, the worker lists our Jobs, Deployments and pods by label (one list call per kind,
+no transaction open), then walks the jobs Suanchi believes are scheduled or running there:
+
+* pods running → the job is ``running``; a batch Job complete → ``succeeded`` (cards released);
+* a pod failed → the job's retry policy: another attempt after a backoff, avoiding the node, resuming
+  from the checkpoint; or ``failed`` once the retries are used up. A failure that points at the
+  hardware (device lost, XID / ECC errors, the device plugin refusing the card) does not use up a
+  retry, and quarantines the node — its taint is pushed through the outbox;
+* our object gone although it was applied → deleted behind our back: handled as a failure;
+* a node Kubernetes reports NotReady, or a card the ledger marks lost, reschedules the jobs on it
+  (without using a retry); a lost card is a confirmed hardware fault, so its node is quarantined.
+
+Every state change goes through the job services (conditional updates), so two reconcilers racing on
+one job change it once.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import transaction
+
+from apps.inventory.models import Cluster, Device, DeviceEvent, Node
+from apps.jobs.models import ACTIVE_STATES, Job, JobState
+from apps.jobs.services import job_transition
+from apps.scheduling.models import Allocation, PushAction
+from apps.scheduling.preemption import job_retry_or_fail
+from apps.scheduling.push import job_stream
+from worker.kube.backend import BackendError, backend_for
+from worker.kube.manifests import HOSTNAME_LABEL, LABEL_ATTEMPT, LABEL_JOB
+
+logger = logging.getLogger(__name__)
+
+# Pod failure reasons / messages that point at the card or the node rather than the workload.
+HARDWARE_FAULT = re.compile(
+    r"device ?lost|xid|ecc|uncorrectable|unexpectedadmissionerror|device.{0,20}(unhealthy|not (found|visible))"
+    r"|hbm|npu.{0,10}(fault|error)|fell off the bus|nodelost",
+    re.IGNORECASE,
+)
+
+
+@dataclass
+class ReconcileResult:
+    cluster: str
+    checked: int = 0
+    running: int = 0
+    succeeded: int = 0
+    retried: int = 0
+    failed: int = 0
+    quarantined: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def classify_pod_failure(pod: dict) -> tuple[str, bool]:
+    """(a readable reason, whether it points at hardware) for a failed pod."""
+    status = pod.get("status") or {}
+    parts = []
+    for cs in status.get("containerStatuses") or []:
+        term = (cs.get("state") or {}).get("terminated") or {}
+        if term:
+            bits = [term.get("reason") or "", f"exit code {term.get('exitCode')}"]
+            if term.get("message"):
+                bits.append(term["message"])
+            parts.append(f"{cs.get('name') or 'container'}: " + ", ".join(b for b in bits if b))
+    if status.get("reason") and not parts:
+        parts.append(status["reason"])
+    if status.get("message"):
+        parts.append(status["message"])
+    text = "; ".join(parts) or "pod failed"
+    return text, bool(HARDWARE_FAULT.search(text))
+
+
+def pod_node(pod: dict) -> str:
+    spec = pod.get("spec") or {}
+    return spec.get("nodeName") or (spec.get("nodeSelector") or {}).get(HOSTNAME_LABEL) or ""
+
+
+def _node_ready(node: dict) -> bool:
+    for cond in (node.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Ready":
+            return cond.get("status") == "True"
+    return True  # no conditions reported (e.g. a simulated node): assume ready
+
+
+def _workload_actions(jobs: list[Job]) -> dict[int, PushAction]:
+    """The newest workload apply (Job or Deployment) of each job's current attempt."""
+    streams = {job_stream(j.pk): j for j in jobs}
+    out: dict[int, PushAction] = {}
+    rows = PushAction.objects.filter(
+        stream__in=list(streams), verb=PushAction.Verb.APPLY, kind__in=["Job", "Deployment"]
+    ).order_by("attempt", "seq")
+    for action in rows:
+        job = streams[action.stream]
+        if action.attempt == job.attempt:
+            out[job.pk] = action
+    return out
+
+
+def _quarantine(node: Node, reason: str, actor: Any, result: ReconcileResult) -> None:
+    from apps.inventory.services.ledger import node_status_set
+
+    if node.status in (Node.Status.QUARANTINED, Node.Status.RETIRED):
+        return
+    try:
+        node_status_set(node=node, status=Node.Status.QUARANTINED, reason=reason[:300], actor=actor)
+        result.quarantined.append(node.name)
+    except Exception as e:  # noqa: BLE001 - a node that cannot move now (e.g. retired meanwhile)
+        result.errors.append(f"quarantine {node.name}: {e}")
+
+
+def _failure(
+    job: Job,
+    *,
+    cluster: Cluster,
+    reason: str,
+    nodes: list[str],
+    hardware: bool,
+    actor: Any,
+    result: ReconcileResult,
+    infrastructure: bool = False,
+) -> None:
+    """A failed attempt: retry or fail per policy. Hardware and infrastructure faults (a lost card, a
+    NotReady node) do not use up the job's retries; a hardware fault also quarantines the node."""
+    outcome = job_retry_or_fail(
+        job=job,
+        reason=reason,
+        actor=actor,
+        failed_nodes=nodes,
+        count_attempt=not (hardware or infrastructure),
+    )
+    if outcome == "retried":
+        result.retried += 1
+    elif outcome == "failed":
+        result.failed += 1
+    if hardware and outcome:
+        for node in Node.objects.filter(cluster=cluster, name__in=nodes).order_by("pk"):
+            _quarantine(node, f"hardware fault confirmed while running job {job.pk}: {reason}", actor, result)
+
+
+def reconcile_cluster(*, cluster: Cluster, actor: Any = "reconciler") -> ReconcileResult:
+    """One pass over one cluster. Network reads first (no transaction), then one short transaction
+    per job change."""
+    from apps.scheduling.services import job_finish
+
+    result = ReconcileResult(cluster=cluster.slug)
+    jobs = list(
+        Job.objects.filter(
+            state__in=ACTIVE_STATES,
+            allocations__node__cluster=cluster,
+            allocations__released_at__isnull=True,
+        )
+        .distinct()
+        .select_related("project")
+    )
+    backend = backend_for(cluster)
+    try:
+        workloads = {
+            (o["kind"], o["metadata"].get("namespace", ""), o["metadata"]["name"]): o
+            for kind in ("Job", "Deployment")
+            for o in backend.list_owned(kind)
+        }
+        pods = backend.list_owned("Pod")
+        k8s_nodes = backend.list_owned("Node", selector="")
+    except BackendError as e:
+        result.errors.append(f"list: {e.message}")
+        return result
+    finally:
+        close = getattr(backend, "close", None)
+        if close is not None:
+            close()
+
+    pods_by_job: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    for pod in pods:
+        labels = pod["metadata"].get("labels") or {}
+        if LABEL_JOB in labels:
+            pods_by_job[(labels[LABEL_JOB], labels.get(LABEL_ATTEMPT, ""))].append(pod)
+    not_ready = {n["metadata"]["name"] for n in k8s_nodes if not _node_ready(n)}
+
+    # Nodes lost to Kubernetes, and cards the ledger marks lost, take their jobs with them.
+    lost = defaultdict(set)  # job id -> node names
+    hardware_nodes: set[str] = set()
+    for job_id, node_name in Allocation.objects.filter(
+        job__in=jobs, released_at__isnull=True, node__name__in=not_ready
+    ).values_list("job_id", "node__name"):
+        lost[job_id].add(node_name)
+    for job_id, node_name in Allocation.objects.filter(
+        job__in=jobs, released_at__isnull=True, device__health=Device.Health.LOST
+    ).values_list("job_id", "node__name"):
+        lost[job_id].add(node_name)
+        hardware_nodes.add(node_name)
+    for name in not_ready:
+        _note_not_ready(cluster, name, actor)
+
+    actions = _workload_actions(jobs)
+    for job in jobs:
+        result.checked += 1
+        if job.pk in lost:
+            nodes = sorted(lost[job.pk])
+            hardware = bool(hardware_nodes & set(nodes))
+            why = "a card it used was lost" if hardware else "its node is NotReady"
+            _failure(
+                job,
+                cluster=cluster,
+                reason=f"{why} ({', '.join(nodes)})",
+                nodes=nodes,
+                hardware=hardware,
+                infrastructure=True,
+                actor=actor,
+                result=result,
+            )
+            continue
+        action = actions.get(job.pk)
+        if action is None or action.state != PushAction.State.APPLIED:
+            continue  # not pushed yet (or the push failed and is handled there)
+        obj = workloads.get((action.kind, action.namespace, action.name))
+        if obj is None:
+            _failure(
+                job,
+                cluster=cluster,
+                reason=f"{action.kind} {action.namespace}/{action.name} was deleted outside Suanchi",
+                nodes=[],
+                hardware=False,
+                actor=actor,
+                result=result,
+            )
+            continue
+        job_pods = pods_by_job.get((str(job.pk), str(job.attempt)), [])
+        phases = [(p.get("status") or {}).get("phase") for p in job_pods]
+        failed = [p for p in job_pods if (p.get("status") or {}).get("phase") == "Failed"]
+        complete = action.kind == "Job" and any(
+            c.get("type") == "Complete" and c.get("status") == "True"
+            for c in (obj.get("status") or {}).get("conditions") or []
+        )
+        if complete or (action.kind == "Job" and phases and all(ph == "Succeeded" for ph in phases)):
+            if job.state == JobState.SCHEDULED:
+                _to_running(job, actor)
+            if job_finish(job=job, succeeded=True, reason="completed", actor=actor):
+                result.succeeded += 1
+            continue
+        if failed:
+            reason, hardware = classify_pod_failure(failed[0])
+            nodes = sorted({pod_node(p) for p in failed} - {""})
+            _failure(
+                job,
+                cluster=cluster,
+                reason=f"pod {failed[0]['metadata']['name']} failed: {reason}",
+                nodes=nodes,
+                hardware=hardware,
+                actor=actor,
+                result=result,
+            )
+            continue
+        if "Running" in phases and job.state == JobState.SCHEDULED and _to_running(job, actor):
+            result.running += 1
+    return result
+
+
+def _to_running(job: Job, actor: Any) -> bool:
+    with transaction.atomic():
+        return job_transition(
+            job, to=JobState.RUNNING, actor=actor, reason="pods running", expected=(JobState.SCHEDULED,)
+        )
+
+
+def _note_not_ready(cluster: Cluster, name: str, actor: Any) -> None:
+    """One warning event per NotReady episode (not one per reconcile pass)."""
+    from apps.core.audit import actor_fields
+
+    node = Node.objects.filter(cluster=cluster, name=name).first()
+    if node is None:
+        return
+    last = node.events.order_by("-created_at", "-id").values_list("kind", flat=True).first()
+    if last == DeviceEvent.Kind.NOT_READY:
+        return
+    DeviceEvent.objects.create(
+        node=node,
+        kind=DeviceEvent.Kind.NOT_READY,
+        severity=DeviceEvent.Severity.WARNING,
+        message=f"Kubernetes reports node {name} NotReady; its jobs are rescheduled",
+        actor_label=actor_fields(actor)["actor_label"],
+    )
+
+
+def reconcile_all(*, actor: Any = "reconciler") -> list[dict]:
+    """Reconcile every cluster that has active jobs (one cluster's failure does not stop the others)."""
+    out = []
+    cluster_ids = (
+        Allocation.objects.filter(released_at__isnull=True, job__state__in=ACTIVE_STATES)
+        .values_list("node__cluster_id", flat=True)
+        .distinct()
+    )
+    for cluster in Cluster.objects.filter(pk__in=list(cluster_ids)).order_by("pk"):
+        try:
+            out.append(reconcile_cluster(cluster=cluster, actor=actor).as_dict())
+        except Exception as e:  # noqa: BLE001
+            logger.exception("reconcile of %s failed", cluster)
+            out.append({"cluster": cluster.slug, "errors": [str(e)]})
+    return out

@@ -1,0 +1,397 @@
+"""Reconcile, retries from checkpoint, node quarantine and preemption — on the simulated backend and
+against the fake Kubernetes API server through the real client."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from django.utils import timezone
+
+from apps.inventory.models import Cluster, Device, DeviceEvent, Node
+from apps.inventory.services.labels import node_labels_apply
+from apps.jobs.models import Job, JobEvent, JobState
+from apps.jobs.services import job_cancel, job_submit
+from apps.scheduling.models import Allocation, PushAction
+from apps.scheduling.preemption import job_preempt
+from apps.scheduling.push import push_due_streams, push_job_run, push_stream_run
+from apps.scheduling.reconcile import classify_pod_failure, reconcile_all, reconcile_cluster
+from apps.scheduling.services import scheduling_cycle_run
+from tests.jobs import conftest as jobs_fixtures
+from tests.kube.fake_apiserver import FakeApiServer, kubeconfig_for
+from worker.kube.backend import backend_for
+
+pytestmark = pytest.mark.django_db
+
+a100 = jobs_fixtures.a100
+ascend = jobs_fixtures.ascend
+fleet = jobs_fixtures.fleet
+member_project = jobs_fixtures.member_project
+
+
+def submit(project, user, a100, **extra):
+    fields = {
+        "name": "train",
+        "image": "pytorch:2.3",
+        "request_kind": "whole_cards",
+        "device_model": a100,
+        "count": 1,
+        "expected_duration_s": 600,
+    }
+    fields.update(extra)
+    return job_submit(project=project, actor=user, **fields)
+
+
+def schedule_and_push(job):
+    result = scheduling_cycle_run()
+    assert job.pk in result.placed_job_ids, result.as_dict()
+    summary = push_job_run(job_id=job.pk)
+    assert summary["failed"] == 0, summary
+    job.refresh_from_db()
+    return job
+
+
+def push_everything():
+    for stream in push_due_streams():
+        push_stream_run(stream=stream)
+
+
+def workload(job):
+    return (
+        PushAction.objects.filter(job=job, attempt=job.attempt, kind__in=["Job", "Deployment"])
+        .order_by("seq")
+        .first()
+    )
+
+
+def node_of(job):
+    return (
+        Allocation.objects.filter(job=job, attempt=job.attempt).values_list("node__name", flat=True).first()
+    )
+
+
+def env_of(obj):
+    containers = obj["spec"]["template"]["spec"]["containers"]
+    return {e["name"]: e.get("value") for e in containers[0].get("env", [])}
+
+
+# -- simulated backend ------------------------------------------------------------------------------
+
+
+def test_simulated_job_runs_to_success_and_releases_its_cards(fleet, member_project, a100):
+    user, project = member_project
+    job = schedule_and_push(submit(project, user, a100))
+    cluster = Cluster.objects.get(slug="prod")
+    backend = backend_for(cluster)
+    w = workload(job)
+    assert backend.get("Job", w.namespace, w.name) is not None
+
+    backend.advance(6)  # pods leave Pending after 1-5 simulated seconds
+    assert reconcile_cluster(cluster=cluster).running == 1
+    job.refresh_from_db()
+    assert job.state == JobState.RUNNING and job.started_at is not None
+    assert Allocation.objects.filter(job=job, released_at__isnull=True).count() == 1
+
+    backend.advance(700)  # the expected 600 s (× 0.9-1.1) have passed
+    result = reconcile_cluster(cluster=cluster)
+    assert result.succeeded == 1
+    job.refresh_from_db()
+    assert job.state == JobState.SUCCEEDED and job.finished_at is not None
+    assert not Allocation.objects.filter(job=job, released_at__isnull=True).exists()
+    transitions = list(
+        job.events.filter(kind=JobEvent.Kind.STATE).order_by("id").values_list("to_state", flat=True)
+    )
+    assert transitions == [JobState.SCHEDULED, JobState.RUNNING, JobState.SUCCEEDED]
+    # A second pass changes nothing.
+    assert reconcile_all() == []
+
+
+def test_the_simulated_cluster_is_shared_between_backend_instances(fleet, member_project, a100):
+    """Web, worker and beat are separate processes in the demo: each builds its own backend object."""
+    user, project = member_project
+    job = schedule_and_push(submit(project, user, a100))
+    cluster = Cluster.objects.get(slug="prod")
+    w = workload(job)
+    other = backend_for(Cluster.objects.get(pk=cluster.pk))
+    assert other is not backend_for(cluster)
+    assert other.get("Job", w.namespace, w.name)["metadata"]["name"] == w.name
+    pods = other.pods_of(w.namespace, w.name)
+    assert len(pods) == 1 and pods[0]["metadata"]["labels"]["suanchi.io/job"] == str(job.pk)
+
+
+def test_failed_pod_retries_from_checkpoint_on_another_node(fleet, member_project, a100):
+    user, project = member_project
+    job = schedule_and_push(submit(project, user, a100, max_retries=2, checkpoint_dir="/ckpt/train"))
+    cluster = Cluster.objects.get(slug="prod")
+    backend = backend_for(cluster)
+    first_node = node_of(job)
+    w0 = workload(job)
+    backend.advance(6)
+    reconcile_cluster(cluster=cluster)
+    backend.inject_failure(w0.namespace, w0.name, reason="Error", exit_code=137)
+
+    result = reconcile_cluster(cluster=cluster)
+    assert result.retried == 1 and not result.quarantined
+    job.refresh_from_db()
+    assert job.state == JobState.PENDING and job.attempt == 1
+    assert job.excluded_nodes == [first_node]
+    assert job.resume_from == "/ckpt/train"
+    assert job.retry_not_before > timezone.now() + dt.timedelta(seconds=50)  # 60 s backoff
+    assert "exit code 137" in job.state_reason
+    assert not Allocation.objects.filter(job=job, released_at__isnull=True).exists()
+    retry = job.events.get(kind=JobEvent.Kind.RETRY)
+    assert retry.data["excluded_nodes"] == [first_node]
+
+    # The failed attempt's Job is deleted through the outbox.
+    push_job_run(job_id=job.pk)
+    assert backend.get("Job", w0.namespace, w0.name) is None
+
+    # During the backoff the job is not considered; afterwards it lands elsewhere and resumes.
+    assert job.pk not in scheduling_cycle_run().placed_job_ids
+    Job.objects.filter(pk=job.pk).update(retry_not_before=timezone.now() - dt.timedelta(seconds=1))
+    job = schedule_and_push(job)
+    assert node_of(job) != first_node
+    w1 = workload(job)
+    assert w1.name.endswith("-a1")
+    live = backend.get("Job", w1.namespace, w1.name)
+    env = env_of(live)
+    assert env["SUANCHI_RESUME_FROM"] == "/ckpt/train" and env["SUANCHI_ATTEMPT"] == "1"
+
+
+def test_retries_used_up_fail_the_job(fleet, member_project, a100):
+    user, project = member_project
+    job = schedule_and_push(submit(project, user, a100, max_retries=0))
+    cluster = Cluster.objects.get(slug="prod")
+    backend = backend_for(cluster)
+    w = workload(job)
+    backend.advance(6)
+    backend.inject_failure(w.namespace, w.name, reason="OOMKilled", exit_code=137)
+    result = reconcile_cluster(cluster=cluster)
+    assert result.failed == 1
+    job.refresh_from_db()
+    assert job.state == JobState.FAILED and "OOMKilled" in job.state_reason
+    assert not Allocation.objects.filter(job=job, released_at__isnull=True).exists()
+
+
+def test_an_object_deleted_behind_our_back_fails_the_attempt(fleet, member_project, a100):
+    user, project = member_project
+    job = schedule_and_push(submit(project, user, a100, max_retries=0))
+    cluster = Cluster.objects.get(slug="prod")
+    w = workload(job)
+    backend_for(cluster).delete("Job", w.namespace, w.name)  # kubectl delete, by someone else
+    assert reconcile_cluster(cluster=cluster).failed == 1
+    job.refresh_from_db()
+    assert job.state == JobState.FAILED
+    assert f"Job {w.namespace}/{w.name} was deleted outside Suanchi" in job.state_reason
+
+
+def test_a_job_not_yet_pushed_is_left_alone(fleet, member_project, a100):
+    user, project = member_project
+    job = submit(project, user, a100)
+    assert job.pk in scheduling_cycle_run().placed_job_ids  # scheduled, push still pending
+    result = reconcile_cluster(cluster=Cluster.objects.get(slug="prod"))
+    assert result.checked == 1 and result.failed == result.retried == 0
+    job.refresh_from_db()
+    assert job.state == JobState.SCHEDULED
+
+
+def test_hardware_fault_quarantines_the_node_and_pushes_its_taint(fleet, member_project, a100):
+    user, project = member_project
+    job = schedule_and_push(submit(project, user, a100, max_retries=0, checkpoint_dir="/ckpt/x"))
+    cluster = Cluster.objects.get(slug="prod")
+    backend = backend_for(cluster)
+    node_name = node_of(job)
+    w = workload(job)
+    backend.advance(6)
+    backend.inject_failure(w.namespace, w.name, reason="DeviceLost", exit_code=255)
+
+    result = reconcile_cluster(cluster=cluster)
+    # A hardware fault does not use up the job's retries (max_retries=0, still retried).
+    assert result.retried == 1 and result.quarantined == [node_name]
+    node = Node.objects.get(name=node_name)
+    assert node.status == Node.Status.QUARANTINED
+    assert {"key": "suanchi.io/quarantine", "value": "true", "effect": "NoExecute"} in node.taints
+    assert node.events.filter(kind=DeviceEvent.Kind.QUARANTINE).exists()
+    job.refresh_from_db()
+    assert job.state == JobState.PENDING and job.excluded_nodes == [node_name]
+
+    push_everything()
+    live = backend.get("Node", None, node_name)
+    assert {"key": "suanchi.io/quarantine", "value": "true", "effect": "NoExecute"} in live["spec"]["taints"]
+    # The quarantined node takes nothing new.
+    Job.objects.filter(pk=job.pk).update(retry_not_before=None)
+    job = schedule_and_push(job)
+    assert node_of(job) != node_name
+
+
+def test_a_lost_card_reschedules_its_job_and_quarantines_the_node(fleet, member_project, a100):
+    user, project = member_project
+    job = schedule_and_push(submit(project, user, a100, max_retries=0))
+    cluster = Cluster.objects.get(slug="prod")
+    allocation = Allocation.objects.get(job=job)
+    Device.objects.filter(pk=allocation.device_id).update(health=Device.Health.LOST)
+    result = reconcile_cluster(cluster=cluster)
+    assert result.retried == 1 and result.quarantined == [allocation.node.name]
+    job.refresh_from_db()
+    assert job.state == JobState.PENDING
+    assert "a card it used was lost" in job.state_reason
+
+
+def test_classify_pod_failure_tells_hardware_from_workload():
+    def pod(reason, message=""):
+        term = {"exitCode": 1, "reason": reason}
+        if message:
+            term["message"] = message
+        return {
+            "status": {
+                "phase": "Failed",
+                "containerStatuses": [{"name": "main", "state": {"terminated": term}}],
+            }
+        }
+
+    assert classify_pod_failure(pod("Error"))[1] is False
+    assert classify_pod_failure(pod("OOMKilled"))[1] is False
+    assert classify_pod_failure(pod("Error", "CUDA error: Xid 79, GPU has fallen off the bus"))[1] is True
+    assert classify_pod_failure(pod("UnexpectedAdmissionError"))[1] is True
+    text, hardware = classify_pod_failure(pod("DeviceLost"))
+    assert hardware and "main: DeviceLost, exit code 1" in text
+
+
+def test_preemption_deletes_objects_and_requeues_with_resume(fleet, member_project, a100):
+    user, project = member_project
+    job = schedule_and_push(submit(project, user, a100, checkpoint_dir="/ckpt/p"))
+    cluster = Cluster.objects.get(slug="prod")
+    backend = backend_for(cluster)
+    w = workload(job)
+    assert job_preempt(job=job, reason="a critical job needs the card", actor="scheduler")
+    job.refresh_from_db()
+    assert job.state == JobState.PENDING and job.attempt == 1 and job.resume_from == "/ckpt/p"
+    states = list(job.events.filter(kind=JobEvent.Kind.STATE).values_list("to_state", flat=True))
+    assert states[-2:] == [JobState.PREEMPTED, JobState.PENDING]
+    assert job.events.filter(kind=JobEvent.Kind.PREEMPTED).exists()
+    assert not Allocation.objects.filter(job=job, released_at__isnull=True).exists()
+    deletes = PushAction.objects.filter(job=job, verb=PushAction.Verb.DELETE)
+    assert [d.kind for d in deletes] == ["Job"]
+    push_job_run(job_id=job.pk)
+    assert backend.get("Job", w.namespace, w.name) is None
+    # Preempting again is a no-op: it is no longer running.
+    assert job_preempt(job=job, reason="again", actor="scheduler") is False
+
+
+def test_cancel_deletes_the_workload(fleet, member_project, a100):
+    user, project = member_project
+    job = schedule_and_push(submit(project, user, a100))
+    cluster = Cluster.objects.get(slug="prod")
+    w = workload(job)
+    job_cancel(job=job, actor=user)
+    push_job_run(job_id=job.pk)
+    assert backend_for(cluster).get("Job", w.namespace, w.name) is None
+
+
+def test_node_labels_reach_the_cluster_through_the_outbox(fleet):
+    node = Node.objects.get(name="gpu-01")
+    assert node_labels_apply(node=node, actor="ledger")
+    action = PushAction.objects.get(kind="Node", name="gpu-01")
+    assert action.job_id is None and action.verb == PushAction.Verb.PATCH
+    push_stream_run(stream=action.stream)
+    live = backend_for(node.cluster).get("Node", None, "gpu-01")
+    node.refresh_from_db()
+    assert live["metadata"]["labels"]["suanchi.io/cluster"] == "prod"
+    for key, value in node.labels.items():
+        assert live["metadata"]["labels"][key] == value
+
+
+# -- the same flows against the fake API server, through the official client -----------------------
+
+
+@pytest.fixture
+def server():
+    srv = FakeApiServer(timeout_delay=1.5).start()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture
+def kube_cluster(fleet, server, tmp_path):
+    cluster = Cluster.objects.get(slug="prod")
+    cluster.backend = Cluster.Backend.KUBERNETES
+    cluster.kubeconfig_path = str(kubeconfig_for(server, tmp_path))
+    cluster.save()
+    for name in fleet:
+        server.add_node(name)
+    return cluster
+
+
+def pods_for(server, w):
+    return [
+        p for p in server.objects("Pod", w.namespace) if p["metadata"]["labels"].get("job-name") == w.name
+    ]
+
+
+def test_fake_api_server_flow_with_retry_from_checkpoint(kube_cluster, server, member_project, a100):
+    user, project = member_project
+    job = schedule_and_push(submit(project, user, a100, max_retries=1, checkpoint_dir="/ckpt/k"))
+    w0 = workload(job)
+    first_node = node_of(job)
+    (pod,) = pods_for(server, w0)
+    server.set_pod_phase(w0.namespace, pod["metadata"]["name"], "Running")
+    assert reconcile_cluster(cluster=kube_cluster).running == 1
+
+    server.set_pod_phase(w0.namespace, pod["metadata"]["name"], "Failed", exit_code=1, reason="Error")
+    assert reconcile_cluster(cluster=kube_cluster).retried == 1
+    job.refresh_from_db()
+    assert job.state == JobState.PENDING and job.attempt == 1
+    push_job_run(job_id=job.pk)
+    assert [o["metadata"]["name"] for o in server.objects("Job", w0.namespace)] == []
+
+    Job.objects.filter(pk=job.pk).update(retry_not_before=None)
+    job = schedule_and_push(job)
+    assert node_of(job) != first_node
+    w1 = workload(job)
+    (live,) = server.objects("Job", w1.namespace)
+    assert live["metadata"]["name"] == w1.name
+    assert env_of(live)["SUANCHI_RESUME_FROM"] == "/ckpt/k"
+    (pod,) = pods_for(server, w1)
+    server.set_pod_phase(w1.namespace, pod["metadata"]["name"], "Running")
+    server.set_pod_phase(w1.namespace, pod["metadata"]["name"], "Succeeded")
+    assert reconcile_cluster(cluster=kube_cluster).succeeded == 1
+    job.refresh_from_db()
+    assert job.state == JobState.SUCCEEDED
+
+
+def test_fake_api_server_node_not_ready_and_quarantine(kube_cluster, server, member_project, a100):
+    user, project = member_project
+    job = schedule_and_push(submit(project, user, a100, max_retries=0))
+    node_name = node_of(job)
+    server.set_node_ready(node_name, False)
+    result = reconcile_cluster(cluster=kube_cluster)
+    # NotReady alone reschedules (without using a retry) but is not a confirmed hardware fault.
+    assert result.retried == 1 and result.quarantined == []
+    node = Node.objects.get(name=node_name)
+    assert node.events.filter(kind=DeviceEvent.Kind.NOT_READY).count() == 1
+    reconcile_cluster(cluster=kube_cluster)
+    assert node.events.filter(kind=DeviceEvent.Kind.NOT_READY).count() == 1  # one per episode
+
+    # A confirmed fault on the next attempt quarantines its node; the taint lands on the Node.
+    Job.objects.filter(pk=job.pk).update(retry_not_before=None)
+    job = schedule_and_push(job)
+    second = node_of(job)
+    assert second != node_name
+    w = workload(job)
+    (pod,) = pods_for(server, w)
+    server.set_pod_phase(w.namespace, pod["metadata"]["name"], "Failed", exit_code=1, reason="DeviceLost")
+    assert reconcile_cluster(cluster=kube_cluster).quarantined == [second]
+    push_everything()
+    (live,) = [n for n in server.objects("Node") if n["metadata"]["name"] == second]
+    assert {"key": "suanchi.io/quarantine", "value": "true", "effect": "NoExecute"} in live["spec"]["taints"]
+
+
+def test_reconcile_survives_an_api_outage(kube_cluster, server, member_project, a100):
+    user, project = member_project
+    job = schedule_and_push(submit(project, user, a100))
+    server.inject(r"/pods", status=500, times=1)
+    result = reconcile_cluster(cluster=kube_cluster)
+    assert result.errors and "500" in result.errors[0]
+    job.refresh_from_db()
+    assert job.state == JobState.SCHEDULED  # nothing concluded from a failed read
+    assert reconcile_cluster(cluster=kube_cluster).errors == []
