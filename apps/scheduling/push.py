@@ -275,29 +275,32 @@ def push_stream_run(
     actor: Any = "worker",
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     now: dt.datetime | None = None,
+    backends: dict[int, Any] | None = None,
 ) -> dict:
-    """Apply a stream's due pending actions in order. Returns counts: applied / retry / failed / waiting."""
+    """Apply a stream's due pending actions in order. Returns counts: applied / retry / failed / waiting.
+
+    ``backends`` (cluster id → backend) lets a caller pushing many streams reuse one client and its
+    connection pool per cluster, and apply each namespace once per batch; the caller then closes
+    them (see ``push_pending_run``).
+    """
     now = now or timezone.now()
     summary = {"stream": stream, "applied": 0, "retry": 0, "failed": 0, "waiting": 0, "errors": []}
-    backends: dict[int, Any] = {}
+    own = backends is None
+    backends = {} if own else backends
     try:
-        while True:
-            action = (
-                PushAction.objects.select_related("cluster")
-                .filter(stream=stream, state=PushAction.State.PENDING)
-                .order_by("attempt", "seq")
-                .first()
-            )
-            if action is None:
-                break
+        # One read for the stream's pending actions and one for its job's state; each outcome is
+        # still recorded by a conditional update, so a concurrent pusher never double-applies.
+        pending = list(
+            PushAction.objects.select_related("cluster")
+            .filter(stream=stream, state=PushAction.State.PENDING)
+            .order_by("attempt", "seq")
+        )
+        job_id = next((a.job_id for a in pending if a.job_id), None)
+        job_state = Job.objects.filter(pk=job_id).values_list("state", "attempt").first() if job_id else None
+        for action in pending:
             if action.next_attempt_at > now:
                 summary["waiting"] += 1
                 break
-            job_state = (
-                Job.objects.filter(pk=action.job_id).values_list("state", "attempt").first()
-                if action.job_id
-                else None
-            )
             if (
                 action.job_id
                 and action.verb == PushAction.Verb.APPLY
@@ -315,11 +318,18 @@ def push_stream_run(
                 summary["failed"] += 1
                 continue
             attempts = action.attempts + 1
+            seen = ("namespace applied", action.cluster_id, action.name)
             try:
-                backend = backends.get(action.cluster_id)
-                if backend is None:
-                    backend = backends[action.cluster_id] = backend_for(action.cluster)
-                result = _call(backend, action)  # the network call: no transaction open here
+                if action.kind == "Namespace" and action.verb == PushAction.Verb.APPLY and seen in backends:
+                    # Every job of a project applies its namespace; once per batch is enough.
+                    result = {"action": "unchanged", "note": "applied earlier in this batch"}
+                else:
+                    backend = backends.get(action.cluster_id)
+                    if backend is None:
+                        backend = backends[action.cluster_id] = backend_for(action.cluster)
+                    result = _call(backend, action)  # the network call: no transaction open here
+                    if action.kind == "Namespace" and action.verb == PushAction.Verb.APPLY:
+                        backends[seen] = True
             except TransientBackendError as e:
                 summary["errors"].append(f"{_describe(action)}: {e.message}")
                 if attempts >= max_attempts:
@@ -344,22 +354,44 @@ def push_stream_run(
                 _fail(action, error=e.message, attempts=attempts, actor=actor, now=now)
                 summary["failed"] += 1
                 break
-            with transaction.atomic():
-                done = PushAction.objects.filter(pk=action.pk, state=PushAction.State.PENDING).update(
-                    state=PushAction.State.APPLIED,
-                    attempts=attempts,
-                    last_error="",
-                    applied_at=timezone.now(),
-                    result=result,
-                )
+            done = PushAction.objects.filter(pk=action.pk, state=PushAction.State.PENDING).update(
+                state=PushAction.State.APPLIED,
+                attempts=attempts,
+                last_error="",
+                applied_at=timezone.now(),
+                result=result,
+            )
             if done:
                 summary["applied"] += 1
     finally:
-        for backend in backends.values():
-            close = getattr(backend, "close", None)
-            if close is not None:
-                close()
+        if own:
+            close_backends(backends)
     return summary
+
+
+def close_backends(backends: dict[int, Any]) -> None:
+    for backend in backends.values():
+        close = getattr(backend, "close", None)
+        if close is not None:
+            close()
+
+
+def push_pending_run(*, actor: Any = "worker", limit: int = 100, now: dt.datetime | None = None) -> dict:
+    """Push every stream with a due action, one client per cluster for the whole batch. One stream's
+    unexpected failure does not stop the others."""
+    done, errors = [], []
+    backends: dict[int, Any] = {}
+    try:
+        for stream in push_due_streams(now=now, limit=limit):
+            try:
+                push_stream_run(stream=stream, actor=actor, now=now, backends=backends)
+                done.append(stream)
+            except Exception as e:  # noqa: BLE001
+                logger.exception("push of %s failed", stream)
+                errors.append(f"{stream}: {e}")
+    finally:
+        close_backends(backends)
+    return {"pushed": done, "errors": errors}
 
 
 def push_due_streams(*, now: dt.datetime | None = None, limit: int = 100) -> list[str]:

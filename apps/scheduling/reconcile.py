@@ -233,7 +233,8 @@ def reconcile_cluster(*, cluster: Cluster, actor: Any = "reconciler") -> Reconci
                 result=result,
             )
             continue
-        job_pods = pods_by_job.get((str(job.pk), str(job.attempt)), [])
+        # Job pods carry the attempt; a Deployment's pods do not (its name has no attempt either).
+        job_pods = pods_by_job.get((str(job.pk), str(job.attempt))) or pods_by_job.get((str(job.pk), ""), [])
         phases = [(p.get("status") or {}).get("phase") for p in job_pods]
         failed = [p for p in job_pods if (p.get("status") or {}).get("phase") == "Failed"]
         complete = action.kind == "Job" and any(

@@ -429,12 +429,15 @@ def test_render_manifests_all_writes_valid_files(fleet, member_project, a100, as
     Job.objects.filter(pk=train.pk).update(state=JobState.RUNNING)
 
     call_command("render_manifests", "--all", "--out", str(tmp_path))
-    assert "wrote 3 objects" in capsys.readouterr().out
+    assert "wrote 6 objects" in capsys.readouterr().out
     files = sorted(p.name for p in tmp_path.iterdir())
     assert files == [
         f"deployment-vision-suanchi-{serve.pk}.yaml",
         f"job-vision-suanchi-{train.pk}-a{train.attempt}.yaml",
         "namespace-_cluster-vision.yaml",
+        "node-_cluster-gpu-01.yaml",
+        "node-_cluster-gpu-02.yaml",
+        "node-_cluster-npu-01.yaml",
     ]
     for path in tmp_path.iterdir():
         for resource in resources_from_file(str(path)):

@@ -1,13 +1,10 @@
 """Push tasks: apply a job's outbox actions to its cluster (after commit, and periodically)."""
 
-import logging
-
 from celery import shared_task
 from django.db import OperationalError
 
-from apps.scheduling.push import push_due_streams, push_job_run, push_stream_run
+from apps.scheduling.push import push_job_run, push_pending_run, push_stream_run
 
-logger = logging.getLogger(__name__)
 PENDING_BATCH = 50
 
 
@@ -45,11 +42,4 @@ def push_stream_task(stream: str) -> dict:
 @shared_task(name="worker.tasks.push.push_pending_task", acks_late=True, ignore_result=True)
 def push_pending_task(limit: int = PENDING_BATCH) -> dict:
     """Catch up: push every stream with a due pending action (retries, or an enqueue the broker lost)."""
-    done = []
-    for stream in push_due_streams(limit=limit):
-        try:
-            push_stream_run(stream=stream, actor="worker")
-            done.append(stream)
-        except Exception:  # noqa: BLE001 - one stream's failure must not stop the others
-            logger.exception("push of %s failed", stream)
-    return {"pushed": done}
+    return push_pending_run(actor="worker", limit=limit)

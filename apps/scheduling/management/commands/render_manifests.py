@@ -3,7 +3,8 @@
     python manage.py render_manifests (--job ID | --all) --out DIR
 
 Objects: the project Namespaces and each job's workload (batch/v1 Job, or apps/v1 Deployment for
-inference services). ResourceQuotas are rendered once quotas exist (none yet). Files are named
+inference services); with ``--all`` also every node's labels and taints (the body of the Node patch)
+and, where quotas are configured, each project's ResourceQuota. Files are named
 ``<kind>-<namespace>-<name>.yaml`` (kind lower-case; cluster-scoped objects use ``_cluster`` as the
 namespace part). For GitOps review and for tests.
 """
@@ -16,9 +17,10 @@ import yaml
 from django.core.management.base import BaseCommand, CommandError
 from django.db.models import Prefetch
 
+from apps.inventory.models import Node
 from apps.jobs.models import ACTIVE_STATES, Job
 from apps.scheduling.models import Allocation
-from worker.kube.manifests import namespace_manifest, workload_manifest
+from worker.kube.manifests import namespace_manifest, node_patch, workload_manifest
 
 
 def manifest_filename(obj: dict) -> str:
@@ -63,6 +65,12 @@ class Command(BaseCommand):
                 workload_manifest(job, allocations, cluster, attempt=job.attempt),
             ):
                 objects[manifest_filename(obj)] = obj
+        if options["all"]:
+            for node in Node.objects.exclude(status=Node.Status.RETIRED).order_by("name"):
+                obj = node_patch(node)
+                objects[manifest_filename(obj)] = obj
+            for obj in _quota_manifests():
+                objects[manifest_filename(obj)] = obj
 
         out = Path(options["out"])
         out.mkdir(parents=True, exist_ok=True)
@@ -74,3 +82,12 @@ class Command(BaseCommand):
         if skipped:
             message += f" ({skipped} jobs without active allocations skipped)"
         self.stdout.write(message)
+
+
+def _quota_manifests() -> list[dict]:
+    """ResourceQuotas from the quotas app, when it offers them."""
+    try:
+        from apps.quotas.services import resource_quota_manifests
+    except ImportError:
+        return []
+    return list(resource_quota_manifests())
