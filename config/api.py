@@ -10,4 +10,5 @@ urlpatterns = [
     path("quotas/", include("apps.quotas.api.urls")),
     path("telemetry/", include("apps.telemetry.api.urls")),
     path("billing/", include("apps.billing.api.urls")),
+    path("rollout/", include("apps.rollout.api.urls")),
 ]

@@ -24,4 +24,5 @@ urlpatterns = [
     path("quotas/", include("apps.quotas.urls")),
     path("telemetry/", include("apps.telemetry.urls")),
     path("billing/", include("apps.billing.urls")),
+    path("rollout/", include("apps.rollout.urls")),
 ]

@@ -23,6 +23,7 @@ app.conf.task_routes = {
     "worker.tasks.reconcile.*": {"queue": "push"},
     "worker.tasks.telemetry.*": {"queue": "ingest"},
     "worker.tasks.billing.*": {"queue": "billing"},
+    "worker.tasks.rollout.*": {"queue": "default"},
 }
 app.conf.beat_schedule = {
     "scheduling-cycle": {
@@ -49,6 +50,16 @@ app.conf.beat_schedule = {
         "task": "worker.tasks.billing.metering_task",
         "schedule": 900.0,
         "options": {"expires": 1800},
+    },
+    "rollout-evaluate": {
+        "task": "worker.tasks.rollout.rollout_evaluate_task",
+        "schedule": 300.0,
+        "options": {"expires": 600},
+    },
+    "autoscale": {
+        "task": "worker.tasks.rollout.autoscale_task",
+        "schedule": 60.0,
+        "options": {"expires": 120},
     },
     "inventory-mark-stale-nodes": {
         "task": "worker.tasks.inventory.node_staleness_check_task",

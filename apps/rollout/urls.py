@@ -1,0 +1,5 @@
+"""Rollout pages, mounted at /rollout/ (namespace "rollout")."""
+
+app_name = "rollout"
+
+urlpatterns = []
