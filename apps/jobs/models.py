@@ -213,7 +213,7 @@ class JobEvent(models.Model):
         CANCEL = "cancel", _("cancel requested")
         RETRY = "retry", _("retry")
         PREEMPTED = "preempted", _("preempted")
-        CLUSTER = "cluster", _("cluster")
+        SCALED = "scaled", _("scaled")
 
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="events")
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)

@@ -1,0 +1,231 @@
+"""Scale an inference service: cards are allocated or released with the replicas, never apart.
+
+Scaling up places the extra replicas with the engine on a fresh snapshot (same filters, policies and
+precheck as the scheduling cycle), then re-checks every card under row locks before inserting
+allocations (the invariants of the cycle hold: no card is over-allocated). Scaling down releases the
+highest replicas' allocations. Either way the Deployment is re-applied through the push outbox with
+the new replica count and placement. A scale-up that finds no room for every replica takes what fits
+and says so (the returned count).
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import replace
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from apps.catalog.models import DeviceModel
+from apps.catalog.selectors import coefficients_on
+from apps.core.errors import InvalidTransition, ValidationFailed
+from apps.inventory.models import Device, Node
+from apps.jobs.models import Job, JobEvent, JobState
+from apps.jobs.services import job_event
+from apps.scheduling.engine.engine import Engine
+from apps.scheduling.engine.model import WHOLE
+from apps.scheduling.engine.policies import BEST
+from apps.scheduling.models import Allocation
+from apps.scheduling.requests import job_requests
+from apps.scheduling.snapshot import fleet_snapshot
+
+MAX_REPLICAS = 64
+
+
+def _active(job: Job):
+    return Allocation.objects.filter(job=job, attempt=job.attempt, released_at__isnull=True)
+
+
+def _replicas(job: Job) -> int:
+    return len(set(_active(job).values_list("replica", flat=True)))
+
+
+def _push(job: Job) -> None:
+    from apps.scheduling.push import push_actions_enqueue
+
+    allocations = list(
+        _active(job).select_related("device", "node__cluster").order_by("replica", "device_id")
+    )
+    if allocations:
+        push_actions_enqueue(job=job, allocations=allocations, cluster=allocations[0].node.cluster)
+
+
+def inference_scale(*, job: Job, replicas: int, actor: Any, reason: str = "") -> int:
+    """Bring an inference service to ``replicas`` replicas (1 … 64). Returns the count reached."""
+    if job.kind != Job.Kind.INFERENCE:
+        raise ValidationFailed(
+            f"job {job.pk} is a {job.kind} job; only inference services scale",
+            details={"kind": [job.kind]},
+        )
+    if not 1 <= int(replicas) <= MAX_REPLICAS:
+        raise ValidationFailed(
+            f"replicas must be between 1 and {MAX_REPLICAS}", details={"replicas": [str(replicas)]}
+        )
+    job.refresh_from_db()
+    if job.state not in (JobState.SCHEDULED, JobState.RUNNING):
+        raise InvalidTransition(f"job {job.pk} is {job.state}; only a scheduled or running service scales")
+    current = _replicas(job)
+    if replicas == current:
+        return current
+    if replicas < current:
+        return _scale_down(job, replicas, actor, reason)
+    return _scale_up(job, current, replicas, actor, reason)
+
+
+@transaction.atomic
+def _scale_down(job: Job, replicas: int, actor: Any, reason: str) -> int:
+    Job.objects.select_for_update().filter(pk=job.pk).first()
+    current = _replicas(job)
+    now = timezone.now()
+    _active(job).filter(replica__gte=replicas).update(
+        released_at=now, release_reason=f"scaled down to {replicas}: {reason}"[:200]
+    )
+    Job.objects.filter(pk=job.pk).update(replicas=replicas, updated_at=now)
+    job.replicas = replicas
+    job_event(
+        job,
+        kind=JobEvent.Kind.SCALED,
+        message=f"scaled {current} → {replicas} replicas" + (f": {reason}" if reason else ""),
+        actor=actor,
+        data={"from": current, "to": replicas},
+    )
+    _push(job)
+    return replicas
+
+
+def _scale_up(job: Job, current: int, replicas: int, actor: Any, reason: str) -> int:
+    from apps.scheduling.services import _device_usage, _fits, allocation_compute_units
+
+    snapshot = fleet_snapshot()
+    engine = Engine(policy=BEST)
+    catalog = list(DeviceModel.objects.all())
+    coefficients = coefficients_on([m.pk for m in catalog])
+    extra = replicas - current
+    probe = Job.objects.select_related("project", "template__device_model", "device_model").get(pk=job.pk)
+    probe.replicas = 1  # one replica's request, placed as many times as needed
+    decisions = []
+    for i in range(extra):  # one replica at a time: take what fits
+        placed = None
+        for request, _cu in job_requests(probe, catalog=catalog, coefficients=coefficients):
+            # The snapshot already holds this job's replicas under its id: a distinct id per new one.
+            request = replace(request, id=f"{job.pk}-scale-{current + i}")
+            decision = engine.place(snapshot, request, commit=True)
+            if decision.placed:
+                placed = decision
+                break
+        if placed is None:
+            break
+        decisions.append(placed)
+    if not decisions:
+        job_event(
+            job,
+            kind=JobEvent.Kind.SCALED,
+            message=f"cannot scale to {replicas}: no room for another replica",
+            actor=actor,
+        )
+        return current
+
+    with transaction.atomic():
+        Job.objects.select_for_update().filter(pk=job.pk).first()
+        if Job.objects.filter(pk=job.pk).values_list("state", flat=True).first() not in (
+            JobState.SCHEDULED,
+            JobState.RUNNING,
+        ):
+            return current
+        device_ids = sorted(
+            {int(a.device_id) for d in decisions for part in d.placement.parts for a in part.devices}
+        )
+        caps = {
+            pk: (model_memory or memory or 0, int((factor or 1) * 100), node_id, model_id)
+            for pk, memory, model_memory, factor, node_id, model_id in Device.objects.select_for_update(
+                of=("self",)
+            )
+            .filter(pk__in=device_ids)
+            .order_by("pk")
+            .values_list(
+                "pk",
+                "memory_mib",
+                "device_model__memory_mib",
+                "node__pool__overcommit_factor",
+                "node_id",
+                "device_model_id",
+            )
+        }
+        usage = _device_usage(device_ids)
+        coef_now = coefficients_on({c[3] for c in caps.values() if c[3]})
+        now = timezone.now()
+        rows: list[Allocation] = []
+        replica = _replicas(job)
+        for decision in decisions:
+            trial = {pk: list(u) for pk, u in usage.items()}
+            batch = []
+            ok = True
+            for part in decision.placement.parts:
+                for a in part.devices:
+                    pk = int(a.device_id)
+                    cap, factor, node_id, model_id = caps[pk]
+                    u = trial.setdefault(pk, [0, 0, 0, 0])
+                    if not _fits(
+                        u,
+                        memory_cap=cap,
+                        whole=a.whole,
+                        memory=a.memory_mib,
+                        compute=a.compute,
+                        isolation=a.isolation,
+                        factor=factor,
+                    ):
+                        ok = False
+                        break
+                    u[0] += cap if a.whole else a.memory_mib
+                    if a.whole:
+                        u[3] += 1
+                    elif a.isolation == "shared":
+                        u[2] += a.compute
+                    else:
+                        u[1] += a.compute
+                    batch.append(
+                        Allocation(
+                            job=job,
+                            device_id=pk,
+                            node_id=node_id,
+                            replica=replica,
+                            attempt=job.attempt,
+                            whole_card=a.whole,
+                            memory_mib=cap if a.whole else a.memory_mib,
+                            compute_milli=WHOLE if a.whole else a.compute,
+                            isolation=a.isolation,
+                            partition_profile=(job.template.partition_profile if job.template_id else ""),
+                            compute_units=allocation_compute_units(
+                                coef_now.get(model_id), WHOLE if a.whole else a.compute
+                            ),
+                            trace_id=uuid.UUID(decision.trace_id),
+                            started_at=now,
+                        )
+                    )
+                if not ok:
+                    break
+            if not ok:
+                break  # another cycle took the room meanwhile: stop at what fits
+            usage = trial
+            rows.extend(batch)
+            replica += 1
+        if not rows:
+            return current
+        Allocation.objects.bulk_create(rows)
+        Job.objects.filter(pk=job.pk).update(replicas=replica, updated_at=now)
+        job.replicas = replica
+        nodes = sorted(Node.objects.filter(pk__in={r.node_id for r in rows}).values_list("name", flat=True))
+        job_event(
+            job,
+            kind=JobEvent.Kind.SCALED,
+            message=(
+                f"scaled {current} → {replica} replicas on {', '.join(nodes)}"
+                + (f" (asked {replicas})" if replica < replicas else "")
+                + (f": {reason}" if reason else "")
+            ),
+            actor=actor,
+            data={"from": current, "to": replica, "asked": replicas},
+        )
+        _push(job)
+        return replica
