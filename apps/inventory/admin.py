@@ -34,6 +34,7 @@ from apps.inventory.services.ledger import (
     DEVICE_EDITABLE_FIELDS,
     IMPORT_COLUMNS,
     READ_ONLY_COLUMNS,
+    device_cordon,
     device_pool_status_set,
     device_retire,
     device_update,
@@ -474,7 +475,15 @@ class DeviceAdmin(LedgerRowAdmin):
     list_select_related = ("node", "device_model", "owner_project")
     search_fields = ("uuid", "serial", "node__name", "pci_bus_id")
     inlines = (DeviceEventHistoryInline,)
-    actions = ("quarantine", "return_to_production", "retire", "export_csv", "export_xlsx")
+    actions = (
+        "quarantine",
+        "return_to_production",
+        "cordon",
+        "uncordon",
+        "retire",
+        "export_csv",
+        "export_xlsx",
+    )
     fieldsets = (
         (None, {"fields": ("node", "vendor", "index", "uuid", "serial", "pci_bus_id", "numa_node")}),
         (
@@ -498,6 +507,8 @@ class DeviceAdmin(LedgerRowAdmin):
                     "health",
                     "health_reason",
                     "pool_status",
+                    "cordoned",
+                    "cordon_reason",
                     "last_seen_at",
                     "created_at",
                     "updated_at",
@@ -554,6 +565,14 @@ class DeviceAdmin(LedgerRowAdmin):
     @_each_action(description=_("Return to production"), done="In production")
     def return_to_production(self, device: Device, actor) -> Device:
         return device_pool_status_set(device=device, pool_status=Device.PoolStatus.PRODUCTION, actor=actor)
+
+    @_reason_action(description=_("Cordon (no new allocations)"), title=_("Cordon devices"), done="Cordoned")
+    def cordon(self, device: Device, reason: str, actor) -> Device:
+        return device_cordon(device=device, cordoned=True, reason=reason, actor=actor)
+
+    @_each_action(description=_("Lift cordon"), done="Cordon lifted")
+    def uncordon(self, device: Device, actor) -> Device:
+        return device_cordon(device=device, cordoned=False, actor=actor)
 
     @_reason_action(description=_("Retire"), title=_("Retire devices"), done="Retired")
     def retire(self, device: Device, reason: str, actor) -> Device:

@@ -203,6 +203,9 @@ class Device(BaseModel):
     owner_project = models.ForeignKey(
         Project, null=True, blank=True, on_delete=models.PROTECT, related_name="owned_devices"
     )
+    # Cordoned: no new allocation on this card; work already running on it continues.
+    cordoned = models.BooleanField(default=False)
+    cordon_reason = models.CharField(max_length=300, blank=True)
     # Devices sharing a group are tightly coupled (NVLink/NVSwitch clique, HCCS ring, xGMI hive).
     topology_group = models.CharField(max_length=60, blank=True)
     mig_enabled = models.BooleanField(default=False)
@@ -305,6 +308,7 @@ class DeviceEvent(models.Model):
         REPORTS_RESUMED = "reports_resumed", _("reports resumed")
         UPDATED = "updated", _("updated")
         NOT_READY = "not_ready", _("NotReady in Kubernetes")
+        CORDON = "cordon", _("cordon")
 
     class Severity(models.TextChoices):
         INFO = "info", _("info")

@@ -153,6 +153,8 @@ class Job(BaseModel):
     retry_not_before = models.DateTimeField(null=True, blank=True)
     # The checkpoint the next attempt resumes from (SUANCHI_RESUME_FROM); set on retry and preemption.
     resume_from = models.CharField(max_length=300, blank=True)
+    # The fault runbook entry the last failure points at (apps/scheduling/data/runbook.yaml).
+    failure_class = models.CharField(max_length=40, blank=True)
 
     state = models.CharField(max_length=12, choices=JobState.choices, default=JobState.PENDING, db_index=True)
     state_reason = models.CharField(max_length=500, blank=True)

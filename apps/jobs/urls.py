@@ -11,5 +11,6 @@ urlpatterns = [
     path("submit/", views.job_submit, name="submit"),
     path("submit/preview/", views.job_submit_preview, name="submit-preview"),
     path("<int:pk>/", views.job_detail, name="detail"),
+    path("runbook/", views.runbook, name="runbook"),
     path("<int:pk>/cancel/", views.job_cancel, name="cancel"),
 ]

@@ -465,6 +465,7 @@ def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "can_cancel": job.state not in FINAL_STATES and can_act,
         "can_copy": can_act,
         "is_active": job.state in ACTIVE_STATES,
+        "runbook": _runbook_card(job.failure_class, request),
     }
     return render(request, "jobs/job_detail.html", context)
 
@@ -481,3 +482,34 @@ def job_cancel(request: HttpRequest, pk: int) -> HttpResponse:
     else:
         messages.success(request, _("Job %(name)s cancelled; its cards were released.") % {"name": job.name})
     return redirect("jobs:detail", pk=job.pk)
+
+
+def _runbook_card(key: str, request: HttpRequest) -> dict | None:
+    """The fault runbook entry a failure points at, in the page's language."""
+    from apps.scheduling.faults import runbook_entry
+
+    entry = runbook_entry(key) if key else None
+    if entry is None:
+        return None
+    language = getattr(request, "LANGUAGE_CODE", "en")
+    return {
+        "key": entry.key,
+        **{f: entry.text(f, language) for f in ("symptom", "causes", "checks", "fixes")},
+    }
+
+
+@login_required
+def runbook(request: HttpRequest) -> HttpResponse:
+    """The fault runbook (seed 000 §4.3): symptom, likely causes, checks, fixes."""
+    from apps.scheduling.faults import runbook as entries
+
+    language = getattr(request, "LANGUAGE_CODE", "en")
+    rows = [
+        {
+            "key": e.key,
+            "hardware": e.hardware,
+            **{f: e.text(f, language) for f in ("symptom", "causes", "checks", "fixes")},
+        }
+        for e in entries()
+    ]
+    return render(request, "jobs/runbook.html", {"entries": rows})

@@ -67,6 +67,7 @@ def job_retry_or_fail(
     actor: Any,
     failed_nodes: list[str] | None = None,
     count_attempt: bool = True,
+    failure_class: str = "",
     now: dt.datetime | None = None,
 ) -> str:
     """An attempt failed (pod failed, object deleted, node lost). Retry per the job's policy or fail.
@@ -85,7 +86,14 @@ def job_retry_or_fail(
     # Retries that counted against the policy (infrastructure faults and preemptions do not).
     retries_used = job.events.filter(kind=JobEvent.Kind.RETRY, data__counted=True).count()
     if count_attempt and retries_used >= job.max_retries:
-        if not job_transition(job, to=JobState.FAILED, actor=actor, reason=reason, expected=ACTIVE_STATES):
+        if not job_transition(
+            job,
+            to=JobState.FAILED,
+            actor=actor,
+            reason=reason,
+            expected=ACTIVE_STATES,
+            failure_class=failure_class,
+        ):
             return ""
         _release(job, f"failed: {reason}", actor)
         workload_delete_enqueue(job=job, attempt=attempt)
@@ -103,6 +111,7 @@ def job_retry_or_fail(
         excluded_nodes=excluded,
         retry_not_before=now + dt.timedelta(seconds=backoff),
         resume_from=resume,
+        failure_class=failure_class,
     ):
         return ""
     _release(job, f"retry: {reason}", actor)
@@ -123,6 +132,7 @@ def job_retry_or_fail(
             "excluded_nodes": excluded,
             "resume_from": resume,
             "counted": count_attempt,
+            "failure_class": failure_class,
         },
     )
     return "retried"

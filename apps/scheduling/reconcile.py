@@ -4,10 +4,11 @@ For each cluster, the worker lists our Jobs, Deployments and pods by label (one 
 no transaction open), then walks the jobs Suanchi believes are scheduled or running there:
 
 * pods running → the job is ``running``; a batch Job complete → ``succeeded`` (cards released);
-* a pod failed → the job's retry policy: another attempt after a backoff, avoiding the node, resuming
-  from the checkpoint; or ``failed`` once the retries are used up. A failure that points at the
-  hardware (device lost, XID / ECC errors, the device plugin refusing the card) does not use up a
-  retry, and quarantines the node — its taint is pushed through the outbox;
+* a pod failed → classified into the fault runbook (``faults.py``: runtime mismatch, device not
+  visible, out of memory, device lost, …) and the job's retry policy applies: another attempt after
+  a backoff, avoiding the node, resuming from the checkpoint; or ``failed`` once the retries are used
+  up. A hardware fault (device lost, XID / ECC errors, the device plugin refusing the card) does not
+  use up a retry, and quarantines the node — its taint is pushed through the outbox;
 * our object gone although it was applied → deleted behind our back: handled as a failure;
 * a node Kubernetes reports NotReady, or a card the ledger marks lost, reschedules the jobs on it
   (without using a retry); a lost card is a confirmed hardware fault, so its node is quarantined.
@@ -19,7 +20,6 @@ one job change it once.
 from __future__ import annotations
 
 import logging
-import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +29,7 @@ from django.db import transaction
 from apps.inventory.models import Cluster, Device, DeviceEvent, Node
 from apps.jobs.models import ACTIVE_STATES, Job, JobState
 from apps.jobs.services import job_transition
+from apps.scheduling.faults import classify_failure, is_hardware_fault
 from apps.scheduling.models import Allocation, PushAction
 from apps.scheduling.preemption import job_retry_or_fail
 from apps.scheduling.push import job_stream
@@ -36,13 +37,6 @@ from worker.kube.backend import BackendError, backend_for
 from worker.kube.manifests import HOSTNAME_LABEL, LABEL_ATTEMPT, LABEL_JOB
 
 logger = logging.getLogger(__name__)
-
-# Pod failure reasons / messages that point at the card or the node rather than the workload.
-HARDWARE_FAULT = re.compile(
-    r"device ?lost|xid|ecc|uncorrectable|unexpectedadmissionerror|device.{0,20}(unhealthy|not (found|visible))"
-    r"|hbm|npu.{0,10}(fault|error)|fell off the bus|nodelost",
-    re.IGNORECASE,
-)
 
 
 @dataclass
@@ -60,8 +54,8 @@ class ReconcileResult:
         return dict(self.__dict__)
 
 
-def classify_pod_failure(pod: dict) -> tuple[str, bool]:
-    """(a readable reason, whether it points at hardware) for a failed pod."""
+def classify_pod_failure(pod: dict) -> tuple[str, str]:
+    """(a readable reason, its runbook key or "") for a failed pod."""
     status = pod.get("status") or {}
     parts = []
     for cs in status.get("containerStatuses") or []:
@@ -76,7 +70,11 @@ def classify_pod_failure(pod: dict) -> tuple[str, bool]:
     if status.get("message"):
         parts.append(status["message"])
     text = "; ".join(parts) or "pod failed"
-    return text, bool(HARDWARE_FAULT.search(text))
+    codes = [
+        ((cs.get("state") or {}).get("terminated") or {}).get("exitCode")
+        for cs in status.get("containerStatuses") or []
+    ]
+    return text, classify_failure(text, next((c for c in codes if c is not None), None))
 
 
 def pod_node(pod: dict) -> str:
@@ -127,6 +125,7 @@ def _failure(
     actor: Any,
     result: ReconcileResult,
     infrastructure: bool = False,
+    failure_class: str = "",
 ) -> None:
     """A failed attempt: retry or fail per policy. Hardware and infrastructure faults (a lost card, a
     NotReady node) do not use up the job's retries; a hardware fault also quarantines the node."""
@@ -136,6 +135,7 @@ def _failure(
         actor=actor,
         failed_nodes=nodes,
         count_attempt=not (hardware or infrastructure),
+        failure_class=failure_class or ("device_lost" if hardware else ""),
     )
     if outcome == "retried":
         result.retried += 1
@@ -248,7 +248,8 @@ def reconcile_cluster(*, cluster: Cluster, actor: Any = "reconciler") -> Reconci
                 result.succeeded += 1
             continue
         if failed:
-            reason, hardware = classify_pod_failure(failed[0])
+            reason, key = classify_pod_failure(failed[0])
+            hardware = is_hardware_fault(key)
             nodes = sorted({pod_node(p) for p in failed} - {""})
             _failure(
                 job,
@@ -256,6 +257,7 @@ def reconcile_cluster(*, cluster: Cluster, actor: Any = "reconciler") -> Reconci
                 reason=f"pod {failed[0]['metadata']['name']} failed: {reason}",
                 nodes=nodes,
                 hardware=hardware,
+                failure_class=key,
                 actor=actor,
                 result=result,
             )

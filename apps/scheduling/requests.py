@@ -39,8 +39,13 @@ def _vendor_tolerations(vendors: set[str]) -> tuple[Toleration, ...]:
     return tuple(out)
 
 
+GRAY_TAINT_KEY = "suanchi.io/gray"
+
+
 def _user_tolerations(job: Job) -> tuple[Toleration, ...]:
     out = []
+    if job.gray_opt_in:  # opted-in jobs tolerate the gray-release pool's taint
+        out.append(Toleration(key=GRAY_TAINT_KEY, operator="Exists"))
     for t in job.tolerations or []:
         out.append(
             Toleration(
@@ -203,6 +208,7 @@ def job_requests(
         "project": job.project.slug if job.project_id else None,
         "node_selector": dict(job.node_selector or {}),
         "precheck_failures": failures,
+        "gray_opt_in": bool(job.gray_opt_in),
         "priority": job.priority,
     }
     user_tol = _user_tolerations(job)

@@ -27,12 +27,13 @@ def _device_record(device: Device, *, gray_opt_in: bool, empty: bool, rdma_nodes
         features.add("rdma")
     if device.topology_group and device.vendor in _LINK_FEATURES:
         features.add(_LINK_FEATURES[device.vendor])
-    schedulable = device.pool_status == Device.PoolStatus.PRODUCTION or (
-        gray_opt_in and device.pool_status == Device.PoolStatus.GRAY
-    )
+    # Quarantined and cordoned cards take nothing new (running work on them continues); gray cards
+    # (gray-release soak) only serve jobs that opted in — the engine checks the request's flag.
+    schedulable = device.pool_status != Device.PoolStatus.QUARANTINE and not device.cordoned
+    gray = device.pool_status == Device.PoolStatus.GRAY and not gray_opt_in
     healthy = device.health == Device.Health.HEALTHY
     if empty:  # "could this ever fit": ignore transient state, keep what is permanent
-        schedulable, healthy = True, True
+        schedulable, healthy, gray = True, True, False
     return {
         "id": str(device.pk),
         "index": device.index,
@@ -47,6 +48,7 @@ def _device_record(device: Device, *, gray_opt_in: bool, empty: bool, rdma_nodes
         "owner_project": device.owner_project.slug if device.owner_project_id else None,
         "healthy": healthy,
         "schedulable": schedulable,
+        "gray": gray,
     }
 
 

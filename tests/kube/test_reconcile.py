@@ -170,6 +170,7 @@ def test_retries_used_up_fail_the_job(fleet, member_project, a100):
     assert result.failed == 1
     job.refresh_from_db()
     assert job.state == JobState.FAILED and "OOMKilled" in job.state_reason
+    assert job.failure_class == "out_of_memory"
     assert not Allocation.objects.filter(job=job, released_at__isnull=True).exists()
 
 
@@ -214,6 +215,7 @@ def test_hardware_fault_quarantines_the_node_and_pushes_its_taint(fleet, member_
     assert node.events.filter(kind=DeviceEvent.Kind.QUARANTINE).exists()
     job.refresh_from_db()
     assert job.state == JobState.PENDING and job.excluded_nodes == [node_name]
+    assert job.failure_class == "device_lost"
 
     push_everything()
     live = backend.get("Node", None, node_name)
@@ -249,12 +251,22 @@ def test_classify_pod_failure_tells_hardware_from_workload():
             }
         }
 
-    assert classify_pod_failure(pod("Error"))[1] is False
-    assert classify_pod_failure(pod("OOMKilled"))[1] is False
-    assert classify_pod_failure(pod("Error", "CUDA error: Xid 79, GPU has fallen off the bus"))[1] is True
-    assert classify_pod_failure(pod("UnexpectedAdmissionError"))[1] is True
-    text, hardware = classify_pod_failure(pod("DeviceLost"))
-    assert hardware and "main: DeviceLost, exit code 1" in text
+    assert classify_pod_failure(pod("Error"))[1] == ""
+    assert classify_pod_failure(pod("OOMKilled"))[1] == "out_of_memory"
+    assert (
+        classify_pod_failure(pod("Error", "CUDA error: Xid 79, GPU has fallen off the bus"))[1]
+        == "device_lost"
+    )
+    assert classify_pod_failure(pod("UnexpectedAdmissionError"))[1] == "device_lost"
+    assert (
+        classify_pod_failure(pod("Error", "CUDA driver version is insufficient for CUDA runtime version"))[1]
+        == "runtime_mismatch"
+    )
+    assert classify_pod_failure(pod("Error", "RuntimeError: No CUDA-capable device is detected"))[1] == (
+        "device_not_visible"
+    )
+    text, key = classify_pod_failure(pod("DeviceLost"))
+    assert key == "device_lost" and "main: DeviceLost, exit code 1" in text
 
 
 def test_preemption_deletes_objects_and_requeues_with_resume(fleet, member_project, a100):

@@ -270,6 +270,8 @@ def _tolerations(job: Any, vendors: Iterable[str]) -> list[dict[str, Any]]:
             add(
                 {"key": taint["key"], "operator": "Equal", "value": taint["value"], "effect": taint["effect"]}
             )
+    if getattr(job, "gray_opt_in", False):  # the gray-release pool's taint
+        add({"key": "suanchi.io/gray", "operator": "Exists"})
     allowed = ("key", "operator", "value", "effect", "tolerationSeconds")
     for toleration in job.tolerations or []:
         if isinstance(toleration, Mapping):

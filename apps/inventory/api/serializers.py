@@ -86,6 +86,8 @@ class DeviceSerializer(serializers.ModelSerializer):
             "health",
             "health_reason",
             "pool_status",
+            "cordoned",
+            "cordon_reason",
             "owner_project",
             "topology_group",
             "mig_enabled",
@@ -163,6 +165,11 @@ class PoolStatusInputSerializer(serializers.Serializer):
 
 class ReasonInputSerializer(serializers.Serializer):
     reason = serializers.CharField(max_length=300)
+
+
+class CordonInputSerializer(serializers.Serializer):
+    cordoned = serializers.BooleanField()
+    reason = serializers.CharField(max_length=300, required=False, allow_blank=True, default="")
 
 
 class LedgerImportInputSerializer(serializers.Serializer):

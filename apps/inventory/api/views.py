@@ -150,6 +150,15 @@ class DeviceViewSet(viewsets.ReadOnlyModelViewSet):
         _ledger().device_pool_status_set(device=device, actor=request.user, **data.validated_data)
         return self._respond(device)
 
+    @extend_schema(request=s.CordonInputSerializer, responses=s.DeviceSerializer)
+    @action(detail=True, methods=["post"], permission_classes=[IsStaff])
+    def cordon(self, request, pk=None):
+        device = self.get_object()
+        data = s.CordonInputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        _ledger().device_cordon(device=device, actor=request.user, **data.validated_data)
+        return self._respond(device)
+
     @extend_schema(request=s.ReasonInputSerializer, responses=s.DeviceSerializer)
     @action(detail=True, methods=["post"], permission_classes=[IsStaff])
     def retire(self, request, pk=None):

@@ -360,6 +360,38 @@ def node_status_set(*, node: Node, status: str, reason: str = "", actor) -> Node
 
 
 @transaction.atomic
+def device_cordon(*, device: Device, cordoned: bool, reason: str = "", actor) -> Device:
+    """Cordon one card (no new allocations; running work continues) or lift the cordon.
+    Cordoning needs a reason. Idempotent."""
+    reason = (reason or "").strip()
+    locked = _lock_device(device)
+    if locked.cordoned == cordoned:
+        return locked
+    if cordoned and not reason:
+        raise ValidationFailed(
+            f"a reason is required to cordon device {locked}", details={"reason": ["This field is required."]}
+        )
+    if cordoned and locked.health == Device.Health.RETIRED:
+        raise InvalidTransition(f"device {locked} is retired; there is nothing to cordon")
+    before, after = _save_fields(locked, {"cordoned": cordoned, "cordon_reason": reason if cordoned else ""})
+    running = _active_allocation_jobs(locked)
+    wording = "cordoned: no new allocations" if cordoned else "cordon lifted"
+    if cordoned and running:
+        wording += f" (running work continues: {', '.join(running)})"
+    _record(
+        locked,
+        action="device.cordon" if cordoned else "device.uncordon",
+        kind=DeviceEvent.Kind.CORDON,
+        severity=DeviceEvent.Severity.WARNING if cordoned else DeviceEvent.Severity.INFO,
+        message=_with_reason(f"device {locked} {wording}", reason),
+        before=before,
+        after=after,
+        actor=actor,
+    )
+    return locked
+
+
+@transaction.atomic
 def device_pool_status_set(*, device: Device, pool_status: str, reason: str = "", actor) -> Device:
     """Put a card in production, gray (canary) or quarantine. Quarantine needs a reason."""
     P = Device.PoolStatus

@@ -38,6 +38,7 @@ NO_DEVICE = "no {}"
 MISSING_FEATURE = "missing required feature {}"
 CARD_TOO_SMALL = "card memory below request"
 UNHEALTHY = "matching devices unhealthy or not schedulable"
+GRAY_ONLY = "matching devices are on gray-release soak (the job did not opt in)"
 DEVICE_RESERVED = "matching devices reserved for another project"
 TOO_FEW = "too few matching devices"
 # capacity reasons
@@ -86,7 +87,7 @@ def _what(g: DeviceGroup) -> str:
 
 
 def eligible_devices(
-    node: NodeState, g: DeviceGroup, project: str | None
+    node: NodeState, g: DeviceGroup, project: str | None, gray_ok: bool = False
 ) -> tuple[tuple[int, ...], str | None]:
     """Positions of the node's devices that may serve group ``g`` (ignoring usage), or a reason."""
     devs = node.devices
@@ -109,6 +110,10 @@ def eligible_devices(
     ok = [i for i in cand if devs[i].healthy and devs[i].schedulable]
     if not ok:
         return (), UNHEALTHY
+    if not gray_ok:  # cards on gray-release (canary) soak serve only jobs that opted in
+        ok = [i for i in ok if not devs[i].gray]
+        if not ok:
+            return (), GRAY_ONLY
     mine = [i for i in ok if devs[i].owner_project is None or devs[i].owner_project == project]
     if not mine:
         return (), DEVICE_RESERVED
@@ -143,7 +148,7 @@ def static_reason(snapshot: Snapshot, node: NodeState, req: Request) -> tuple[st
             return PRECHECK.format(reason), ()
     elig = []
     for g in req.groups:
-        positions, reason = eligible_devices(node, g, req.project)
+        positions, reason = eligible_devices(node, g, req.project, req.gray_opt_in)
         if reason is not None:
             return reason, ()
         elig.append(positions)

@@ -134,6 +134,7 @@ class DeviceState:
         "owner_project",
         "healthy",
         "schedulable",
+        "gray",
         "mem_used",
         "hard_used",
         "shared_used",
@@ -157,6 +158,7 @@ class DeviceState:
         owner_project: str | None = None,
         healthy: bool = True,
         schedulable: bool = True,
+        gray: bool = False,
     ) -> None:
         self.id = id
         self.index = index
@@ -170,7 +172,8 @@ class DeviceState:
         self.numa_node = numa_node
         self.owner_project = owner_project
         self.healthy = healthy  # lost / failed cards are not healthy
-        self.schedulable = schedulable  # gray-release or quarantined cards are not schedulable
+        self.schedulable = schedulable  # quarantined or cordoned cards are not schedulable
+        self.gray = gray  # on gray-release soak: only for requests that opted in
         self.mem_used = 0
         self.hard_used = 0
         self.shared_used = 0
@@ -405,6 +408,7 @@ class Request:
     topology: TopologyPolicy = TopologyPolicy()
     precheck_failures: Any = ()  # Mapping[node name, reason] from the caller's runtime precheck
     priority: int = 0
+    gray_opt_in: bool = False  # may use cards on gray-release soak
     static_key: tuple = field(init=False, repr=False, compare=False, default=())
     shape_key: tuple = field(init=False, repr=False, compare=False, default=())
     compute_total: int = field(init=False, repr=False, compare=False, default=0)
@@ -428,6 +432,7 @@ class Request:
             sel,
             self.tolerations,
             pre,
+            self.gray_opt_in,
             tuple(
                 (g.kind, g.vendors, g.models, g.features, g.count, g.whole, g.memory_mib) for g in self.groups
             ),
@@ -668,6 +673,7 @@ class Snapshot:
             "owner_project",
             "healthy",
             "schedulable",
+            "gray",
         )
         for rec in nodes:
             devices = [
@@ -715,6 +721,7 @@ class Snapshot:
                     owner_project=d.owner_project,
                     healthy=d.healthy,
                     schedulable=d.schedulable,
+                    gray=d.gray,
                 )
                 c.mem_used, c.hard_used, c.shared_used = d.mem_used, d.hard_used, d.shared_used
                 c.whole_by, c.slices = d.whole_by, dict(d.slices)
