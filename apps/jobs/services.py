@@ -73,6 +73,9 @@ def job_submit(*, project: Project, actor, **fields: Any) -> Job:
             details={"request": [feasibility.reason]},
         )
     job.requested_cu = feasibility.compute_units
+    from apps.quotas.services import submission_check  # quotas build on jobs
+
+    submission_check(job)  # 409 over the project's borrowing ceiling; otherwise it waits its turn
     job.state = JobState.PENDING
     job.state_changed_at = timezone.now()
     job.save()

@@ -29,6 +29,8 @@ from apps.inventory.models import Device, Node
 from apps.jobs import selectors, services
 from apps.jobs.forms import REQUEST_FIELDS, JobFilterForm, JobSubmitForm, submittable_projects
 from apps.jobs.models import ACTIVE_STATES, FINAL_STATES, PRIORITY_VALUES, QUEUED_STATES, Job, JobState
+from apps.quotas.selectors import queue_positions as quota_queue_positions
+from apps.quotas.selectors import why_pending
 from apps.scheduling import services as scheduling
 from apps.scheduling.engine.engine import Engine
 from apps.scheduling.models import Allocation, DecisionTrace
@@ -73,25 +75,9 @@ def _device_label(vendor: str, index: int) -> str:
 
 
 def queue_positions(jobs: list[Job]) -> dict[int, int]:
-    """1-based queue positions of the queued ``jobs``, with one query for the whole page.
-
-    The same order as ``apps.scheduling.services.queue_position``: priority, then age, then id.
-    """
-    wanted = {job.pk for job in jobs if job.state in QUEUED_STATES}
-    if not wanted:
-        return {}
-    order = (
-        Job.objects.filter(state__in=QUEUED_STATES)
-        .order_by("-priority", "created_at", "id")
-        .values_list("id", flat=True)
-    )
-    positions: dict[int, int] = {}
-    for position, pk in enumerate(order, start=1):
-        if pk in wanted:
-            positions[pk] = position
-            if len(positions) == len(wanted):
-                break
-    return positions
+    """1-based queue positions of the queued ``jobs`` (the scheduling order: priority, then fair
+    share when quotas are configured, then age, then id)."""
+    return quota_queue_positions([job.pk for job in jobs if job.state in QUEUED_STATES])
 
 
 # ------------------------------------------------------------------ list
@@ -406,10 +392,12 @@ def _why(job: Job) -> dict[str, Any]:
             outcome__in=[DecisionTrace.Outcome.PENDING, DecisionTrace.Outcome.CONFLICT]
         ).first()
         explanation = (trace.explanation if trace else "") or job.state_reason
+        answer = why_pending(job)  # quota + device fit + queue position, in one answer
         return {
             "mode": "pending",
             "trace": trace,
-            "queue_position": scheduling.queue_position(job),
+            "queue_position": answer["queue_position"],
+            "quota": answer["quota"] if not explanation.startswith("quota:") else None,
             # The last step repeats the explanation shown above it.
             "steps": [s for s in _step_rows(trace) if s["message"] != explanation] if trace else [],
             "explanation": explanation,

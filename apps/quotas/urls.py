@@ -1,5 +1,11 @@
 """Quotas pages, mounted at /quotas/ (namespace "quotas")."""
 
+from django.urls import path
+
+from apps.quotas import views
+
 app_name = "quotas"
 
-urlpatterns = []
+urlpatterns = [
+    path("", views.quota_overview, name="overview"),
+]

@@ -9,6 +9,7 @@ allocation per device, share and memory bounds per row).
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
 from collections import defaultdict
@@ -25,9 +26,11 @@ from apps.catalog.selectors import coefficients_on
 from apps.core.audit import actor_fields
 from apps.inventory import compat
 from apps.inventory.models import Device, Node
-from apps.jobs.models import QUEUED_STATES, Job, JobEvent, JobState
+from apps.jobs.models import ACTIVE_STATES, QUEUED_STATES, Job, JobEvent, JobState
+from apps.quotas.selectors import quotas_configured
+from apps.quotas.services import placement_admit, quota_context
 from apps.scheduling.engine.engine import Engine
-from apps.scheduling.engine.model import WHOLE, Decision, Snapshot
+from apps.scheduling.engine.model import WHOLE, CapacityError, Decision, Snapshot
 from apps.scheduling.engine.policies import BEST
 from apps.scheduling.models import Allocation, DecisionTrace
 from apps.scheduling.requests import job_requests
@@ -46,6 +49,8 @@ class CycleResult:
     engine_seconds: float = 0.0
     persist_seconds: float = 0.0
     placed_job_ids: list[int] = field(default_factory=list)
+    quota_pending: int = 0
+    preempted: list[int] = field(default_factory=list)
 
     def as_dict(self) -> dict:
         return {
@@ -54,6 +59,8 @@ class CycleResult:
             "placed": self.placed,
             "pending": self.pending,
             "conflicts": self.conflicts,
+            "quota_pending": self.quota_pending,
+            "preempted": len(self.preempted),
             "engine_seconds": round(self.engine_seconds, 4),
             "persist_seconds": round(self.persist_seconds, 4),
         }
@@ -120,11 +127,27 @@ def queued_jobs(limit: int | None = None):
 def scheduling_cycle_run(
     *, actor="scheduler", policy: str | None = None, limit: int | None = None, batch: int = DEFAULT_BATCH
 ) -> CycleResult:
-    """One pass over the queue (priority, then age). Safe to run concurrently with itself."""
+    """One pass over the queue (priority, then fair share, then age). Safe to run concurrently with itself.
+
+    With quotas configured, every placement is admitted against its project's quota under row locks
+    (``_persist``), and after persisting, lenders' guaranteed jobs reclaim borrowed capacity and
+    higher-priority jobs preempt lower ones of their own project (``_reclaim``).
+    """
+    from apps.quotas.selectors import fair_share_order
+
     result = CycleResult(cycle_id=uuid.uuid4())
-    jobs = list(queued_jobs(limit))
+    limited = quotas_configured()
+    if limited:
+        jobs = fair_share_order(list(queued_jobs()))
+        jobs = jobs[:limit] if limit else jobs
+    else:
+        jobs = list(queued_jobs(limit))
     result.considered = len(jobs)
     if not jobs:
+        if limited:  # a lender may still need its guarantee back (e.g. a lending window closed)
+            result.preempted = _reclaim(
+                [], snapshot=None, engine=None, actor=actor, cycle_id=result.cycle_id, result=result
+            )
         return result
     started = time.perf_counter()
     snapshot = fleet_snapshot()
@@ -157,6 +180,10 @@ def scheduling_cycle_run(
             outcomes[i : i + batch], snapshot=snapshot, cycle_id=result.cycle_id, actor=actor, result=result
         )
     result.persist_seconds = time.perf_counter() - started
+    if limited:
+        result.preempted = _reclaim(
+            outcomes, snapshot=snapshot, engine=engine, actor=actor, cycle_id=result.cycle_id, result=result
+        )
     return result
 
 
@@ -215,14 +242,16 @@ def _persist(outcomes, *, snapshot: Snapshot, cycle_id, actor, result: CycleResu
         Job.objects.select_for_update().filter(pk__in=job_ids).order_by("pk").values_list("pk", "state")
     )
     placed = [(job, d, cu, pos) for job, d, cu, pos in outcomes if d.placed]
+    # Then every quota row (primary-key order): admissions against quotas are serialized.
+    quota_ctx = quota_context(lock=True, now=now) if placed and quotas_configured() else None
     device_ids = sorted(
         {int(a.device_id) for _j, d, _c, _p in placed for part in d.placement.parts for a in part.devices}
     )
     caps = {}
     if device_ids:
         caps = {
-            pk: (model_memory or memory or 0, int((factor or 1) * 100), node_id, model_id)
-            for pk, memory, model_memory, factor, node_id, model_id in Device.objects.select_for_update(
+            pk: (model_memory or memory or 0, int((factor or 1) * 100), node_id, model_id, vendor, pool_id)
+            for pk, memory, model_memory, factor, node_id, model_id, vendor, pool_id in Device.objects.select_for_update(
                 of=("self",)
             )
             .filter(pk__in=device_ids)
@@ -234,6 +263,8 @@ def _persist(outcomes, *, snapshot: Snapshot, cycle_id, actor, result: CycleResu
                 "node__pool__overcommit_factor",
                 "node_id",
                 "device_model_id",
+                "vendor",
+                "node__pool_id",
             )
         }
     usage = _device_usage(device_ids) if device_ids else {}
@@ -272,7 +303,7 @@ def _persist(outcomes, *, snapshot: Snapshot, cycle_id, actor, result: CycleResu
         for part in decision.placement.parts:
             for a in part.devices:
                 pk = int(a.device_id)
-                cap, factor, _node, _model = caps.get(pk, (0, 100, None, None))
+                cap, factor, *_rest = caps.get(pk, (0, 100, None, None, "", None))
                 u = trial.setdefault(pk, [0, 0, 0, 0])
                 if not _fits(
                     u,
@@ -302,8 +333,58 @@ def _persist(outcomes, *, snapshot: Snapshot, cycle_id, actor, result: CycleResu
             trace.explanation = "another scheduling cycle took this capacity first; retrying next cycle"
             traces.append(trace)
             continue
+        flags = [False] * len(rows)
+        if quota_ctx is not None and quota_ctx.limited(job.project_id):
+            items = [
+                (
+                    caps[pk][4],
+                    caps[pk][3],
+                    caps[pk][5],
+                    allocation_compute_units(coefficients.get(caps[pk][3]), WHOLE if a.whole else a.compute),
+                    caps[pk][0] if a.whole else a.memory_mib,
+                )
+                for _replica, pk, a in rows
+            ]
+            verdict = placement_admit(quota_ctx, job=job, items=items, started=now.timestamp())
+            if not verdict.admitted:
+                snapshot.release(decision.request_id)
+                result.pending += 1
+                result.quota_pending += 1
+                reason = f"quota: {verdict.reason}"[:500]
+                if job.state_reason != reason:
+                    trace.outcome = DecisionTrace.Outcome.PENDING
+                    trace.explanation = reason
+                    trace.queue_position = position
+                    trace.placement = None
+                    trace.steps = [
+                        *trace.steps,
+                        {"tier": "quota", "message": verdict.reason, "data": verdict.data},
+                    ]
+                    traces.append(trace)
+                    events.append(
+                        JobEvent(
+                            job=job,
+                            kind=JobEvent.Kind.PENDING,
+                            message=reason,
+                            actor_label=label,
+                            data={"trace_id": decision.trace_id, "quota": verdict.data},
+                        )
+                    )
+                    pending_updates[job.pk] = (reason, trace.trace_id)
+                continue
+            flags = verdict.borrowed
+            if any(flags):
+                trace.steps = [
+                    *trace.steps,
+                    {
+                        "tier": "quota",
+                        "message": f"beyond the guarantee: {verdict.data.get('borrowed_cu')} CU borrowed "
+                        "from idle lendable capacity (preemptible)",
+                        "data": verdict.data,
+                    },
+                ]
         usage.update(trial)
-        for replica, pk, a in rows:
+        for (replica, pk, a), borrowed in zip(rows, flags, strict=True):
             allocations.append(
                 Allocation(
                     job=job,
@@ -319,6 +400,7 @@ def _persist(outcomes, *, snapshot: Snapshot, cycle_id, actor, result: CycleResu
                     compute_units=allocation_compute_units(
                         coefficients.get(caps[pk][3]), WHOLE if a.whole else a.compute
                     ),
+                    borrowed=borrowed,
                     trace_id=uuid.UUID(decision.trace_id),
                     started_at=now,
                 )
@@ -433,12 +515,205 @@ def job_finish(*, job: Job, succeeded: bool, reason: str = "", actor) -> bool:
 
 
 def queue_position(job: Job) -> int | None:
-    """1-based position among queued jobs (priority, then age); None when the job is not queued."""
+    """1-based position among queued jobs (priority, then fair share when quotas are configured, then
+    age); None when the job is not queued."""
     if job.state not in QUEUED_STATES:
         return None
+    if quotas_configured():
+        from apps.quotas.selectors import queue_positions
+
+        return queue_positions([job.pk]).get(job.pk)
     ahead = Job.objects.filter(state__in=QUEUED_STATES).filter(
         Q(priority__gt=job.priority)
         | Q(priority=job.priority, created_at__lt=job.created_at)
         | Q(priority=job.priority, created_at=job.created_at, pk__lt=job.pk)
     )
     return ahead.count() + 1
+
+
+# --------------------------------------------------------------------------------------------------
+# reclaim and preemption (only for projects with quotas)
+
+MAX_RECLAIM_JOBS = 20  # pending jobs considered for reclaim per cycle
+MAX_VICTIMS = 16  # victims one pending job may preempt
+
+
+def _reclaim(
+    outcomes, *, snapshot: Snapshot | None, engine: Engine | None, actor, cycle_id, result: CycleResult
+) -> list[int]:
+    """Give lenders their guarantee back and let higher priority win inside a project.
+
+    1. Borrowed use no pool covers any more (a lender's guarantee is in use again, a lending window
+       closed) is reclaimed: borrowing jobs, lowest priority first, then newest first.
+    2. A pending job of a project with quotas tries, on a copy of the cycle's snapshot, to fit by
+       removing (a) other projects' borrowing jobs when the job fits in its project's remaining
+       guarantee, then (b) lower-priority jobs of its own project — in that order, lowest priority
+       then newest first, as few as needed. When it fits, the victims are preempted
+       (``apps.scheduling.preemption.job_preempt``: released, objects deleted gracefully, requeued to
+       resume from checkpoint) and the job is placed at once, under the usual locks.
+    """
+    from apps.quotas.admission import reclaim_order
+    from apps.quotas.services import device_classes
+    from apps.scheduling.preemption import job_preempt
+
+    ctx = quota_context()
+    book = ctx.book
+    victims_done: list[int] = []
+
+    def preempt(job_ids: list[str], reason: str) -> None:
+        jobs = Job.objects.filter(pk__in=[int(j) for j in job_ids], state__in=ACTIVE_STATES).select_related(
+            "project"
+        )
+        for victim in jobs.order_by("pk"):
+            if job_preempt(job=victim, reason=reason, actor=actor):
+                victims_done.append(victim.pk)
+            book.release(str(victim.pk))
+
+    # 1. uncovered borrowed use
+    for resource_class in sorted(book.by_class):
+        victims = book.reclaim_victims(resource_class)
+        if victims:
+            preempt(
+                victims, "reclaimed: a lender needs its guarantee back (borrowed capacity is preemptible)"
+            )
+    if snapshot is None or engine is None:
+        return victims_done
+    for pk in victims_done:
+        with contextlib.suppress(CapacityError):  # not in this snapshot (placed by another cycle)
+            snapshot.release(str(pk))
+
+    # 2. pending jobs of limited projects
+    placed = set(result.placed_job_ids)
+    candidates = [
+        (job, position)
+        for job, _d, _cu, position in outcomes
+        if job.pk not in placed and ctx.limited(job.project_id)
+    ]
+    if not candidates:
+        return victims_done
+    still_queued = set(
+        Job.objects.filter(pk__in=[j.pk for j, _p in candidates], state__in=QUEUED_STATES).values_list(
+            "pk", flat=True
+        )
+    )
+    candidates = [(j, p) for j, p in candidates if j.pk in still_queued][:MAX_RECLAIM_JOBS]
+    if not candidates:
+        return victims_done
+    work = snapshot.copy()
+    devices = {
+        str(pk): (vendor, model_id, pool_id)
+        for pk, vendor, model_id, pool_id in Device.objects.values_list(
+            "pk", "vendor", "device_model_id", "node__pool_id"
+        )
+    }
+    nodes = list(Node.objects.exclude(status=Node.Status.RETIRED))
+    prechecks = _Prechecks(nodes)
+    catalog = list(DeviceModel.objects.all())
+    coefficients = coefficients_on([m.pk for m in catalog])
+    project_of = dict(
+        Job.objects.filter(pk__in=[int(j) for j in book.holdings]).values_list("pk", "project_id")
+    )
+
+    def admissible(job: Job, decision: Decision, *, commit: bool = False) -> bool:
+        """The placement passes the project's quota in the book without the victims (and is held in
+        the book when ``commit``, so the next pending job sees it)."""
+        amounts: dict[str, list[Decimal]] = defaultdict(list)
+        for part in decision.placement.parts:
+            for a in part.devices:
+                vendor, model_id, pool_id = devices.get(str(a.device_id), ("", None, None))
+                key = ctx.row_for(job.project_id, device_classes(vendor, model_id, pool_id))
+                if key is None:
+                    return False
+                amounts[key].append(
+                    allocation_compute_units(coefficients.get(model_id), WHOLE if a.whole else a.compute)
+                )
+        for key, values in amounts.items():
+            if not book.admit(key, values).admitted:
+                return False
+        if commit:
+            for key, values in amounts.items():
+                book.admit(
+                    key, values, commit=True, job=str(job.pk), priority=job.priority, started=time.time()
+                )
+        return True
+
+    for job, position in candidates:
+        requests_ = job_requests(
+            job,
+            precheck_failures=prechecks.failures(job, _job_vendors(job)),
+            catalog=catalog,
+            coefficients=coefficients,
+        )
+        if not requests_:
+            continue
+        rows = ctx.project_rows.get(job.project_id, {})
+        free = max(
+            (book.rows[k].guaranteed - book.g[k] for k in rows.values()),
+            default=Decimal(0),
+        )
+        need = requests_[0][1] or job.requested_cu or Decimal(0)
+        lender = need > 0 and need <= free
+        holdings = {j: hs for j, hs in book.holdings.items() if int(j) != job.pk}
+        borrowers = (
+            sorted(
+                (
+                    j
+                    for j, hs in holdings.items()
+                    if project_of.get(int(j)) != job.project_id and any(h.borrowed > 0 for h in hs)
+                ),
+                key=lambda j: reclaim_order(holdings[j][0].priority, holdings[j][0].started),
+            )
+            if lender
+            else []
+        )
+        lower = sorted(
+            (
+                j
+                for j, hs in holdings.items()
+                if project_of.get(int(j)) == job.project_id and hs[0].priority < job.priority
+            ),
+            key=lambda j: reclaim_order(holdings[j][0].priority, holdings[j][0].started),
+        )
+        order = (borrowers + lower)[:MAX_VICTIMS]
+        if not order:
+            continue
+        released: list[tuple[str, object, list]] = []
+        chosen = None
+        for victim in order:
+            try:
+                placement = work.release(victim)
+            except CapacityError:  # not in the snapshot (placed by another cycle): nothing to free
+                placement = None
+            released.append((victim, placement, book.release(victim)))
+            for request, granted in requests_:
+                decision = engine.place(work, request, commit=False)
+                if decision.placed and admissible(job, decision):
+                    chosen = (engine.place(work, request, commit=True), granted)
+                    break
+            if chosen:
+                break
+        if chosen is None:
+            for _victim, placement, holds in reversed(released):
+                if placement is not None:
+                    work.apply(placement)
+                for h in holds:
+                    book.hold(h)
+            continue
+        victim_ids = [v for v, _p, _h in released]
+        own = [v for v in victim_ids if project_of.get(int(v)) == job.project_id]
+        reason = (
+            f"preempted for higher-priority job {job.project.slug}/{job.name}"
+            if own and len(own) == len(victim_ids)
+            else f"reclaimed by project {job.project.slug}: it needs its guarantee back (borrowed capacity is preemptible)"
+        )
+        preempt(victim_ids, reason)
+        decision, granted = chosen
+        decision.step("quota", f"preempted {len(victim_ids)} job(s) to make room: {', '.join(victim_ids)}")
+        admissible(job, decision, commit=True)
+        before = result.placed
+        _persist(
+            [(job, decision, granted, position)], snapshot=work, cycle_id=cycle_id, actor=actor, result=result
+        )
+        if result.placed > before:
+            result.pending -= 1
+    return victims_done

@@ -1,1 +1,201 @@
-"""Models of the telemetry app."""
+"""Telemetry: metric sources per cluster, per-device rollups with quality metadata, job attribution."""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import F, Q
+from django.utils.translation import gettext_lazy as _
+
+from apps.core.models import BaseModel
+from apps.inventory.models import Cluster, Device
+from apps.jobs.models import Job
+
+
+class Quality(models.TextChoices):
+    """Seed 000 §4.1 "metric quality gate": every figure says whether it is exact or estimated."""
+
+    EXACT = "exact", _("exact")
+    ESTIMATED = "estimated", _("estimated")
+
+
+class MetricSource(BaseModel):
+    """Where a cluster's utilization comes from: a Prometheus HTTP API or exporter targets."""
+
+    class Kind(models.TextChoices):
+        PROMETHEUS = "prometheus", _("Prometheus HTTP API")
+        EXPORTER = "exporter", _("exporter targets (scraped directly)")
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="metric_sources")
+    name = models.CharField(_("name"), max_length=100)
+    kind = models.CharField(_("kind"), max_length=12, choices=Kind.choices, default=Kind.PROMETHEUS)
+    # Prometheus base URL, e.g. http://prometheus.monitoring:9090 (the API lives under /api/v1/).
+    url = models.CharField(_("Prometheus URL"), max_length=500, blank=True)
+    # Exporter /metrics URLs, e.g. ["http://gpu-01:9400/metrics"] (kind = exporter).
+    targets = models.JSONField(_("exporter targets"), default=list, blank=True)
+    step_seconds = models.PositiveIntegerField(_("query step (s)"), default=10)
+    enabled = models.BooleanField(_("enabled"), default=True)
+    # Everything before this instant is in complete rollup windows.
+    ingested_until = models.DateTimeField(null=True, blank=True)
+    last_run_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+    last_report = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["cluster__name", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "name"], name="telemetry_metricsource_unique_name"),
+            models.CheckConstraint(
+                condition=Q(kind__in=["prometheus", "exporter"]), name="telemetry_metricsource_kind_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(step_seconds__gte=1), name="telemetry_metricsource_step_positive"
+            ),
+        ]
+        verbose_name = _("metric source")
+
+    def __str__(self) -> str:
+        return f"{self.cluster.slug}/{self.name}"
+
+    @property
+    def label(self) -> str:
+        """The ``source`` value written on rollups from this source."""
+        return f"{self.kind}:{self.cluster.slug}/{self.name}"
+
+    def clean(self) -> None:
+        from django.core.exceptions import ValidationError
+
+        if self.kind == self.Kind.PROMETHEUS and not self.url:
+            raise ValidationError({"url": _("A Prometheus source needs the Prometheus URL.")})
+        if self.url and not _http_url(self.url):
+            # In-cluster service names ("http://prometheus:9090") have no dot: URLField would refuse them.
+            raise ValidationError({"url": _("Give an http(s) URL, e.g. http://prometheus.monitoring:9090.")})
+        if self.kind == self.Kind.EXPORTER:
+            if not isinstance(self.targets, list) or not self.targets:
+                raise ValidationError({"targets": _("Give a list of exporter /metrics URLs.")})
+            bad = [
+                t for t in self.targets if not (isinstance(t, str) and t.startswith(("http://", "https://")))
+            ]
+            if bad:
+                raise ValidationError(
+                    {"targets": _("Not an http(s) URL: %(t)s") % {"t": ", ".join(map(str, bad))}}
+                )
+
+
+def _http_url(value: str) -> bool:
+    from urllib.parse import urlparse
+
+    parsed = urlparse(value)
+    return parsed.scheme in ("http", "https") and bool(parsed.hostname) and " " not in value
+
+
+class Resolution(models.IntegerChoices):
+    FIVE_MINUTES = 300, _("5 minutes")
+    HOUR = 3600, _("1 hour")
+
+
+class DeviceRollup(models.Model):
+    """One device (or one MIG / partition instance of it) over one window, from one source.
+
+    Averages are kept as sums and counts so windows merge exactly (hourly = Σ of 5-minute rows);
+    ``first_sample_at`` / ``last_sample_at`` make re-ingesting the same samples a no-op.
+    """
+
+    Resolution = Resolution
+
+    device = models.ForeignKey(Device, on_delete=models.CASCADE, related_name="rollups")
+    # "" = the whole card; else "<profile>/<instance id>", e.g. "3g.40gb/1" (MIG GPU_I_PROFILE/GPU_I_ID).
+    partition = models.CharField(max_length=60, blank=True, default="")
+    resolution = models.PositiveIntegerField(choices=Resolution.choices, default=Resolution.FIVE_MINUTES)
+    window_start = models.DateTimeField()
+    source = models.CharField(max_length=200)
+    quality = models.CharField(max_length=10, choices=Quality.choices, default=Quality.EXACT)
+    scrape_interval_s = models.PositiveIntegerField(null=True, blank=True)
+    sample_count = models.PositiveIntegerField(default=0)
+    first_sample_at = models.DateTimeField()
+    last_sample_at = models.DateTimeField()
+    util_sum = models.FloatField(default=0)
+    util_n = models.PositiveIntegerField(default=0)
+    util_avg = models.FloatField(null=True, blank=True)
+    util_max = models.FloatField(null=True, blank=True)
+    mem_used_sum = models.FloatField(default=0)
+    mem_used_n = models.PositiveIntegerField(default=0)
+    mem_used_avg_mib = models.FloatField(null=True, blank=True)
+    mem_used_max_mib = models.FloatField(null=True, blank=True)
+    mem_total_mib = models.FloatField(null=True, blank=True)
+    temp_max_c = models.FloatField(null=True, blank=True)
+    power_sum = models.FloatField(default=0)
+    power_n = models.PositiveIntegerField(default=0)
+    power_avg_w = models.FloatField(null=True, blank=True)
+    # Counter increases inside the window, by counter name (resets handled the Prometheus way).
+    error_deltas = models.JSONField(default=dict, blank=True)
+    # Last raw counter values seen, the baseline for the next window.
+    counters_last = models.JSONField(default=dict, blank=True)
+    # Health signals seen in the window, e.g. {"xid": [79], "health": "unhealthy", "temp_max": 91}.
+    health = models.JSONField(default=dict, blank=True)
+    # Pod labels the exporter attached, e.g. [{"namespace": "vision", "pod": "suanchi-12-a0-x7"}].
+    pods = models.JSONField(default=list, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-window_start", "device_id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["device", "partition", "resolution", "window_start", "source"],
+                name="telemetry_devicerollup_unique_window",
+            ),
+            models.CheckConstraint(
+                condition=Q(resolution__in=[300, 3600]), name="telemetry_devicerollup_resolution_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(quality__in=["exact", "estimated"]), name="telemetry_devicerollup_quality_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(last_sample_at__gte=F("first_sample_at")),
+                name="telemetry_devicerollup_samples_ordered",
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["resolution", "window_start"], name="telemetry_rollup_window_idx"),
+        ]
+        verbose_name = _("device rollup")
+
+    def __str__(self) -> str:
+        part = f"/{self.partition}" if self.partition else ""
+        return f"device {self.device_id}{part} @ {self.window_start:%Y-%m-%d %H:%M} ({self.resolution}s)"
+
+
+class JobUtilization(models.Model):
+    """A job's part of one device's 5-minute window.
+
+    ``share`` is the fraction of the card the job held, weighted by how much of the window it held it
+    (0..1). ``busy_pct`` is the card-busy percentage attributed to the job: the exporter's pod-labelled
+    series when it has one (exact), else the card's busy % split by share (estimated).
+    """
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="utilization")
+    device = models.ForeignKey(Device, on_delete=models.CASCADE, related_name="job_utilization")
+    window_start = models.DateTimeField()
+    source = models.CharField(max_length=200)
+    quality = models.CharField(max_length=10, choices=Quality.choices)
+    share = models.FloatField()
+    busy_pct = models.FloatField(null=True, blank=True)
+    mem_used_avg_mib = models.FloatField(null=True, blank=True)
+    project_id_snapshot = models.PositiveIntegerField(db_index=True)
+
+    class Meta:
+        ordering = ["window_start", "job_id", "device_id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["job", "device", "window_start", "source"], name="telemetry_jobutilization_unique"
+            ),
+            models.CheckConstraint(
+                condition=Q(share__gte=0) & Q(share__lte=1), name="telemetry_jobutilization_share_range"
+            ),
+            models.CheckConstraint(
+                condition=Q(quality__in=["exact", "estimated"]), name="telemetry_jobutilization_quality_valid"
+            ),
+        ]
+        verbose_name = _("job utilization")
+
+    def __str__(self) -> str:
+        return f"job {self.job_id} on device {self.device_id} @ {self.window_start:%Y-%m-%d %H:%M}"

@@ -1,5 +1,13 @@
 """Telemetry pages, mounted at /telemetry/ (namespace "telemetry")."""
 
+from django.urls import path
+
+from apps.telemetry import views
+
 app_name = "telemetry"
 
-urlpatterns = []
+urlpatterns = [
+    path("", views.dashboard, name="dashboard"),
+    path("projects/<int:pk>/", views.project_detail, name="project-detail"),
+    path("jobs/<int:pk>/", views.job_detail, name="job-detail"),
+]

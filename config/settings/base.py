@@ -54,6 +54,7 @@ INSTALLED_APPS = [
     "apps.quotas",
     "apps.telemetry",
     "apps.billing",
+    "apps.rollout",
 ]
 
 MIDDLEWARE = [
@@ -187,8 +188,18 @@ SPECTACULAR_SETTINGS = {
         "DeviceKindEnum": "apps.catalog.models.DeviceKind",
         "IsolationEnum": "apps.catalog.models.Isolation",
         "JobKindEnum": "apps.jobs.models.Job.Kind",
+        "MetricSourceKindEnum": "apps.telemetry.models.MetricSource.Kind",
         "JobEventKindEnum": "apps.jobs.models.JobEvent.Kind",
         "JobStateEnum": "apps.jobs.models.JobState",
+        "BillStateEnum": "apps.billing.models.Bill.State",
+        "BillingPeriodStateEnum": "apps.billing.models.BillingPeriod.State",
+        "RateCardScopeEnum": "apps.billing.models.RateCard.Scope",
+        "UsageBasisEnum": "apps.billing.models.UsageBasis",
+        "BasisEnum": "apps.catalog.models.ComputeCoefficient.Basis",
+        "IdlePolicyEnum": "apps.billing.models.IdlePolicy",
+        "GrayBatchKindEnum": "apps.rollout.models.BatchKind",
+        "GrayBatchStageEnum": "apps.rollout.models.GrayBatch.Stage",
+        "ScaleDecisionActionEnum": "apps.rollout.models.ScaleDecision.Action",
     },
 }
 
@@ -202,6 +213,7 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
         "data_folder_in": str(_broker_dir / "queue"),
         "data_folder_out": str(_broker_dir / "queue"),
         "processed_folder": str(_broker_dir / "processed"),
+        "control_folder": str(_broker_dir / "control"),  # exchange tables (default: ./control)
         "store_processed": False,
     }
 else:
@@ -223,8 +235,29 @@ SUANCHI = {
     "NODE_REPORT_STALE_MINUTES": env.int("SUANCHI_NODE_REPORT_STALE_MINUTES", default=30),
     # The scheduling engine's node-scoring policy (see apps/scheduling/engine/policies.py).
     "SCHEDULER_POLICY": env.str("SUANCHI_SCHEDULER_POLICY", default=""),
+    # Billing (apps/billing): month boundaries and hourly slices in this zone; prices in this currency.
+    "BILLING_TIME_ZONE": env.str("SUANCHI_BILLING_TIME_ZONE", default=TIME_ZONE),
+    "BILLING_CURRENCY": env.str("SUANCHI_BILLING_CURRENCY", default="CNY"),
+    # Idle cost: "none" (not charged), "spread" (over projects by use) or "platform".
+    "BILLING_IDLE_POLICY": env.str("SUANCHI_BILLING_IDLE_POLICY", default="none"),
+    # "allocated", or "max" = max(allocated, measured) where BILLING_MEASURED_CU_HOURS_HOOK gives data.
+    "BILLING_USAGE_BASIS": env.str("SUANCHI_BILLING_USAGE_BASIS", default="allocated"),
+    "BILLING_METERING_LOOKBACK_HOURS": env.int("SUANCHI_BILLING_METERING_LOOKBACK_HOURS", default=72),
+    # Dotted paths of optional hooks (see apps/billing/services.py); empty = not wired.
+    "BILLING_MEASURED_CU_HOURS_HOOK": "",
+    "BILLING_GUARANTEED_CU_HOURS_HOOK": "",
+    # Fair share: past usage counts half as much after this many hours (Slurm's default is 7 days).
+    "FAIR_SHARE_HALF_LIFE_HOURS": env.float("SUANCHI_FAIR_SHARE_HALF_LIFE_HOURS", default=168.0),
     # Simulated clusters run this many simulated seconds per wall-clock second (the demo speeds up).
     "SIMULATED_TIME_SCALE": env.float("SUANCHI_SIMULATED_TIME_SCALE", default=1.0),
+    # Telemetry: retention of 5-minute and hourly rollups, tolerated clock skew, first look-back of
+    # a new source, and policy thresholds (not vendor specs): temperature event, idle card.
+    "TELEMETRY_ROLLUP_RETENTION_DAYS": env.int("SUANCHI_TELEMETRY_ROLLUP_RETENTION_DAYS", default=14),
+    "TELEMETRY_HOURLY_RETENTION_DAYS": env.int("SUANCHI_TELEMETRY_HOURLY_RETENTION_DAYS", default=400),
+    "TELEMETRY_MAX_CLOCK_SKEW_S": env.int("SUANCHI_TELEMETRY_MAX_CLOCK_SKEW_S", default=300),
+    "TELEMETRY_FIRST_LOOKBACK_MINUTES": env.int("SUANCHI_TELEMETRY_FIRST_LOOKBACK_MINUTES", default=15),
+    "TELEMETRY_TEMP_LIMIT_C": env.float("SUANCHI_TELEMETRY_TEMP_LIMIT_C", default=90.0),
+    "TELEMETRY_IDLE_UTIL_PCT": env.float("SUANCHI_TELEMETRY_IDLE_UTIL_PCT", default=5.0),
 }
 
 LOGGING = {

@@ -1,15 +1,20 @@
 """Celery tasks: thin wrappers that look rows up again and call one service."""
 
+from worker.tasks.billing import metering_task, month_close_task
 from worker.tasks.inventory import node_staleness_check_task
 from worker.tasks.push import push_job_task, push_pending_task, push_stream_task
 from worker.tasks.reconcile import reconcile_task
 from worker.tasks.scheduling import scheduling_cycle_task
+from worker.tasks.telemetry import telemetry_ingest_task
 
 __all__ = [
+    "metering_task",
+    "month_close_task",
     "node_staleness_check_task",
     "push_job_task",
     "push_pending_task",
     "push_stream_task",
     "reconcile_task",
     "scheduling_cycle_task",
+    "telemetry_ingest_task",
 ]

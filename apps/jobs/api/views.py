@@ -7,7 +7,7 @@ from apps.accounts.selectors import project_list
 from apps.jobs import selectors, services
 from apps.jobs.api import serializers as s
 from apps.jobs.filtersets import JobFilterSet
-from apps.scheduling import services as scheduling
+from apps.quotas.selectors import why_pending
 from apps.scheduling.models import Allocation, DecisionTrace
 
 
@@ -62,6 +62,8 @@ class JobViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
         job = self.get_object()
         trace = DecisionTrace.objects.filter(job=job).order_by("-created_at", "-id").first()
         body = s.DecisionTraceSerializer(trace).data if trace else {}
-        body["queue_position"] = scheduling.queue_position(job)
+        answer = why_pending(job)  # quota + device fit + queue position
+        body["queue_position"] = answer["queue_position"]
+        body["why_pending"] = answer["text"] if answer["queued"] else ""
         body["state"] = job.state
         return Response(body)

@@ -4,9 +4,11 @@ from django.core.management.base import BaseCommand
 from django.db import transaction
 
 from apps.accounts import demo as accounts_demo
+from apps.billing import demo as billing_demo
 from apps.catalog.services import catalog_sync, compute_template_sync_builtin
 from apps.inventory import demo as inventory_demo
 from apps.jobs import demo as jobs_demo
+from apps.quotas import demo as quotas_demo
 from apps.scheduling.services import scheduling_cycle_run
 
 
@@ -24,6 +26,7 @@ class Command(BaseCommand):
         with transaction.atomic():
             credentials = accounts_demo.load(actor=actor, stdout=self.stdout)
             fleet = inventory_demo.load(actor=actor, stdout=self.stdout)
+            quotas_demo.load(actor=actor, stdout=self.stdout)
             jobs = jobs_demo.load(actor=actor, stdout=self.stdout)
         cycle = scheduling_cycle_run(actor="scheduler")
         self.stdout.write(
@@ -33,6 +36,7 @@ class Command(BaseCommand):
         self.stdout.write(
             "fleet: " + ", ".join(f"{k} {v}" for k, v in imported.items() if isinstance(v, int))
         )
+        billing_demo.load(actor=actor, stdout=self.stdout)
         self.stdout.write(self.style.SUCCESS("Demo loaded. Sign in with:"))
         for username, password, role in credentials:
             self.stdout.write(f"  {username:<8} {password:<14} {role}")

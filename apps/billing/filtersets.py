@@ -1,0 +1,87 @@
+"""One FilterSet per model, shared by the API and the pages."""
+
+from __future__ import annotations
+
+import django_filters
+from django.db.models import Q
+
+from apps.billing.models import Adjustment, Bill, BillingPeriod, RateCard, UsageEntry
+from apps.billing.services import parse_month
+
+
+class MonthFilter(django_filters.CharFilter):
+    """``YYYY-MM`` → the month's first day (a bad value is a 400 with a precise message)."""
+
+    def filter(self, qs, value):
+        if not value:
+            return qs
+        return qs.filter(**{self.field_name: parse_month(value)})
+
+
+class UsageEntryFilterSet(django_filters.FilterSet):
+    project = django_filters.CharFilter(field_name="project__slug")
+    month = MonthFilter(field_name="month")
+    job = django_filters.NumberFilter(field_name="job_id")
+    allocation = django_filters.NumberFilter(field_name="allocation_id")
+    device_model = django_filters.CharFilter(field_name="device_model__slug")
+    template = django_filters.CharFilter(field_name="template__slug")
+    late = django_filters.BooleanFilter(field_name="late")
+    since = django_filters.IsoDateTimeFilter(field_name="slice_start", lookup_expr="gte")
+    until = django_filters.IsoDateTimeFilter(field_name="slice_start", lookup_expr="lt")
+    q = django_filters.CharFilter(method="filter_q", label="search")
+
+    class Meta:
+        model = UsageEntry
+        fields = ["project", "month", "job", "allocation", "device_model", "template", "late"]
+
+    def filter_q(self, queryset, name, value):
+        condition = (
+            Q(job__name__icontains=value)
+            | Q(project__slug__icontains=value)
+            | Q(project__name__icontains=value)
+            | Q(device_model__name__icontains=value)
+        )
+        if value.isdigit():
+            condition |= Q(job_id=int(value)) | Q(allocation_id=int(value))
+        return queryset.filter(condition)
+
+
+class BillFilterSet(django_filters.FilterSet):
+    project = django_filters.CharFilter(field_name="project__slug")
+    month = MonthFilter(field_name="month")
+    state = django_filters.ChoiceFilter(choices=Bill.State.choices)
+
+    class Meta:
+        model = Bill
+        fields = ["project", "month", "state"]
+
+
+class AdjustmentFilterSet(django_filters.FilterSet):
+    project = django_filters.CharFilter(field_name="project__slug")
+    month = MonthFilter(field_name="month")
+
+    class Meta:
+        model = Adjustment
+        fields = ["project", "month"]
+
+
+class RateCardFilterSet(django_filters.FilterSet):
+    scope = django_filters.ChoiceFilter(choices=RateCard.Scope.choices)
+    active_on = django_filters.DateFilter(method="filter_active_on")
+
+    class Meta:
+        model = RateCard
+        fields = ["scope", "currency"]
+
+    def filter_active_on(self, queryset, name, value):
+        return queryset.filter(effective_from__lte=value).filter(
+            Q(effective_to__isnull=True) | Q(effective_to__gte=value)
+        )
+
+
+class BillingPeriodFilterSet(django_filters.FilterSet):
+    state = django_filters.ChoiceFilter(choices=BillingPeriod.State.choices)
+
+    class Meta:
+        model = BillingPeriod
+        fields = ["state"]

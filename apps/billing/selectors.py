@@ -1,0 +1,103 @@
+"""Billing reads, scoped by membership: members see their projects' bills and usage; staff see all."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import date
+from decimal import Decimal
+
+from django.db.models import Count, QuerySet, Sum
+
+from apps.accounts.selectors import is_platform_staff, user_project_ids
+from apps.billing.models import Adjustment, Bill, BillingPeriod, RateCard, UsageEntry
+
+
+def _scoped(qs: QuerySet, user) -> QuerySet:
+    if is_platform_staff(user):
+        return qs
+    return qs.filter(project_id__in=user_project_ids(user))
+
+
+def bill_list(*, user) -> QuerySet[Bill]:
+    return _scoped(Bill.objects.select_related("project", "project__department", "period"), user)
+
+
+def bill_detail(*, user, pk: int) -> Bill:
+    return bill_list(user=user).prefetch_related("lines").get(pk=pk)
+
+
+def usage_entry_list(*, user) -> QuerySet[UsageEntry]:
+    return _scoped(
+        UsageEntry.objects.select_related("project", "job", "device_model", "template", "pool", "rate_card"),
+        user,
+    )
+
+
+def adjustment_list(*, user) -> QuerySet[Adjustment]:
+    return _scoped(Adjustment.objects.select_related("project", "corrects_bill"), user)
+
+
+def rate_card_list() -> QuerySet[RateCard]:
+    return RateCard.objects.select_related(
+        "pool", "pool__cluster", "device_model", "template"
+    ).prefetch_related("discounts__project")
+
+
+def period_list() -> QuerySet[BillingPeriod]:
+    return BillingPeriod.objects.annotate(bill_count=Count("bills"))
+
+
+def cost_by_month(*, user, project_ids: set[int] | None = None) -> list[dict]:
+    """Per month and project: usage amount (ledger, open months included) and billed total."""
+    entries = usage_entry_list(user=user)
+    if project_ids is not None:
+        entries = entries.filter(project_id__in=project_ids)
+    rows = (
+        entries.order_by()
+        .values("month", "project_id", "project__name")
+        .annotate(amount=Sum("amount"), cu_hours=Sum("cu_hours"))
+        .order_by("month", "project__name")
+    )
+    return [
+        {
+            "month": row["month"],
+            "project_id": row["project_id"],
+            "project": row["project__name"],
+            "amount": row["amount"].quantize(Decimal("0.01")),
+            "cu_hours": row["cu_hours"].quantize(Decimal("0.01")),
+        }
+        for row in rows
+    ]
+
+
+def cost_by_job(*, user, month: date | None = None, project_ids: set[int] | None = None) -> list[dict]:
+    entries = usage_entry_list(user=user)
+    if month is not None:
+        entries = entries.filter(month=month)
+    if project_ids is not None:
+        entries = entries.filter(project_id__in=project_ids)
+    rows = (
+        entries.order_by()
+        .values("job_id", "job__name", "project__name", "project_id")
+        .annotate(amount=Sum("amount"), cu_hours=Sum("cu_hours"), slices=Count("pk"))
+        .order_by("-amount", "job_id")
+    )
+    return [
+        {
+            "job_id": r["job_id"],
+            "job": r["job__name"],
+            "project": r["project__name"],
+            "project_id": r["project_id"],
+            "amount": r["amount"].quantize(Decimal("0.01")),
+            "cu_hours": r["cu_hours"].quantize(Decimal("0.01")),
+            "slices": r["slices"],
+        }
+        for r in rows
+    ]
+
+
+def months_by_project(rows: list[dict]) -> dict[str, dict[date, Decimal]]:
+    out: dict[str, dict[date, Decimal]] = defaultdict(dict)
+    for row in rows:
+        out[row["project"]][row["month"]] = row["amount"]
+    return out

@@ -1,0 +1,91 @@
+"""Plotly figures for the telemetry pages (same pattern as apps/inventory/charts.py: plotly.js is
+loaded once by the page from our static files; figures are a <div> plus an inline script)."""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+from django.utils.translation import gettext as _
+
+from apps.inventory.charts import FONT_FAMILY, _plain, figure_html  # noqa: F401 - re-exported
+
+FIGURE_COLORS = ("#3b6ea5", "#2f855a", "#d69e2e")
+
+
+def _layout(fig: go.Figure, *, y_title: str, height: int = 360, y_max: float | None = 100) -> go.Figure:
+    fig.update_layout(
+        height=height,
+        margin={"l": 56, "r": 16, "t": 32, "b": 48},
+        paper_bgcolor="rgba(0,0,0,0)",
+        plot_bgcolor="rgba(0,0,0,0)",
+        font={"family": FONT_FAMILY, "size": 12, "color": "#1f2933"},
+        legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "xanchor": "left", "x": 0},
+        xaxis={"title": None, "gridcolor": "#e4e7eb"},
+        yaxis={
+            "title": {"text": y_title},
+            "gridcolor": "#e4e7eb",
+            "rangemode": "tozero",
+            **({"range": [0, y_max]} if y_max else {}),
+        },
+    )
+    return fig
+
+
+def utilization_figure(series: list[dict]) -> go.Figure:
+    """One line per group: average card busy % per window; estimated points are hollow markers."""
+    fig = go.Figure()
+    for s in series:
+        points = s["points"]
+        fig.add_trace(
+            go.Scatter(
+                name=_plain(s["group"]),
+                x=[p["window_start"] for p in points],
+                y=[p["utilization_pct"] for p in points],
+                mode="lines+markers",
+                marker={
+                    "symbol": ["circle-open" if p["quality"] == "estimated" else "circle" for p in points],
+                    "size": 5,
+                },
+                customdata=[[p["cards"], p["quality"]] for p in points],
+                hovertemplate="%{x}<br>%{fullData.name}: <b>%{y:.1f} %</b> (%{customdata[0]} cards, %{customdata[1]})"
+                "<extra></extra>",
+            )
+        )
+    return _layout(fig, y_title=_("Card busy (%)"))
+
+
+def figures_figure(figures: dict) -> go.Figure:
+    """Seed 001 §4.1's three figures side by side."""
+    names = [_("Allocation ratio"), _("Physical utilization"), _("Effective utilization")]
+    keys = ("allocation_ratio", "physical_utilization", "effective_utilization")
+    values = [figures[f"{k}_pct"] for k in keys]
+    qualities = [figures[f"{k}_quality"] for k in keys]
+    fig = go.Figure(
+        go.Bar(
+            x=names,
+            y=[v if v is not None else 0 for v in values],
+            marker_color=list(FIGURE_COLORS),
+            text=[f"{v:.1f} %" if v is not None else "—" for v in values],
+            textposition="outside",
+            customdata=qualities,
+            hovertemplate="%{x}: <b>%{y:.1f} %</b> (%{customdata})<extra></extra>",
+        )
+    )
+    return _layout(fig, y_title="%", height=320, y_max=110)
+
+
+def curve_figure(points: list[dict], *, name: str) -> go.Figure:
+    fig = go.Figure(
+        go.Scatter(
+            name=_plain(name),
+            x=[p["window_start"] for p in points],
+            y=[p["utilization_pct"] for p in points],
+            mode="lines+markers",
+            marker={
+                "symbol": ["circle-open" if p["quality"] == "estimated" else "circle" for p in points],
+                "size": 5,
+            },
+            customdata=[[p["allocated_cards"], p["quality"]] for p in points],
+            hovertemplate="%{x}<br><b>%{y:.1f} %</b> of %{customdata[0]} allocated cards (%{customdata[1]})<extra></extra>",
+        )
+    )
+    return _layout(fig, y_title=_("Busy ÷ allocated (%)"))

@@ -1,0 +1,213 @@
+"""Normalized samples: one device (or partition instance) at one instant. Pure Python, no Django.
+
+``series_to_samples`` folds exporter series (from a scrape or a Prometheus range query) into
+``Sample`` rows and says which series it could not use and why.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from apps.telemetry import metric_maps as mm
+
+
+@dataclass(slots=True)
+class Sample:
+    """One reading. Identify the device by ``device_id`` (ledger pk) or by ``uuid`` / ``serial`` /
+    (``node``, ``pci_bus_id``) / (``node``, ``vendor``, ``index``). ``at`` is a datetime or epoch
+    seconds. Memory is MiB, temperature °C, power W; counters are raw (monotonic) values."""
+
+    at: datetime | float
+    device_id: int | None = None
+    uuid: str | None = None
+    serial: str | None = None
+    pci_bus_id: str | None = None
+    index: int | None = None
+    node: str | None = None
+    vendor: str | None = None
+    partition: str = ""
+    mig_profile: str | None = None
+    utilization_pct: float | None = None
+    memory_used_mib: float | None = None
+    memory_total_mib: float | None = None
+    temperature_c: float | None = None
+    power_w: float | None = None
+    counters: dict[str, float] | None = None
+    # {"xid": [codes], "health": "ok"|"unhealthy"|"unknown", "error_code": [codes]}
+    health: dict[str, Any] | None = None
+    namespace: str | None = None
+    pod: str | None = None
+    # Every (namespace, pod) the exporter tied to this device when there is more than one.
+    pods: list[tuple[str | None, str | None]] | None = None
+
+    def as_dry_run(self) -> dict[str, Any]:
+        """The ``ingest_metrics --dry-run --json`` shape of one sample."""
+        return {
+            "device": {
+                "uuid": self.uuid,
+                "serial": self.serial,
+                "pci_bus_id": self.pci_bus_id,
+                "index": self.index,
+                "node": self.node,
+            },
+            "vendor": self.vendor,
+            "mig_profile": self.mig_profile,
+            "utilization_pct": _round(self.utilization_pct),
+            "memory_used_mib": _round(self.memory_used_mib),
+            "memory_total_mib": _round(self.memory_total_mib),
+            "temperature_c": _round(self.temperature_c),
+            "power_w": _round(self.power_w),
+            "pod": self.pod,
+            "namespace": self.namespace,
+        }
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
+
+
+@dataclass
+class Conversion:
+    samples: list[Sample] = field(default_factory=list)
+    vendors: list[str] = field(default_factory=list)
+    skipped: Counter = field(default_factory=Counter)
+    examples: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
+    series_used: int = 0
+
+    def skip(self, reason: str, example: str, count: int = 1) -> None:
+        self.skipped[reason] += count
+        if len(self.examples[reason]) < 5 and example not in self.examples[reason]:
+            self.examples[reason].append(example)
+
+
+@dataclass(slots=True)
+class _Acc:
+    vendor: str
+    identity: dict
+    partition: str
+    mig_profile: str | None
+    at: float
+    gauges: dict[str, tuple[int, float]] = field(default_factory=dict)
+    counters: dict[str, float] = field(default_factory=dict)
+    health: dict[str, Any] = field(default_factory=dict)
+    pods: list[tuple[str | None, str | None]] = field(default_factory=list)
+
+
+def series_to_samples(
+    series: Iterable[tuple[str, dict[str, str], float, float | None]], *, default_at: float
+) -> Conversion:
+    """Fold ``(name, labels, value, timestamp_seconds_or_None)`` tuples into samples.
+
+    Skips (with a reason): families no exporter map knows (``unknown_family``), families of a known
+    exporter that Suanchi does not use (``unused_family``), NaN / ±Inf values (``not_a_number``),
+    series without any device identity label (``no_device_identity``).
+    """
+    out = Conversion()
+    accs: dict[tuple, _Acc] = {}
+    vendors: set[str] = set()
+    for name, labels, value, ts in series:
+        if name in mm.UNIFIED_GAUGES:
+            vmap = mm.VENDOR_MAPS.get(mm.BRAND_TO_VENDOR.get(labels.get("gpu_brand", ""), ""))
+            if vmap is None:
+                out.skip("unknown_vendor_brand", f"{name}{{gpu_brand={labels.get('gpu_brand')!r}}}")
+                continue
+            role, canonical, gauge = "gauge", name, mm.UNIFIED_GAUGES[name]
+        else:
+            hit = mm.lookup(name)
+            if hit is None:
+                vendor = mm.family_vendor(name)
+                out.skip("unused_family" if vendor else "unknown_family", name)
+                continue
+            vmap, role, canonical = hit
+            gauge = vmap.gauges.get(canonical) if role == "gauge" else None
+        if math.isnan(value) or math.isinf(value):
+            out.skip("not_a_number", name)
+            continue
+        identity = vmap.identity(labels)
+        if not any(identity.get(k) is not None for k in ("uuid", "serial", "pci_bus_id", "index")):
+            out.skip("no_device_identity", name)
+            continue
+        partition, profile = vmap.partition(labels)
+        at = ts if ts is not None else default_at
+        key = (
+            vmap.vendor,
+            identity["uuid"],
+            identity["serial"],
+            identity["pci_bus_id"],
+            identity["index"],
+            identity["node"],
+            partition,
+            at,
+        )
+        acc = accs.get(key)
+        if acc is None:
+            acc = accs[key] = _Acc(vmap.vendor, identity, partition, profile, at)
+        vendors.add(vmap.vendor)
+        out.series_used += 1
+        namespace, pod = vmap.pod(labels)
+        if pod and (namespace, pod) not in acc.pods:
+            acc.pods.append((namespace, pod))
+        if role == "gauge":
+            held = acc.gauges.get(gauge.field)
+            if held is None or gauge.priority < held[0]:
+                acc.gauges[gauge.field] = (gauge.priority, value * gauge.scale)
+        elif role == "counter":
+            acc.counters[vmap.counters[canonical]] = value
+        elif role == "health":
+            kind = vmap.health[canonical]
+            if kind == "xid" and value:
+                acc.health.setdefault("xid", []).append(int(value))
+            elif kind == "xid_count" and value > 0:
+                code = labels.get("xid")
+                acc.health.setdefault("xid", []).append(int(code) if code and code.isdigit() else code)
+            elif kind == "health":
+                acc.health["health"] = "ok" if value == 1 else ("unhealthy" if value == 0 else "unknown")
+            elif kind == "error_code" and value:
+                acc.health.setdefault("error_code", []).append(f"{int(value):#x}")
+        # pod_info series carry nothing but the pod labels, already taken above.
+    for acc in accs.values():
+        g = {k: v for k, (_, v) in acc.gauges.items()}
+        total = g.get(mm.MEM_TOTAL)
+        if total is None and mm.MEM_FREE in g and mm.MEM_USED in g:
+            total = g[mm.MEM_FREE] + g[mm.MEM_USED] + g.get(mm.MEM_RESERVED, 0.0)
+        namespace, pod = acc.pods[0] if acc.pods else (None, None)
+        ident = acc.identity
+        out.samples.append(
+            Sample(
+                at=acc.at,
+                uuid=ident["uuid"],
+                serial=ident["serial"],
+                pci_bus_id=ident["pci_bus_id"],
+                index=ident["index"],
+                node=ident["node"],
+                vendor=acc.vendor,
+                partition=acc.partition,
+                mig_profile=acc.mig_profile,
+                utilization_pct=g.get(mm.UTIL),
+                memory_used_mib=g.get(mm.MEM_USED),
+                memory_total_mib=total,
+                temperature_c=g.get(mm.TEMP),
+                power_w=g.get(mm.POWER),
+                counters=acc.counters or None,
+                health=acc.health or None,
+                namespace=namespace,
+                pod=pod,
+                pods=list(acc.pods) if len(acc.pods) > 1 else None,
+            )
+        )
+    out.vendors = sorted(vendors)
+    out.samples.sort(
+        key=lambda s: (
+            s.at,
+            s.node or "",
+            s.vendor or "",
+            s.index if s.index is not None else -1,
+            s.partition,
+        )
+    )
+    return out

@@ -1,0 +1,543 @@
+"""Telemetry reads and reports.
+
+Scope (pages and API alike): fleet-wide reports (utilization over time, top nodes, idle cards, the
+three figures, fragmentation, period comparison, raw rollups) are for platform staff only — they
+describe cards and projects a member may not see. A project member sees the utilization of their
+own projects and of those projects' jobs. Every figure carries ``quality``: "exact" when it rests
+only on exact rows, else "estimated".
+
+Methods (seed 001 §4.1):
+- allocation ratio = Σ allocated share × time / Σ card capacity × time (in-service cards of the scope);
+- physical utilization = average card busy % over every whole-card 5-minute (or hourly) rollup in the
+  window: Σ utilization samples / their count;
+- effective utilization = busy / allocated: Σ card-busy points attributed to jobs / Σ allocated share,
+  from the job attribution rows (capped at 100 %).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from django.db.models import Count, F, Max, Q, QuerySet, Sum, Value
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
+
+from apps.accounts.selectors import is_platform_staff, user_project_ids
+from apps.core.errors import NotFound, PermissionDenied, ValidationFailed
+from apps.inventory.models import Device
+from apps.jobs.models import Job
+from apps.scheduling.models import Allocation
+from apps.telemetry.models import DeviceRollup, JobUtilization, MetricSource, Quality
+from apps.telemetry.services import HOUR_S, WINDOW_S, setting
+
+GROUPS = {
+    "vendor": "device__vendor",
+    "model": "model_label",
+    "pool": "pool_label",
+    "node": "device__node__name",
+    "cluster": "device__node__cluster__slug",
+}
+MAX_SPAN = timedelta(days=400)
+METHODS = {
+    "allocation_ratio": gettext_lazy("Σ allocated share × time ÷ Σ card capacity × time (in-service cards)."),
+    "physical_utilization": gettext_lazy(
+        "Average card busy %: Σ utilization samples ÷ their count, whole-card rollups."
+    ),
+    "effective_utilization": gettext_lazy(
+        "Busy ÷ allocated: Σ card-busy % attributed to jobs ÷ Σ allocated share (≤ 100 %)."
+    ),
+}
+
+
+def require_staff(user, what: str = "Fleet-wide utilization reports are") -> None:
+    if not is_platform_staff(user):
+        raise PermissionDenied(f"{what} for platform staff only; members see their projects' utilization.")
+
+
+@dataclass(frozen=True)
+class Period:
+    start: datetime
+    end: datetime
+
+    @property
+    def seconds(self) -> float:
+        return (self.end - self.start).total_seconds()
+
+    @property
+    def resolution(self) -> int:
+        """5-minute rows up to two days, hourly rows beyond (and past the 5-minute retention)."""
+        five_kept = timezone.now() - timedelta(days=setting("TELEMETRY_ROLLUP_RETENTION_DAYS", 14))
+        if self.seconds > 2 * 86400 or self.start < five_kept:
+            return HOUR_S
+        return WINDOW_S
+
+
+def period_parse(start: Any, end: Any, *, default_hours: int = 24, prefix: str = "") -> Period:
+    """A period from ISO strings / datetimes; defaults to the last ``default_hours`` hours."""
+    from django.utils.dateparse import parse_datetime
+
+    def value(raw, name):
+        if raw in (None, ""):
+            return None
+        if isinstance(raw, datetime):
+            parsed = raw
+        else:
+            parsed = parse_datetime(str(raw))
+            if parsed is None:
+                raise ValidationFailed(
+                    f"{prefix}{name}: not an ISO date-time: {raw!r}.",
+                    details={f"{prefix}{name}": ["ISO 8601 date-time"]},
+                )
+        if timezone.is_naive(parsed):
+            parsed = timezone.make_aware(parsed)
+        return parsed
+
+    now = timezone.now()
+    end_v = value(end, "end") or now
+    start_v = value(start, "start") or end_v - timedelta(hours=default_hours)
+    if start_v >= end_v:
+        raise ValidationFailed(
+            f"{prefix}start must be before {prefix}end.", details={f"{prefix}start": ["before end"]}
+        )
+    if end_v - start_v > MAX_SPAN:
+        raise ValidationFailed(
+            "A report spans at most 400 days.", details={f"{prefix}start": ["span ≤ 400 days"]}
+        )
+    return Period(start_v, end_v)
+
+
+def _quality(estimated: int) -> str:
+    return Quality.ESTIMATED if estimated else Quality.EXACT
+
+
+def _pct(num: float, den: float) -> float | None:
+    return round(100.0 * num / den, 2) if den else None
+
+
+def rollup_list(*, user) -> QuerySet[DeviceRollup]:
+    require_staff(user, "Per-device rollups are")
+    return DeviceRollup.objects.select_related("device", "device__node")
+
+
+def metric_source_list(*, user) -> QuerySet[MetricSource]:
+    require_staff(user, "Metric sources are")
+    return MetricSource.objects.select_related("cluster")
+
+
+def _card_rows(period: Period, source: str | None = None) -> QuerySet[DeviceRollup]:
+    qs = DeviceRollup.objects.filter(
+        partition="",
+        resolution=period.resolution,
+        window_start__gte=period.start,
+        window_start__lt=period.end,
+    )
+    return qs.filter(source=source) if source else qs
+
+
+def _annotated(qs: QuerySet[DeviceRollup]) -> QuerySet[DeviceRollup]:
+    return qs.annotate(
+        model_label=Coalesce(F("device__device_model__name"), F("device__raw_model_name"), Value("?")),
+        pool_label=Coalesce(F("device__node__pool__name"), Value("—")),
+    )
+
+
+# ---------------------------------------------------------------------------------------------------
+# Fleet reports (staff)
+# ---------------------------------------------------------------------------------------------------
+
+
+def fleet_utilization(*, user, period: Period, group_by: str = "vendor", source: str | None = None) -> dict:
+    """Average card busy % per window and group (vendor / model / pool / node / cluster)."""
+    require_staff(user)
+    if group_by not in GROUPS:
+        raise ValidationFailed(f"Unknown grouping {group_by!r}.", details={"group_by": list(GROUPS)})
+    key = GROUPS[group_by]
+    rows = (
+        _annotated(_card_rows(period, source))
+        .values("window_start", key)
+        .annotate(
+            u_sum=Sum("util_sum"),
+            u_n=Sum("util_n"),
+            cards=Count("device", distinct=True),
+            estimated=Count("pk", filter=Q(quality=Quality.ESTIMATED)),
+        )
+        .order_by("window_start", key)
+    )
+    series: dict[str, list[dict]] = defaultdict(list)
+    for r in rows:
+        if not r["u_n"]:
+            continue
+        series[str(r[key])].append(
+            {
+                "window_start": r["window_start"].isoformat(),
+                "utilization_pct": round(r["u_sum"] / r["u_n"], 2),
+                "cards": r["cards"],
+                "quality": _quality(r["estimated"]),
+            }
+        )
+    return {
+        "start": period.start.isoformat(),
+        "end": period.end.isoformat(),
+        "resolution_s": period.resolution,
+        "group_by": group_by,
+        "method": METHODS["physical_utilization"],
+        "series": [{"group": g, "points": pts} for g, pts in sorted(series.items())],
+    }
+
+
+def top_nodes(*, user, period: Period, limit: int = 10, source: str | None = None) -> list[dict]:
+    require_staff(user)
+    rows = (
+        _card_rows(period, source)
+        .values("device__node_id", "device__node__name", "device__node__cluster__slug")
+        .annotate(
+            u_sum=Sum("util_sum"),
+            u_n=Sum("util_n"),
+            cards=Count("device", distinct=True),
+            peak=Max("util_max"),
+            estimated=Count("pk", filter=Q(quality=Quality.ESTIMATED)),
+        )
+        .filter(u_n__gt=0)
+    )
+    out = [
+        {
+            "node_id": r["device__node_id"],
+            "node": r["device__node__name"],
+            "cluster": r["device__node__cluster__slug"],
+            "cards": r["cards"],
+            "utilization_pct": round(r["u_sum"] / r["u_n"], 2),
+            "peak_pct": r["peak"],
+            "quality": _quality(r["estimated"]),
+        }
+        for r in rows
+    ]
+    out.sort(key=lambda r: (-r["utilization_pct"], r["node"]))
+    return out[:limit]
+
+
+def idle_cards(
+    *, user, period: Period, threshold_pct: float | None = None, source: str | None = None
+) -> list[dict]:
+    """Cards whose busy % never exceeded the idle threshold in the window (with telemetry), and whether
+    they were allocated meanwhile (allocated and idle = capacity held for nothing)."""
+    require_staff(user)
+    threshold = setting("TELEMETRY_IDLE_UTIL_PCT", 5.0) if threshold_pct is None else threshold_pct
+    rows = (
+        _annotated(_card_rows(period, source))
+        .values(
+            "device_id",
+            "device__node__name",
+            "device__vendor",
+            "device__index",
+            "model_label",
+            "device__uuid",
+        )
+        .annotate(
+            u_sum=Sum("util_sum"),
+            u_n=Sum("util_n"),
+            peak=Max("util_max"),
+            estimated=Count("pk", filter=Q(quality=Quality.ESTIMATED)),
+        )
+        .filter(u_n__gt=0, peak__lte=threshold)
+        .order_by("device__node__name", "device__index")
+    )
+    rows = list(rows)
+    allocated = set(
+        Allocation.objects.filter(device_id__in=[r["device_id"] for r in rows], started_at__lt=period.end)
+        .filter(Q(released_at__isnull=True) | Q(released_at__gt=period.start))
+        .values_list("device_id", flat=True)
+    )
+    return [
+        {
+            "device_id": r["device_id"],
+            "node": r["device__node__name"],
+            "vendor": r["device__vendor"],
+            "index": r["device__index"],
+            "model": r["model_label"],
+            "uuid": r["device__uuid"],
+            "utilization_pct": round(r["u_sum"] / r["u_n"], 2),
+            "peak_pct": r["peak"],
+            "allocated": r["device_id"] in allocated,
+            "quality": _quality(r["estimated"]),
+        }
+        for r in rows
+    ]
+
+
+def _allocation_seconds(period: Period, device_ids=None, project_ids=None) -> float:
+    qs = Allocation.objects.filter(started_at__lt=period.end).filter(
+        Q(released_at__isnull=True) | Q(released_at__gt=period.start)
+    )
+    if device_ids is not None:
+        qs = qs.filter(device_id__in=device_ids)
+    if project_ids is not None:
+        qs = qs.filter(job__project_id__in=project_ids)
+    total = 0.0
+    for started, released, milli in qs.values_list("started_at", "released_at", "compute_milli"):
+        overlap = (min(released or period.end, period.end) - max(started, period.start)).total_seconds()
+        if overlap > 0:
+            total += overlap * milli / 1000.0
+    return total
+
+
+def three_figures(*, user, period: Period, source: str | None = None) -> dict:
+    """Allocation ratio, physical utilization and effective utilization side by side (seed 001 §4.1)."""
+    require_staff(user)
+    devices = Device.objects.exclude(health__in=[Device.Health.RETIRED, Device.Health.LOST])
+    device_ids = list(devices.values_list("pk", flat=True))
+    capacity_s = len(device_ids) * period.seconds
+    allocated_s = _allocation_seconds(period, device_ids=device_ids)
+    card = _card_rows(period, source).aggregate(
+        u_sum=Sum("util_sum"),
+        u_n=Sum("util_n"),
+        cards=Count("device", distinct=True),
+        estimated=Count("pk", filter=Q(quality=Quality.ESTIMATED)),
+    )
+    ju = JobUtilization.objects.filter(window_start__gte=period.start, window_start__lt=period.end)
+    if source:
+        ju = ju.filter(source=source)
+    eff = ju.aggregate(
+        busy=Sum("busy_pct"),
+        share=Sum("share"),
+        estimated=Count("pk", filter=Q(quality=Quality.ESTIMATED)),
+        rows=Count("pk"),
+    )
+    effective = None
+    if eff["share"]:
+        effective = round(min(100.0, (eff["busy"] or 0.0) / eff["share"]), 2)
+    return {
+        "start": period.start.isoformat(),
+        "end": period.end.isoformat(),
+        "cards": len(device_ids),
+        "cards_with_telemetry": card["cards"] or 0,
+        "allocation_ratio_pct": _pct(allocated_s, capacity_s),
+        "allocation_ratio_quality": Quality.EXACT,  # from the ledger's allocations, not from metrics
+        "physical_utilization_pct": round(card["u_sum"] / card["u_n"], 2) if card["u_n"] else None,
+        "physical_utilization_quality": _quality(card["estimated"] or 0),
+        "effective_utilization_pct": effective,
+        "effective_utilization_quality": _quality(eff["estimated"] or 0)
+        if eff["rows"]
+        else Quality.ESTIMATED,
+        "methods": METHODS,
+    }
+
+
+def period_comparison(*, user, baseline: Period, current: Period, source: str | None = None) -> dict:
+    """Baseline window vs current window: each figure and the current ÷ baseline ratio (e.g. 31 % → 42 % = 1.35×)."""
+    require_staff(user)
+    before = three_figures(user=user, period=baseline, source=source)
+    after = three_figures(user=user, period=current, source=source)
+    out: dict[str, Any] = {"baseline": before, "current": after, "ratios": {}}
+    for name in ("allocation_ratio_pct", "physical_utilization_pct", "effective_utilization_pct"):
+        a, b = before[name], after[name]
+        out["ratios"][name] = round(b / a, 2) if a and b is not None else None
+    out["method"] = _(
+        "Each figure is computed over each window independently with the methods given; the ratio is "
+        "current ÷ baseline (seed 001 §4.1: physical utilization 31 % → 42 % = 1.35×). Rollups are averages "
+        "of the exporter's samples (10 s scrapes recommended: coarser ones flatten short peaks). A figure is "
+        "estimated when any row under it is."
+    )
+    return out
+
+
+def fragmentation(*, user) -> dict:
+    """Free capacity (now) that no compute template of the card's model — nor a whole card — can use."""
+    require_staff(user)
+    from apps.catalog.models import ComputeTemplate
+    from apps.catalog.selectors import coefficients_on
+
+    devices = list(
+        Device.objects.filter(health__in=[Device.Health.HEALTHY, Device.Health.DEGRADED])
+        .select_related("device_model", "node")
+        .order_by("node__name", "index")
+    )
+    used = defaultdict(lambda: [0, 0, False])
+    for dev, mem, milli, whole in Allocation.objects.filter(released_at__isnull=True).values_list(
+        "device_id", "memory_mib", "compute_milli", "whole_card"
+    ):
+        u = used[dev]
+        u[0] += mem
+        u[1] += milli
+        u[2] = u[2] or whole
+    templates = defaultdict(list)
+    for t in ComputeTemplate.objects.filter(is_retired=False).values(
+        "device_model_id", "memory_mib", "compute_share"
+    ):
+        templates[t["device_model_id"]].append((t["memory_mib"], float(t["compute_share"]) * 10))
+    coefficients = coefficients_on({d.device_model_id for d in devices if d.device_model_id})
+    rows = []
+    free_cu = Decimal(0)
+    stranded_cu = Decimal(0)
+    for d in devices:
+        mem_used, milli_used, whole = used[d.pk]
+        memory = d.memory_mib or (d.device_model.memory_mib if d.device_model_id else None) or 0
+        free_milli = 0 if whole else max(0, 1000 - milli_used)
+        free_mem = 0 if whole else max(0, memory - mem_used)
+        if free_milli == 0:
+            continue
+        coeff = coefficients.get(d.device_model_id)
+        cu = (coeff * Decimal(free_milli) / 1000).quantize(Decimal("0.0001")) if coeff is not None else None
+        fits = [t for t in templates.get(d.device_model_id, []) if t[0] <= free_mem and t[1] <= free_milli]
+        usable = bool(fits) or (free_milli == 1000 and not mem_used)
+        if cu is not None:
+            free_cu += cu
+            if not usable:
+                stranded_cu += cu
+        if not usable:
+            rows.append(
+                {
+                    "device_id": d.pk,
+                    "node": d.node.name,
+                    "index": d.index,
+                    "vendor": d.vendor,
+                    "model": d.model_label,
+                    "free_compute_milli": free_milli,
+                    "free_memory_mib": free_mem,
+                    "free_cu": str(cu) if cu is not None else None,
+                }
+            )
+    return {
+        "free_cu": str(free_cu),
+        "fragmented_cu": str(stranded_cu),
+        "fragmented_pct": _pct(float(stranded_cu), float(free_cu)),
+        "method": _(
+            "Per in-service card: free share = 1000‰ − active allocations; fragmented when no non-retired "
+            "compute template of its model fits the free memory and share, and the card is not wholly free. "
+            "CU = the model's coefficient × free share."
+        ),
+        "quality": Quality.EXACT,
+        "cards": rows,
+    }
+
+
+# ---------------------------------------------------------------------------------------------------
+# Project and job reports (members of the project, and staff)
+# ---------------------------------------------------------------------------------------------------
+
+
+def job_for_user(*, user, pk: int) -> Job:
+    from apps.jobs.selectors import job_list
+
+    job = job_list(user=user).filter(pk=pk).first()
+    if job is None:
+        raise NotFound("No such job.")
+    return job
+
+
+def project_for_user(*, user, pk: int):
+    from apps.accounts.selectors import project_list
+
+    project = project_list(user=user).filter(pk=pk).first()
+    if project is None:
+        raise NotFound("No such project.")
+    return project
+
+
+def _curve(qs: QuerySet[JobUtilization]) -> list[dict]:
+    rows = (
+        qs.values("window_start")
+        .annotate(
+            busy=Sum("busy_pct"),
+            share=Sum("share"),
+            mem=Sum("mem_used_avg_mib"),
+            cards=Count("device", distinct=True),
+            estimated=Count("pk", filter=Q(quality=Quality.ESTIMATED)),
+        )
+        .order_by("window_start")
+    )
+    return [
+        {
+            "window_start": r["window_start"].isoformat(),
+            "utilization_pct": round(min(100.0, (r["busy"] or 0.0) / r["share"]), 2) if r["share"] else None,
+            "allocated_cards": round(r["share"], 3),
+            "memory_used_mib": round(r["mem"], 1) if r["mem"] is not None else None,
+            "cards": r["cards"],
+            "quality": _quality(r["estimated"]),
+        }
+        for r in rows
+    ]
+
+
+def _summary(qs: QuerySet[JobUtilization]) -> dict:
+    agg = qs.aggregate(
+        busy=Sum("busy_pct"),
+        share=Sum("share"),
+        rows=Count("pk"),
+        estimated=Count("pk", filter=Q(quality=Quality.ESTIMATED)),
+    )
+    return {
+        "utilization_pct": round(min(100.0, (agg["busy"] or 0.0) / agg["share"]), 2)
+        if agg["share"]
+        else None,
+        "card_hours": round((agg["share"] or 0.0) * WINDOW_S / 3600, 3),
+        "quality": _quality(agg["estimated"]) if agg["rows"] else None,
+    }
+
+
+def job_utilization(*, user, pk: int, period: Period | None = None) -> dict:
+    """A job's utilization curve: busy ÷ allocated per 5-minute window, with quality per point."""
+    job = job_for_user(user=user, pk=pk)
+    qs = JobUtilization.objects.filter(job=job)
+    if period:
+        qs = qs.filter(window_start__gte=period.start, window_start__lt=period.end)
+    return {
+        "job": job.pk,
+        "name": job.name,
+        "project": job.project.slug,
+        **_summary(qs),
+        "method": METHODS["effective_utilization"],
+        "points": _curve(qs),
+    }
+
+
+def project_utilization(*, user, pk: int, period: Period) -> dict:
+    project = project_for_user(user=user, pk=pk)
+    qs = JobUtilization.objects.filter(
+        project_id_snapshot=project.pk, window_start__gte=period.start, window_start__lt=period.end
+    )
+    jobs = (
+        qs.values("job_id", "job__name", "job__state")
+        .annotate(
+            busy=Sum("busy_pct"),
+            share=Sum("share"),
+            estimated=Count("pk", filter=Q(quality=Quality.ESTIMATED)),
+        )
+        .order_by("job_id")
+    )
+    return {
+        "project": project.pk,
+        "slug": project.slug,
+        "start": period.start.isoformat(),
+        "end": period.end.isoformat(),
+        **_summary(qs),
+        "allocated_card_hours": round(_allocation_seconds(period, project_ids=[project.pk]) / 3600, 3),
+        "method": METHODS["effective_utilization"],
+        "points": _curve(qs),
+        "jobs": [
+            {
+                "job": j["job_id"],
+                "name": j["job__name"],
+                "state": j["job__state"],
+                "utilization_pct": round(min(100.0, (j["busy"] or 0.0) / j["share"]), 2)
+                if j["share"]
+                else None,
+                "card_hours": round(j["share"] * WINDOW_S / 3600, 3),
+                "quality": _quality(j["estimated"]),
+            }
+            for j in jobs
+        ],
+    }
+
+
+def visible_projects(*, user):
+    from apps.accounts.selectors import project_list
+
+    if is_platform_staff(user):
+        return project_list(user=user)
+    return project_list(user=user).filter(pk__in=user_project_ids(user))

@@ -1,0 +1,317 @@
+"""Integration with a real Prometheus (Debian package ``prometheus``): it scrapes a small test exporter
+serving the fixture pages every second; Suanchi ingests through the HTTP API (query_range) and the
+rollups match the fixture values. Also: the platform/prometheus files load in promtool / Prometheus.
+
+The test FAILS (never skips) when /usr/bin/prometheus is missing: ``.ci/run`` installs the package.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import socket
+import subprocess
+import threading
+import time
+import urllib.request
+from datetime import timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from io import StringIO
+from pathlib import Path
+
+import pytest
+import yaml
+from django.core.management import call_command
+from django.utils import timezone
+
+from apps.telemetry import services
+from apps.telemetry.models import DeviceRollup, MetricSource
+from tests.telemetry.conftest import fixture_text
+from worker.tasks.telemetry import telemetry_ingest_task
+
+ROOT = Path(__file__).resolve().parents[2]
+PROMETHEUS = "/usr/bin/prometheus"
+PROMTOOL = "/usr/bin/promtool"
+PLATFORM = ROOT / "platform" / "prometheus"
+WAIT_S = 60
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _require(binary: str) -> str:
+    if not Path(binary).exists():
+        pytest.fail(
+            f"{binary} is missing: install the Debian package 'prometheus' (apt-get install prometheus)."
+        )
+    return binary
+
+
+def exporter_page() -> str:
+    """The fixture pages as one exporter page. Comment lines go (two pages declare the same family's
+    # TYPE, which one page may not); Ascend's old explicit timestamps go so its samples land "now"."""
+    ascend = re.sub(r" \d{13}$", "", fixture_text("ascend.prom"), flags=re.M)
+    pages = [
+        fixture_text(n) for n in ("dcgm.prom", "dcgm_mig.prom", "amd.prom", "hygon.prom", "cambricon.prom")
+    ]
+    lines = [
+        line for page in [*pages, ascend] for line in page.splitlines() if line and not line.startswith("#")
+    ]
+    return "\n".join(lines) + "\n"
+
+
+class _Exporter(BaseHTTPRequestHandler):
+    page = b""
+
+    def do_GET(self):  # noqa: N802 - http.server API
+        if self.path != "/metrics":
+            self.send_error(404)
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+        self.send_header("Content-Length", str(len(self.page)))
+        self.end_headers()
+        self.wfile.write(self.page)
+
+    def log_message(self, *args):
+        pass
+
+
+def _get_json(url: str):
+    with urllib.request.urlopen(url, timeout=5) as response:  # noqa: S310 - local test server
+        return json.loads(response.read().decode())
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    binary = _require(PROMETHEUS)
+    tmp = tmp_path_factory.mktemp("prometheus")
+    _Exporter.page = exporter_page().encode()
+    exporter = ThreadingHTTPServer(("127.0.0.1", 0), _Exporter)
+    thread = threading.Thread(target=exporter.serve_forever, daemon=True)
+    thread.start()
+    exporter_url = f"http://127.0.0.1:{exporter.server_address[1]}/metrics"
+    port = _free_port()
+    shutil.copy(PLATFORM / "rules" / "suanchi-gpu.rules.yml", tmp / "rules.yml")
+    (tmp / "prometheus.yml").write_text(
+        yaml.safe_dump(
+            {
+                "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+                "rule_files": [str(tmp / "rules.yml")],
+                "scrape_configs": [
+                    {
+                        "job_name": "fixture-exporter",
+                        "static_configs": [{"targets": [f"127.0.0.1:{exporter.server_address[1]}"]}],
+                    }
+                ],
+            }
+        )
+    )
+    log = open(tmp / "prometheus.log", "w")  # noqa: SIM115 - closed in teardown
+    process = subprocess.Popen(  # noqa: S603 - fixed binary and arguments
+        [
+            binary,
+            f"--config.file={tmp / 'prometheus.yml'}",
+            f"--storage.tsdb.path={tmp / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--web.enable-lifecycle",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + WAIT_S
+        ready = False
+        while time.monotonic() < deadline and process.poll() is None:
+            try:
+                # Ready once the recording rule has produced every whole card (7) at least 3 times.
+                data = _get_json(
+                    f"{url}/api/v1/query?query=count_over_time(gpu%3Autilization%3Apercent%5B1m%5D)"
+                )
+                points = [int(float(r["value"][1])) for r in data["data"]["result"]]
+                if len(points) >= 7 and min(points) >= 3:
+                    ready = True
+                    break
+            except (OSError, ValueError, KeyError):
+                pass
+            time.sleep(0.5)
+        if not ready:
+            log.flush()
+            try:
+                targets = _get_json(f"{url}/api/v1/targets")["data"]["activeTargets"]
+            except (OSError, ValueError, KeyError) as exc:
+                targets = str(exc)
+            print("targets:", targets)
+            pytest.fail(
+                f"Prometheus did not scrape the test exporter within {WAIT_S} s:\n{(tmp / 'prometheus.log').read_text()[-3000:]}"
+            )
+        yield {"url": url, "exporter": exporter_url}
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=15)
+        exporter.shutdown()
+        exporter.server_close()
+        log.close()
+
+
+def _assert_fixture_values(devices, source: str) -> None:
+    rows = DeviceRollup.objects.filter(source=source, resolution=300)
+    assert rows.exists()
+
+    def of(key, partition=""):
+        found = list(rows.filter(device=devices[key], partition=partition))
+        assert found, (key, partition)
+        return found
+
+    for row in of("gpu-01/0"):
+        assert (row.util_avg, row.util_max, row.mem_used_avg_mib, row.mem_total_mib) == (
+            87.0,
+            87.0,
+            72000.0,
+            81559.0,
+        )
+        assert (row.temp_max_c, row.power_avg_w) == (64.0, 612.48)
+        assert row.pods == [{"namespace": "vision", "pod": "suanchi-12-a0-x7k2p"}]
+        assert row.quality == "exact" and row.scrape_interval_s == 1
+    assert {r.util_avg for r in of("gpu-01/1")} == {0.0}
+    assert {r.util_avg for r in of("gpu-02/0", "3g.40gb/1")} == {62.5}
+    assert {r.util_avg for r in of("gpu-02/0", "3g.40gb/2")} == {10.0}
+    assert {(r.util_avg, r.mem_used_avg_mib) for r in of("npu-01/1")} == {(98.0, 60000.0)}
+    assert {(r.util_avg, r.temp_max_c) for r in of("amd-01/0")} == {(73.0, 66.0)}
+    assert {(r.mem_used_avg_mib, r.mem_total_mib) for r in of("dcu-01/0")} == {(32768.0, 65536.0)}
+    assert {(r.util_avg, r.mem_total_mib) for r in of("mlu-01/0")} == {(33.0, 49152.0)}
+    assert sum(r.sample_count for r in of("gpu-01/0")) >= 2  # several scrapes folded into a window
+
+
+def test_query_range_ingest_matches_the_fixture_values_and_is_idempotent(stack, ledger):
+    end = timezone.now()
+    start = end - timedelta(minutes=2)
+    report = services.prometheus_ingest(url=stack["url"], start=start, end=end, step_s=1, source="prom")
+    assert report.used > 0
+    assert report.skipped.get("device_not_in_ledger", 0) == 0, report.as_dict()
+    assert set(report.vendors) == {"nvidia", "huawei", "amd", "hygon", "cambricon"}
+    _assert_fixture_values(ledger["devices"], "prom")
+    before = sorted(
+        DeviceRollup.objects.filter(source="prom").values_list(
+            "device_id", "partition", "resolution", "window_start", "sample_count", "util_sum", "mem_used_sum"
+        )
+    )
+    services.prometheus_ingest(url=stack["url"], start=start, end=end, step_s=1, source="prom")
+    after = sorted(
+        DeviceRollup.objects.filter(source="prom").values_list(
+            "device_id", "partition", "resolution", "window_start", "sample_count", "util_sum", "mem_used_sum"
+        )
+    )
+    assert after == before
+
+
+def test_the_periodic_task_ingests_configured_sources(stack, ledger):
+    cluster = ledger["cluster"]
+    prom = services.metric_source_create(
+        actor="test", cluster=cluster, name="prom", url=stack["url"], step_seconds=1
+    )
+    scrape = services.metric_source_create(
+        actor="test", cluster=cluster, name="direct", kind="exporter", targets=[stack["exporter"]]
+    )
+    result = telemetry_ingest_task.apply().get()
+    assert result["sources"] == 2
+    prom.refresh_from_db()
+    scrape.refresh_from_db()
+    assert prom.last_error == "" and prom.ingested_until is not None and prom.last_report["used"] > 0
+    _assert_fixture_values(ledger["devices"], prom.label)
+    direct = DeviceRollup.objects.get(
+        source=scrape.label, device=ledger["devices"]["dcu-01/0"], resolution=300
+    )
+    assert direct.util_avg == 55.0
+
+
+def test_the_backfill_command_prints_progress_and_a_summary(stack, ledger):
+    out, err = StringIO(), StringIO()
+    end = timezone.now()
+    call_command(
+        "ingest_prometheus",
+        "--url",
+        stack["url"],
+        "--start",
+        (end - timedelta(minutes=3)).isoformat(),
+        "--end",
+        end.isoformat(),
+        "--step",
+        "2s",
+        "--source",
+        "backfill",
+        stdout=out,
+        stderr=err,
+    )
+    assert "1/1 hours" in err.getvalue() and "#" in err.getvalue()
+    assert "5-minute rollups" in out.getvalue()
+    row = DeviceRollup.objects.filter(
+        source="backfill", device=ledger["devices"]["gpu-01/0"], resolution=300
+    ).first()
+    assert row.util_avg == 87.0 and row.scrape_interval_s == 2
+
+
+def test_a_bad_query_or_an_unreachable_prometheus_is_reported(stack, ledger):
+    from worker.prometheus.client import PrometheusClient, PrometheusError
+
+    with pytest.raises(PrometheusError, match="bad_data"):
+        PrometheusClient(stack["url"]).query_range("sum(", start=time.time() - 60, end=time.time(), step=1)
+    source = MetricSource.objects.create(
+        cluster=ledger["cluster"], name="down", url=f"http://127.0.0.1:{_free_port()}"
+    )
+    assert services.source_ingest(source=source) is None
+    source.refresh_from_db()
+    assert "Connection refused" in source.last_error or "refused" in source.last_error.lower()
+    assert not DeviceRollup.objects.filter(source=source.label).exists()
+
+
+def test_platform_configs_load_in_promtool_and_the_rule_unit_tests_pass(tmp_path):
+    promtool = _require(PROMTOOL)
+    done = subprocess.run(  # noqa: S603
+        [promtool, "check", "rules", str(PLATFORM / "rules" / "suanchi-gpu.rules.yml")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    done = subprocess.run(  # noqa: S603
+        [promtool, "test", "rules", str(PLATFORM / "tests" / "suanchi-gpu.rules.test.yml")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    # Debian's Prometheus is built without Kubernetes service discovery: check the scrape configs with
+    # each kubernetes_sd_configs swapped for a static target (relabelling, ports and labels stay).
+    config = yaml.safe_load((PLATFORM / "prometheus.yml").read_text())
+    jobs = {job["job_name"]: job for job in config["scrape_configs"]}
+    assert set(jobs) == {"nvidia-gpu", "ascend-npu", "amd-gpu", "hygon-dcu", "cambricon-mlu"}
+    ports = {name: job["relabel_configs"][0]["regex"] for name, job in jobs.items()}
+    assert ports == {
+        "nvidia-gpu": "9400",
+        "ascend-npu": "8082",
+        "amd-gpu": "5000",
+        "hygon-dcu": "1608[01]",
+        "cambricon-mlu": "30108",
+    }
+    for job in config["scrape_configs"]:
+        job.pop("kubernetes_sd_configs")
+        job["static_configs"] = [{"targets": ["127.0.0.1:9"]}]
+    shutil.copytree(PLATFORM / "rules", tmp_path / "rules")
+    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
+    done = subprocess.run(  # noqa: S603
+        [promtool, "check", "config", str(tmp_path / "prometheus.yml")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr

@@ -1,0 +1,1 @@
+"""Integration with Prometheus: the HTTP API client Suanchi's telemetry ingest drives."""

@@ -1,0 +1,14 @@
+from celery import shared_task
+
+from apps.telemetry import services
+
+
+@shared_task(name="worker.tasks.telemetry.telemetry_ingest_task", acks_late=True)
+def telemetry_ingest_task() -> dict:
+    """Ingest the latest windows of every enabled metric source (none configured → nothing to do).
+
+    Idempotent: a re-read window replaces its rollups, so a redelivered task changes nothing.
+    """
+    result = services.sources_ingest(actor="worker")
+    result["purged"] = services.rollups_purge()
+    return result
