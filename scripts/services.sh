@@ -19,3 +19,14 @@ pg_isready -h 127.0.0.1 -p 5432 && redis-cli -h 127.0.0.1 -p 6379 ping
 # The database the test settings name (pytest creates test_<name> from it).
 psql -h 127.0.0.1 -U postgres -tAc "SELECT 1 FROM pg_database WHERE datname='suanchi'" 2>/dev/null | grep -q 1 \
     || createdb -h 127.0.0.1 -U postgres suanchi 2>/dev/null || true
+# Real servers the tests start themselves: Prometheus (telemetry) and Chromium (browser tests),
+# from Debian's packages; installed once, when missing.
+missing=""
+command -v prometheus >/dev/null 2>&1 || missing="$missing prometheus"
+[ -x /usr/bin/chromium ] || missing="$missing chromium"
+if [ -n "$missing" ]; then
+    echo "installing Debian packages:$missing"
+    SUDO=""
+    [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+    $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing >/dev/null
+fi

@@ -235,6 +235,18 @@ def _fail(action: PushAction, *, error: str, attempts: int, actor: Any, now: dt.
     return True
 
 
+def _namespace_missing(action: PushAction, error: BackendError) -> bool:
+    """A namespaced apply refused because its namespace does not exist (yet)."""
+    message = error.message.lower()
+    return (
+        action.verb == PushAction.Verb.APPLY
+        and bool(action.namespace)
+        and error.status == 404
+        and "namespaces" in message
+        and "not found" in message
+    )
+
+
 def _call(backend, action: PushAction) -> dict:
     if action.verb == PushAction.Verb.APPLY:
         result = backend.apply(action.object)
@@ -351,6 +363,16 @@ def push_stream_run(
                 break  # later actions of this job wait for this one
             except (PermanentBackendError, BackendError) as e:
                 summary["errors"].append(f"{_describe(action)}: {e.message}")
+                if _namespace_missing(action, e) and attempts < max_attempts:
+                    # Its namespace is being created by another stream (e.g. a ResourceQuota pushed
+                    # beside a project's first job): wait for it instead of failing.
+                    PushAction.objects.filter(pk=action.pk, state=PushAction.State.PENDING).update(
+                        attempts=attempts,
+                        last_error=e.message[:2000],
+                        next_attempt_at=now + dt.timedelta(seconds=backoff_delay(attempts)),
+                    )
+                    summary["retry"] += 1
+                    break
                 _fail(action, error=e.message, attempts=attempts, actor=actor, now=now)
                 summary["failed"] += 1
                 break

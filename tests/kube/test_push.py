@@ -244,3 +244,27 @@ def test_backoff_grows_with_jitter_and_a_cap():
         delay = backoff_delay(attempts, base=2, cap=300)
         full = min(300, 2 * 2 ** (attempts - 1))
         assert full / 2 <= delay <= full
+
+
+def test_an_object_whose_namespace_is_not_there_yet_waits_for_it(server, kube_cluster):
+    from apps.scheduling.push import push_object_enqueue, push_stream_run
+
+    quota = {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {
+            "name": "suanchi-quota",
+            "namespace": "late",
+            "labels": {"app.kubernetes.io/managed-by": "suanchi"},
+        },
+        "spec": {"hard": {"requests.nvidia.com/gpu": "2"}},
+    }
+    action = push_object_enqueue(cluster=kube_cluster, manifest=quota)
+    summary = push_stream_run(stream=action.stream)
+    assert summary["retry"] == 1 and summary["failed"] == 0
+    action.refresh_from_db()
+    assert action.state == PushAction.State.PENDING and "not found" in action.last_error
+    backend_for(kube_cluster).apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "late"}})
+    later = timezone.now() + dt.timedelta(hours=1)
+    assert push_stream_run(stream=action.stream, now=later)["applied"] == 1
+    assert [q["metadata"]["name"] for q in server.objects("ResourceQuota", "late")] == ["suanchi-quota"]
