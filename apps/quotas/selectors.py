@@ -216,6 +216,28 @@ def guarantee_share_used(*, project: Project, start: dt.datetime, end: dt.dateti
     return (used / (guarantee * hours) * 100).quantize(Decimal("0.1"))
 
 
+def guaranteed_cu_hours(*, project: Project, month: dt.date) -> Decimal | None:
+    """Guaranteed compute-unit-hours of a project in a calendar month (platform time zone), for the
+    bill's quota showback: each quota row's guarantee × the hours of the month it existed. None when
+    the project has no quota. Wired as settings.SUANCHI["BILLING_GUARANTEED_CU_HOURS_HOOK"]."""
+    from zoneinfo import ZoneInfo
+
+    from django.conf import settings
+
+    rows = list(Quota.objects.filter(project=project).values_list("guaranteed_cu", "created_at"))
+    if not rows:
+        return None
+    zone = ZoneInfo(settings.SUANCHI.get("BILLING_TIME_ZONE") or settings.TIME_ZONE)
+    start = dt.datetime(month.year, month.month, 1, tzinfo=zone)
+    end = dt.datetime(month.year + (month.month == 12), month.month % 12 + 1, 1, tzinfo=zone)
+    total = Decimal(0)
+    for guarantee, created in rows:
+        begin = max(start, created)
+        if begin < end:
+            total += guarantee * Decimal((end - begin).total_seconds()) / Decimal(3600)
+    return total.quantize(Decimal("0.0001"))
+
+
 # --------------------------------------------------------------------------------------------------
 # why pending
 

@@ -541,3 +541,32 @@ def visible_projects(*, user):
     if is_platform_staff(user):
         return project_list(user=user)
     return project_list(user=user).filter(pk__in=user_project_ids(user))
+
+
+def measured_cu_hours(allocation_id: int, start: datetime, end: datetime) -> Decimal | None:
+    """Measured compute-unit-hours of one allocation over [start, end): the card-busy points the
+    attribution gave its job on that card in each 5-minute window × the card's coefficient. None where
+    telemetry has no window for it (billing then uses the allocated figure). One source only, so two
+    sources covering the same card never double the figure. Wired as
+    settings.SUANCHI["BILLING_MEASURED_CU_HOURS_HOOK"] (used when the usage basis is "max")."""
+    allocation = (
+        Allocation.objects.filter(pk=allocation_id)
+        .values("job_id", "device_id", "compute_units", "compute_milli")
+        .first()
+    )
+    if allocation is None or not allocation["compute_milli"]:
+        return None
+    rows = JobUtilization.objects.filter(
+        job_id=allocation["job_id"],
+        device_id=allocation["device_id"],
+        window_start__gte=start,
+        window_start__lt=end,
+        busy_pct__isnull=False,
+    )
+    source = rows.order_by("source").values_list("source", flat=True).first()
+    if source is None:
+        return None
+    busy = rows.filter(source=source).aggregate(total=Sum("busy_pct"))["total"] or 0.0
+    coefficient = allocation["compute_units"] * 1000 / allocation["compute_milli"]
+    hours = Decimal(str(busy)) / 100 * Decimal(WINDOW_S) / Decimal(HOUR_S)
+    return (coefficient * hours).quantize(Decimal("0.000001"))
