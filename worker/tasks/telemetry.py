@@ -1,6 +1,7 @@
 from celery import shared_task
 
 from apps.telemetry import services
+from apps.telemetry.simulated import simulated_telemetry_emit
 
 
 @shared_task(name="worker.tasks.telemetry.telemetry_ingest_task", acks_late=True)
@@ -10,5 +11,6 @@ def telemetry_ingest_task() -> dict:
     Idempotent: a re-read window replaces its rollups, so a redelivered task changes nothing.
     """
     result = services.sources_ingest(actor="worker")
+    result["simulated"] = simulated_telemetry_emit()  # simulated clusters emit their own
     result["purged"] = services.rollups_purge()
     return result
