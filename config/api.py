@@ -11,4 +11,5 @@ urlpatterns = [
     path("telemetry/", include("apps.telemetry.api.urls")),
     path("billing/", include("apps.billing.api.urls")),
     path("rollout/", include("apps.rollout.api.urls")),
+    path("migration/", include("apps.migration.api.urls")),
 ]

@@ -25,4 +25,5 @@ urlpatterns = [
     path("telemetry/", include("apps.telemetry.urls")),
     path("billing/", include("apps.billing.urls")),
     path("rollout/", include("apps.rollout.urls")),
+    path("migration/", include("apps.migration.urls")),
 ]

@@ -1,0 +1,5 @@
+"""Migration pages, mounted at /migration/ (namespace "migration")."""
+
+app_name = "migration"
+
+urlpatterns = []
