@@ -55,6 +55,7 @@ INSTALLED_APPS = [
     "apps.telemetry",
     "apps.billing",
     "apps.rollout",
+    "apps.migration",
 ]
 
 MIDDLEWARE = [
