@@ -24,6 +24,8 @@ psql -h 127.0.0.1 -U postgres -tAc "SELECT 1 FROM pg_database WHERE datname='sua
 missing=""
 command -v prometheus >/dev/null 2>&1 || missing="$missing prometheus"
 [ -x /usr/bin/chromium ] || missing="$missing chromium"
+# A CJK font, so Chinese pages render in the browser tests' screenshots.
+[ -e /usr/share/fonts/truetype/wqy/wqy-microhei.ttc ] || missing="$missing fonts-wqy-microhei"
 if [ -n "$missing" ]; then
     echo "installing Debian packages:$missing"
     SUDO=""

@@ -7,6 +7,7 @@ from django.db.models import Q
 
 from apps.billing.models import Adjustment, Bill, BillingPeriod, RateCard, UsageEntry
 from apps.billing.services import parse_month
+from apps.core.filters import IsoDateTimeFilter
 
 
 class MonthFilter(django_filters.CharFilter):
@@ -26,8 +27,8 @@ class UsageEntryFilterSet(django_filters.FilterSet):
     device_model = django_filters.CharFilter(field_name="device_model__slug")
     template = django_filters.CharFilter(field_name="template__slug")
     late = django_filters.BooleanFilter(field_name="late")
-    since = django_filters.IsoDateTimeFilter(field_name="slice_start", lookup_expr="gte")
-    until = django_filters.IsoDateTimeFilter(field_name="slice_start", lookup_expr="lt")
+    since = IsoDateTimeFilter(field_name="slice_start", lookup_expr="gte")
+    until = IsoDateTimeFilter(field_name="slice_start", lookup_expr="lt")
     q = django_filters.CharFilter(method="filter_q", label="search")
 
     class Meta:

@@ -4,6 +4,7 @@ import django_filters
 from django.db.models import Q
 
 from apps.catalog.models import Vendor
+from apps.core.filters import IsoDateTimeFilter
 from apps.inventory.models import Device, DeviceEvent, Node, NodeReport, Pool
 
 
@@ -77,7 +78,7 @@ class DeviceEventFilterSet(django_filters.FilterSet):
     device = django_filters.NumberFilter(field_name="device_id")
     kind = django_filters.MultipleChoiceFilter(choices=DeviceEvent.Kind.choices)
     severity = django_filters.MultipleChoiceFilter(choices=DeviceEvent.Severity.choices)
-    since = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
+    since = IsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
 
     class Meta:
         model = DeviceEvent

@@ -1,5 +1,14 @@
 """Rollout pages, mounted at /rollout/ (namespace "rollout")."""
 
+from django.urls import path
+
+from apps.rollout import views
+
 app_name = "rollout"
 
-urlpatterns = []
+urlpatterns = [
+    path("", views.batch_list, name="batch-list"),
+    path("batches/<int:pk>/", views.batch_detail, name="batch-detail"),
+    path("waves/", views.wave_list, name="waves"),
+    path("autoscaling/", views.autoscaling, name="autoscaling"),
+]

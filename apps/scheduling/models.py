@@ -134,6 +134,8 @@ class PushAction(models.Model):
         PENDING = "pending", _("pending")
         APPLIED = "applied", _("applied")
         FAILED = "failed", _("failed")
+        # Never sent: a newer write of the same object (or a delete of the attempt) replaced it.
+        SUPERSEDED = "superseded", _("superseded")
 
     # A job's workload objects, or — with no job — one standalone object (a node's labels and
     # taints, a project's ResourceQuota). ``stream`` orders the actions: "job:<id>" or "<kind>:<ns>/<name>".
@@ -147,7 +149,7 @@ class PushAction(models.Model):
     kind = models.CharField(max_length=40)
     namespace = models.CharField(max_length=63, blank=True)
     name = models.CharField(max_length=253)
-    state = models.CharField(max_length=8, choices=State.choices, default=State.PENDING)
+    state = models.CharField(max_length=10, choices=State.choices, default=State.PENDING)
     attempts = models.PositiveSmallIntegerField(default=0)
     last_error = models.TextField(blank=True)
     next_attempt_at = models.DateTimeField(default=timezone.now)
@@ -162,7 +164,7 @@ class PushAction(models.Model):
                 fields=["cluster", "stream", "attempt", "seq"], name="scheduling_pushaction_unique_seq"
             ),
             models.CheckConstraint(
-                condition=Q(state__in=["pending", "applied", "failed"]),
+                condition=Q(state__in=["pending", "applied", "failed", "superseded"]),
                 name="scheduling_pushaction_state_valid",
             ),
             models.CheckConstraint(

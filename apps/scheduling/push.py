@@ -129,7 +129,7 @@ def workload_delete_enqueue(*, job: Job, attempt: int | None = None) -> list[Pus
     # Applies not yet done will never be: the job moved on.
     PushAction.objects.filter(
         stream=stream, attempt=attempt, verb=PushAction.Verb.APPLY, state=PushAction.State.PENDING
-    ).update(state=PushAction.State.FAILED, last_error="not applied: superseded by a delete")
+    ).update(state=PushAction.State.SUPERSEDED, last_error="not applied: superseded by a delete")
     seq = _next_seq(stream, attempt)
     now = timezone.now()
     actions = [
@@ -165,7 +165,7 @@ def push_object_enqueue(
     stream = object_stream(cluster, kind, namespace, name)
     # An older pending write of the same object is superseded: only the newest state matters.
     PushAction.objects.filter(stream=stream, state=PushAction.State.PENDING).update(
-        state=PushAction.State.FAILED, last_error="superseded by a newer write"
+        state=PushAction.State.SUPERSEDED, last_error="superseded by a newer write"
     )
     action = PushAction.objects.create(
         job=None,

@@ -1,11 +1,12 @@
 import django_filters
 
+from apps.core.filters import IsoDateTimeFilter
 from apps.telemetry.models import DeviceRollup, MetricSource
 
 
 class DeviceRollupFilterSet(django_filters.FilterSet):
-    start = django_filters.IsoDateTimeFilter(field_name="window_start", lookup_expr="gte")
-    end = django_filters.IsoDateTimeFilter(field_name="window_start", lookup_expr="lt")
+    start = IsoDateTimeFilter(field_name="window_start", lookup_expr="gte")
+    end = IsoDateTimeFilter(field_name="window_start", lookup_expr="lt")
     node = django_filters.CharFilter(field_name="device__node__name")
 
     class Meta:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -94,9 +94,15 @@ def period_parse(start: Any, end: Any, *, default_hours: int = 24, prefix: str =
                     f"{prefix}{name}: not an ISO date-time: {raw!r}.",
                     details={f"{prefix}{name}": ["ISO 8601 date-time"]},
                 )
-        if timezone.is_naive(parsed):
-            parsed = timezone.make_aware(parsed)
-        return parsed
+        try:
+            if timezone.is_naive(parsed):
+                parsed = timezone.make_aware(parsed)
+            # In UTC: PostgreSQL refuses offsets beyond ±15:59 that ISO 8601 allows (found by fuzzing).
+            return parsed.astimezone(UTC)
+        except (OverflowError, ValueError):
+            raise ValidationFailed(
+                f"{prefix}{name}: out of range: {raw!r}.", details={f"{prefix}{name}": ["out of range"]}
+            ) from None
 
     now = timezone.now()
     end_v = value(end, "end") or now

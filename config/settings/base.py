@@ -55,7 +55,6 @@ INSTALLED_APPS = [
     "apps.telemetry",
     "apps.billing",
     "apps.rollout",
-    "apps.migration",
 ]
 
 MIDDLEWARE = [
@@ -201,6 +200,7 @@ SPECTACULAR_SETTINGS = {
         "GrayBatchKindEnum": "apps.rollout.models.BatchKind",
         "GrayBatchStageEnum": "apps.rollout.models.GrayBatch.Stage",
         "ScaleDecisionActionEnum": "apps.rollout.models.ScaleDecision.Action",
+        "VendorEnum": "apps.catalog.models.Vendor",
     },
 }
 

@@ -38,8 +38,9 @@ def test_running_jobs_make_their_cards_busy_and_the_rest_idle(fleet, member_proj
     assert report["used"] == 16 * 6  # 16 cards × six 10-second samples
     rows = DeviceRollup.objects.filter(source="simulated:prod", resolution=300)
     assert rows.filter(quality="estimated").count() == rows.count() >= 16
-    busy = rows.get(device_id=busy_card)
-    assert 40 <= busy.util_avg <= 100
+    # The minute may straddle two 5-minute windows: look at every window of the card.
+    busy = list(rows.filter(device_id=busy_card))
+    assert busy and all(40 <= r.util_avg <= 100 for r in busy)
     assert max(r.util_avg for r in rows.exclude(device_id=busy_card)) < 5
     ju = JobUtilization.objects.filter(job=job, device_id=busy_card)
     # Attributed to the job through its pod; synthetic data stays marked estimated.

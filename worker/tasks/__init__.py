@@ -4,10 +4,12 @@ from worker.tasks.billing import metering_task, month_close_task
 from worker.tasks.inventory import node_staleness_check_task
 from worker.tasks.push import push_job_task, push_pending_task, push_stream_task
 from worker.tasks.reconcile import reconcile_task
+from worker.tasks.rollout import autoscale_task, rollout_evaluate_task
 from worker.tasks.scheduling import scheduling_cycle_task
 from worker.tasks.telemetry import telemetry_ingest_task
 
 __all__ = [
+    "autoscale_task",
     "metering_task",
     "month_close_task",
     "node_staleness_check_task",
@@ -15,6 +17,7 @@ __all__ = [
     "push_pending_task",
     "push_stream_task",
     "reconcile_task",
+    "rollout_evaluate_task",
     "scheduling_cycle_task",
     "telemetry_ingest_task",
 ]

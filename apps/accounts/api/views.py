@@ -1,4 +1,5 @@
 from django.db import transaction
+from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
@@ -35,7 +36,7 @@ class ProjectViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
         serializer.instance = services.project_create(actor=self.request.user, **serializer.validated_data)
 
     @extend_schema(responses=s.MembershipSerializer(many=True))
-    @action(detail=True, methods=["get"])
+    @action(detail=True, methods=["get"], pagination_class=None, filter_backends=[])
     def members(self, request, pk=None):
         project = self.get_object()
         memberships = Membership.objects.filter(project=project).select_related("user", "project")
@@ -77,7 +78,16 @@ class ApiTokenViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, viewset
         services.api_token_revoke(token=instance, actor=self.request.user)
 
 
+class _OneObjectSchema(AutoSchema):
+    """``list`` on /me/ answers one object, not an array."""
+
+    def _is_list_view(self, serializer=None) -> bool:
+        return False
+
+
 class MeViewSet(viewsets.ViewSet):
+    schema = _OneObjectSchema()
+
     @extend_schema(responses=s.MeSerializer)
     def list(self, request):
         user = type(request.user).objects.prefetch_related("memberships__project").get(pk=request.user.pk)

@@ -68,8 +68,8 @@ class DiscountInputSerializer(serializers.Serializer):
 class UsageEntrySerializer(serializers.ModelSerializer):
     project = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     job_name = serializers.CharField(source="job.name", read_only=True)
-    device_model = serializers.SlugRelatedField(slug_field="slug", read_only=True)
-    template = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    device_model = serializers.SlugRelatedField(slug_field="slug", read_only=True, allow_null=True)
+    template = serializers.SlugRelatedField(slug_field="slug", read_only=True, allow_null=True)
     month = serializers.DateField(format="%Y-%m")
 
     class Meta:

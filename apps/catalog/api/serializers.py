@@ -67,7 +67,7 @@ class DeviceModelSerializer(serializers.ModelSerializer):
 
 class ComputeCoefficientSerializer(serializers.ModelSerializer):
     device_model_name = serializers.CharField(source="device_model.name", read_only=True)
-    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
 
     class Meta:
         model = ComputeCoefficient

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import logging
+
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import DataError
 from django.http import Http404
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from apps.core.errors import ApplicationError
+
+logger = logging.getLogger(__name__)
 
 _DRF_CODES = {
     400: "invalid",
@@ -38,6 +43,20 @@ def exception_handler(exc, context):
         details = _validation_details(exc)
         return Response(
             {"error": {"code": "invalid", "message": "Invalid input.", "details": details}},
+            status=status.HTTP_400_BAD_REQUEST,
+        )
+    if isinstance(exc, DataError):
+        # A value PostgreSQL cannot take (a NUL character, a time-zone offset beyond ±15:59, a number out
+        # of range) reached a query: the input is invalid, not the server broken (found by fuzzing).
+        logger.warning("invalid input reached the database: %s", exc)
+        return Response(
+            {
+                "error": {
+                    "code": "invalid",
+                    "message": "Invalid input: a value the database cannot store or compare.",
+                    "details": {},
+                }
+            },
             status=status.HTTP_400_BAD_REQUEST,
         )
     if isinstance(exc, Http404):

@@ -12,7 +12,7 @@ class ClusterSerializer(serializers.ModelSerializer):
 
 class PoolSerializer(serializers.ModelSerializer):
     cluster = serializers.SlugRelatedField(slug_field="slug", read_only=True)
-    owner_project = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    owner_project = serializers.SlugRelatedField(slug_field="slug", read_only=True, allow_null=True)
 
     class Meta:
         model = Pool
@@ -21,7 +21,7 @@ class PoolSerializer(serializers.ModelSerializer):
 
 class NodeSerializer(serializers.ModelSerializer):
     cluster = serializers.SlugRelatedField(slug_field="slug", read_only=True)
-    pool = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    pool = serializers.SlugRelatedField(slug_field="slug", read_only=True, allow_null=True)
     device_count = serializers.IntegerField(read_only=True)
 
     class Meta:
@@ -60,9 +60,9 @@ class DeviceSerializer(serializers.ModelSerializer):
     node = serializers.SlugRelatedField(slug_field="name", read_only=True)
     node_id = serializers.IntegerField(read_only=True)
     cluster = serializers.CharField(source="node.cluster.slug", read_only=True)
-    device_model = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    device_model = serializers.SlugRelatedField(slug_field="slug", read_only=True, allow_null=True)
     model_name = serializers.CharField(source="model_label", read_only=True)
-    owner_project = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    owner_project = serializers.SlugRelatedField(slug_field="slug", read_only=True, allow_null=True)
 
     class Meta:
         model = Device

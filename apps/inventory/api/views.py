@@ -1,8 +1,8 @@
 from django.db.models import Count, Q
 from django.http import HttpResponse
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema
-from rest_framework import mixins, status, viewsets
+from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
 from rest_framework.response import Response
@@ -66,8 +66,18 @@ class NodeViewSet(viewsets.ReadOnlyModelViewSet):
         _ledger().node_status_set(node=node, actor=request.user, **data.validated_data)
         return Response(s.NodeSerializer(self.get_queryset().get(pk=node.pk)).data)
 
-    @extend_schema(responses=s.DeviceLinkSerializer(many=True))
-    @action(detail=True, methods=["get"])
+    @extend_schema(
+        responses=inline_serializer(
+            "NodeTopology",
+            fields={
+                "node": serializers.CharField(),
+                "devices": serializers.ListField(child=serializers.DictField()),
+                "links": s.DeviceLinkSerializer(many=True),
+                "rdma_nics": serializers.JSONField(),
+            },
+        )
+    )
+    @action(detail=True, methods=["get"], pagination_class=None, filter_backends=[])
     def topology(self, request, pk=None):
         node = self.get_object()
         links = selectors.device_link_list(user=request.user, node=node)
@@ -170,7 +180,10 @@ class DeviceViewSet(viewsets.ReadOnlyModelViewSet):
 
     @extend_schema(
         parameters=[OpenApiParameter("format", OpenApiTypes.STR, enum=["csv", "xlsx"])],
-        responses={(200, "text/csv"): OpenApiTypes.BINARY},
+        responses={
+            (200, "text/csv"): OpenApiTypes.BINARY,
+            (200, "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"): OpenApiTypes.BINARY,
+        },
     )
     @action(detail=False, methods=["get"])
     def export(self, request):

@@ -16,6 +16,8 @@ from apps.inventory.models import Device, DeviceEvent, Node
 from apps.inventory.vendors import ADAPTERS
 
 SUANCHI_PREFIX = "suanchi.io/"
+# Suanchi labels other services own (rollout's gray-release batch): the ledger keeps them as they are.
+KEPT_LABELS = frozenset({"suanchi.io/gray"})
 
 
 def node_labels_desired(node: Node) -> tuple[dict[str, str], list[dict[str, str]]]:
@@ -24,7 +26,7 @@ def node_labels_desired(node: Node) -> tuple[dict[str, str], list[dict[str, str]
         .select_related("device_model")
         .only("vendor", "raw_model_name", "device_model__name")
     )
-    labels = {k: v for k, v in node.labels.items() if not k.startswith(SUANCHI_PREFIX)}
+    labels = {k: v for k, v in node.labels.items() if not k.startswith(SUANCHI_PREFIX) or k in KEPT_LABELS}
     taints = [t for t in node.taints if t.get("key", "").startswith(SUANCHI_PREFIX)]
     vendors = Counter(card.vendor for card in cards)
     # Drop vendor labels/taints of vendors no longer on the node before adding the current ones.

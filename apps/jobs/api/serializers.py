@@ -10,10 +10,10 @@ _AFTER_PRIORITY_CLASS = SUBMIT_FIELDS.index("priority_class") + 1
 
 class JobSerializer(serializers.ModelSerializer):
     project = serializers.SlugRelatedField(slug_field="slug", read_only=True)
-    template = serializers.SlugRelatedField(slug_field="slug", read_only=True)
-    device_model = serializers.SlugRelatedField(slug_field="slug", read_only=True)
-    request_template = serializers.SlugRelatedField(slug_field="slug", read_only=True)
-    submitted_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    template = serializers.SlugRelatedField(slug_field="slug", read_only=True, allow_null=True)
+    device_model = serializers.SlugRelatedField(slug_field="slug", read_only=True, allow_null=True)
+    request_template = serializers.SlugRelatedField(slug_field="slug", read_only=True, allow_null=True)
+    submitted_by = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
 
     class Meta:
         model = Job
@@ -84,7 +84,7 @@ class JobEventSerializer(serializers.ModelSerializer):
 class AllocationSerializer(serializers.ModelSerializer):
     node = serializers.SlugRelatedField(slug_field="name", read_only=True)
     device_index = serializers.IntegerField(source="device.index", read_only=True)
-    device_uuid = serializers.CharField(source="device.uuid", read_only=True)
+    device_uuid = serializers.CharField(source="device.uuid", read_only=True, allow_null=True)
 
     class Meta:
         model = Allocation

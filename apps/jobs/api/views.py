@@ -43,13 +43,13 @@ class JobViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
         return Response(s.JobSerializer(self.get_queryset().get(pk=job.pk)).data)
 
     @extend_schema(responses=s.JobEventSerializer(many=True))
-    @action(detail=True, methods=["get"])
+    @action(detail=True, methods=["get"], pagination_class=None, filter_backends=[])
     def events(self, request, pk=None):
         job = self.get_object()
         return Response(s.JobEventSerializer(job.events.all(), many=True).data)
 
     @extend_schema(responses=s.AllocationSerializer(many=True))
-    @action(detail=True, methods=["get"])
+    @action(detail=True, methods=["get"], pagination_class=None, filter_backends=[])
     def allocations(self, request, pk=None):
         job = self.get_object()
         rows = Allocation.objects.filter(job=job).select_related("node", "device")

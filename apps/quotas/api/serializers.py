@@ -7,9 +7,9 @@ from apps.quotas.models import DEFAULT_TIME_ZONE, Quota, ResourceClass
 
 
 class QuotaSerializer(serializers.ModelSerializer):
-    department = serializers.SlugRelatedField(slug_field="slug", read_only=True)
-    project = serializers.SlugRelatedField(slug_field="slug", read_only=True)
-    device_model = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    department = serializers.SlugRelatedField(slug_field="slug", read_only=True, allow_null=True)
+    project = serializers.SlugRelatedField(slug_field="slug", read_only=True, allow_null=True)
+    device_model = serializers.SlugRelatedField(slug_field="slug", read_only=True, allow_null=True)
     class_label = serializers.CharField(read_only=True)
     class_key = serializers.CharField(read_only=True)
 

@@ -29,6 +29,15 @@ PERIOD_PARAMS = [
 ]
 
 
+def _report(body) -> dict:
+    """The responses of a report: JSON ``body``, or CSV with ``?format=csv``."""
+    return {(200, "application/json"): body, (200, "text/csv"): OpenApiTypes.STR}
+
+
+REPORT_OBJECT = _report(OpenApiTypes.OBJECT)
+REPORT_ROWS = _report({"type": "array", "items": {"type": "object", "additionalProperties": {}}})
+
+
 def _respond(request, name: str, report, filename: str):
     fmt = request.query_params.get("format", "json")
     if fmt not in ("json", "csv"):
@@ -117,7 +126,7 @@ class ReportViewSet(viewsets.ViewSet):
             *PERIOD_PARAMS,
             OpenApiParameter("group_by", OpenApiTypes.STR, enum=list(selectors.GROUPS)),
         ],
-        responses=OpenApiTypes.OBJECT,
+        responses=REPORT_OBJECT,
     )
     @action(detail=False, methods=["get"])
     def fleet(self, request):
@@ -129,7 +138,7 @@ class ReportViewSet(viewsets.ViewSet):
         )
         return _respond(request, "fleet", report, "fleet-utilization.csv")
 
-    @extend_schema(parameters=PERIOD_PARAMS, responses=OpenApiTypes.OBJECT)
+    @extend_schema(parameters=PERIOD_PARAMS, responses=REPORT_ROWS)
     @action(detail=False, methods=["get"], url_path="top-nodes")
     def top_nodes(self, request):
         report = selectors.top_nodes(
@@ -139,7 +148,7 @@ class ReportViewSet(viewsets.ViewSet):
 
     @extend_schema(
         parameters=[*PERIOD_PARAMS, OpenApiParameter("threshold", OpenApiTypes.FLOAT)],
-        responses=OpenApiTypes.OBJECT,
+        responses=REPORT_ROWS,
     )
     @action(detail=False, methods=["get"], url_path="idle-cards")
     def idle_cards(self, request):
@@ -158,7 +167,7 @@ class ReportViewSet(viewsets.ViewSet):
         )
         return _respond(request, "idle-cards", report, "idle-cards.csv")
 
-    @extend_schema(parameters=PERIOD_PARAMS, responses=OpenApiTypes.OBJECT)
+    @extend_schema(parameters=PERIOD_PARAMS, responses=REPORT_OBJECT)
     @action(detail=False, methods=["get"])
     def figures(self, request):
         report = selectors.three_figures(
@@ -174,7 +183,7 @@ class ReportViewSet(viewsets.ViewSet):
             OpenApiParameter("current_end", OpenApiTypes.DATETIME),
             OpenApiParameter("format", OpenApiTypes.STR, enum=["json", "csv"]),
         ],
-        responses=OpenApiTypes.OBJECT,
+        responses=REPORT_OBJECT,
     )
     @action(detail=False, methods=["get"])
     def comparison(self, request):
@@ -195,7 +204,7 @@ class ReportViewSet(viewsets.ViewSet):
 
     @extend_schema(
         parameters=[OpenApiParameter("format", OpenApiTypes.STR, enum=["json", "csv"])],
-        responses=OpenApiTypes.OBJECT,
+        responses=REPORT_OBJECT,
     )
     @action(detail=False, methods=["get"])
     def fragmentation(self, request):
@@ -208,7 +217,7 @@ class JobUtilizationViewSet(viewsets.ViewSet):
 
     permission_classes = [IsUser]
 
-    @extend_schema(parameters=[ID_PARAM, *PERIOD_PARAMS], responses=OpenApiTypes.OBJECT)
+    @extend_schema(parameters=[ID_PARAM, *PERIOD_PARAMS], responses=REPORT_OBJECT)
     def retrieve(self, request, pk=None):
         q = request.query_params
         period = _period(request) if q.get("start") or q.get("end") else None
@@ -221,7 +230,7 @@ class ProjectUtilizationViewSet(viewsets.ViewSet):
 
     permission_classes = [IsUser]
 
-    @extend_schema(parameters=[ID_PARAM, *PERIOD_PARAMS], responses=OpenApiTypes.OBJECT)
+    @extend_schema(parameters=[ID_PARAM, *PERIOD_PARAMS], responses=REPORT_OBJECT)
     def retrieve(self, request, pk=None):
         report = selectors.project_utilization(
             user=request.user, pk=_pk(pk), period=_period(request, default_hours=24 * 7)

@@ -1,0 +1,356 @@
+"""Rollout reads: scoped lists, soak measurements, wave blockers, a service's utilization samples.
+
+Soak figures come from the telemetry app's tables (``DeviceRollup`` hourly rows = Σ of the 5-minute
+rows, so they cover soaks longer than the 5-minute retention; ``JobUtilization`` for services) and
+from the ledger's ``DeviceEvent`` history. Telemetry has no selector for "rollups of these devices
+over this period" or "one job's utilization per window" yet, so those queries live here.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from decimal import ROUND_HALF_UP, Decimal
+from typing import Any
+
+from django.db.models import QuerySet
+
+from apps.accounts.selectors import is_platform_staff, user_project_ids
+from apps.inventory.models import Device, DeviceEvent
+from apps.rollout.autoscale import Sample
+from apps.rollout.models import (
+    AutoscalePolicy,
+    BenchmarkRun,
+    GrayBatch,
+    ScaleDecision,
+    SoakCriteria,
+    SoakResult,
+    UpgradePlan,
+    UpgradeWave,
+)
+
+HOUR = timedelta(hours=1)
+# The newest hour of a soak may not be ingested yet: it is not counted against coverage.
+INGEST_GRACE = timedelta(minutes=15)
+TWO = Decimal("0.01")
+
+
+# --------------------------------------------------------------------------------------------------
+# lists
+
+
+def criteria_list(*, user) -> QuerySet[SoakCriteria]:
+    return SoakCriteria.objects.all() if is_platform_staff(user) else SoakCriteria.objects.none()
+
+
+def batch_list(*, user) -> QuerySet[GrayBatch]:
+    qs = GrayBatch.objects.select_related("criteria", "baseline_run").prefetch_related("nodes")
+    return qs if is_platform_staff(user) else qs.none()
+
+
+def benchmark_run_list(*, user) -> QuerySet[BenchmarkRun]:
+    qs = BenchmarkRun.objects.select_related("node", "batch")
+    return qs if is_platform_staff(user) else qs.none()
+
+
+def soak_result_list(*, user) -> QuerySet[SoakResult]:
+    qs = SoakResult.objects.select_related("batch")
+    return qs if is_platform_staff(user) else qs.none()
+
+
+def plan_list(*, user) -> QuerySet[UpgradePlan]:
+    return UpgradePlan.objects.all() if is_platform_staff(user) else UpgradePlan.objects.none()
+
+
+def wave_list(*, user) -> QuerySet[UpgradeWave]:
+    qs = UpgradeWave.objects.select_related("plan", "batch")
+    return qs if is_platform_staff(user) else qs.none()
+
+
+def policy_list(*, user) -> QuerySet[AutoscalePolicy]:
+    qs = AutoscalePolicy.objects.select_related("job", "job__project")
+    if is_platform_staff(user):
+        return qs
+    return qs.filter(job__project_id__in=user_project_ids(user))
+
+
+def decision_list(*, user) -> QuerySet[ScaleDecision]:
+    qs = ScaleDecision.objects.select_related("job", "job__project", "policy")
+    if is_platform_staff(user):
+        return qs
+    return qs.filter(job__project_id__in=user_project_ids(user))
+
+
+# --------------------------------------------------------------------------------------------------
+# waves
+
+
+def wave_blockers(wave: UpgradeWave) -> list[UpgradeWave]:
+    """Waves of earlier layers in the same plan that have not passed (their batch is not passed or
+    admitted)."""
+    return list(
+        UpgradeWave.objects.filter(plan_id=wave.plan_id, layer__lt=wave.layer)
+        .exclude(batch__stage__in=[GrayBatch.Stage.PASSED, GrayBatch.Stage.ADMITTED])
+        .select_related("batch")
+        .order_by("layer", "pk")
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# soak measurement
+
+
+@dataclass
+class SoakMeasure:
+    window_start: datetime
+    window_end: datetime
+    soak_hours: Decimal
+    error_events: int = 0
+    lost_devices: int = 0
+    max_temperature_c: float | None = None
+    coverage_pct: Decimal = Decimal("0")
+    throughput_baseline: Decimal | None = None
+    throughput_measured: Decimal | None = None
+    throughput_drop_pct: Decimal | None = None
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+
+def _hour_floor(at: datetime) -> datetime:
+    return at.replace(minute=0, second=0, microsecond=0)
+
+
+def soak_measure(*, batch: GrayBatch, now: datetime) -> SoakMeasure:
+    """Every figure the soak criteria look at, with the rows behind them, over the soak so far."""
+    from apps.telemetry.models import DeviceRollup
+
+    start = batch.soak_started_at
+    end = min(now, batch.soak_ended_at) if batch.soak_ended_at else now
+    end = max(end, start)
+    hours = Decimal((end - start).total_seconds() / 3600).quantize(TWO, ROUND_HALF_UP)
+    measure = SoakMeasure(window_start=start, window_end=end, soak_hours=hours)
+    node_ids = list(batch.nodes.values_list("pk", flat=True))
+    devices = list(
+        Device.objects.filter(node_id__in=node_ids)
+        .exclude(health=Device.Health.RETIRED)
+        .select_related("node")
+        .order_by("node__name", "vendor", "index")
+    )
+    device_ids = [d.pk for d in devices]
+
+    # Device events: critical ones are errors; lost cards are counted apart.
+    # A running soak counts every event since its start (one may be written while we evaluate).
+    in_soak = {"created_at__gte": start}
+    if batch.soak_ended_at:
+        in_soak["created_at__lte"] = batch.soak_ended_at
+    events = list(
+        DeviceEvent.objects.filter(node_id__in=node_ids, **in_soak)
+        .filter(severity=DeviceEvent.Severity.CRITICAL)
+        .exclude(kind=DeviceEvent.Kind.LOST)
+        .order_by("created_at", "pk")
+        .values("pk", "created_at", "device_id", "kind", "message")
+    )
+    lost_ids = set(
+        DeviceEvent.objects.filter(node_id__in=node_ids, kind=DeviceEvent.Kind.LOST, **in_soak)
+        .exclude(device_id__isnull=True)
+        .values_list("device_id", flat=True)
+    )
+    lost_ids |= {d.pk for d in devices if d.health == Device.Health.LOST}
+    measure.error_events = len(events)
+    measure.lost_devices = len(lost_ids)
+
+    # Telemetry: hourly rollups of the batch's cards during the soak.
+    rows = DeviceRollup.objects.filter(
+        device_id__in=device_ids,
+        resolution=DeviceRollup.Resolution.HOUR,
+        window_start__gte=_hour_floor(start),
+        window_start__lt=end,
+    ).values("device_id", "window_start", "util_sum", "util_n", "temp_max_c", "error_deltas")
+    per_hour: dict[datetime, dict[str, Any]] = defaultdict(
+        lambda: {"util_sum": 0.0, "util_n": 0, "temp_max": None, "errors": 0.0, "events": 0}
+    )
+    seen: dict[int, set[datetime]] = defaultdict(set)
+    counters: dict[str, float] = defaultdict(float)
+    for row in rows:
+        bucket = per_hour[row["window_start"]]
+        bucket["util_sum"] += row["util_sum"] or 0.0
+        bucket["util_n"] += row["util_n"] or 0
+        if row["temp_max_c"] is not None:
+            bucket["temp_max"] = max(bucket["temp_max"] or row["temp_max_c"], row["temp_max_c"])
+            measure.max_temperature_c = max(measure.max_temperature_c or row["temp_max_c"], row["temp_max_c"])
+        for name, value in (row["error_deltas"] or {}).items():
+            counters[name] += float(value or 0)
+            bucket["errors"] += float(value or 0)
+        if row["util_n"]:
+            seen[row["device_id"]].add(row["window_start"])
+    for event in events:
+        per_hour[_hour_floor(event["created_at"])]["events"] += 1
+
+    # Coverage: hours with utilization data per card in service, over the hours already ingestible.
+    expected = []
+    hour = _hour_floor(start)
+    while hour < end - INGEST_GRACE or (not expected and hour < end):
+        expected.append(hour)
+        hour += HOUR
+    per_device = {}
+    for device in devices:
+        if device.pk in lost_ids:
+            continue
+        have = len(seen.get(device.pk, set()) & set(expected))
+        per_device[str(device)] = round(100 * have / len(expected), 1) if expected else 0.0
+    if per_device:
+        measure.coverage_pct = Decimal(str(min(per_device.values()))).quantize(TWO)
+
+    # Benchmark: the soak's runs of the baseline's benchmark against the baseline.
+    runs: list[dict[str, Any]] = []
+    baseline = batch.baseline_run
+    if baseline is not None:
+        measure.throughput_baseline = baseline.throughput
+        qs = BenchmarkRun.objects.filter(
+            batch=batch, name=baseline.name, unit=baseline.unit, measured_at__gte=start, measured_at__lte=end
+        ).select_related("node")
+        runs = [
+            {
+                "id": r.pk,
+                "node": r.node.name,
+                "throughput": str(r.throughput),
+                "measured_at": r.measured_at.isoformat(),
+            }
+            for r in qs.order_by("measured_at", "pk")
+        ]
+        if runs:
+            mean = sum(Decimal(r["throughput"]) for r in runs) / len(runs)
+            measure.throughput_measured = mean.quantize(Decimal("0.001"), ROUND_HALF_UP)
+            drop = (baseline.throughput - mean) / baseline.throughput * 100
+            measure.throughput_drop_pct = drop.quantize(TWO, ROUND_HALF_UP)
+
+    series = []
+    for at in sorted(per_hour):
+        b = per_hour[at]
+        series.append(
+            {
+                "hour": at.isoformat(),
+                "util_avg": round(b["util_sum"] / b["util_n"], 1) if b["util_n"] else None,
+                "temp_max": b["temp_max"],
+                "counter_errors": b["errors"],
+                "error_events": b["events"],
+            }
+        )
+    measure.evidence = {
+        "devices": len(devices),
+        "nodes": len(node_ids),
+        "series": series,
+        "error_event_ids": [e["pk"] for e in events][:200],
+        "error_event_samples": [
+            {"at": e["created_at"].isoformat(), "kind": e["kind"], "message": e["message"]}
+            for e in events[:20]
+        ],
+        "counter_increases": {k: v for k, v in sorted(counters.items()) if v},
+        "lost_device_ids": sorted(lost_ids),
+        "coverage_by_device": per_device,
+        "expected_hours": len(expected),
+        "benchmark_runs": runs,
+        "baseline_run": (
+            {
+                "id": baseline.pk,
+                "name": baseline.name,
+                "throughput": str(baseline.throughput),
+                "unit": baseline.unit,
+            }
+            if baseline
+            else None
+        ),
+    }
+    return measure
+
+
+def soak_judge(criteria: SoakCriteria, m: SoakMeasure) -> tuple[str, list[dict], list[str]]:
+    """(verdict, violations, missing): fail on any violated limit; pass once nothing is missing."""
+    violations: list[dict] = []
+
+    def over(criterion: str, limit, value, message: str) -> None:
+        violations.append(
+            {"criterion": criterion, "limit": str(limit), "value": str(value), "message": message}
+        )
+
+    if m.error_events > criteria.max_error_events:
+        over(
+            "max_error_events",
+            criteria.max_error_events,
+            m.error_events,
+            f"{m.error_events} critical device events (at most {criteria.max_error_events})",
+        )
+    if m.lost_devices > criteria.max_lost_devices:
+        over(
+            "max_lost_devices",
+            criteria.max_lost_devices,
+            m.lost_devices,
+            f"{m.lost_devices} cards lost (at most {criteria.max_lost_devices})",
+        )
+    if m.max_temperature_c is not None and m.max_temperature_c > float(criteria.max_temperature_c):
+        over(
+            "max_temperature_c",
+            criteria.max_temperature_c,
+            m.max_temperature_c,
+            f"temperature reached {m.max_temperature_c:g} °C (at most {criteria.max_temperature_c} °C)",
+        )
+    limit = criteria.max_throughput_drop_pct
+    if limit is not None and m.throughput_drop_pct is not None and m.throughput_drop_pct > limit:
+        over(
+            "max_throughput_drop_pct",
+            limit,
+            m.throughput_drop_pct,
+            f"throughput {m.throughput_drop_pct} % below the baseline (at most {limit} %)",
+        )
+    missing: list[str] = []
+    need_hours = criteria.min_days * 24
+    if m.soak_hours < need_hours:
+        missing.append(f"soak time: {m.soak_hours} of {need_hours} h")
+    if m.coverage_pct < criteria.min_telemetry_coverage_pct:
+        missing.append(
+            f"telemetry coverage: {m.coverage_pct} % of the soak's hours (needs "
+            f"{criteria.min_telemetry_coverage_pct} % for every card)"
+        )
+    if limit is not None:
+        if m.throughput_baseline is None:
+            missing.append("a baseline benchmark run")
+        elif m.throughput_measured is None:
+            missing.append("a benchmark run on the batch's nodes during the soak")
+    if violations:
+        return SoakResult.Verdict.FAIL, violations, missing
+    if missing:
+        return SoakResult.Verdict.PENDING, violations, missing
+    return SoakResult.Verdict.PASS, violations, missing
+
+
+# --------------------------------------------------------------------------------------------------
+# autoscaling
+
+
+def job_utilization_samples(*, job, since: datetime, until: datetime) -> list[Sample]:
+    """The service's utilization per telemetry window: Σ attributed busy % / Σ share of the cards it
+    held (a whole card busy 60 % → 60 %; a half card whose slice is busy 30 % of the card → 60 %)."""
+    from apps.telemetry.models import JobUtilization
+    from apps.telemetry.services import WINDOW_S
+
+    sums: dict[datetime, list[float]] = defaultdict(lambda: [0.0, 0.0])
+    rows = JobUtilization.objects.filter(
+        job=job, window_start__gte=since, window_start__lt=until, busy_pct__isnull=False
+    ).values_list("window_start", "busy_pct", "share")
+    for window, busy, share in rows:
+        acc = sums[window]
+        acc[0] += busy
+        acc[1] += share
+    out = []
+    for window in sorted(sums):
+        busy, share = sums[window]
+        if share <= 0:
+            continue
+        util = min(100.0, busy / share)
+        # The newest window may still be filling: it covers up to ``until`` only.
+        end = min(window + timedelta(seconds=WINDOW_S), until)
+        span = (end - window).total_seconds()
+        if math.isfinite(util) and span > 0:
+            out.append(Sample(at=end.timestamp(), util_pct=util, span_s=span))
+    return out

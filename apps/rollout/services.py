@@ -1,0 +1,833 @@
+"""Rollout writes: soak criteria, gray-release batches through their stages, benchmark runs, upgrade
+plans and waves, autoscaling policies and their decisions.
+
+Stages of a gray batch::
+
+    planned ──start soak──▶ soaking ──evaluate──▶ passed ──admit──▶ admitted
+                               │                     │
+                               └──evaluate / fail──▶ failed
+    soaking / passed / failed ──rollback──▶ rolled back
+
+* Starting a soak puts the cards of the batch's nodes in the gray pool (``device_pool_status_set``)
+  and marks each node with the ``suanchi.io/gray=<batch>`` label and a ``suanchi.io/gray`` NoSchedule
+  taint, pushed to Kubernetes through the outbox: only jobs that opted in (and tolerate it) land there.
+* ``batch_evaluate`` computes a ``SoakResult`` from telemetry and device events (never typed in):
+  any violated limit fails the batch at once; it passes when the soak time, telemetry coverage and
+  benchmark evidence are all there.
+* Admitting (only a passed batch) moves the cards to production and removes label and taint;
+  failing quarantines the nodes and their cards; rolling back returns gray cards to production and
+  leaves quarantined nodes to the operator.
+* A batch that belongs to an upgrade wave starts only after every earlier layer's wave of the plan
+  passed (seed 000 §5: collector / device plugin → scheduler → node drivers).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import models, transaction
+from django.utils import timezone
+
+from apps.core.audit import actor_fields, change_record_create, snapshot
+from apps.core.errors import ApplicationError, Conflict, InvalidTransition, ValidationFailed
+from apps.inventory.models import Device, DeviceEvent, Node
+from apps.inventory.services.ledger import device_pool_status_set, node_status_set
+from apps.jobs.models import Job, JobState
+from apps.rollout import autoscale, selectors
+from apps.rollout.models import (
+    LAYER_OF_KIND,
+    AutoscalePolicy,
+    BenchmarkRun,
+    GrayBatch,
+    Layer,
+    ScaleDecision,
+    SoakCriteria,
+    SoakResult,
+    UpgradePlan,
+    UpgradeWave,
+)
+
+GRAY_KEY = "suanchi.io/gray"
+GRAY_TAINT = {"key": GRAY_KEY, "value": "true", "effect": "NoSchedule"}
+Stage = GrayBatch.Stage
+_IN_SERVICE_EXCLUDED = (Device.Health.RETIRED, Device.Health.LOST)
+
+
+# --------------------------------------------------------------------------------------------------
+# helpers
+
+
+def _full_clean(obj: models.Model, *, what: str, exclude: list[str] | None = None) -> None:
+    try:
+        obj.full_clean(exclude=exclude)
+    except DjangoValidationError as exc:
+        details = exc.message_dict if hasattr(exc, "error_dict") else {"__all__": exc.messages}
+        flat = "; ".join(f"{k}: {' '.join(map(str, v))}" for k, v in details.items())
+        raise ValidationFailed(f"{what} is invalid: {flat}", details=details) from None
+
+
+def _set_fields(obj: models.Model, changes: dict[str, Any], allowed: tuple[str, ...]) -> None:
+    unknown = sorted(set(changes) - set(allowed))
+    if unknown:
+        raise ValidationFailed(
+            f"cannot change {', '.join(unknown)}",
+            details={k: ["This field cannot be changed."] for k in unknown},
+        )
+    for name, value in changes.items():
+        setattr(obj, name, value)
+
+
+def _lock_batch(batch: GrayBatch) -> GrayBatch:
+    return (
+        GrayBatch.objects.select_for_update(of=("self",))
+        .select_related("criteria", "baseline_run")
+        .get(pk=batch.pk)
+    )
+
+
+def _move(batch: GrayBatch, *, to: str, expected: tuple[str, ...], reason: str, actor, **fields) -> None:
+    """Conditional stage update on a locked batch; 409 with the reason when it is in another stage."""
+    if batch.stage not in expected:
+        raise InvalidTransition(
+            f"batch {batch.name} is {batch.get_stage_display()}; it must be "
+            f"{' or '.join(str(Stage(s).label) for s in expected)} to become {Stage(to).label}",
+            details={"stage": batch.stage, "requested": to},
+        )
+    before = snapshot(batch, ["stage", "stage_reason"])
+    updated = GrayBatch.objects.filter(pk=batch.pk, stage=batch.stage).update(
+        stage=to, stage_reason=reason[:500], updated_at=timezone.now(), **fields
+    )
+    if updated != 1:  # pragma: no cover - the row is locked; kept as the conditional-update backstop
+        raise Conflict(f"batch {batch.name} changed meanwhile; try again")
+    batch.refresh_from_db()
+    change_record_create(
+        actor=actor,
+        action=f"graybatch.{to}",
+        obj=batch,
+        before=before,
+        after=snapshot(batch, ["stage", "stage_reason"]),
+        message=reason,
+    )
+
+
+def _nodes(batch: GrayBatch) -> list[Node]:
+    return list(batch.nodes.select_related("cluster").order_by("pk"))
+
+
+def _in_service(node: Node) -> list[Device]:
+    return list(Device.objects.filter(node=node).exclude(health__in=_IN_SERVICE_EXCLUDED).order_by("pk"))
+
+
+# --------------------------------------------------------------------------------------------------
+# node labels and taints
+
+
+def _node_push(node: Node, *, removed_labels: tuple[str, ...] = ()) -> None:
+    """Push the node's labels and taints. ``node_patch`` merges labels, so a label the ledger dropped
+    is sent as null (removed) in the same patch."""
+    if not removed_labels:
+        from apps.inventory.services.labels import node_push_enqueue
+
+        node_push_enqueue(node)
+        return
+    from apps.scheduling.push import push_object_enqueue
+    from worker.kube.manifests import node_patch
+
+    manifest = node_patch(node)
+    for key in removed_labels:
+        manifest["metadata"]["labels"][key] = None
+    push_object_enqueue(cluster=node.cluster, manifest=manifest, verb="patch")
+
+
+def _node_labels_record(node: Node, before: dict, actor, message: str) -> None:
+    after = {"labels": node.labels, "taints": node.taints}
+    DeviceEvent.objects.create(
+        node=node,
+        kind=DeviceEvent.Kind.UPDATED,
+        message=message[:500],
+        before=before,
+        after=after,
+        actor_label=actor_fields(actor)["actor_label"][:150],
+    )
+    change_record_create(
+        actor=actor, action="node.labels", obj=node, before=before, after=after, message=message
+    )
+
+
+@transaction.atomic
+def node_gray_mark(*, node: Node, batch: GrayBatch, actor) -> Node:
+    """Label and taint a node as part of a gray batch; pushed to Kubernetes through the outbox."""
+    locked = Node.objects.select_for_update(of=("self",)).select_related("cluster").get(pk=node.pk)
+    labels = dict(locked.labels or {})
+    taints = [t for t in (locked.taints or []) if t.get("key") != GRAY_KEY]
+    if labels.get(GRAY_KEY) == batch.slug and len(taints) < len(locked.taints or []):
+        return locked
+    before = {"labels": locked.labels, "taints": locked.taints}
+    labels[GRAY_KEY] = batch.slug
+    locked.labels, locked.taints = labels, [*taints, dict(GRAY_TAINT)]
+    locked.save(update_fields=["labels", "taints", "updated_at"])
+    _node_labels_record(locked, before, actor, f"node {locked.name} joins gray batch {batch.name}")
+    _node_push(locked)
+    return locked
+
+
+@transaction.atomic
+def node_gray_clear(*, node: Node, batch: GrayBatch, actor) -> Node:
+    """Remove the gray label and taint (only when they name this batch); pushed through the outbox."""
+    locked = Node.objects.select_for_update(of=("self",)).select_related("cluster").get(pk=node.pk)
+    labels = dict(locked.labels or {})
+    if labels.get(GRAY_KEY) not in (None, batch.slug):
+        return locked  # another batch owns the node now
+    taints = [t for t in (locked.taints or []) if t.get("key") != GRAY_KEY]
+    if GRAY_KEY not in labels and len(taints) == len(locked.taints or []):
+        return locked
+    before = {"labels": locked.labels, "taints": locked.taints}
+    labels.pop(GRAY_KEY, None)
+    locked.labels, locked.taints = labels, taints
+    locked.save(update_fields=["labels", "taints", "updated_at"])
+    _node_labels_record(locked, before, actor, f"node {locked.name} leaves gray batch {batch.name}")
+    _node_push(locked, removed_labels=(GRAY_KEY,))
+    return locked
+
+
+# --------------------------------------------------------------------------------------------------
+# soak criteria
+
+CRITERIA_FIELDS = (
+    "name",
+    "min_days",
+    "max_error_events",
+    "max_temperature_c",
+    "max_throughput_drop_pct",
+    "max_lost_devices",
+    "min_telemetry_coverage_pct",
+)
+
+
+@transaction.atomic
+def soak_criteria_create(*, actor, **fields: Any) -> SoakCriteria:
+    criteria = SoakCriteria()
+    _set_fields(criteria, fields, CRITERIA_FIELDS)
+    _full_clean(criteria, what="soak criteria")
+    criteria.save()
+    change_record_create(
+        actor=actor,
+        action="soakcriteria.create",
+        obj=criteria,
+        after=snapshot(criteria, list(CRITERIA_FIELDS)),
+    )
+    return criteria
+
+
+@transaction.atomic
+def soak_criteria_update(*, criteria: SoakCriteria, actor, **changes: Any) -> SoakCriteria:
+    criteria = SoakCriteria.objects.select_for_update().get(pk=criteria.pk)
+    if changes and criteria.batches.filter(stage=Stage.SOAKING).exists():
+        raise Conflict(
+            f"criteria {criteria.name} are in use by a soaking batch; create new criteria instead",
+            details={
+                "soaking_batches": list(
+                    criteria.batches.filter(stage=Stage.SOAKING).values_list("name", flat=True)
+                )
+            },
+        )
+    before = snapshot(criteria, list(CRITERIA_FIELDS))
+    _set_fields(criteria, changes, CRITERIA_FIELDS)
+    _full_clean(criteria, what="soak criteria")
+    criteria.save()
+    change_record_create(
+        actor=actor,
+        action="soakcriteria.update",
+        obj=criteria,
+        before=before,
+        after=snapshot(criteria, list(CRITERIA_FIELDS)),
+    )
+    return criteria
+
+
+@transaction.atomic
+def soak_criteria_delete(*, criteria: SoakCriteria, actor) -> None:
+    if criteria.batches.exists():
+        raise Conflict(f"criteria {criteria.name} are used by {criteria.batches.count()} batch(es)")
+    change_record_create(
+        actor=actor,
+        action="soakcriteria.delete",
+        obj=criteria,
+        before=snapshot(criteria, list(CRITERIA_FIELDS)),
+    )
+    criteria.delete()
+
+
+# --------------------------------------------------------------------------------------------------
+# batches
+
+BATCH_FIELDS = ("name", "slug", "kind", "target_version", "description", "criteria", "baseline_run")
+
+
+def _check_nodes(nodes: list[Node]) -> None:
+    if not nodes:
+        raise ValidationFailed(
+            "a batch needs at least one node", details={"nodes": ["This list may not be empty."]}
+        )
+    retired = [n.name for n in nodes if n.status == Node.Status.RETIRED]
+    if retired:
+        raise ValidationFailed(
+            f"retired nodes cannot join a batch: {', '.join(retired)}", details={"nodes": retired}
+        )
+
+
+@transaction.atomic
+def batch_create(*, actor, nodes: list[Node], **fields: Any) -> GrayBatch:
+    batch = GrayBatch(created_by=actor if not isinstance(actor, str) and actor is not None else None)
+    _set_fields(batch, fields, BATCH_FIELDS)
+    nodes = list(nodes or [])
+    _check_nodes(nodes)
+    _full_clean(batch, what="gray batch", exclude=["created_by"])
+    batch.save()
+    batch.nodes.set(nodes)
+    change_record_create(
+        actor=actor,
+        action="graybatch.create",
+        obj=batch,
+        after={**snapshot(batch, list(BATCH_FIELDS)), "nodes": sorted(n.name for n in nodes)},
+    )
+    return batch
+
+
+@transaction.atomic
+def batch_update(*, batch: GrayBatch, actor, nodes: list[Node] | None = None, **changes: Any) -> GrayBatch:
+    batch = _lock_batch(batch)
+    if batch.stage != Stage.PLANNED and (nodes is not None or set(changes) - {"description"}):
+        raise InvalidTransition(
+            f"batch {batch.name} is {batch.get_stage_display()}; only a planned batch changes its nodes, "
+            "kind, version or criteria",
+            details={"stage": batch.stage},
+        )
+    before = {
+        **snapshot(batch, list(BATCH_FIELDS)),
+        "nodes": sorted(batch.nodes.values_list("name", flat=True)),
+    }
+    _set_fields(batch, changes, BATCH_FIELDS)
+    if nodes is not None:
+        _check_nodes(list(nodes))
+    _full_clean(batch, what="gray batch", exclude=["created_by"])
+    if hasattr(batch, "wave") and batch.layer != batch.wave.layer:
+        raise ValidationFailed(
+            f"batch {batch.name} is the {batch.wave.get_layer_display()} wave of {batch.wave.plan}; "
+            "its kind must stay in that layer",
+            details={"kind": [batch.kind]},
+        )
+    batch.save()
+    if nodes is not None:
+        batch.nodes.set(nodes)
+    change_record_create(
+        actor=actor,
+        action="graybatch.update",
+        obj=batch,
+        before=before,
+        after={
+            **snapshot(batch, list(BATCH_FIELDS)),
+            "nodes": sorted(batch.nodes.values_list("name", flat=True)),
+        },
+    )
+    return batch
+
+
+@transaction.atomic
+def batch_delete(*, batch: GrayBatch, actor) -> None:
+    batch = _lock_batch(batch)
+    if batch.stage != Stage.PLANNED:
+        raise InvalidTransition(
+            f"batch {batch.name} is {batch.get_stage_display()}; only a planned batch may be deleted "
+            "(roll it back instead)",
+            details={"stage": batch.stage},
+        )
+    if batch.benchmark_runs.exists() or UpgradeWave.objects.filter(batch=batch).exists():
+        raise Conflict(f"batch {batch.name} has benchmark runs or an upgrade wave; remove them first")
+    change_record_create(
+        actor=actor, action="graybatch.delete", obj=batch, before=snapshot(batch, list(BATCH_FIELDS))
+    )
+    batch.delete()
+
+
+def _layer_check(batch: GrayBatch) -> None:
+    wave = UpgradeWave.objects.filter(batch=batch).select_related("plan").first()
+    if wave is None:
+        return
+    blockers = selectors.wave_blockers(wave)
+    if not blockers:
+        return
+    first = blockers[0]
+    raise Conflict(
+        f"cannot start the {Layer(wave.layer).label} wave of {wave.plan.name}: the "
+        f"{Layer(first.layer).label} wave (batch {first.batch.name}) has not passed, it is "
+        f"{first.batch.get_stage_display()}; upgrade collector / device plugin, then the scheduler, then "
+        "node drivers",
+        code="layer_order",
+        details={
+            "blocking_waves": [
+                {"wave": w.pk, "layer": w.layer, "batch": w.batch.name, "stage": w.batch.stage}
+                for w in blockers
+            ]
+        },
+    )
+
+
+@transaction.atomic
+def batch_soak_start(*, batch: GrayBatch, actor, now: datetime | None = None) -> GrayBatch:
+    """Put the batch's nodes in the gray pool (cards gray, node label and taint pushed)."""
+    now = now or timezone.now()
+    batch = _lock_batch(batch)
+    if batch.stage != Stage.PLANNED:
+        _move(batch, to=Stage.SOAKING, expected=(Stage.PLANNED,), reason="", actor=actor)
+    _layer_check(batch)
+    # Lock the nodes (in pk order) so two batches sharing a node cannot both start.
+    nodes = list(
+        Node.objects.select_for_update(of=("self",))
+        .filter(pk__in=batch.nodes.values("pk"))
+        .select_related("cluster")
+        .order_by("pk")
+    )
+    _check_nodes(nodes)
+    problems = {}
+    for node in nodes:
+        if node.status == Node.Status.QUARANTINED:
+            problems[node.name] = f"node {node.name} is quarantined"
+        busy = (
+            GrayBatch.objects.filter(nodes=node, stage__in=[Stage.SOAKING, Stage.PASSED])
+            .exclude(pk=batch.pk)
+            .values_list("name", flat=True)
+            .first()
+        )
+        if busy:
+            problems[node.name] = f"node {node.name} is already in gray batch {busy}"
+        quarantined = [str(d) for d in _in_service(node) if d.pool_status == Device.PoolStatus.QUARANTINE]
+        if quarantined:
+            problems[node.name] = f"cards in quarantine on {node.name}: {', '.join(quarantined)}"
+    if problems:
+        raise Conflict("cannot start the soak: " + "; ".join(problems.values()), details={"nodes": problems})
+    reason = f"gray batch {batch.name}: {batch.get_kind_display()} {batch.target_version}"
+    for node in nodes:
+        for device in _in_service(node):
+            device_pool_status_set(
+                device=device, pool_status=Device.PoolStatus.GRAY, reason=reason, actor=actor
+            )
+        node_gray_mark(node=node, batch=batch, actor=actor)
+    _move(
+        batch,
+        to=Stage.SOAKING,
+        expected=(Stage.PLANNED,),
+        reason=f"soak started on {len(nodes)} node(s)",
+        actor=actor,
+        soak_started_at=now,
+    )
+    return batch
+
+
+@transaction.atomic
+def batch_evaluate(*, batch: GrayBatch, actor, now: datetime | None = None) -> SoakResult:
+    """Compute the soak result now; a violated limit fails the batch, a complete soak passes it.
+
+    The latest *pending* result is updated in place (a soak is evaluated every few minutes); a
+    decisive result (pass / fail) is a row of its own.
+    """
+    now = now or timezone.now()
+    batch = _lock_batch(batch)
+    if batch.stage != Stage.SOAKING:
+        raise InvalidTransition(
+            f"batch {batch.name} is {batch.get_stage_display()}; only a soaking batch is evaluated",
+            details={"stage": batch.stage},
+        )
+    measure = selectors.soak_measure(batch=batch, now=now)
+    verdict, violations, missing = selectors.soak_judge(batch.criteria, measure)
+    values = {
+        "computed_at": now,
+        "verdict": verdict,
+        "window_start": measure.window_start,
+        "window_end": measure.window_end,
+        "soak_hours": measure.soak_hours,
+        "error_events": measure.error_events,
+        "lost_devices": measure.lost_devices,
+        "max_temperature_c": measure.max_temperature_c,
+        "telemetry_coverage_pct": measure.coverage_pct,
+        "throughput_baseline": measure.throughput_baseline,
+        "throughput_measured": measure.throughput_measured,
+        "throughput_drop_pct": measure.throughput_drop_pct,
+        "violations": violations,
+        "missing": missing,
+        "evidence": measure.evidence,
+    }
+    latest = batch.results.order_by("-computed_at", "-pk").first()
+    if latest is not None and latest.verdict == SoakResult.Verdict.PENDING:
+        for name, value in values.items():
+            setattr(latest, name, value)
+        latest.save()
+        result = latest
+    else:
+        result = SoakResult.objects.create(batch=batch, **values)
+    if verdict == SoakResult.Verdict.FAIL:
+        _fail(
+            batch, reason="soak failed: " + "; ".join(v["message"] for v in violations), actor=actor, now=now
+        )
+    elif verdict == SoakResult.Verdict.PASS:
+        _move(
+            batch,
+            to=Stage.PASSED,
+            expected=(Stage.SOAKING,),
+            reason=f"soak passed after {measure.soak_hours} h",
+            actor=actor,
+            soak_ended_at=now,
+        )
+    return result
+
+
+def _fail(batch: GrayBatch, *, reason: str, actor, now: datetime) -> None:
+    _move(
+        batch,
+        to=Stage.FAILED,
+        expected=(Stage.SOAKING, Stage.PASSED),
+        reason=reason,
+        actor=actor,
+        soak_ended_at=batch.soak_ended_at or now,
+    )
+    why = f"gray batch {batch.name} failed: {reason}"[:300]
+    for node in _nodes(batch):
+        for device in _in_service(node):
+            device_pool_status_set(
+                device=device, pool_status=Device.PoolStatus.QUARANTINE, reason=why, actor=actor
+            )
+        if node.status != Node.Status.RETIRED:
+            node_status_set(node=node, status=Node.Status.QUARANTINED, reason=why, actor=actor)
+        node_gray_clear(node=node, batch=batch, actor=actor)
+
+
+@transaction.atomic
+def batch_fail(*, batch: GrayBatch, actor, reason: str) -> GrayBatch:
+    """An operator fails a soaking or passed batch (e.g. a problem the criteria do not see)."""
+    reason = (reason or "").strip()
+    if not reason:
+        raise ValidationFailed("say why the batch fails", details={"reason": ["This field is required."]})
+    batch = _lock_batch(batch)
+    _fail(batch, reason=reason, actor=actor, now=timezone.now())
+    return batch
+
+
+@transaction.atomic
+def batch_admit(*, batch: GrayBatch, actor, reason: str = "") -> GrayBatch:
+    """Move a passed batch's cards to production and remove the gray label and taint."""
+    batch = _lock_batch(batch)
+    if batch.stage != Stage.PASSED:
+        latest = batch.results.order_by("-computed_at", "-pk").first()
+        why = f"batch {batch.name} is {batch.get_stage_display()}: its soak has not passed"
+        if latest is not None and latest.missing and batch.stage == Stage.SOAKING:
+            why += " (still missing: " + "; ".join(latest.missing) + ")"
+        raise InvalidTransition(why, code="soak_not_passed", details={"stage": batch.stage})
+    text = (reason or "").strip() or "soak passed"
+    for node in _nodes(batch):
+        for device in _in_service(node):
+            if device.pool_status == Device.PoolStatus.GRAY:
+                device_pool_status_set(
+                    device=device,
+                    pool_status=Device.PoolStatus.PRODUCTION,
+                    reason=f"gray batch {batch.name} admitted",
+                    actor=actor,
+                )
+        node_gray_clear(node=node, batch=batch, actor=actor)
+    _move(
+        batch,
+        to=Stage.ADMITTED,
+        expected=(Stage.PASSED,),
+        reason=text,
+        actor=actor,
+        decided_at=timezone.now(),
+    )
+    return batch
+
+
+@transaction.atomic
+def batch_rollback(*, batch: GrayBatch, actor, reason: str) -> GrayBatch:
+    """The change was reverted on the nodes: gray cards return to production, label and taint go.
+    Nodes a failure quarantined stay quarantined until an operator releases them (with a reason)."""
+    reason = (reason or "").strip()
+    if not reason:
+        raise ValidationFailed(
+            "say why the batch is rolled back", details={"reason": ["This field is required."]}
+        )
+    batch = _lock_batch(batch)
+    expected = (Stage.SOAKING, Stage.PASSED, Stage.FAILED)
+    if batch.stage not in expected:
+        _move(batch, to=Stage.ROLLED_BACK, expected=expected, reason=reason, actor=actor)
+    for node in _nodes(batch):
+        for device in _in_service(node):
+            if device.pool_status == Device.PoolStatus.GRAY:
+                device_pool_status_set(
+                    device=device,
+                    pool_status=Device.PoolStatus.PRODUCTION,
+                    reason=f"gray batch {batch.name} rolled back: {reason}"[:300],
+                    actor=actor,
+                )
+        node_gray_clear(node=node, batch=batch, actor=actor)
+    _move(
+        batch,
+        to=Stage.ROLLED_BACK,
+        expected=expected,
+        reason=reason,
+        actor=actor,
+        soak_ended_at=batch.soak_ended_at or timezone.now(),
+        decided_at=timezone.now(),
+    )
+    return batch
+
+
+def batches_evaluate(*, actor="worker", now: datetime | None = None) -> dict[str, int]:
+    """Evaluate every soaking batch (beat). One batch's error does not stop the others."""
+    counts = {"evaluated": 0, "passed": 0, "failed": 0, "errors": 0}
+    for pk in GrayBatch.objects.filter(stage=Stage.SOAKING).order_by("pk").values_list("pk", flat=True):
+        try:
+            result = batch_evaluate(batch=GrayBatch(pk=pk), actor=actor, now=now)
+        except ApplicationError:
+            counts["errors"] += 1
+            continue
+        counts["evaluated"] += 1
+        if result.verdict == SoakResult.Verdict.PASS:
+            counts["passed"] += 1
+        elif result.verdict == SoakResult.Verdict.FAIL:
+            counts["failed"] += 1
+    return counts
+
+
+# --------------------------------------------------------------------------------------------------
+# benchmark runs
+
+RUN_FIELDS = ("name", "node", "batch", "job", "throughput", "unit", "measured_at", "source")
+
+
+@transaction.atomic
+def benchmark_run_record(*, actor, **fields: Any) -> BenchmarkRun:
+    """Record a measured benchmark run (posted by the benchmark harness)."""
+    run = BenchmarkRun()
+    _set_fields(run, fields, RUN_FIELDS)
+    if run.measured_at is None:
+        run.measured_at = timezone.now()
+    if run.measured_at and run.measured_at > timezone.now() + timedelta(minutes=5):
+        raise ValidationFailed(
+            "a benchmark run cannot be measured in the future", details={"measured_at": ["future"]}
+        )
+    _full_clean(run, what="benchmark run")
+    if run.batch_id and not run.batch.nodes.filter(pk=run.node_id).exists():
+        raise ValidationFailed(
+            f"node {run.node.name} is not in batch {run.batch.name}", details={"node": [run.node.name]}
+        )
+    run.save()
+    change_record_create(
+        actor=actor, action="benchmarkrun.record", obj=run, after=snapshot(run, list(RUN_FIELDS))
+    )
+    return run
+
+
+# --------------------------------------------------------------------------------------------------
+# upgrade plans and waves
+
+
+@transaction.atomic
+def upgrade_plan_create(*, actor, name: str, description: str = "") -> UpgradePlan:
+    plan = UpgradePlan(name=name, description=description)
+    _full_clean(plan, what="upgrade plan")
+    plan.save()
+    change_record_create(actor=actor, action="upgradeplan.create", obj=plan, after={"name": name})
+    return plan
+
+
+@transaction.atomic
+def upgrade_wave_create(*, actor, plan: UpgradePlan, batch: GrayBatch) -> UpgradeWave:
+    """Add a batch to a plan as the wave of its layer (derived from the batch's kind)."""
+    layer = LAYER_OF_KIND.get(batch.kind)
+    if layer is None:
+        raise ValidationFailed(
+            f"a {batch.get_kind_display()} batch is not an upgrade layer (collector, device plugin, "
+            "scheduler, driver or firmware)",
+            details={"batch": [batch.kind]},
+        )
+    if UpgradeWave.objects.filter(batch=batch).exists():
+        raise Conflict(f"batch {batch.name} already is a wave", details={"batch": [batch.name]})
+    wave = UpgradeWave(plan=plan, batch=batch, layer=layer)
+    _full_clean(wave, what="upgrade wave")
+    wave.save()
+    change_record_create(
+        actor=actor,
+        action="upgradewave.create",
+        obj=wave,
+        after={"plan": plan.pk, "batch": batch.pk, "layer": layer},
+    )
+    return wave
+
+
+def upgrade_wave_start(*, wave: UpgradeWave, actor, now: datetime | None = None) -> UpgradeWave:
+    """Start the wave's soak; refused (409, with the blocking waves) before earlier layers passed."""
+    batch_soak_start(batch=wave.batch, actor=actor, now=now)
+    return UpgradeWave.objects.select_related("plan", "batch").get(pk=wave.pk)
+
+
+# --------------------------------------------------------------------------------------------------
+# autoscaling
+
+POLICY_FIELDS = (
+    "job",
+    "enabled",
+    "up_threshold_pct",
+    "up_window_s",
+    "down_threshold_pct",
+    "down_window_s",
+    "cooldown_s",
+    "buffer_pct",
+    "min_replicas",
+    "max_replicas",
+    "step",
+)
+
+
+@transaction.atomic
+def autoscale_policy_create(*, actor, **fields: Any) -> AutoscalePolicy:
+    policy = AutoscalePolicy()
+    _set_fields(policy, fields, POLICY_FIELDS)
+    if policy.job_id and AutoscalePolicy.objects.filter(job_id=policy.job_id).exists():
+        raise Conflict(f"job {policy.job} already has an autoscaling policy; change that one")
+    _full_clean(policy, what="autoscaling policy")
+    policy.save()
+    change_record_create(
+        actor=actor, action="autoscalepolicy.create", obj=policy, after=snapshot(policy, list(POLICY_FIELDS))
+    )
+    return policy
+
+
+@transaction.atomic
+def autoscale_policy_update(*, policy: AutoscalePolicy, actor, **changes: Any) -> AutoscalePolicy:
+    policy = AutoscalePolicy.objects.select_for_update().select_related("job").get(pk=policy.pk)
+    if "job" in changes and changes["job"].pk != policy.job_id:
+        raise ValidationFailed(
+            "a policy stays with its service", details={"job": ["This field cannot be changed."]}
+        )
+    changes.pop("job", None)
+    before = snapshot(policy, list(POLICY_FIELDS))
+    _set_fields(policy, changes, POLICY_FIELDS)
+    _full_clean(policy, what="autoscaling policy")
+    policy.save()
+    change_record_create(
+        actor=actor,
+        action="autoscalepolicy.update",
+        obj=policy,
+        before=before,
+        after=snapshot(policy, list(POLICY_FIELDS)),
+    )
+    return policy
+
+
+@transaction.atomic
+def autoscale_policy_delete(*, policy: AutoscalePolicy, actor) -> None:
+    change_record_create(
+        actor=actor, action="autoscalepolicy.delete", obj=policy, before=snapshot(policy, list(POLICY_FIELDS))
+    )
+    policy.delete()
+
+
+def autoscale_evaluate(
+    *, policy: AutoscalePolicy, actor="autoscaler", now: datetime | None = None
+) -> ScaleDecision | None:
+    """Decide for one service from its measured utilization; a change scales it through
+    ``inference_scale`` (cards allocated or released, Deployment pushed) and is recorded as a
+    ``ScaleDecision``. Returns None when it holds (the reason is kept on the policy)."""
+    from apps.scheduling.scaling import inference_scale
+
+    now = now or timezone.now()
+    with transaction.atomic():
+        locked = (
+            AutoscalePolicy.objects.select_for_update(skip_locked=True, of=("self",))
+            .select_related("job")
+            .filter(pk=policy.pk)
+            .first()
+        )
+        if locked is None:  # another evaluation holds it
+            return None
+        job = locked.job
+
+        def hold(reason: str) -> None:
+            AutoscalePolicy.objects.filter(pk=locked.pk).update(
+                last_evaluated_at=now, last_reason=reason[:300]
+            )
+
+        if not locked.enabled:
+            hold("disabled")
+            return None
+        if job.state not in (JobState.SCHEDULED, JobState.RUNNING):
+            hold(f"the service is {job.get_state_display()}")
+            return None
+        rules = locked.as_policy()
+        horizon = max(rules.up_window_s, rules.down_window_s) + rules.max_staleness_s
+        samples = selectors.job_utilization_samples(
+            job=job, since=now - timedelta(seconds=horizon), until=now
+        )
+        last = locked.last_scaled_at.timestamp() if locked.last_scaled_at else None
+        decision = autoscale.evaluate(
+            rules, samples, now=now.timestamp(), current=job.replicas, last_scaled_at=last
+        )
+        if not decision.changes:
+            hold(decision.reason)
+            return None
+        error = ""
+        try:
+            reached = inference_scale(
+                job=job, replicas=decision.target, actor=actor, reason=f"autoscale: {decision.reason}"
+            )
+        except ApplicationError as exc:
+            reached, error = decision.current, exc.message
+        if reached == decision.current and not error:
+            error = f"no room for another replica (asked {decision.target})"
+        row = ScaleDecision.objects.create(
+            policy=locked,
+            job=job,
+            created_at=now,
+            action=ScaleDecision.Action.UP if decision.action == autoscale.UP else ScaleDecision.Action.DOWN,
+            from_replicas=decision.current,
+            to_replicas=decision.target,
+            reached_replicas=reached,
+            reason=decision.reason[:500],
+            up_window_pct=decision.up_window_pct,
+            down_window_pct=decision.down_window_pct,
+            projected_pct=decision.projected_pct,
+            error=error[:500],
+            actor_label=actor_fields(actor)["actor_label"][:150],
+        )
+        fields: dict[str, Any] = {"last_evaluated_at": now, "last_reason": (error or decision.reason)[:300]}
+        if reached != decision.current:
+            fields["last_scaled_at"] = now
+        AutoscalePolicy.objects.filter(pk=locked.pk).update(**fields)
+        change_record_create(
+            actor=actor,
+            action="autoscale.decision",
+            obj=job,
+            before={"replicas": decision.current},
+            after={"replicas": reached, "asked": decision.target},
+            message=decision.reason + (f" ({error})" if error else ""),
+        )
+        return row
+
+
+def autoscale_run(*, actor="autoscaler", now: datetime | None = None) -> dict[str, int]:
+    """Evaluate every enabled policy (beat). One service's error does not stop the others."""
+    counts = {"evaluated": 0, "scaled": 0, "errors": 0}
+    for pk in (
+        AutoscalePolicy.objects.filter(enabled=True, job__kind=Job.Kind.INFERENCE)
+        .order_by("pk")
+        .values_list("pk", flat=True)
+    ):
+        try:
+            row = autoscale_evaluate(policy=AutoscalePolicy(pk=pk), actor=actor, now=now)
+        except ApplicationError:
+            counts["errors"] += 1
+            continue
+        counts["evaluated"] += 1
+        if row is not None and row.reached_replicas != row.from_replicas:
+            counts["scaled"] += 1
+    return counts
