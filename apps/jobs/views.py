@@ -302,6 +302,8 @@ def job_submit_preview(request: HttpRequest) -> JsonResponse:
         alternatives = job_requests(job)
         cu = alternatives[0][1] if alternatives else None
     body["compute_units_per_hour"] = _decimal(cu)
+    body["cost_per_hour"] = _cost_per_hour(job, cu)
+    body["quota_left"] = _quota_left(job, user)
     if not feasibility.ok:
         body["valid"] = False
         body["errors"].setdefault("__all__", []).append(
@@ -454,6 +456,7 @@ def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "can_copy": can_act,
         "is_active": job.state in ACTIVE_STATES,
         "runbook": _runbook_card(job.failure_class, request),
+        "utilization_chart": _utilization_chart(job, user),
     }
     return render(request, "jobs/job_detail.html", context)
 
@@ -501,3 +504,58 @@ def runbook(request: HttpRequest) -> HttpResponse:
         for e in entries()
     ]
     return render(request, "jobs/runbook.html", {"entries": rows})
+
+
+def _cost_per_hour(job: Job, cu) -> str | None:
+    """What an hour of this request costs at the rate card in force today (after the project's
+    discount), e.g. "12.50 CNY"; None when the compute units or the price are unknown."""
+    from django.conf import settings
+    from django.utils import timezone
+
+    from apps.billing.services import RateBook
+
+    if cu is None:
+        return None
+    model_id = job.device_model_id or (job.template.device_model_id if job.template_id else None)
+    card, price, discount = RateBook().price(
+        day=timezone.localdate(),
+        template_id=job.template_id,
+        device_model_id=model_id,
+        pool_id=None,
+        project_id=job.project_id,
+    )
+    if card is None:
+        return None
+    amount = (Decimal(cu) * price * (100 - discount) / 100).quantize(Decimal("0.01"))
+    return f"{amount} {card.currency or settings.SUANCHI.get('BILLING_CURRENCY', 'CNY')}"
+
+
+def _quota_left(job: Job, user) -> str | None:
+    """The project's guarantee still free now (and how far it may borrow), in compute units."""
+    from apps.quotas.selectors import quota_usage
+
+    rows = [u for u in quota_usage(user=user)[0] if u.quota.project_id == job.project_id]
+    if not rows:
+        return None
+    left = sum((max(Decimal(0), u.quota.guaranteed_cu - u.guaranteed_used) for u in rows), Decimal(0))
+    limits = [u.quota.borrowing_limit_cu for u in rows]
+    if any(limit is None for limit in limits):
+        borrow = _("may borrow idle capacity without limit")
+    else:
+        borrow = _("may borrow up to %(cu)s CU") % {"cu": sum(limits, Decimal(0)).normalize()}
+    return _("%(left)s CU of the guarantee free; %(borrow)s") % {"left": left.normalize(), "borrow": borrow}
+
+
+def _utilization_chart(job: Job, user) -> str:
+    """The job's utilization curve (busy ÷ allocated per 5-minute window) from telemetry, or ""."""
+    from django.utils.safestring import mark_safe
+
+    from apps.inventory.charts import figure_html
+    from apps.telemetry import charts, selectors
+
+    report = selectors.job_utilization(user=user, pk=job.pk)
+    if not report["points"]:
+        return ""
+    fig = charts.curve_figure(report["points"], name=report["name"])
+    # Plotly escapes the data it embeds; the name is stripped of markup (charts._plain).
+    return mark_safe(figure_html(fig, div_id="job-utilization-chart"))  # noqa: S308

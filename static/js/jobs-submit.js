@@ -16,6 +16,8 @@
   var summary = document.getElementById("preview-summary");
   var requestBox = document.getElementById("preview-request");
   var cuBox = document.getElementById("preview-cu");
+  var costBox = document.getElementById("preview-cost");
+  var quotaBox = document.getElementById("preview-quota");
   var feasibleBox = document.getElementById("preview-feasible");
   var nowBox = document.getElementById("preview-now");
   var alternativesBox = document.getElementById("preview-alternatives");
@@ -177,6 +179,12 @@
     summary.hidden = false;
     requestBox.textContent = data.request;
     cuBox.textContent = data.compute_units_per_hour ? data.compute_units_per_hour + " CU" : "—";
+    if (costBox) {
+      costBox.textContent = data.cost_per_hour || "—";
+    }
+    if (quotaBox) {
+      quotaBox.textContent = data.quota_left || "—";
+    }
     if (data.feasible) {
       feasibleBox.textContent = data.feasible.ok ? text.yes : text.no + " — " + data.feasible.reason;
       feasibleBox.className = data.feasible.ok ? "text-ok" : "text-bad";

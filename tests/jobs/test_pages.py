@@ -463,3 +463,33 @@ def test_the_job_list_renders_in_chinese(client, fleet, member, a100):
     assert "作业" in body  # "Jobs"
     assert "排队位置" in body  # "Queue position"
     assert "等待中" in body  # the pending state
+
+
+def test_preview_prices_the_request_and_shows_the_quota_left(client, fleet, member, a100, staff_user):
+    from datetime import date
+    from decimal import Decimal
+
+    from apps.billing.services import rate_card_create
+    from apps.quotas.services import quota_create
+
+    user, project = member
+    data = client.post("/jobs/submit/preview/", form_data(project, device_model=a100.pk, count=2)).json()
+    assert data["cost_per_hour"] is None and data["quota_left"] is None  # no price, no quota yet
+    rate_card_create(
+        actor=staff_user,
+        name="A100",
+        scope="device_model",
+        device_model=a100,
+        price_per_cu_hour=Decimal("12.50"),
+        effective_from=date(2024, 1, 1),
+    )
+    quota_create(
+        actor=staff_user,
+        project=project,
+        resource_class="any",
+        guaranteed_cu=Decimal("3"),
+        borrowing_limit_cu=Decimal("1"),
+    )
+    data = client.post("/jobs/submit/preview/", form_data(project, device_model=a100.pk, count=2)).json()
+    assert data["cost_per_hour"] == "25.00 CNY"  # 2 CU × 12.50
+    assert data["quota_left"] == "3 CU of the guarantee free; may borrow up to 1 CU"

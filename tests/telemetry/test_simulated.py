@@ -51,3 +51,23 @@ def test_running_jobs_make_their_cards_busy_and_the_rest_idle(fleet, member_proj
     before = sorted(rows.values_list("device_id", "util_n", "util_sum"))
     simulated_telemetry_emit(now=now + dt.timedelta(seconds=5))
     assert sorted(rows.values_list("device_id", "util_n", "util_sum")) == before
+
+
+def test_the_job_page_shows_the_utilization_curve(client, fleet, member_project, a100):  # noqa: F811
+    user, project = member_project
+    job = job_submit(
+        project=project,
+        actor=user,
+        name="t",
+        image="x",
+        request_kind="whole_cards",
+        device_model=a100,
+        count=1,
+    )
+    client.force_login(user)
+    assert "job-utilization-chart" not in client.get(f"/jobs/{job.pk}/").content.decode()
+    scheduling_cycle_run()
+    Job.objects.filter(pk=job.pk).update(state=JobState.RUNNING)
+    simulated_telemetry_emit()
+    page = client.get(f"/jobs/{job.pk}/").content.decode()
+    assert "job-utilization-chart" in page and f"/telemetry/jobs/{job.pk}/" in page
