@@ -1,11 +1,42 @@
-from django.contrib import admin
+from django.contrib import admin, messages
+from django.utils.translation import gettext_lazy as _
 
-from apps.telemetry.models import DeviceRollup, JobUtilization, MetricSource
+from apps.telemetry.models import BackfillRun, DeviceRollup, JobUtilization, MetricSource
 
 
 @admin.register(MetricSource)
 class MetricSourceAdmin(admin.ModelAdmin):
     list_display = ["name", "cluster", "kind", "url", "enabled", "ingested_until", "last_run_at"]
+    actions = ["backfill_last_day"]
+
+    @admin.action(description=_("Backfill the last 24 hours (with progress)"))
+    def backfill_last_day(self, request, queryset):
+        from datetime import timedelta
+
+        from django.http import HttpResponseRedirect
+        from django.urls import reverse
+        from django.utils import timezone
+
+        from apps.core.errors import ApplicationError
+        from apps.telemetry import services
+
+        end = timezone.now()
+        runs = []
+        for source in queryset:
+            try:
+                runs.append(
+                    services.backfill_request(
+                        source=source, start=end - timedelta(hours=24), end=end, actor=request.user
+                    )
+                )
+            except ApplicationError as exc:
+                self.message_user(request, exc.message, messages.ERROR)
+        if len(runs) == 1:
+            return HttpResponseRedirect(reverse("telemetry:backfill", args=[runs[0].pk]))
+        if runs:
+            self.message_user(request, _("%(n)d backfills queued.") % {"n": len(runs)}, messages.SUCCESS)
+        return None
+
     list_filter = ["kind", "enabled", "cluster"]
     readonly_fields = ["ingested_until", "last_run_at", "last_error", "last_report"]
     search_fields = ["name", "url"]
@@ -19,6 +50,28 @@ class MetricSourceAdmin(admin.ModelAdmin):
         else:
             created = services.metric_source_create(actor=request.user, **fields)
             obj.pk = created.pk
+
+
+@admin.register(BackfillRun)
+class BackfillRunAdmin(admin.ModelAdmin):
+    list_display = [
+        "source",
+        "start",
+        "end",
+        "state",
+        "done_chunks",
+        "total_chunks",
+        "requested_by",
+        "created_at",
+    ]
+    list_filter = ["state"]
+    readonly_fields = [f.name for f in BackfillRun._meta.fields]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
 
 
 @admin.register(DeviceRollup)

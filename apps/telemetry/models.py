@@ -199,3 +199,47 @@ class JobUtilization(models.Model):
 
     def __str__(self) -> str:
         return f"job {self.job_id} on device {self.device_id} @ {self.window_start:%Y-%m-%d %H:%M}"
+
+
+class BackfillRun(models.Model):
+    """A metric backfill from a Prometheus source, run by a worker, with its progress (hour chunks)."""
+
+    class State(models.TextChoices):
+        QUEUED = "queued", _("queued")
+        RUNNING = "running", _("running")
+        DONE = "done", _("done")
+        FAILED = "failed", _("failed")
+
+    source = models.ForeignKey(MetricSource, on_delete=models.CASCADE, related_name="backfills")
+    start = models.DateTimeField()
+    end = models.DateTimeField()
+    state = models.CharField(max_length=8, choices=State.choices, default=State.QUEUED)
+    done_chunks = models.PositiveIntegerField(default=0)
+    total_chunks = models.PositiveIntegerField(default=0)
+    report = models.JSONField(default=dict, blank=True)
+    error = models.TextField(blank=True)
+    requested_by = models.CharField(max_length=150, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(end__gt=F("start")), name="telemetry_backfillrun_end_after_start"
+            ),
+            models.CheckConstraint(
+                condition=Q(state__in=["queued", "running", "done", "failed"]),
+                name="telemetry_backfillrun_state_valid",
+            ),
+        ]
+        verbose_name = _("metric backfill")
+
+    def __str__(self) -> str:
+        return f"backfill {self.source} {self.start:%Y-%m-%d %H:%M} → {self.end:%Y-%m-%d %H:%M}"
+
+    @property
+    def percent(self) -> int:
+        if self.state == self.State.DONE:
+            return 100
+        return int(100 * self.done_chunks / self.total_chunks) if self.total_chunks else 0

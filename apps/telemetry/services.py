@@ -25,11 +25,11 @@ from django.db.models import Q
 from django.utils import timezone
 
 from apps.core.audit import actor_fields, change_record_create, snapshot
-from apps.core.errors import ParseFailed, ValidationFailed
+from apps.core.errors import ApplicationError, ParseFailed, ValidationFailed
 from apps.inventory.models import Cluster, Device, DeviceEvent
 from apps.scheduling.models import Allocation
 from apps.telemetry import exposition
-from apps.telemetry.models import DeviceRollup, JobUtilization, MetricSource, Quality
+from apps.telemetry.models import BackfillRun, DeviceRollup, JobUtilization, MetricSource, Quality
 from apps.telemetry.samples import Conversion, Sample, series_to_samples
 
 WINDOW_S = 300
@@ -1118,3 +1118,87 @@ def metric_source_delete(*, actor: Any, source: MetricSource) -> None:
             actor=actor, action="telemetry.source.delete", obj=source, before=snapshot(source, _SOURCE_FIELDS)
         )
         source.delete()
+
+
+# ------------------------------------------------------------------ backfill with progress
+
+
+def backfill_request(*, source: MetricSource, start: datetime, end: datetime, actor: Any) -> BackfillRun:
+    """Queue a backfill of ``[start, end)`` from a Prometheus source; a worker runs it after commit and
+    records its progress (one hour chunk at a time) on the run."""
+    from django.db import transaction
+
+    from apps.core.audit import actor_fields, change_record_create
+
+    if source.kind != MetricSource.Kind.PROMETHEUS or not source.url:
+        raise ValidationFailed(
+            f"Source {source} is not a Prometheus HTTP API; only those can be backfilled.",
+            details={"source": ["needs kind prometheus and a URL"]},
+        )
+    if end <= start:
+        raise ValidationFailed("The end must be after the start.", details={"end": ["must be after start"]})
+    if end - start > timedelta(days=31):
+        raise ValidationFailed(
+            "Backfill at most 31 days at a time.", details={"end": ["≤ 31 days after start"]}
+        )
+    with transaction.atomic():
+        run = BackfillRun.objects.create(
+            source=source, start=start, end=end, requested_by=actor_fields(actor)["actor_label"]
+        )
+        change_record_create(
+            actor=actor,
+            action="telemetry.backfill_request",
+            obj=run,
+            after={"source": source.pk, "start": start.isoformat(), "end": end.isoformat()},
+        )
+        transaction.on_commit(lambda: _enqueue_backfill(run.pk))
+    return run
+
+
+def _enqueue_backfill(run_id: int) -> None:
+    try:
+        from worker.tasks.telemetry import backfill_task
+
+        backfill_task.apply_async(args=[run_id])
+    except Exception:  # noqa: BLE001 - the broker may be down: the run stays queued and says so
+        BackfillRun.objects.filter(pk=run_id, state=BackfillRun.State.QUEUED).update(
+            error="could not reach the task broker; the run is still queued"
+        )
+
+
+def backfill_run(*, run_id: int, actor: Any = "worker") -> BackfillRun | None:
+    """Run a queued backfill (at most once: the queued → running move is a conditional update)."""
+    from worker.prometheus.client import PrometheusError
+
+    if not BackfillRun.objects.filter(pk=run_id, state=BackfillRun.State.QUEUED).update(
+        state=BackfillRun.State.RUNNING, error=""
+    ):
+        return None
+    run = BackfillRun.objects.select_related("source__cluster").get(pk=run_id)
+
+    def progress(done: int, total: int) -> None:
+        BackfillRun.objects.filter(pk=run_id).update(done_chunks=done, total_chunks=total)
+
+    try:
+        report = prometheus_ingest(
+            url=run.source.url,
+            start=run.start,
+            end=run.end,
+            step_s=run.source.step_seconds,
+            source=run.source.label,
+            cluster=run.source.cluster,
+            actor=actor,
+            progress=progress,
+        )
+    except (ApplicationError, PrometheusError) as exc:
+        BackfillRun.objects.filter(pk=run_id).update(
+            state=BackfillRun.State.FAILED,
+            error=str(getattr(exc, "message", exc))[:2000],
+            finished_at=timezone.now(),
+        )
+    else:
+        BackfillRun.objects.filter(pk=run_id).update(
+            state=BackfillRun.State.DONE, report=report.as_dict(), finished_at=timezone.now()
+        )
+    run.refresh_from_db()
+    return run

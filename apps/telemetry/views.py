@@ -6,9 +6,10 @@ or job the user cannot see is a 404, never a 403.
 
 from __future__ import annotations
 
+from django.contrib.admin.views.decorators import staff_member_required
 from django.contrib.auth.decorators import login_required
-from django.http import Http404, HttpRequest, HttpResponse, QueryDict
-from django.shortcuts import render
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, QueryDict
+from django.shortcuts import get_object_or_404, render
 from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_safe
 
@@ -16,6 +17,7 @@ from apps.accounts.selectors import is_platform_staff
 from apps.core.errors import NotFound, ValidationFailed
 from apps.telemetry import charts, selectors
 from apps.telemetry.forms import ComparisonForm, FleetReportForm, PeriodForm
+from apps.telemetry.models import BackfillRun
 
 API = "/api/telemetry/"
 
@@ -133,3 +135,25 @@ def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "export_csv_url": f"{API}jobs/{pk}/?format=csv",
     }
     return render(request, "telemetry/job.html", context)
+
+
+@staff_member_required
+def backfill_progress(request: HttpRequest, pk: int) -> HttpResponse:
+    run = get_object_or_404(BackfillRun.objects.select_related("source__cluster"), pk=pk)
+    return render(request, "telemetry/backfill.html", {"run": run})
+
+
+@staff_member_required
+def backfill_progress_json(request: HttpRequest, pk: int) -> JsonResponse:
+    run = get_object_or_404(BackfillRun, pk=pk)
+    return JsonResponse(
+        {
+            "state": run.state,
+            "state_label": str(run.get_state_display()),
+            "done": run.done_chunks,
+            "total": run.total_chunks,
+            "percent": run.percent,
+            "error": run.error,
+            "report": run.report,
+        }
+    )

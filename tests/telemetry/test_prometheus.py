@@ -315,3 +315,58 @@ def test_platform_configs_load_in_promtool_and_the_rule_unit_tests_pass(tmp_path
         timeout=60,
     )
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_backfill_from_the_admin_runs_on_a_worker_with_progress(
+    stack, ledger, client, staff_user, make_user, django_capture_on_commit_callbacks
+):
+    from unittest import mock
+
+    from apps.telemetry.models import BackfillRun
+    from worker.tasks.telemetry import backfill_task
+
+    source = services.metric_source_create(
+        actor="test", cluster=ledger["cluster"], name="prom-bf", url=stack["url"], step_seconds=2
+    )
+    client.force_login(staff_user)
+    with (
+        mock.patch.object(backfill_task, "apply_async") as send,
+        django_capture_on_commit_callbacks(execute=True),
+    ):
+        answer = client.post(
+            "/admin/telemetry/metricsource/",
+            {"action": "backfill_last_day", "_selected_action": [source.pk]},
+        )
+    run = BackfillRun.objects.get(source=source)
+    assert answer.status_code == 302 and answer["Location"] == f"/telemetry/backfills/{run.pk}/"
+    send.assert_called_once_with(args=[run.pk])
+    assert run.state == BackfillRun.State.QUEUED and run.percent == 0
+
+    backfill_task.apply(args=[run.pk]).get()  # what the worker does with the message
+    run.refresh_from_db()
+    # 24 hour chunks, 25 when the start is not on a 5-minute boundary.
+    assert run.state == BackfillRun.State.DONE and run.done_chunks == run.total_chunks in (24, 25)
+    assert run.report["used"] > 0
+    assert backfill_task.apply(args=[run.pk]).get() is None  # a redelivered message does nothing
+    progress = client.get(f"/telemetry/backfills/{run.pk}/progress.json").json()
+    assert progress["percent"] == 100 and progress["state"] == "done"
+    assert "prom-bf" in client.get(f"/telemetry/backfills/{run.pk}/").content.decode()
+
+    client.force_login(make_user("nobody"))
+    assert client.get(f"/telemetry/backfills/{run.pk}/").status_code == 302  # staff only
+
+
+def test_a_backfill_of_an_exporter_source_is_refused(ledger):
+    from apps.core.errors import ValidationFailed
+
+    source = services.metric_source_create(
+        actor="test",
+        cluster=ledger["cluster"],
+        name="direct",
+        kind="exporter",
+        targets=["http://127.0.0.1:1/metrics"],
+    )
+    end = timezone.now()
+    with pytest.raises(ValidationFailed, match="only those can be backfilled"):
+        services.backfill_request(source=source, start=end - timedelta(hours=1), end=end, actor="test")
+    assert not source.backfills.exists()

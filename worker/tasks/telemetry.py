@@ -14,3 +14,9 @@ def telemetry_ingest_task() -> dict:
     result["simulated"] = simulated_telemetry_emit()  # simulated clusters emit their own
     result["purged"] = services.rollups_purge()
     return result
+
+
+@shared_task(name="worker.tasks.telemetry.backfill_task", acks_late=True, ignore_result=True)
+def backfill_task(run_id: int) -> None:
+    """Run one queued metric backfill (a redelivered message finds it no longer queued)."""
+    services.backfill_run(run_id=run_id, actor="worker")
