@@ -15,10 +15,12 @@ from typing import Any
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
+from django.core.cache import cache
 from django.core.exceptions import PermissionDenied
 from django.db.models import Count, Q, QuerySet
 from django.forms.models import BaseInlineFormSet
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
+from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html
@@ -28,9 +30,19 @@ from django.utils.translation import ngettext
 from apps.catalog.models import DeviceModel
 from apps.core.audit import change_record_create, snapshot
 from apps.core.errors import ApplicationError, ValidationFailed
-from apps.inventory.models import AgentToken, Cluster, Device, DeviceEvent, Node, NodeReport, Pool
+from apps.inventory.models import (
+    AgentToken,
+    Cluster,
+    Device,
+    DeviceEvent,
+    LedgerImportRun,
+    Node,
+    NodeReport,
+    Pool,
+)
 from apps.inventory.services import tokens
 from apps.inventory.services.ledger import (
+    BACKGROUND_IMPORT_ROWS,
     DEVICE_EDITABLE_FIELDS,
     IMPORT_COLUMNS,
     READ_ONLY_COLUMNS,
@@ -38,8 +50,10 @@ from apps.inventory.services.ledger import (
     device_pool_status_set,
     device_retire,
     device_update,
+    import_progress_key,
     ledger_export,
     ledger_import_csv,
+    ledger_import_request,
     node_status_set,
 )
 
@@ -584,8 +598,55 @@ class DeviceAdmin(LedgerRowAdmin):
         info = self.opts.app_label, self.opts.model_name
         return [
             path("import/", self.admin_site.admin_view(self.import_view), name="{}_{}_import".format(*info)),
+            path(
+                "import/<int:run_id>/",
+                self.admin_site.admin_view(self.import_progress_view),
+                name="{}_{}_import_progress".format(*info),
+            ),
+            path(
+                "import/<int:run_id>/progress.json",
+                self.admin_site.admin_view(self.import_progress_json),
+                name="{}_{}_import_progress_json".format(*info),
+            ),
             *super().get_urls(),
         ]
+
+    def _import_progress(self, run: LedgerImportRun) -> dict:
+        live = cache.get(import_progress_key(run.pk)) or {}
+        done, total = live.get("done", 0), live.get("total", 0)
+        percent = 100 if run.state == run.State.DONE else (int(100 * done / total) if total else 0)
+        return {
+            "state": run.state,
+            "state_label": str(run.get_state_display()),
+            "phase": live.get("phase", ""),
+            "done": done,
+            "total": total,
+            "percent": percent,
+            "message": run.error_message,
+        }
+
+    def import_progress_view(self, request: HttpRequest, run_id: int) -> HttpResponse:
+        if not self.has_change_permission(request):
+            raise PermissionDenied
+        run = get_object_or_404(LedgerImportRun, pk=run_id)
+        report = run.report or None
+        context = _page_context(
+            self,
+            request,
+            _("Ledger import #%(n)d") % {"n": run.pk},
+            run=run,
+            progress=self._import_progress(run),
+            report=report,
+            errors=run.errors,
+            error_message=run.error_message if run.state == run.State.FAILED else "",
+            changelist_url=reverse("admin:inventory_device_changelist"),
+        )
+        return TemplateResponse(request, "admin/inventory/ledger_import_progress.html", context)
+
+    def import_progress_json(self, request: HttpRequest, run_id: int) -> JsonResponse:
+        if not self.has_change_permission(request):
+            raise PermissionDenied
+        return JsonResponse(self._import_progress(get_object_or_404(LedgerImportRun, pk=run_id)))
 
     def import_view(self, request: HttpRequest) -> HttpResponse:
         if not self.has_change_permission(request):
@@ -596,9 +657,18 @@ class DeviceAdmin(LedgerRowAdmin):
         if request.method == "POST":
             form = LedgerImportForm(request.POST, request.FILES)
             if form.is_valid():
+                data = form.cleaned_data["file"].read()
+                if data.count(b"\n") > BACKGROUND_IMPORT_ROWS:
+                    # A large file: a worker imports it; the progress page follows it.
+                    run = ledger_import_request(
+                        data=data, actor=request.user, dry_run=form.cleaned_data["dry_run"]
+                    )
+                    return HttpResponseRedirect(
+                        reverse("admin:inventory_device_import_progress", args=[run.pk])
+                    )
                 try:
                     report = ledger_import_csv(
-                        data=form.cleaned_data["file"].read(),
+                        data=data,
                         actor=request.user,
                         dry_run=form.cleaned_data["dry_run"],
                     )

@@ -389,3 +389,40 @@ class AgentToken(BaseModel):
         return f"{self.cluster.slug}: {self.name}"
 
     hash_key = staticmethod(ApiToken.hash_key)
+
+
+class LedgerImportRun(models.Model):
+    """A ledger CSV import run by a worker (large files), with its progress and outcome.
+
+    The import itself stays all-or-nothing in one transaction; progress is published through the
+    cache while it runs (a transaction's own writes are invisible to the page polling it)."""
+
+    class State(models.TextChoices):
+        QUEUED = "queued", _("queued")
+        RUNNING = "running", _("running")
+        DONE = "done", _("done")
+        FAILED = "failed", _("failed")
+
+    text = models.TextField()
+    dry_run = models.BooleanField(default=False)
+    state = models.CharField(max_length=8, choices=State.choices, default=State.QUEUED)
+    rows = models.PositiveIntegerField(default=0)
+    report = models.JSONField(default=dict, blank=True)
+    errors = models.JSONField(default=list, blank=True)
+    error_message = models.TextField(blank=True)
+    requested_by = models.CharField(max_length=150, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(state__in=["queued", "running", "done", "failed"]),
+                name="inventory_ledgerimportrun_state_valid",
+            ),
+        ]
+        verbose_name = _("ledger import")
+
+    def __str__(self) -> str:
+        return f"ledger import #{self.pk} ({self.state})"

@@ -55,6 +55,7 @@ INSTALLED_APPS = [
     "apps.telemetry",
     "apps.billing",
     "apps.rollout",
+    "apps.migration",
 ]
 
 MIDDLEWARE = [
@@ -144,7 +145,14 @@ REDIS_URL = env.str("REDIS_URL", default="")
 if REDIS_URL:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
 else:
-    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+    # Without Redis (the embedded demo) a file cache under var/ is shared by web, worker and beat:
+    # login throttling, the scheduling-cycle lock and long-task progress work across processes.
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.filebased.FileBasedCache",
+            "LOCATION": str(VAR_DIR / "cache"),
+        }
+    }
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
@@ -200,6 +208,9 @@ SPECTACULAR_SETTINGS = {
         "GrayBatchKindEnum": "apps.rollout.models.BatchKind",
         "GrayBatchStageEnum": "apps.rollout.models.GrayBatch.Stage",
         "ScaleDecisionActionEnum": "apps.rollout.models.ScaleDecision.Action",
+        "GateKindEnum": "apps.migration.models.Gate.Kind",
+        "MigratedServiceKindEnum": "apps.migration.models.MigratedService.Kind",
+        "MigrationActionKindEnum": "apps.migration.models.MigrationAction.Kind",
         "VendorEnum": "apps.catalog.models.Vendor",
     },
 }

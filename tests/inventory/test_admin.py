@@ -440,3 +440,55 @@ def test_node_report_list_does_not_load_raw_text(staff):
         if 'FROM "inventory_nodereport"' in q["sql"] and "COUNT" not in q["sql"]
     ]
     assert listing and all('"raw_text"' not in sql for sql in listing)
+
+
+def test_a_large_import_runs_on_a_worker_with_a_progress_page(staff, django_capture_on_commit_callbacks):
+    from unittest import mock
+
+    from apps.inventory.models import LedgerImportRun
+    from worker.tasks.inventory import ledger_import_task
+
+    ClusterFactory(slug="bj1")
+    rows = [
+        {"cluster": "bj1", "node": f"gpu-{i // 8:03d}", "vendor": "nvidia", "device_index": str(i % 8)}
+        for i in range(640)
+    ]
+    with (
+        mock.patch.object(ledger_import_task, "apply_async") as send,
+        django_capture_on_commit_callbacks(execute=True),
+    ):
+        page = upload(staff, csv_text(rows))
+    run = LedgerImportRun.objects.get()
+    assert page.status_code == 302 and page["Location"].endswith(f"/import/{run.pk}/")
+    send.assert_called_once_with(args=[run.pk])
+    assert run.state == LedgerImportRun.State.QUEUED and run.rows == 640 and not Device.objects.exists()
+    progress = staff.get(page["Location"] + "progress.json").json()
+    assert progress["state"] == "queued" and progress["percent"] == 0
+
+    ledger_import_task.apply(args=[run.pk]).get()  # the worker's turn
+    run.refresh_from_db()
+    assert run.state == LedgerImportRun.State.DONE and run.report["created_devices"] == 640
+    assert Device.objects.count() == 640 and Node.objects.count() == 80
+    ledger_import_task.apply(args=[run.pk]).get()  # redelivered: nothing more happens
+    assert Device.objects.count() == 640
+    done = staff.get(page["Location"])
+    assert done.status_code == 200 and b"Import result" in done.content
+    assert staff.get(page["Location"] + "progress.json").json()["percent"] == 100
+
+
+def test_a_large_import_with_a_bad_row_writes_nothing_and_lists_it(staff):
+    from apps.inventory.models import LedgerImportRun
+    from worker.tasks.inventory import ledger_import_task
+
+    ClusterFactory(slug="bj1")
+    rows = [{"cluster": "bj1", "node": f"n{i}", "vendor": "nvidia", "device_index": "0"} for i in range(600)]
+    rows[300]["device_index"] = "x"
+    page = upload(staff, csv_text(rows))
+    run = LedgerImportRun.objects.get()
+    ledger_import_task.apply(args=[run.pk]).get()
+    run.refresh_from_db()
+    assert run.state == LedgerImportRun.State.FAILED and "1 row has errors" in run.error_message
+    assert [e["line"] for e in run.errors] == [302]
+    assert not Node.objects.exists()
+    failed = staff.get(page["Location"])
+    assert failed.content.count(b'class="import-error"') == 1

@@ -60,8 +60,8 @@ from django.utils import timezone
 from apps.accounts.models import Project
 from apps.catalog.models import DeviceModel, Vendor
 from apps.core.audit import actor_fields, change_record_create, snapshot
-from apps.core.errors import Conflict, InvalidTransition, ValidationFailed
-from apps.inventory.models import Cluster, Device, DeviceEvent, Node, Pool
+from apps.core.errors import ApplicationError, Conflict, InvalidTransition, ValidationFailed
+from apps.inventory.models import Cluster, Device, DeviceEvent, LedgerImportRun, Node, Pool
 
 __all__ = [
     "DEVICE_EDITABLE_FIELDS",
@@ -721,9 +721,10 @@ def _max_length(model: type[models.Model], name: str) -> int:
 
 
 class _Importer:
-    def __init__(self, *, rows: list[_Row], actor) -> None:
+    def __init__(self, *, rows: list[_Row], actor, progress=None) -> None:
         self.rows = rows
         self.actor = actor
+        self.progress = progress or (lambda phase, done, total: None)
         self.errors: list[dict[str, Any]] = []
         self.report = ImportReport()
         self.node_plans: dict[tuple[int, str], _NodePlan] = {}
@@ -814,7 +815,9 @@ class _Importer:
         seen_uuid: dict[str, int] = {}
         seen_slot: dict[tuple[str, str, str, int], int] = {}
         matched: dict[int, int] = {}
-        for row in self.rows:
+        for i, row in enumerate(self.rows):
+            if i % 100 == 0:
+                self.progress("validating", i, len(self.rows))
             plan = self._validate_node(row)
             if not any(row.cells.get(c) for c in _DEVICE_COLUMNS):
                 self.row_results[row.line] = self._row_result(row, "")
@@ -1070,7 +1073,9 @@ class _Importer:
             except ValidationFailed as exc:
                 plan.failed = True
                 self.error(plan.line, "node", exc.message)
-        for dp in self.device_plans:
+        for i, dp in enumerate(self.device_plans):
+            if i % 100 == 0:
+                self.progress("writing", i, len(self.device_plans))
             if dp.node_plan.failed:
                 continue
             try:
@@ -1191,7 +1196,7 @@ class _Importer:
         result["device_changes"] = list(changes)
 
 
-def ledger_import_csv(*, data: bytes | str, actor, dry_run: bool = False) -> ImportReport:
+def ledger_import_csv(*, data: bytes | str, actor, dry_run: bool = False, progress=None) -> ImportReport:
     """Import nodes and devices from a ledger CSV (columns and rules: see the module docstring).
 
     All rows are validated against the locked ledger before anything is written; any error raises
@@ -1206,7 +1211,7 @@ def ledger_import_csv(*, data: bytes | str, actor, dry_run: bool = False) -> Imp
         )
     try:
         with transaction.atomic():
-            importer = _Importer(rows=rows, actor=actor)
+            importer = _Importer(rows=rows, actor=actor, progress=progress)
             importer.load()
             importer.validate()
             if importer.errors:
@@ -1221,6 +1226,76 @@ def ledger_import_csv(*, data: bytes | str, actor, dry_run: bool = False) -> Imp
     except IntegrityError as exc:
         raise Conflict("the ledger changed while the file was being imported; import it again") from exc
     return report
+
+
+# Files with more rows than this are imported by a worker, with a progress page.
+BACKGROUND_IMPORT_ROWS = 500
+
+
+def ledger_import_request(*, data: bytes | str, actor, dry_run: bool = False) -> LedgerImportRun:
+    """Queue a (large) ledger import for a worker; the same rules and report as ``ledger_import_csv``."""
+    text = _decode(data)
+    with transaction.atomic():
+        run = LedgerImportRun.objects.create(
+            text=text,
+            dry_run=dry_run,
+            rows=max(0, text.count("\n") - 1),
+            requested_by=actor_fields(actor)["actor_label"],
+        )
+        change_record_create(
+            actor=actor, action="inventory.ledger_import_request", obj=run, after={"dry_run": dry_run}
+        )
+        transaction.on_commit(lambda: _enqueue_import(run.pk))
+    return run
+
+
+def _enqueue_import(run_id: int) -> None:
+    try:
+        from worker.tasks.inventory import ledger_import_task
+
+        ledger_import_task.apply_async(args=[run_id])
+    except Exception:  # noqa: BLE001 - the broker may be down: the run stays queued and says so
+        LedgerImportRun.objects.filter(pk=run_id, state=LedgerImportRun.State.QUEUED).update(
+            error_message="could not reach the task broker; the import is still queued"
+        )
+
+
+def import_progress_key(run_id: int) -> str:
+    return f"suanchi:ledger-import:{run_id}"
+
+
+def ledger_import_run(*, run_id: int, actor=None) -> LedgerImportRun | None:
+    """Run a queued import once (queued → running is a conditional update); record the outcome."""
+    from django.core.cache import cache
+
+    if not LedgerImportRun.objects.filter(pk=run_id, state=LedgerImportRun.State.QUEUED).update(
+        state=LedgerImportRun.State.RUNNING
+    ):
+        return None
+    run = LedgerImportRun.objects.get(pk=run_id)
+    key = import_progress_key(run_id)
+
+    def progress(phase: str, done: int, total: int) -> None:
+        cache.set(key, {"phase": phase, "done": done, "total": total}, timeout=3600)
+
+    outcome: dict[str, Any] = {"finished_at": timezone.now()}
+    try:
+        report = ledger_import_csv(
+            data=run.text, actor=actor or run.requested_by or "worker", dry_run=run.dry_run, progress=progress
+        )
+    except ApplicationError as exc:
+        details = exc.details if isinstance(exc.details, dict) else {}
+        outcome.update(
+            state=LedgerImportRun.State.FAILED,
+            error_message=exc.message[:2000],
+            errors=details.get("rows") or [{"line": "", "column": "", "message": exc.message}],
+        )
+    else:
+        outcome.update(state=LedgerImportRun.State.DONE, report=report.as_dict())
+    LedgerImportRun.objects.filter(pk=run_id).update(**outcome)
+    cache.delete(key)
+    run.refresh_from_db()
+    return run
 
 
 # --------------------------------------------------------------------------------------------------
