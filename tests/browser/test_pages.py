@@ -135,6 +135,7 @@ def test_screenshots_of_the_main_pages_in_both_languages(browser, live_server, d
         "/quotas/",
         "/telemetry/",
         "/rollout/",
+        "/migration/",
         "/billing/",
         "/billing/console/",
     ]

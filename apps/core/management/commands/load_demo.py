@@ -8,6 +8,7 @@ from apps.billing import demo as billing_demo
 from apps.catalog.services import catalog_sync, compute_template_sync_builtin
 from apps.inventory import demo as inventory_demo
 from apps.jobs import demo as jobs_demo
+from apps.migration import demo as migration_demo
 from apps.quotas import demo as quotas_demo
 from apps.rollout import demo as rollout_demo
 from apps.scheduling.services import scheduling_cycle_run
@@ -39,6 +40,7 @@ class Command(BaseCommand):
         )
         billing_demo.load(actor=actor, stdout=self.stdout)
         rollout_demo.load(actor=actor, stdout=self.stdout)
+        migration_demo.load(actor=actor, stdout=self.stdout)
         self.stdout.write(self.style.SUCCESS("Demo loaded. Sign in with:"))
         for username, password, role in credentials:
             self.stdout.write(f"  {username:<8} {password:<14} {role}")
