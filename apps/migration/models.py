@@ -154,6 +154,7 @@ class Gate(BaseModel):
     """
 
     class Kind(models.TextChoices):
+        # xgettext:no-python-format
         P99_LATENCY = "p99_latency", _("p99 latency within X % of the source")
         ERROR_RATE = "error_rate", _("error rate at most Y %")
         ACCURACY = "accuracy", _("accuracy delta within tolerance")
