@@ -161,6 +161,9 @@ def reconcile_cluster(*, cluster: Cluster, actor: Any = "reconciler") -> Reconci
         .distinct()
         .select_related("project")
     )
+    # What we know was applied is read BEFORE the cluster: an object applied after our list (a push
+    # racing this pass) must not look "deleted behind our back".
+    actions = _workload_actions(jobs)
     backend = backend_for(cluster)
     try:
         workloads = {
@@ -200,7 +203,6 @@ def reconcile_cluster(*, cluster: Cluster, actor: Any = "reconciler") -> Reconci
     for name in not_ready:
         _note_not_ready(cluster, name, actor)
 
-    actions = _workload_actions(jobs)
     for job in jobs:
         result.checked += 1
         if job.pk in lost:

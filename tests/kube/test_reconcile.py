@@ -407,3 +407,38 @@ def test_reconcile_survives_an_api_outage(kube_cluster, server, member_project, 
     job.refresh_from_db()
     assert job.state == JobState.SCHEDULED  # nothing concluded from a failed read
     assert reconcile_cluster(cluster=kube_cluster).errors == []
+
+
+def test_a_push_landing_during_the_cluster_read_is_not_taken_for_a_deletion(fleet, member_project, a100):
+    """The reconciler reads what was applied before it lists the cluster; a push that completes in
+    between (another worker) is seen next pass, never mistaken for a deletion."""
+    from unittest import mock
+
+    from apps.scheduling import reconcile
+
+    user, project = member_project
+    job = submit(project, user, a100)
+    assert job.pk in scheduling_cycle_run().placed_job_ids  # scheduled, not pushed yet
+    cluster = Cluster.objects.get(slug="prod")
+    real = reconcile.backend_for
+
+    def listing_then_push(c):
+        backend = real(c)
+        original = backend.list_owned
+
+        def list_owned(kind, *args, **kwargs):
+            items = original(kind, *args, **kwargs)
+            if kind == "Pod":  # after the workloads were listed, the push lands
+                push_job_run(job_id=job.pk)
+            return items
+
+        backend.list_owned = list_owned
+        return backend
+
+    with mock.patch.object(reconcile, "backend_for", listing_then_push):
+        result = reconcile_cluster(cluster=cluster)
+    assert result.failed == result.retried == 0
+    job.refresh_from_db()
+    assert job.state == JobState.SCHEDULED
+    backend_for(cluster).advance(6)
+    assert reconcile_cluster(cluster=cluster).running == 1
