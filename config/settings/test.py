@@ -15,7 +15,9 @@ CACHES = {
     "default": {
         "BACKEND": "django.core.cache.backends.redis.RedisCache",
         "LOCATION": REDIS_URL,
-        "KEY_PREFIX": "suanchi-test",
+        # One prefix per test database: suites running side by side (other checkouts, CI) never
+        # share locks or throttles through the cache.
+        "KEY_PREFIX": "suanchi-test-" + os.environ["DATABASE_URL"].rsplit("/", 1)[-1],
     }
 }
 STORAGES = {
