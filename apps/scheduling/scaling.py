@@ -20,7 +20,7 @@ from django.utils import timezone
 from apps.catalog.models import DeviceModel
 from apps.catalog.selectors import coefficients_on
 from apps.core.errors import InvalidTransition, ValidationFailed
-from apps.inventory.models import Device, Node
+from apps.inventory.models import Node
 from apps.jobs.models import Job, JobEvent, JobState
 from apps.jobs.services import job_event
 from apps.scheduling.engine.engine import Engine
@@ -95,7 +95,12 @@ def _scale_down(job: Job, replicas: int, actor: Any, reason: str) -> int:
 
 
 def _scale_up(job: Job, current: int, replicas: int, actor: Any, reason: str) -> int:
-    from apps.scheduling.services import _device_usage, _fits, allocation_compute_units
+    from apps.scheduling.services import (
+        _device_usage,
+        allocation_compute_units,
+        claim_placement,
+        locked_device_caps,
+    )
 
     snapshot = fleet_snapshot()
     engine = Engine(policy=BEST)
@@ -136,77 +141,37 @@ def _scale_up(job: Job, current: int, replicas: int, actor: Any, reason: str) ->
         device_ids = sorted(
             {int(a.device_id) for d in decisions for part in d.placement.parts for a in part.devices}
         )
-        caps = {
-            pk: (model_memory or memory or 0, int((factor or 1) * 100), node_id, model_id)
-            for pk, memory, model_memory, factor, node_id, model_id in Device.objects.select_for_update(
-                of=("self",)
-            )
-            .filter(pk__in=device_ids)
-            .order_by("pk")
-            .values_list(
-                "pk",
-                "memory_mib",
-                "device_model__memory_mib",
-                "node__pool__overcommit_factor",
-                "node_id",
-                "device_model_id",
-            )
-        }
+        caps = locked_device_caps(device_ids)
         usage = _device_usage(device_ids)
         coef_now = coefficients_on({c[3] for c in caps.values() if c[3]})
         now = timezone.now()
         rows: list[Allocation] = []
         replica = _replicas(job)
         for decision in decisions:
-            trial = {pk: list(u) for pk, u in usage.items()}
-            batch = []
-            ok = True
-            for part in decision.placement.parts:
-                for a in part.devices:
-                    pk = int(a.device_id)
-                    cap, factor, node_id, model_id = caps[pk]
-                    u = trial.setdefault(pk, [0, 0, 0, 0])
-                    if not _fits(
-                        u,
-                        memory_cap=cap,
-                        whole=a.whole,
-                        memory=a.memory_mib,
-                        compute=a.compute,
-                        isolation=a.isolation,
-                        factor=factor,
-                    ):
-                        ok = False
-                        break
-                    u[0] += cap if a.whole else a.memory_mib
-                    if a.whole:
-                        u[3] += 1
-                    elif a.isolation == "shared":
-                        u[2] += a.compute
-                    else:
-                        u[1] += a.compute
-                    batch.append(
-                        Allocation(
-                            job=job,
-                            device_id=pk,
-                            node_id=node_id,
-                            replica=replica,
-                            attempt=job.attempt,
-                            whole_card=a.whole,
-                            memory_mib=cap if a.whole else a.memory_mib,
-                            compute_milli=WHOLE if a.whole else a.compute,
-                            isolation=a.isolation,
-                            partition_profile=(job.template.partition_profile if job.template_id else ""),
-                            compute_units=allocation_compute_units(
-                                coef_now.get(model_id), WHOLE if a.whole else a.compute
-                            ),
-                            trace_id=uuid.UUID(decision.trace_id),
-                            started_at=now,
-                        )
-                    )
-                if not ok:
-                    break
-            if not ok:
+            claimed = claim_placement(decision, usage, caps)
+            if claimed is None:
                 break  # another cycle took the room meanwhile: stop at what fits
+            trial, claim = claimed
+            batch = [
+                Allocation(
+                    job=job,
+                    device_id=pk,
+                    node_id=caps[pk][2],
+                    replica=replica,
+                    attempt=job.attempt,
+                    whole_card=a.whole,
+                    memory_mib=caps[pk][0] if a.whole else a.memory_mib,
+                    compute_milli=WHOLE if a.whole else a.compute,
+                    isolation=a.isolation,
+                    partition_profile=(job.template.partition_profile if job.template_id else ""),
+                    compute_units=allocation_compute_units(
+                        coef_now.get(caps[pk][3]), WHOLE if a.whole else a.compute
+                    ),
+                    trace_id=uuid.UUID(decision.trace_id),
+                    started_at=now,
+                )
+                for _replica, pk, a in claim
+            ]
             usage = trial
             rows.extend(batch)
             replica += 1

@@ -215,6 +215,67 @@ def _device_usage(device_ids: list[int]) -> dict[int, list[int]]:
     return usage
 
 
+def locked_device_caps(device_ids: list[int]) -> dict[int, tuple]:
+    """Lock the devices (``SELECT … FOR UPDATE``, primary-key order) and return, per device: memory
+    capacity (MiB), overcommit factor (%), node id, device model id, vendor, pool id."""
+    if not device_ids:
+        return {}
+    rows = (
+        Device.objects.select_for_update(of=("self",))
+        .filter(pk__in=device_ids)
+        .order_by("pk")
+        .values_list(
+            "pk",
+            "memory_mib",
+            "device_model__memory_mib",
+            "node__pool__overcommit_factor",
+            "node_id",
+            "device_model_id",
+            "vendor",
+            "node__pool_id",
+        )
+    )
+    return {
+        pk: (model_memory or memory or 0, int((factor or 1) * 100), node_id, model_id, vendor, pool_id)
+        for pk, memory, model_memory, factor, node_id, model_id, vendor, pool_id in rows
+    }
+
+
+def claim_placement(decision: Decision, usage: dict[int, list[int]], caps: dict[int, tuple]):
+    """Re-check every card of a placement against locked, current totals (``usage`` from
+    ``_device_usage``; ``caps`` per device: memory capacity, overcommit factor, …). Returns the
+    totals with the placement added and its ``(replica, device pk, assignment)`` rows, or None when a
+    card no longer has room (another cycle took it first). ``usage`` itself is left unchanged."""
+    trial = {pk: list(u) for pk, u in usage.items()}
+    rows = []
+    for part in decision.placement.parts:
+        for a in part.devices:
+            pk = int(a.device_id)
+            if pk not in caps:
+                return None
+            cap, factor = caps[pk][0], caps[pk][1]
+            u = trial.setdefault(pk, [0, 0, 0, 0])
+            if not _fits(
+                u,
+                memory_cap=cap,
+                whole=a.whole,
+                memory=a.memory_mib,
+                compute=a.compute,
+                isolation=a.isolation,
+                factor=factor,
+            ):
+                return None
+            u[0] += cap if a.whole else a.memory_mib
+            if a.whole:
+                u[3] += 1
+            elif a.isolation == "shared":
+                u[2] += a.compute
+            else:
+                u[1] += a.compute
+            rows.append((part.replica, pk, a))
+    return trial, rows
+
+
 def _fits(
     u: list[int], *, memory_cap: int, whole: bool, memory: int, compute: int, isolation: str, factor: int
 ) -> bool:
@@ -247,26 +308,7 @@ def _persist(outcomes, *, snapshot: Snapshot, cycle_id, actor, result: CycleResu
     device_ids = sorted(
         {int(a.device_id) for _j, d, _c, _p in placed for part in d.placement.parts for a in part.devices}
     )
-    caps = {}
-    if device_ids:
-        caps = {
-            pk: (model_memory or memory or 0, int((factor or 1) * 100), node_id, model_id, vendor, pool_id)
-            for pk, memory, model_memory, factor, node_id, model_id, vendor, pool_id in Device.objects.select_for_update(
-                of=("self",)
-            )
-            .filter(pk__in=device_ids)
-            .order_by("pk")
-            .values_list(
-                "pk",
-                "memory_mib",
-                "device_model__memory_mib",
-                "node__pool__overcommit_factor",
-                "node_id",
-                "device_model_id",
-                "vendor",
-                "node__pool_id",
-            )
-        }
+    caps = locked_device_caps(device_ids)
     usage = _device_usage(device_ids) if device_ids else {}
     coefficients = coefficients_on({c[3] for c in caps.values() if c[3]}, on=timezone.localdate(now))
 
@@ -297,42 +339,15 @@ def _persist(outcomes, *, snapshot: Snapshot, cycle_id, actor, result: CycleResu
                 pending_updates[job.pk] = (decision.explanation[:500], trace.trace_id)
             continue
         # Re-check every card of this placement against the locked, current totals.
-        rows = []
-        ok = True
-        trial = {pk: list(u) for pk, u in usage.items()}
-        for part in decision.placement.parts:
-            for a in part.devices:
-                pk = int(a.device_id)
-                cap, factor, *_rest = caps.get(pk, (0, 100, None, None, "", None))
-                u = trial.setdefault(pk, [0, 0, 0, 0])
-                if not _fits(
-                    u,
-                    memory_cap=cap,
-                    whole=a.whole,
-                    memory=a.memory_mib,
-                    compute=a.compute,
-                    isolation=a.isolation,
-                    factor=factor,
-                ):
-                    ok = False
-                    break
-                u[0] += a.memory_mib if not a.whole else cap
-                if a.whole:
-                    u[3] += 1
-                elif a.isolation == "shared":
-                    u[2] += a.compute
-                else:
-                    u[1] += a.compute
-                rows.append((part.replica, pk, a))
-            if not ok:
-                break
-        if not ok:
+        claimed = claim_placement(decision, usage, caps)
+        if claimed is None:
             snapshot.release(decision.request_id)
             result.conflicts += 1
             trace.outcome = DecisionTrace.Outcome.CONFLICT
             trace.explanation = "another scheduling cycle took this capacity first; retrying next cycle"
             traces.append(trace)
             continue
+        trial, rows = claimed
         flags = [False] * len(rows)
         if quota_ctx is not None and quota_ctx.limited(job.project_id):
             items = [
