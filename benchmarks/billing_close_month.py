@@ -33,6 +33,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.test")
 os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/suanchi_bench_billing")
 
 import django  # noqa: E402
+from _setup import ensure_database  # noqa: E402
 
 NODES = int(os.environ.get("BENCH_NODES", 250))
 PROJECTS = int(os.environ.get("BENCH_PROJECTS", 50))
@@ -44,16 +45,6 @@ MODELS = [
     ("Ascend 910B3", "910b3", "0.8", "9.5"),
     ("DCU Z100", "dcu", "0.3", "5"),
 ]
-
-
-def ensure_database() -> None:
-    import psycopg
-
-    url = os.environ["DATABASE_URL"]
-    name = url.rsplit("/", 1)[1]
-    with psycopg.connect(url.rsplit("/", 1)[0] + "/postgres", autocommit=True) as conn:
-        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone():
-            conn.execute(f'CREATE DATABASE "{name}"')
 
 
 def build(rng: random.Random):

@@ -30,21 +30,12 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.test")
 os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/suanchi_bench_telemetry")
 
 import django  # noqa: E402
+from _setup import ensure_database  # noqa: E402
 
 DEVICES = int(os.environ.get("BENCH_DEVICES", 2000))
 STEP_S = 10
 HOUR_SAMPLES = 3600 // STEP_S
 BASELINE_SAMPLES = int(os.environ.get("BENCH_BASELINE_SAMPLES", 10000))
-
-
-def ensure_database() -> None:
-    import psycopg
-
-    url = os.environ["DATABASE_URL"]
-    name = url.rsplit("/", 1)[1]
-    with psycopg.connect(url.rsplit("/", 1)[0] + "/postgres", autocommit=True) as conn:
-        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone():
-            conn.execute(f'CREATE DATABASE "{name}"')
 
 
 def build_ledger() -> list[int]:

@@ -32,19 +32,10 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.test")
 os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/suanchi_bench_push")
 
 import django  # noqa: E402
+from _setup import ensure_database  # noqa: E402
 
 NODES = int(os.environ.get("BENCH_NODES", 100))
 JOBS = int(os.environ.get("BENCH_JOBS", 400))
-
-
-def ensure_database() -> None:
-    import psycopg
-
-    url = os.environ["DATABASE_URL"]
-    name = url.rsplit("/", 1)[1]
-    with psycopg.connect(url.rsplit("/", 1)[0] + "/postgres", autocommit=True) as conn:
-        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone():
-            conn.execute(f'CREATE DATABASE "{name}"')
 
 
 def build(kubeconfig: Path):

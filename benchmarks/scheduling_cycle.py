@@ -30,19 +30,10 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.test")
 os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/suanchi_bench")
 
 import django  # noqa: E402
+from _setup import ensure_database  # noqa: E402
 
 NODES = int(os.environ.get("BENCH_NODES", 1000))
 JOBS = int(os.environ.get("BENCH_JOBS", 5000))
-
-
-def ensure_database() -> None:
-    import psycopg
-
-    url = os.environ["DATABASE_URL"]
-    name = url.rsplit("/", 1)[1]
-    with psycopg.connect(url.rsplit("/", 1)[0] + "/postgres", autocommit=True) as conn:
-        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone():
-            conn.execute(f'CREATE DATABASE "{name}"')
 
 
 def build_fleet():
