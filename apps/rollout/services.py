@@ -68,6 +68,19 @@ def _full_clean(obj: models.Model, *, what: str, exclude: list[str] | None = Non
         raise ValidationFailed(f"{what} is invalid: {flat}", details=details) from None
 
 
+def _save_changes(
+    obj: models.Model, changes: dict[str, Any], fields: tuple[str, ...], *, what: str, action: str, actor
+) -> None:
+    """Apply ``changes`` to a locked row, validate, save and audit them (before / after snapshots)."""
+    before = snapshot(obj, list(fields))
+    _set_fields(obj, changes, fields)
+    _full_clean(obj, what=what)
+    obj.save()
+    change_record_create(
+        actor=actor, action=action, obj=obj, before=before, after=snapshot(obj, list(fields))
+    )
+
+
 def _set_fields(obj: models.Model, changes: dict[str, Any], allowed: tuple[str, ...]) -> None:
     unknown = sorted(set(changes) - set(allowed))
     if unknown:
@@ -233,16 +246,8 @@ def soak_criteria_update(*, criteria: SoakCriteria, actor, **changes: Any) -> So
                 )
             },
         )
-    before = snapshot(criteria, list(CRITERIA_FIELDS))
-    _set_fields(criteria, changes, CRITERIA_FIELDS)
-    _full_clean(criteria, what="soak criteria")
-    criteria.save()
-    change_record_create(
-        actor=actor,
-        action="soakcriteria.update",
-        obj=criteria,
-        before=before,
-        after=snapshot(criteria, list(CRITERIA_FIELDS)),
+    _save_changes(
+        criteria, changes, CRITERIA_FIELDS, what="soak criteria", action="soakcriteria.update", actor=actor
     )
     return criteria
 
@@ -710,16 +715,13 @@ def autoscale_policy_update(*, policy: AutoscalePolicy, actor, **changes: Any) -
             "a policy stays with its service", details={"job": ["This field cannot be changed."]}
         )
     changes.pop("job", None)
-    before = snapshot(policy, list(POLICY_FIELDS))
-    _set_fields(policy, changes, POLICY_FIELDS)
-    _full_clean(policy, what="autoscaling policy")
-    policy.save()
-    change_record_create(
-        actor=actor,
+    _save_changes(
+        policy,
+        changes,
+        POLICY_FIELDS,
+        what="autoscaling policy",
         action="autoscalepolicy.update",
-        obj=policy,
-        before=before,
-        after=snapshot(policy, list(POLICY_FIELDS)),
+        actor=actor,
     )
     return policy
 
