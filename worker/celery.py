@@ -24,6 +24,7 @@ app.conf.task_routes = {
     "worker.tasks.telemetry.*": {"queue": "ingest"},
     "worker.tasks.billing.*": {"queue": "billing"},
     "worker.tasks.rollout.*": {"queue": "default"},
+    "worker.tasks.migration.*": {"queue": "default"},
 }
 app.conf.beat_schedule = {
     "scheduling-cycle": {
@@ -55,6 +56,11 @@ app.conf.beat_schedule = {
         "task": "worker.tasks.rollout.rollout_evaluate_task",
         "schedule": 300.0,
         "options": {"expires": 600},
+    },
+    "migration-gates": {
+        "task": "worker.tasks.migration.gates_evaluate_task",
+        "schedule": 900.0,
+        "options": {"expires": 1800},
     },
     "autoscale": {
         "task": "worker.tasks.rollout.autoscale_task",

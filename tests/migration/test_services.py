@@ -351,3 +351,14 @@ def test_one_shift_reapplies_both_deployments_through_the_outbox(dual):
         validate(deployment.object)
         assert len({a.replica for a in active(job)}) == replicas
         assert push_job_run(job_id=job.pk)["failed"] == 0
+
+
+def test_the_periodic_task_records_each_services_gate_verdict(dual):
+    from worker.tasks.migration import gates_evaluate_task
+
+    service, _user, _project = dual
+    samples(service, source_p99=100, target_p99=125)  # latency gate fails
+    assert gates_evaluate_task.apply().get() == {"passed": 0, "failed": 1}
+    service.refresh_from_db()
+    assert service.gate_status == GateStatus.FAILED and service.gate_checked_at is not None
+    assert {r["kind"]: r["status"] for r in service.gate_results}["p99_latency"] == "fail"

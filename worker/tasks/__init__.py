@@ -1,7 +1,8 @@
 """Celery tasks: thin wrappers that look rows up again and call one service."""
 
 from worker.tasks.billing import metering_task, month_close_task
-from worker.tasks.inventory import node_staleness_check_task
+from worker.tasks.inventory import ledger_import_task, node_staleness_check_task
+from worker.tasks.migration import gates_evaluate_task
 from worker.tasks.push import push_job_task, push_pending_task, push_stream_task
 from worker.tasks.reconcile import reconcile_task
 from worker.tasks.rollout import autoscale_task, rollout_evaluate_task
@@ -10,6 +11,8 @@ from worker.tasks.telemetry import telemetry_ingest_task
 
 __all__ = [
     "autoscale_task",
+    "gates_evaluate_task",
+    "ledger_import_task",
     "metering_task",
     "month_close_task",
     "node_staleness_check_task",
