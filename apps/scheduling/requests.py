@@ -6,6 +6,8 @@ import math
 from dataclasses import dataclass
 from decimal import ROUND_CEILING, Decimal
 
+from django.utils.translation import gettext as _
+
 from apps.catalog.models import ComputeTemplate, DeviceModel, Vendor
 from apps.catalog.selectors import coefficients_on
 from apps.core.errors import ValidationFailed
@@ -265,23 +267,41 @@ def job_requests(
 
 
 def request_describe(job: Job) -> str:
+    """The request in words, in the active language (pages, the submit preview, the API)."""
     kind = job.request_kind
-    reps = f" × {job.replicas} replicas" if job.replicas > 1 else ""
+    reps = _(" × %(n)s replicas") % {"n": job.replicas} if job.replicas > 1 else ""
     if kind == Job.RequestKind.TEMPLATE:
-        return f"{job.count} × template {job.template.name} ({job.template.device_model.name}){reps}"
+        return (
+            _("%(count)s × template %(template)s (%(model)s)")
+            % {
+                "count": job.count,
+                "template": job.template.name,
+                "model": job.template.device_model.name,
+            }
+            + reps
+        )
     if kind == Job.RequestKind.WHOLE_CARDS:
-        what = job.device_model.name if job.device_model_id else (job.vendor or "any vendor")
+        what = job.device_model.name if job.device_model_id else (job.vendor or _("any vendor"))
         extra = []
         if job.min_memory_mib:
             extra.append(f"≥ {job.min_memory_mib // 1024} GiB")
         if job.required_features:
             extra.append("+".join(job.required_features))
-        return f"{job.count} whole card(s) of {what}" + (f" ({', '.join(extra)})" if extra else "") + reps
+        text = _("%(count)s whole card(s) of %(what)s") % {"count": job.count, "what": what}
+        return text + (f" ({', '.join(extra)})" if extra else "") + reps
     if kind == Job.RequestKind.COMPUTE_UNITS:
-        vendors = ", ".join(job.allowed_vendors) if job.allowed_vendors else "any vendor"
+        vendors = ", ".join(job.allowed_vendors) if job.allowed_vendors else _("any vendor")
         mem = f" + {job.memory_mib // 1024} GiB" if job.memory_mib else ""
-        return f"{job.compute_units} CU{mem} on {vendors}{reps}"
-    return f"request template {job.request_template.name}{reps}"
+        return (
+            _("%(cu)s CU%(memory)s on %(vendors)s")
+            % {
+                "cu": job.compute_units,
+                "memory": mem,
+                "vendors": vendors,
+            }
+            + reps
+        )
+    return _("request template %(name)s") % {"name": job.request_template.name} + reps
 
 
 def request_feasible_anywhere(job: Job) -> Feasibility:
