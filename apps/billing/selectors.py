@@ -44,7 +44,8 @@ def rate_card_list() -> QuerySet[RateCard]:
 
 
 def period_list() -> QuerySet[BillingPeriod]:
-    return BillingPeriod.objects.annotate(bill_count=Count("bills"))
+    # Meta.ordering does not apply to an aggregated query: order explicitly (stable pages).
+    return BillingPeriod.objects.annotate(bill_count=Count("bills")).order_by("-month")
 
 
 def cost_by_month(*, user, project_ids: set[int] | None = None) -> list[dict]:

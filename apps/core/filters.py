@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC
 
 import django_filters
+from django.core.exceptions import ValidationError
 from django_filters.fields import IsoDateTimeField
 
 
@@ -13,14 +14,14 @@ class UTCIsoDateTimeField(IsoDateTimeField):
     only ±15:59: an aware value passed through unchanged made the query fail with a 500 (found by
     fuzzing). An out-of-range value is an invalid input (400)."""
 
-    def strptime(self, value, format):  # noqa: A002 - Django's signature
-        parsed = super().strptime(value, format)
-        if parsed.tzinfo is None:
+    def to_python(self, value):
+        parsed = super().to_python(value)
+        if parsed is None or parsed.tzinfo is None:
             return parsed
         try:
             return parsed.astimezone(UTC)
-        except OverflowError as e:
-            raise ValueError(str(e)) from None
+        except OverflowError:
+            raise ValidationError(self.error_messages["invalid"], code="invalid") from None
 
 
 class IsoDateTimeFilter(django_filters.IsoDateTimeFilter):

@@ -1,0 +1,27 @@
+"""Shared fixtures for the hardening tests: the job tests' small fleet, two projects, three identities."""
+
+from __future__ import annotations
+
+import pytest
+
+from apps.accounts.services import api_token_create
+from tests.jobs import conftest as jobs_fixtures
+
+a100 = jobs_fixtures.a100
+ascend = jobs_fixtures.ascend
+fleet = jobs_fixtures.fleet
+
+
+def token_for(user) -> str:
+    _, key = api_token_create(user=user, name="hardening", expires_at=None, actor=user)
+    return key
+
+
+@pytest.fixture
+def tenants(make_user, make_project):
+    """A member of project "secretvision" and an outsider who belongs only to project "elsewhere"."""
+    member = make_user("member-m")
+    outsider = make_user("outsider-o")
+    project = make_project("secretvision", members=[member])
+    other = make_project("elsewhere", members=[outsider])
+    return {"member": member, "outsider": outsider, "project": project, "other": other}
