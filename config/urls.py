@@ -6,6 +6,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from apps.core import views as core_views
 
 admin.site.site_header = "Suanchi (算池) admin"
+admin.site.login = core_views.admin_login  # rate-limited like the site's login
 admin.site.site_title = "Suanchi admin"
 
 urlpatterns = [

@@ -26,3 +26,13 @@ class LoginView(auth_views.LoginView):
         if login_rate_limited(request):
             return HttpResponse("Too many login attempts; try again in a minute.", status=429)
         return super().post(request, *args, **kwargs)
+
+
+def admin_login(request: HttpRequest, extra_context=None) -> HttpResponse:
+    """The admin's login view, behind the same rate limit as the site's."""
+    from django.contrib import admin
+    from django.contrib.admin import AdminSite
+
+    if request.method == "POST" and login_rate_limited(request):
+        return HttpResponse("Too many login attempts; try again in a minute.", status=429)
+    return AdminSite.login(admin.site, request, extra_context=extra_context)

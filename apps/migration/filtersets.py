@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import django_filters
 
+from apps.core.filters import IsoDateTimeFilter
 from apps.migration.models import (
     AccuracyEval,
     Gate,
@@ -53,8 +54,8 @@ class PlanPhaseFilterSet(django_filters.FilterSet):
 
 class ServiceMetricFilterSet(django_filters.FilterSet):
     service = django_filters.NumberFilter(field_name="service_id")
-    since = django_filters.IsoDateTimeFilter(field_name="window_start", lookup_expr="gte")
-    until = django_filters.IsoDateTimeFilter(field_name="window_start", lookup_expr="lt")
+    since = IsoDateTimeFilter(field_name="window_start", lookup_expr="gte")
+    until = IsoDateTimeFilter(field_name="window_start", lookup_expr="lt")
 
     class Meta:
         model = ServiceMetric

@@ -2,6 +2,7 @@
 
 import django_filters
 
+from apps.core.filters import IsoDateTimeFilter
 from apps.rollout.models import (
     AutoscalePolicy,
     BatchKind,
@@ -57,7 +58,7 @@ class AutoscalePolicyFilterSet(django_filters.FilterSet):
 
 class ScaleDecisionFilterSet(django_filters.FilterSet):
     project = django_filters.CharFilter(field_name="job__project__slug")
-    since = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
+    since = IsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
 
     class Meta:
         model = ScaleDecision

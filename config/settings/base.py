@@ -96,7 +96,8 @@ def _sqlite_default() -> str:
     return f"sqlite:///{VAR_DIR / 'suanchi.sqlite3'}"
 
 
-DATABASES = {"default": env.db_url("DATABASE_URL", default=_sqlite_default())}
+# URLs carry passwords: each may come from NAME or from the file NAME_FILE names (a mounted secret).
+DATABASES = {"default": environ.Env.db_url_config(env_secret("DATABASE_URL") or _sqlite_default())}
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # web, worker and beat share one file in the demo: WAL + busy timeout + immediate transactions.
     DATABASES["default"]["OPTIONS"] = {
@@ -141,7 +142,7 @@ STORAGES = {
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
 }
 
-REDIS_URL = env.str("REDIS_URL", default="")
+REDIS_URL = env_secret("REDIS_URL") or ""
 if REDIS_URL:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
 else:
@@ -216,7 +217,7 @@ SPECTACULAR_SETTINGS = {
 }
 
 # Celery: embedded default is kombu's filesystem transport under var/ (no server needed).
-CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default="filesystem://localhost//")
+CELERY_BROKER_URL = env_secret("CELERY_BROKER_URL") or "filesystem://localhost//"
 if CELERY_BROKER_URL.startswith("filesystem://"):
     _broker_dir = VAR_DIR / "broker"
     for _sub in ("queue", "processed"):
@@ -263,6 +264,9 @@ SUANCHI = {
     "FAIR_SHARE_HALF_LIFE_HOURS": env.float("SUANCHI_FAIR_SHARE_HALF_LIFE_HOURS", default=168.0),
     # Simulated clusters run this many simulated seconds per wall-clock second (the demo speeds up).
     "SIMULATED_TIME_SCALE": env.float("SUANCHI_SIMULATED_TIME_SCALE", default=1.0),
+    # Reverse proxies in front of the web server that append to X-Forwarded-For (0: trust none and
+    # rate-limit logins by the connecting address).
+    "TRUSTED_PROXIES": env.int("SUANCHI_TRUSTED_PROXIES", default=0),
     # Telemetry: retention of 5-minute and hourly rollups, tolerated clock skew, first look-back of
     # a new source, and policy thresholds (not vendor specs): temperature event, idle card.
     "TELEMETRY_ROLLUP_RETENTION_DAYS": env.int("SUANCHI_TELEMETRY_ROLLUP_RETENTION_DAYS", default=14),

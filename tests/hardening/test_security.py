@@ -338,3 +338,90 @@ def test_admin_edits_write_django_log_entries(staff_client, staff_user):
     assert response.status_code == 302
     entry = LogEntry.objects.get()
     assert entry.user_id == staff_user.pk and entry.object_repr
+
+
+# -- added with the fixes for the review's gaps ---------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_the_admin_login_is_rate_limited_too(client, settings):
+    from django.core.cache import cache
+
+    cache.clear()
+    for _ in range(10):
+        assert client.post("/admin/login/", {"username": "x", "password": "y"}).status_code == 200
+    assert client.post("/admin/login/", {"username": "x", "password": "y"}).status_code == 429
+
+
+@pytest.mark.django_db
+def test_behind_a_trusted_proxy_clients_are_limited_one_by_one(client, settings):
+    from django.core.cache import cache
+
+    cache.clear()
+    settings.SUANCHI = {**settings.SUANCHI, "TRUSTED_PROXIES": 1}
+    for i in range(10):
+        answer = client.post(
+            "/accounts/login/",
+            {"username": f"u{i}", "password": "bad"},
+            HTTP_X_FORWARDED_FOR="203.0.113.7",
+        )
+        assert answer.status_code == 200
+    blocked = client.post(
+        "/accounts/login/", {"username": "u-next", "password": "bad"}, HTTP_X_FORWARDED_FOR="203.0.113.7"
+    )
+    assert blocked.status_code == 429
+    # Another client behind the same proxy (same REMOTE_ADDR) is not locked out; a forged
+    # left-most entry does not help the first one.
+    other = client.post(
+        "/accounts/login/", {"username": "v", "password": "bad"}, HTTP_X_FORWARDED_FOR="198.51.100.9"
+    )
+    assert other.status_code == 200
+    forged = client.post(
+        "/accounts/login/",
+        {"username": "w", "password": "bad"},
+        HTTP_X_FORWARDED_FOR="10.9.9.9, 203.0.113.7",
+    )
+    assert forged.status_code == 429
+
+
+@pytest.mark.django_db
+def test_one_username_is_limited_across_addresses(client):
+    from django.core.cache import cache
+
+    cache.clear()
+    codes = [
+        client.post(
+            "/accounts/login/", {"username": "alice", "password": f"guess{i}"}, REMOTE_ADDR=f"192.0.2.{i}"
+        ).status_code
+        for i in range(21)
+    ]
+    assert codes[:20] == [200] * 20 and codes[20] == 429
+
+
+def test_connection_urls_can_come_from_files(tmp_path):
+    import subprocess
+    import sys
+
+    db = tmp_path / "db"
+    db.write_text("postgres://suanchi:s3cret@db.internal:5432/suanchi\n")
+    broker = tmp_path / "broker"
+    broker.write_text("redis://:pw@redis.internal:6379/0")
+    code = (
+        "from django.conf import settings;"
+        "print(settings.DATABASES['default']['HOST'], settings.DATABASES['default']['PASSWORD'],"
+        " settings.CELERY_BROKER_URL)"
+    )
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "DJANGO_SETTINGS_MODULE": "config.settings.base",
+        "DATABASE_URL_FILE": str(db),
+        "CELERY_BROKER_URL_FILE": str(broker),
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", "import django; django.setup();" + code],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert out.stdout.split() == ["db.internal", "s3cret", "redis://:pw@redis.internal:6379/0"]
