@@ -4,6 +4,19 @@ PostgreSQL database of its own, created here when missing, so it never touches t
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def bootstrap(database: str) -> None:
+    """Put the repository on ``sys.path`` and default to the test settings and this benchmark's own
+    database (``DATABASE_URL`` overrides it)."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.test")
+    os.environ.setdefault("DATABASE_URL", f"postgres://postgres@127.0.0.1:5432/{database}")
 
 
 def ensure_database() -> None:

@@ -20,20 +20,16 @@ from __future__ import annotations
 
 import os
 import random
-import sys
 import time
 import uuid
 from datetime import date, timedelta
 from decimal import Decimal
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.test")
-os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/suanchi_bench_billing")
+from _setup import bootstrap, ensure_database
+
+bootstrap("suanchi_bench_billing")
 
 import django  # noqa: E402
-from _setup import ensure_database  # noqa: E402
 
 NODES = int(os.environ.get("BENCH_NODES", 250))
 PROJECTS = int(os.environ.get("BENCH_PROJECTS", 50))

@@ -19,18 +19,14 @@ from __future__ import annotations
 
 import os
 import random
-import sys
 import time
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.test")
-os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/suanchi_bench_telemetry")
+from _setup import bootstrap, ensure_database
+
+bootstrap("suanchi_bench_telemetry")
 
 import django  # noqa: E402
-from _setup import ensure_database  # noqa: E402
 
 DEVICES = int(os.environ.get("BENCH_DEVICES", 2000))
 STEP_S = 10

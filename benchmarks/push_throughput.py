@@ -19,20 +19,17 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-import sys
 import tempfile
 import time
 from datetime import date
 from decimal import Decimal
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.test")
-os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/suanchi_bench_push")
+from _setup import bootstrap, ensure_database
+
+bootstrap("suanchi_bench_push")
 
 import django  # noqa: E402
-from _setup import ensure_database  # noqa: E402
 
 NODES = int(os.environ.get("BENCH_NODES", 100))
 JOBS = int(os.environ.get("BENCH_JOBS", 400))

@@ -17,20 +17,16 @@ from __future__ import annotations
 
 import os
 import random
-import sys
 import time
 from collections import defaultdict
 from datetime import date
 from decimal import Decimal
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.test")
-os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/suanchi_bench")
+from _setup import bootstrap, ensure_database
+
+bootstrap("suanchi_bench")
 
 import django  # noqa: E402
-from _setup import ensure_database  # noqa: E402
 
 NODES = int(os.environ.get("BENCH_NODES", 1000))
 JOBS = int(os.environ.get("BENCH_JOBS", 5000))

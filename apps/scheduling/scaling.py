@@ -10,7 +10,6 @@ and says so (the returned count).
 
 from __future__ import annotations
 
-import uuid
 from dataclasses import replace
 from typing import Any
 
@@ -24,7 +23,6 @@ from apps.inventory.models import Node
 from apps.jobs.models import Job, JobEvent, JobState
 from apps.jobs.services import job_event
 from apps.scheduling.engine.engine import Engine
-from apps.scheduling.engine.model import WHOLE
 from apps.scheduling.engine.policies import BEST
 from apps.scheduling.models import Allocation
 from apps.scheduling.requests import job_requests
@@ -97,7 +95,7 @@ def _scale_down(job: Job, replicas: int, actor: Any, reason: str) -> int:
 def _scale_up(job: Job, current: int, replicas: int, actor: Any, reason: str) -> int:
     from apps.scheduling.services import (
         _device_usage,
-        allocation_compute_units,
+        allocation_row,
         claim_placement,
         locked_device_caps,
     )
@@ -153,22 +151,15 @@ def _scale_up(job: Job, current: int, replicas: int, actor: Any, reason: str) ->
                 break  # another cycle took the room meanwhile: stop at what fits
             trial, claim = claimed
             batch = [
-                Allocation(
-                    job=job,
-                    device_id=pk,
-                    node_id=caps[pk][2],
+                allocation_row(
+                    job,
+                    pk,
+                    a,
+                    caps=caps,
                     replica=replica,
-                    attempt=job.attempt,
-                    whole_card=a.whole,
-                    memory_mib=caps[pk][0] if a.whole else a.memory_mib,
-                    compute_milli=WHOLE if a.whole else a.compute,
-                    isolation=a.isolation,
-                    partition_profile=(job.template.partition_profile if job.template_id else ""),
-                    compute_units=allocation_compute_units(
-                        coef_now.get(caps[pk][3]), WHOLE if a.whole else a.compute
-                    ),
-                    trace_id=uuid.UUID(decision.trace_id),
-                    started_at=now,
+                    coefficients=coef_now,
+                    trace_id=decision.trace_id,
+                    now=now,
                 )
                 for _replica, pk, a in claim
             ]

@@ -241,6 +241,38 @@ def locked_device_caps(device_ids: list[int]) -> dict[int, tuple]:
     }
 
 
+def allocation_row(
+    job: Job,
+    pk: int,
+    a,
+    *,
+    caps: dict[int, tuple],
+    replica: int,
+    coefficients: dict[int, Decimal],
+    trace_id: str,
+    now,
+    borrowed: bool = False,
+) -> Allocation:
+    """The Allocation for one claimed card assignment (``a``) of a placement (unsaved)."""
+    compute = WHOLE if a.whole else a.compute
+    return Allocation(
+        job=job,
+        device_id=pk,
+        node_id=caps[pk][2],
+        replica=replica,
+        attempt=job.attempt,
+        whole_card=a.whole,
+        memory_mib=caps[pk][0] if a.whole else a.memory_mib,
+        compute_milli=compute,
+        isolation=a.isolation,
+        partition_profile=(job.template.partition_profile if job.template_id else ""),
+        compute_units=allocation_compute_units(coefficients.get(caps[pk][3]), compute),
+        borrowed=borrowed,
+        trace_id=uuid.UUID(trace_id),
+        started_at=now,
+    )
+
+
 def claim_placement(decision: Decision, usage: dict[int, list[int]], caps: dict[int, tuple]):
     """Re-check every card of a placement against locked, current totals (``usage`` from
     ``_device_usage``; ``caps`` per device: memory capacity, overcommit factor, …). Returns the
@@ -401,23 +433,16 @@ def _persist(outcomes, *, snapshot: Snapshot, cycle_id, actor, result: CycleResu
         usage.update(trial)
         for (replica, pk, a), borrowed in zip(rows, flags, strict=True):
             allocations.append(
-                Allocation(
-                    job=job,
-                    device_id=pk,
-                    node_id=caps[pk][2],
+                allocation_row(
+                    job,
+                    pk,
+                    a,
+                    caps=caps,
                     replica=replica,
-                    attempt=job.attempt,
-                    whole_card=a.whole,
-                    memory_mib=caps[pk][0] if a.whole else a.memory_mib,
-                    compute_milli=WHOLE if a.whole else a.compute,
-                    isolation=a.isolation,
-                    partition_profile=(job.template.partition_profile if job.template_id else ""),
-                    compute_units=allocation_compute_units(
-                        coefficients.get(caps[pk][3]), WHOLE if a.whole else a.compute
-                    ),
+                    coefficients=coefficients,
+                    trace_id=decision.trace_id,
+                    now=now,
                     borrowed=borrowed,
-                    trace_id=uuid.UUID(decision.trace_id),
-                    started_at=now,
                 )
             )
         traces.append(trace)

@@ -6,34 +6,27 @@ from django.db import OperationalError
 from apps.scheduling.push import push_job_run, push_pending_run, push_stream_run
 
 PENDING_BATCH = 50
+# Backend errors are handled (and recorded) by the push service; only an unexpected database outage
+# retries a task. acks_late: a worker that dies mid-push leaves the message for another one.
+PUSH_TASK_OPTIONS = {
+    "acks_late": True,
+    "ignore_result": True,
+    "autoretry_for": (OperationalError,),
+    "max_retries": 3,
+    "retry_backoff": True,
+    "retry_backoff_max": 60,
+    "retry_jitter": True,
+}
 
 
-@shared_task(
-    name="worker.tasks.push.push_job_task",
-    acks_late=True,
-    ignore_result=True,
-    autoretry_for=(OperationalError,),
-    max_retries=3,
-    retry_backoff=True,
-    retry_backoff_max=60,
-    retry_jitter=True,
-)
+@shared_task(name="worker.tasks.push.push_job_task", **PUSH_TASK_OPTIONS)
 def push_job_task(job_id: int) -> dict:
     """Apply one job's pending push actions. Backend errors are handled (and recorded) by the service;
     only an unexpected database outage retries the task."""
     return push_job_run(job_id=job_id, actor="worker")
 
 
-@shared_task(
-    name="worker.tasks.push.push_stream_task",
-    acks_late=True,
-    ignore_result=True,
-    autoretry_for=(OperationalError,),
-    max_retries=3,
-    retry_backoff=True,
-    retry_backoff_max=60,
-    retry_jitter=True,
-)
+@shared_task(name="worker.tasks.push.push_stream_task", **PUSH_TASK_OPTIONS)
 def push_stream_task(stream: str) -> dict:
     """Apply one stream's pending push actions (a job's objects, or one node / quota object)."""
     return push_stream_run(stream=stream, actor="worker")
