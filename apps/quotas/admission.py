@@ -380,6 +380,19 @@ class Book:
                     msg = f"{who}; only {fmt(borrowed - missing)} of the {fmt(borrowed)} CU it must borrow is idle and lendable"
                     limit = "lendable"
                 return Admission(False, flags, msg, guaranteed, borrowed, limit)
+            if guaranteed > 0 and self._reclaims_itself(key, guaranteed, borrowed, memory_mib, hold):
+                # Its guaranteed part takes lent capacity back from borrowers, and the reclaim that
+                # follows would pick this very job (the newest borrower) — never admit a borrow
+                # that is taken away at once.
+                return Admission(
+                    False,
+                    flags,
+                    f"{who}; taking back its lent guarantee leaves the {fmt(borrowed)} CU it must "
+                    "borrow uncovered",
+                    guaranteed,
+                    borrowed,
+                    "lendable",
+                )
         admission = Admission(True, flags, "", guaranteed, borrowed)
         if commit:
             self.hold(
@@ -394,6 +407,26 @@ class Book:
                 )
             )
         return admission
+
+    def _reclaims_itself(
+        self, key: str, guaranteed: Decimal, borrowed: Decimal, memory_mib: int, hold: dict
+    ) -> bool:
+        trial = "\0trial"
+        self.hold(
+            Holding(
+                job=trial,
+                row=key,
+                guaranteed=guaranteed,
+                borrowed=borrowed,
+                priority=hold.get("priority", 0),
+                started=hold.get("started", float("inf")),
+                memory_mib=memory_mib,
+            )
+        )
+        try:
+            return trial in self.reclaim_victims(self.rows[key].resource_class)
+        finally:
+            self.release(trial)
 
     def _dept_limited(self, pools: Pools, row: Row) -> bool:
         drow = self.departments[(row.department, row.resource_class)]

@@ -331,9 +331,14 @@ def _persist(outcomes, *, snapshot: Snapshot, cycle_id, actor, result: CycleResu
     label = actor_fields(actor)["actor_label"]
     job_ids = [job.pk for job, *_ in outcomes]
     # Lock order: jobs, then devices, both by primary key.
-    states = dict(
-        Job.objects.select_for_update().filter(pk__in=job_ids).order_by("pk").values_list("pk", "state")
-    )
+    locked = {
+        pk: (state, attempt)
+        for pk, state, attempt in Job.objects.select_for_update()
+        .filter(pk__in=job_ids)
+        .order_by("pk")
+        .values_list("pk", "state", "attempt")
+    }
+    states = {pk: state for pk, (state, _attempt) in locked.items()}
     placed = [(job, d, cu, pos) for job, d, cu, pos in outcomes if d.placed]
     # Then every quota row (primary-key order): admissions against quotas are serialized.
     quota_ctx = quota_context(lock=True, now=now) if placed and quotas_configured() else None
@@ -355,6 +360,9 @@ def _persist(outcomes, *, snapshot: Snapshot, cycle_id, actor, result: CycleResu
             if decision.placed:
                 snapshot.release(decision.request_id)
             continue  # cancelled (or scheduled by another cycle) meanwhile
+        # The attempt as locked now: the job may have been placed, preempted and requeued (attempt + 1)
+        # by other cycles since this one loaded it; its allocation slots must use the current attempt.
+        job.attempt = locked[job.pk][1]
         if not decision.placed:
             result.pending += 1
             if job.state_reason != decision.explanation[:500]:
