@@ -26,50 +26,20 @@ app.conf.task_routes = {
     "worker.tasks.rollout.*": {"queue": "default"},
     "worker.tasks.migration.*": {"queue": "default"},
 }
+# (entry, task, every N seconds). A run not started within two periods is dropped (``expires``):
+# the next one does the same work, so a backlog after an outage never replays.
+BEAT = [
+    ("scheduling-cycle", "worker.tasks.scheduling.scheduling_cycle_task", 5.0),
+    ("push-pending", "worker.tasks.push.push_pending_task", 10.0),
+    ("reconcile", "worker.tasks.reconcile.reconcile_task", 10.0),
+    ("telemetry-ingest", "worker.tasks.telemetry.telemetry_ingest_task", 60.0),
+    ("autoscale", "worker.tasks.rollout.autoscale_task", 60.0),
+    ("rollout-evaluate", "worker.tasks.rollout.rollout_evaluate_task", 300.0),
+    ("inventory-mark-stale-nodes", "worker.tasks.inventory.node_staleness_check_task", 300.0),
+    ("billing-meter", "worker.tasks.billing.metering_task", 900.0),
+    ("migration-gates", "worker.tasks.migration.gates_evaluate_task", 900.0),
+]
 app.conf.beat_schedule = {
-    "scheduling-cycle": {
-        "task": "worker.tasks.scheduling.scheduling_cycle_task",
-        "schedule": 5.0,
-        "options": {"expires": 10},
-    },
-    "push-pending": {
-        "task": "worker.tasks.push.push_pending_task",
-        "schedule": 10.0,
-        "options": {"expires": 20},
-    },
-    "reconcile": {
-        "task": "worker.tasks.reconcile.reconcile_task",
-        "schedule": 10.0,
-        "options": {"expires": 20},
-    },
-    "telemetry-ingest": {
-        "task": "worker.tasks.telemetry.telemetry_ingest_task",
-        "schedule": 60.0,
-        "options": {"expires": 120},
-    },
-    "billing-meter": {
-        "task": "worker.tasks.billing.metering_task",
-        "schedule": 900.0,
-        "options": {"expires": 1800},
-    },
-    "rollout-evaluate": {
-        "task": "worker.tasks.rollout.rollout_evaluate_task",
-        "schedule": 300.0,
-        "options": {"expires": 600},
-    },
-    "migration-gates": {
-        "task": "worker.tasks.migration.gates_evaluate_task",
-        "schedule": 900.0,
-        "options": {"expires": 1800},
-    },
-    "autoscale": {
-        "task": "worker.tasks.rollout.autoscale_task",
-        "schedule": 60.0,
-        "options": {"expires": 120},
-    },
-    "inventory-mark-stale-nodes": {
-        "task": "worker.tasks.inventory.node_staleness_check_task",
-        "schedule": 300.0,
-    },
+    name: {"task": task, "schedule": every, "options": {"expires": 2 * every}} for name, task, every in BEAT
 }
 app.autodiscover_tasks(["worker"], related_name="tasks")
