@@ -426,12 +426,3 @@ def push_due_streams(*, now: dt.datetime | None = None, limit: int = 100) -> lis
         .order_by("due", "stream")[:limit]
     )
     return [row["stream"] for row in rows]
-
-
-def push_due_job_ids(*, now: dt.datetime | None = None, limit: int = 100) -> list[int]:
-    """Jobs with a pending action that is due, oldest first."""
-    return [
-        int(stream.split(":", 1)[1])
-        for stream in push_due_streams(now=now, limit=limit)
-        if stream.startswith("job:")
-    ]

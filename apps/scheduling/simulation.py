@@ -94,7 +94,3 @@ class DurableSimulatedBackend(ClusterBackend):
 
     def pods_of(self, namespace: str, job_name: str) -> list[dict]:
         return self._run(lambda sim: sim.pods_of(namespace, job_name))
-
-    def snapshot(self) -> SimulatedBackend:
-        """A read-only copy of the current state (e.g. to emit synthetic utilization)."""
-        return self._run(lambda sim: SimulatedBackend.from_state(sim.to_state(), seed=self.cluster.pk))

@@ -12,7 +12,7 @@ from apps.inventory.models import Cluster
 from apps.jobs.models import JobState
 from apps.jobs.services import job_submit
 from apps.scheduling.models import Allocation, PushAction
-from apps.scheduling.push import backoff_delay, push_due_job_ids, push_job_run
+from apps.scheduling.push import backoff_delay, push_due_streams, push_job_run
 from apps.scheduling.services import scheduling_cycle_run
 from tests.jobs import conftest as jobs_fixtures
 from tests.kube.fake_apiserver import FakeApiServer, kubeconfig_for
@@ -75,7 +75,7 @@ def test_scheduling_writes_namespace_then_workload(kube_cluster, member_project,
     ]
     assert rows[0].cluster_id == kube_cluster.pk and rows[1].namespace == rows[0].name
     assert rows[1].object["metadata"]["name"] == f"suanchi-{job.pk}-a0"
-    assert push_due_job_ids() == [job.pk]
+    assert push_due_streams() == [f"job:{job.pk}"]
 
 
 def test_push_applies_once_through_the_fake_api_server(server, kube_cluster, member_project, a100):
@@ -99,7 +99,7 @@ def test_push_applies_once_through_the_fake_api_server(server, kube_cluster, mem
     workload.refresh_from_db()
     assert workload.result["action"] == "unchanged"
     assert len(server.objects("Job")) == 1
-    assert push_due_job_ids() == []
+    assert push_due_streams() == []
 
 
 def test_transient_error_backs_off_then_applies(server, kube_cluster, member_project, a100):
@@ -116,10 +116,10 @@ def test_transient_error_backs_off_then_applies(server, kube_cluster, member_pro
     assert server.objects("Job") == []
     # Not due yet: nothing happens.
     assert push_job_run(job_id=job.pk, now=now)["waiting"] == 1
-    assert push_due_job_ids(now=now) == []
+    assert push_due_streams(now=now) == []
 
     later = now + dt.timedelta(minutes=10)
-    assert push_due_job_ids(now=later) == [job.pk]
+    assert push_due_streams(now=later) == [f"job:{job.pk}"]
     assert push_job_run(job_id=job.pk, now=later)["applied"] == 1
     workload.refresh_from_db()
     assert workload.state == PushAction.State.APPLIED and workload.attempts == 2

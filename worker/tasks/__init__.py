@@ -3,7 +3,7 @@
 from worker.tasks.billing import metering_task, month_close_task
 from worker.tasks.inventory import ledger_import_task, node_staleness_check_task
 from worker.tasks.migration import gates_evaluate_task
-from worker.tasks.push import push_job_task, push_pending_task, push_stream_task
+from worker.tasks.push import push_pending_task, push_stream_task
 from worker.tasks.reconcile import reconcile_task
 from worker.tasks.rollout import autoscale_task, rollout_evaluate_task
 from worker.tasks.scheduling import scheduling_cycle_task
@@ -16,7 +16,6 @@ __all__ = [
     "metering_task",
     "month_close_task",
     "node_staleness_check_task",
-    "push_job_task",
     "push_pending_task",
     "push_stream_task",
     "reconcile_task",

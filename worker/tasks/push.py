@@ -3,7 +3,7 @@
 from celery import shared_task
 from django.db import OperationalError
 
-from apps.scheduling.push import push_job_run, push_pending_run, push_stream_run
+from apps.scheduling.push import push_pending_run, push_stream_run
 
 PENDING_BATCH = 50
 # Backend errors are handled (and recorded) by the push service; only an unexpected database outage
@@ -17,13 +17,6 @@ PUSH_TASK_OPTIONS = {
     "retry_backoff_max": 60,
     "retry_jitter": True,
 }
-
-
-@shared_task(name="worker.tasks.push.push_job_task", **PUSH_TASK_OPTIONS)
-def push_job_task(job_id: int) -> dict:
-    """Apply one job's pending push actions. Backend errors are handled (and recorded) by the service;
-    only an unexpected database outage retries the task."""
-    return push_job_run(job_id=job_id, actor="worker")
 
 
 @shared_task(name="worker.tasks.push.push_stream_task", **PUSH_TASK_OPTIONS)
