@@ -287,18 +287,16 @@ def push_stream_run(
     actor: Any = "worker",
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     now: dt.datetime | None = None,
-    backends: dict[int, Any] | None = None,
+    session: PushSession | None = None,
 ) -> dict:
     """Apply a stream's due pending actions in order. Returns counts: applied / retry / failed / waiting.
 
-    ``backends`` (cluster id → backend) lets a caller pushing many streams reuse one client and its
-    connection pool per cluster, and apply each namespace once per batch; the caller then closes
-    them (see ``push_pending_run``).
+    A caller pushing many streams passes one ``session`` (see ``push_pending_run``) and closes it.
     """
     now = now or timezone.now()
     summary = {"stream": stream, "applied": 0, "retry": 0, "failed": 0, "waiting": 0, "errors": []}
-    own = backends is None
-    backends = {} if own else backends
+    own = session is None
+    session = PushSession() if own else session
     try:
         # One read for the stream's pending actions and one for its job's state; each outcome is
         # still recorded by a conditional update, so a concurrent pusher never double-applies.
@@ -330,18 +328,16 @@ def push_stream_run(
                 summary["failed"] += 1
                 continue
             attempts = action.attempts + 1
-            seen = ("namespace applied", action.cluster_id, action.name)
+            namespace = (action.cluster_id, action.name)
+            is_namespace = action.kind == "Namespace" and action.verb == PushAction.Verb.APPLY
             try:
-                if action.kind == "Namespace" and action.verb == PushAction.Verb.APPLY and seen in backends:
+                if is_namespace and namespace in session.namespaces:
                     # Every job of a project applies its namespace; once per batch is enough.
                     result = {"action": "unchanged", "note": "applied earlier in this batch"}
                 else:
-                    backend = backends.get(action.cluster_id)
-                    if backend is None:
-                        backend = backends[action.cluster_id] = backend_for(action.cluster)
-                    result = _call(backend, action)  # the network call: no transaction open here
-                    if action.kind == "Namespace" and action.verb == PushAction.Verb.APPLY:
-                        backends[seen] = True
+                    result = _call(session.backend(action.cluster), action)  # no transaction open here
+                    if is_namespace:
+                        session.namespaces.add(namespace)
             except TransientBackendError as e:
                 summary["errors"].append(f"{_describe(action)}: {e.message}")
                 if attempts >= max_attempts:
@@ -387,32 +383,45 @@ def push_stream_run(
                 summary["applied"] += 1
     finally:
         if own:
-            close_backends(backends)
+            session.close()
     return summary
 
 
-def close_backends(backends: dict[int, Any]) -> None:
-    for backend in backends.values():
-        close = getattr(backend, "close", None)
-        if close is not None:
-            close()
+class PushSession:
+    """What a batch of pushes shares: one backend (client and connection pool) per cluster, and the
+    namespaces already applied in this batch."""
+
+    def __init__(self) -> None:
+        self.backends: dict[int, Any] = {}
+        self.namespaces: set[tuple[int, str]] = set()
+
+    def backend(self, cluster: Any) -> Any:
+        if cluster.pk not in self.backends:
+            self.backends[cluster.pk] = backend_for(cluster)
+        return self.backends[cluster.pk]
+
+    def close(self) -> None:
+        for backend in self.backends.values():
+            close = getattr(backend, "close", None)
+            if close is not None:
+                close()
 
 
 def push_pending_run(*, actor: Any = "worker", limit: int = 100, now: dt.datetime | None = None) -> dict:
     """Push every stream with a due action, one client per cluster for the whole batch. One stream's
     unexpected failure does not stop the others."""
     done, errors = [], []
-    backends: dict[int, Any] = {}
+    session = PushSession()
     try:
         for stream in push_due_streams(now=now, limit=limit):
             try:
-                push_stream_run(stream=stream, actor=actor, now=now, backends=backends)
+                push_stream_run(stream=stream, actor=actor, now=now, session=session)
                 done.append(stream)
             except Exception as e:  # noqa: BLE001
                 logger.exception("push of %s failed", stream)
                 errors.append(f"{stream}: {e}")
     finally:
-        close_backends(backends)
+        session.close()
     return {"pushed": done, "errors": errors}
 
 
