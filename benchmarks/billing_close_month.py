@@ -107,7 +107,7 @@ def build(rng: random.Random):
 def allocations(
     rng, projects, devices, coef_of, Job, *, count: int, month_start, jobs_per_project: int, prefix: str
 ):
-    from apps.scheduling.models import Allocation
+    from apps.jobs.models import Allocation
 
     jobs = Job.objects.bulk_create(
         [
@@ -152,7 +152,7 @@ def naive_meter(start, end) -> int:
 
     from apps.billing import services
     from apps.billing.models import RateCard, UsageEntry
-    from apps.scheduling.models import Allocation
+    from apps.jobs.models import Allocation
 
     made = 0
     for alloc in Allocation.objects.filter(started_at__gte=start, started_at__lt=end).select_related(

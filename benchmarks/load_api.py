@@ -296,9 +296,8 @@ def check_invariants(stats: Stats) -> bool:
     from django.db.models import Q, Sum
 
     from apps.inventory.models import Device
-    from apps.jobs.models import Job, JobState
+    from apps.jobs.models import Allocation, Job, JobState
     from apps.quotas.models import Quota
-    from apps.scheduling.models import Allocation
 
     ok = True
     active = Allocation.objects.filter(released_at__isnull=True)

@@ -78,7 +78,7 @@ def build(kubeconfig: Path):
 
 def reset(server) -> None:
     """Empty the API server and make every action pending again."""
-    from apps.scheduling.models import PushAction
+    from apps.clusters.models import PushAction
 
     with server._lock:
         server._store.clear()
@@ -94,8 +94,8 @@ def reset(server) -> None:
 def naive(cluster) -> int:
     from django.utils import timezone
 
-    from apps.scheduling.models import PushAction
-    from worker.kube.backend import KubernetesBackend
+    from apps.clusters.backend import KubernetesBackend
+    from apps.clusters.models import PushAction
 
     n = 0
     for action in PushAction.objects.filter(state=PushAction.State.PENDING).order_by(
@@ -114,14 +114,14 @@ def naive(cluster) -> int:
 
 
 def per_stream() -> int:
-    from apps.scheduling.push import push_due_streams, push_stream_run
+    from apps.clusters.pusher import push_due_streams, push_stream_run
 
     return sum(push_stream_run(stream=s)["applied"] for s in push_due_streams(limit=10**6))
 
 
 def batch() -> int:
-    from apps.scheduling.models import PushAction
-    from apps.scheduling.push import push_pending_run
+    from apps.clusters.models import PushAction
+    from apps.clusters.pusher import push_pending_run
 
     before = PushAction.objects.filter(state=PushAction.State.APPLIED).count()
     push_pending_run(limit=10**6)
@@ -134,8 +134,8 @@ def main() -> None:
     from django.core.management import call_command
     from django.db import connection
 
-    from apps.scheduling.models import PushAction
-    from apps.scheduling.push import push_pending_run
+    from apps.clusters.models import PushAction
+    from apps.clusters.pusher import push_pending_run
     from apps.scheduling.services import scheduling_cycle_run
     from tests.kube.fake_apiserver import FakeApiServer, kubeconfig_for
 

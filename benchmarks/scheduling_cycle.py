@@ -157,7 +157,7 @@ def queue_jobs(models, templates, projects, rng: random.Random) -> None:
 
 
 def check_no_overallocation() -> int:
-    from apps.scheduling.models import Allocation
+    from apps.jobs.models import Allocation
 
     usage = defaultdict(lambda: [0, 0, 0])
     caps = {}
@@ -172,8 +172,8 @@ def check_no_overallocation() -> int:
 
 
 def reset_schedule() -> None:
-    from apps.jobs.models import Job, JobEvent
-    from apps.scheduling.models import Allocation, DecisionTrace
+    from apps.jobs.models import Allocation, Job, JobEvent
+    from apps.scheduling.models import DecisionTrace
 
     Allocation.objects.all().delete()
     DecisionTrace.objects.all().delete()

@@ -201,6 +201,7 @@ class BillingPeriodAdmin(ReadOnlyAdmin):
         "closed_by",
     )
     list_filter = ("state",)
+    list_select_related = ("close_run",)  # the progress column
     actions = ("close_months",)
 
     @admin.display(description=_("progress"))

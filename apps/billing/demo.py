@@ -21,8 +21,8 @@ from apps.billing.models import BillingPeriod, RateCard
 from apps.catalog.models import ComputeTemplate, DeviceModel
 from apps.catalog.selectors import coefficients_on
 from apps.inventory.models import Device
-from apps.jobs.models import Job, JobState
-from apps.scheduling.models import Allocation
+from apps.jobs.models import Allocation, Job, JobState
+from apps.scheduling.invariants import AllocationInterval, allocation_capacity_violations
 
 # Demo prices (CNY per compute-unit-hour): a platform default and two per-model cards. They are
 # illustrative numbers for the demo, not market prices.
@@ -66,6 +66,40 @@ def _rate_cards(actor) -> int:
     return created
 
 
+def _windows(start, runs) -> list[tuple]:
+    """The [begin, end) of every run of a history job: whole days from midnight, shorter runs from 8:00."""
+    windows = []
+    for first_day, hours, days in runs:
+        for day in range(days):
+            begin = start + timedelta(days=first_day - 1 + day, hours=8 if hours < 24 else 0)
+            windows.append((begin, begin + timedelta(hours=hours)))
+    return windows
+
+
+def _free_devices(model, cards: int, windows, *, month, **shape) -> list[Device] | None:
+    """``cards`` distinct cards of ``model`` that can hold an allocation of ``shape`` over every window
+    next to what the month already holds (the capacity invariant, apps.scheduling.invariants), or None.
+    History never double-books a card, so the demo's finalized bills only charge possible usage."""
+    start, end = services.month_bounds(month)
+    chosen: list[Device] = []
+    candidates = (
+        Device.objects.filter(device_model=model)
+        .exclude(health__in=[Device.Health.RETIRED, Device.Health.LOST])
+        .select_related("node")
+        .order_by("node__name", "index")
+    )
+    for device in candidates:
+        planned = [
+            AllocationInterval(allocation_id=-(n + 1), device_id=device.pk, start=begin, end=finish, **shape)
+            for n, (begin, finish) in enumerate(windows)
+        ]
+        if not allocation_capacity_violations(start=start, end=end, device_ids=[device.pk], extra=planned):
+            chosen.append(device)
+            if len(chosen) == cards:
+                return chosen
+    return None
+
+
 def _history(month, actor) -> int:
     """Finished jobs with released allocations in ``month``; returns how many allocations it made."""
     start, _end = services.month_bounds(month)
@@ -78,20 +112,27 @@ def _history(month, actor) -> int:
         job_name = f"{name} ({month:%Y-%m})"
         if Job.objects.filter(project=project, name=job_name).exists():
             continue
-        devices = list(
-            Device.objects.filter(device_model=model)
-            .exclude(health__in=[Device.Health.RETIRED, Device.Health.LOST])
-            .select_related("node")
-            .order_by("node__name", "index")[:cards]
-        )
-        if len(devices) < cards:
-            continue
         template = None
         if profile:
             template = ComputeTemplate.objects.filter(device_model=model, partition_profile=profile).first()
             if template is None:
                 continue
         milli = int(template.compute_share * 10) if template else 1000
+        memory = template.memory_mib if template else (model.memory_mib or 1024)
+        isolation = template.isolation if template else "hard"
+        windows = _windows(start, runs)
+        devices = _free_devices(
+            model,
+            cards,
+            windows,
+            month=month,
+            memory_mib=memory,
+            compute_milli=milli,
+            isolation=isolation,
+            whole_card=template is None,
+        )
+        if devices is None:
+            continue
         coefficient = coefficients_on([model.pk], month).get(model.pk, Decimal(0))
         units = (coefficient * milli / 1000).quantize(Decimal("0.0001"))
         first = start + timedelta(days=runs[0][0] - 1)
@@ -109,31 +150,27 @@ def _history(month, actor) -> int:
             started_at=first,
             finished_at=first,
         )
-        attempt = 0
-        for first_day, hours, days in runs:
-            for day in range(days):
-                begin = start + timedelta(days=first_day - 1 + day, hours=8 if hours < 24 else 0)
-                for replica, device in enumerate(devices):
-                    Allocation.objects.create(
-                        job=job,
-                        device=device,
-                        node=device.node,
-                        replica=replica,
-                        attempt=attempt,
-                        whole_card=template is None,
-                        memory_mib=template.memory_mib if template else (model.memory_mib or 1024),
-                        compute_milli=milli,
-                        isolation=template.isolation if template else "hard",
-                        partition_profile=template.partition_profile if template else "",
-                        compute_units=units,
-                        trace_id=uuid.uuid4(),
-                        started_at=begin,
-                        released_at=begin + timedelta(hours=hours),
-                        release_reason="succeeded",
-                    )
-                    made += 1
-                attempt += 1
-        Job.objects.filter(pk=job.pk).update(finished_at=begin + timedelta(hours=hours))
+        for attempt, (begin, finish) in enumerate(windows):
+            for replica, device in enumerate(devices):
+                Allocation.objects.create(
+                    job=job,
+                    device=device,
+                    node=device.node,
+                    replica=replica,
+                    attempt=attempt,
+                    whole_card=template is None,
+                    memory_mib=memory,
+                    compute_milli=milli,
+                    isolation=isolation,
+                    partition_profile=template.partition_profile if template else "",
+                    compute_units=units,
+                    trace_id=uuid.uuid4(),
+                    started_at=begin,
+                    released_at=finish,
+                    release_reason="succeeded",
+                )
+                made += 1
+        Job.objects.filter(pk=job.pk).update(finished_at=windows[-1][1])
     return made
 
 

@@ -3,6 +3,10 @@
 
 The layout is the same in every format: a header block, the lines by group, then the totals.
 Labels are fixed English words so the files parse back; amounts are plain decimals (cents).
+
+Names come from ``selectors.bill_names``: a finalized bill prints the names snapshotted when it was
+finalized. Every text cell of the CSV and XLSX goes through ``apps.core.exports`` (spreadsheet formula
+injection, OWASP "CSV Injection"); numbers stay numbers.
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ from decimal import Decimal
 from pathlib import Path
 
 from apps.billing.models import Bill, BillingPeriod, BillLine
+from apps.billing.selectors import bill_names
+from apps.core.exports import csv_row, xlsx_append
 
 FORMATS = {
     "csv": "text/csv; charset=utf-8",
@@ -35,7 +41,7 @@ def _text(value: Decimal | None, places: str = "0.01") -> str:
 
 
 def bill_filename(bill: Bill, fmt: str) -> str:
-    return f"{bill.project.slug}-{bill.month:%Y-%m}.{fmt}"
+    return f"{bill_names(bill)['project_slug']}-{bill.month:%Y-%m}.{fmt}"
 
 
 def _lines(bill: Bill) -> list[BillLine]:
@@ -45,10 +51,11 @@ def _lines(bill: Bill) -> list[BillLine]:
 
 def bill_rows(bill: Bill) -> list[list[str]]:
     """The bill as rows of text (CSV and the PDF tables use them; XLSX keeps numbers numeric)."""
+    names = bill_names(bill)
     rows: list[list[str]] = [
         ["Suanchi bill", "", "", ""],
-        ["project", bill.project.name, bill.project.slug, ""],
-        ["department", bill.project.department.name, "", ""],
+        ["project", names["project_name"], names["project_slug"], ""],
+        ["department", names["department_name"], "", ""],
         ["month", f"{bill.month:%Y-%m}", "", ""],
         ["state", bill.state, "", ""],
         ["currency", bill.currency, "", ""],
@@ -73,7 +80,7 @@ def bill_csv(bill: Bill) -> bytes:
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\r\n")
     for row in bill_rows(bill):
-        writer.writerow(row)
+        writer.writerow(csv_row(row))
     return ("\ufeff" + buffer.getvalue()).encode("utf-8")
 
 
@@ -95,7 +102,7 @@ def bill_xlsx(bill: Bill) -> bytes:
                 cells.append(Decimal(value))
             else:
                 cells.append(value)
-        sheet.append(cells)
+        xlsx_append(sheet, cells)
         current = sheet.max_row
         if row and row[0] in ("Suanchi bill", "group", "total"):
             for cell in sheet[current]:
@@ -141,6 +148,7 @@ def bill_pdf(bill: Bill) -> bytes:
     from reportlab.platypus import Paragraph, SimpleDocTemplate, Spacer, Table, TableStyle
 
     _register_font()
+    names = bill_names(bill)
     title = ParagraphStyle("title", fontName=CJK_FONT, fontSize=16, leading=22, spaceAfter=6)
     body = ParagraphStyle("body", fontName=CJK_FONT, fontSize=9.5, leading=13)
     heading = ParagraphStyle("heading", parent=body, fontSize=11, leading=16, spaceBefore=8, spaceAfter=4)
@@ -152,13 +160,13 @@ def bill_pdf(bill: Bill) -> bytes:
         rightMargin=16 * mm,
         topMargin=16 * mm,
         bottomMargin=16 * mm,
-        title=f"Suanchi bill {bill.project.slug} {bill.month:%Y-%m}",
+        title=f"Suanchi bill {names['project_slug']} {bill.month:%Y-%m}",
         author="Suanchi",
     )
     story: list = [
         Paragraph(escape(f"Suanchi bill {bill.month:%Y-%m}"), title),
-        Paragraph(escape(f"Project: {bill.project.name} ({bill.project.slug})"), body),
-        Paragraph(escape(f"Department: {bill.project.department.name}"), body),
+        Paragraph(escape(f"Project: {names['project_name']} ({names['project_slug']})"), body),
+        Paragraph(escape(f"Department: {names['department_name']}"), body),
         Paragraph(escape(f"State: {bill.state} · Currency: {bill.currency}"), body),
         Paragraph(
             escape(

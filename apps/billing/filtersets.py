@@ -7,7 +7,7 @@ from django.db.models import Q
 
 from apps.billing.models import Adjustment, Bill, BillingPeriod, RateCard, UsageEntry
 from apps.billing.services import parse_month
-from apps.core.filters import IsoDateTimeFilter
+from apps.core.filters import FilterSet, IsoDateTimeFilter
 
 
 class MonthFilter(django_filters.CharFilter):
@@ -19,7 +19,7 @@ class MonthFilter(django_filters.CharFilter):
         return qs.filter(**{self.field_name: parse_month(value)})
 
 
-class UsageEntryFilterSet(django_filters.FilterSet):
+class UsageEntryFilterSet(FilterSet):
     project = django_filters.CharFilter(field_name="project__slug")
     month = MonthFilter(field_name="month")
     job = django_filters.NumberFilter(field_name="job_id")
@@ -47,7 +47,7 @@ class UsageEntryFilterSet(django_filters.FilterSet):
         return queryset.filter(condition)
 
 
-class BillFilterSet(django_filters.FilterSet):
+class BillFilterSet(FilterSet):
     project = django_filters.CharFilter(field_name="project__slug")
     month = MonthFilter(field_name="month")
     state = django_filters.ChoiceFilter(choices=Bill.State.choices)
@@ -57,7 +57,7 @@ class BillFilterSet(django_filters.FilterSet):
         fields = ["project", "month", "state"]
 
 
-class AdjustmentFilterSet(django_filters.FilterSet):
+class AdjustmentFilterSet(FilterSet):
     project = django_filters.CharFilter(field_name="project__slug")
     month = MonthFilter(field_name="month")
 
@@ -66,7 +66,7 @@ class AdjustmentFilterSet(django_filters.FilterSet):
         fields = ["project", "month"]
 
 
-class RateCardFilterSet(django_filters.FilterSet):
+class RateCardFilterSet(FilterSet):
     scope = django_filters.ChoiceFilter(choices=RateCard.Scope.choices)
     active_on = django_filters.DateFilter(method="filter_active_on")
 
@@ -80,7 +80,7 @@ class RateCardFilterSet(django_filters.FilterSet):
         )
 
 
-class BillingPeriodFilterSet(django_filters.FilterSet):
+class BillingPeriodFilterSet(FilterSet):
     state = django_filters.ChoiceFilter(choices=BillingPeriod.State.choices)
 
     class Meta:

@@ -26,8 +26,7 @@ from apps.accounts.models import Project
 from apps.catalog.models import ComputeTemplate, DeviceModel
 from apps.core.errors import Conflict
 from apps.inventory.models import Pool
-from apps.jobs.models import Job
-from apps.scheduling.models import Allocation
+from apps.jobs.models import Allocation, Job
 
 # Scales. Entries keep sub-cent precision; bills are in cents (lines add up to the total exactly).
 HOURS_QUANTUM = Decimal("0.000001")
@@ -186,9 +185,10 @@ class BillingPeriod(models.Model):
     state = models.CharField(max_length=8, choices=State.choices, default=State.OPEN)
     idle_policy = models.CharField(max_length=8, choices=IdlePolicy.choices, default=IdlePolicy.NONE)
     currency = models.CharField(max_length=3, default="CNY")
-    progress_total = models.PositiveIntegerField(default=0)
-    progress_done = models.PositiveIntegerField(default=0)
-    progress_message = models.CharField(max_length=200, blank=True)
+    # The latest close of this month (a core BackgroundRun): its progress is the month's progress.
+    close_run = models.ForeignKey(
+        "core.BackgroundRun", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     # Cost of capacity nobody used, and the part the platform carries (policy "platform").
     idle_cu_hours = models.DecimalField(max_digits=18, decimal_places=6, default=Decimal(0))
     idle_cost = models.DecimalField(max_digits=16, decimal_places=2, default=Decimal(0))
@@ -220,13 +220,31 @@ class BillingPeriod(models.Model):
     def label(self) -> str:
         return self.month.strftime("%Y-%m")
 
+    def _close_progress(self) -> dict:
+        """The close run's progress (live while it runs); fetch periods with select_related("close_run")."""
+        if self.close_run_id is None:
+            return {"done": 0, "total": 0, "message": "", "percent": 0}
+        from apps.core.runs import run_progress_read
+
+        return run_progress_read(self.close_run)
+
+    @property
+    def progress_done(self) -> int:
+        return self._close_progress()["done"]
+
+    @property
+    def progress_total(self) -> int:
+        return self._close_progress()["total"]
+
+    @property
+    def progress_message(self) -> str:
+        return self._close_progress()["message"]
+
     @property
     def progress_percent(self) -> int:
         if self.state == self.State.CLOSED:
             return 100
-        if not self.progress_total:
-            return 0
-        return min(100, int(self.progress_done * 100 / self.progress_total))
+        return self._close_progress()["percent"]
 
 
 class UsageEntry(models.Model):
@@ -322,6 +340,11 @@ class Bill(models.Model):
     idle_share_amount = models.DecimalField(max_digits=16, decimal_places=2, default=Decimal(0))
     total = models.DecimalField(max_digits=16, decimal_places=2, default=Decimal(0))
     finalized_at = models.DateTimeField(null=True, blank=True)
+    # Names as they were when the bill was finalized (its documents print these, so renaming a project
+    # or a department later never changes a finalized bill). Empty on a draft: drafts show live names.
+    project_name = models.CharField(max_length=200, blank=True)
+    project_slug = models.CharField(max_length=100, blank=True)
+    department_name = models.CharField(max_length=200, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -338,6 +361,10 @@ class Bill(models.Model):
             models.CheckConstraint(
                 condition=Q(state="draft") | Q(finalized_at__isnull=False),
                 name="billing_bill_finalized_has_time",
+            ),
+            models.CheckConstraint(
+                condition=Q(state="draft") | ~Q(project_slug=""),
+                name="billing_bill_finalized_has_names",
             ),
         ]
         verbose_name = _("bill")

@@ -26,6 +26,24 @@ def bill_detail(*, user, pk: int) -> Bill:
     return bill_list(user=user).prefetch_related("lines").get(pk=pk)
 
 
+def bill_names(bill: Bill) -> dict[str, str]:
+    """The project and department names a bill prints: the snapshot taken at finalize for a finalized
+    bill (renames never change it), the live names for a draft (fetch with ``bill_list``'s
+    select_related)."""
+    if bill.state == Bill.State.FINALIZED and bill.project_slug:
+        return {
+            "project_name": bill.project_name,
+            "project_slug": bill.project_slug,
+            "department_name": bill.department_name,
+        }
+    project = bill.project
+    return {
+        "project_name": project.name,
+        "project_slug": project.slug,
+        "department_name": project.department.name,
+    }
+
+
 def usage_entry_list(*, user) -> QuerySet[UsageEntry]:
     return _scoped(
         UsageEntry.objects.select_related("project", "job", "device_model", "template", "pool", "rate_card"),
@@ -45,7 +63,12 @@ def rate_card_list() -> QuerySet[RateCard]:
 
 def period_list() -> QuerySet[BillingPeriod]:
     # Meta.ordering does not apply to an aggregated query: order explicitly (stable pages).
-    return BillingPeriod.objects.annotate(bill_count=Count("bills")).order_by("-month")
+    # close_run: the month's progress (BillingPeriod.progress_*) without a query per period.
+    return (
+        BillingPeriod.objects.select_related("close_run")
+        .annotate(bill_count=Count("bills"))
+        .order_by("-month")
+    )
 
 
 def cost_by_month(*, user, project_ids: set[int] | None = None) -> list[dict]:

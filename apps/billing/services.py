@@ -23,9 +23,8 @@ from decimal import ROUND_DOWN, ROUND_HALF_UP, Decimal
 from zoneinfo import ZoneInfo
 
 from django.conf import settings
-from django.core.cache import cache
 from django.db import connection, transaction
-from django.db.models import Count, Q, Sum
+from django.db.models import Count, Min, OuterRef, Q, Subquery, Sum
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
@@ -48,17 +47,19 @@ from apps.billing.models import (
 )
 from apps.catalog.models import ComputeTemplate, DeviceModel
 from apps.catalog.selectors import coefficients_on
+from apps.core import runs
 from apps.core.audit import actor_fields, change_record_create, snapshot
 from apps.core.errors import Conflict, ValidationFailed
+from apps.core.locks import try_lock
 from apps.inventory.models import Device
-from apps.jobs.models import Job
-from apps.scheduling.models import Allocation
+from apps.jobs.models import Allocation, Job
+from apps.scheduling.invariants import allocation_capacity_violations
 
 logger = logging.getLogger(__name__)
 
 HOUR = timedelta(hours=1)
 LEDGER_LOCK = "suanchi:billing-ledger"
-LEDGER_LOCK_TIMEOUT = 3600
+MAX_REPORTED_VIOLATIONS = 50  # a refused close lists at most this many over-allocations
 RATE_CARD_FIELDS = [
     "name",
     "scope",
@@ -601,13 +602,13 @@ def metering_run(
 @contextmanager
 def ledger_lock(holder: str):
     """Metering and month close exclude each other (a slice metered into a month while its bills are
-    being built would miss them). Yields whether the lock was taken; releases it only if so."""
-    taken = cache.add(LEDGER_LOCK, holder, timeout=LEDGER_LOCK_TIMEOUT)
-    try:
+    being built would miss them). Yields whether the lock was taken; releases it only if so.
+
+    The lock dies with its owner (apps.core.locks): a worker killed while metering or closing
+    frees the ledger at once instead of blocking both for an hour. ``holder`` names the caller in
+    the lock's session (pg_stat_activity) for whoever investigates a busy ledger."""
+    with try_lock(LEDGER_LOCK, holder=holder) as taken:
         yield taken
-    finally:
-        if taken:
-            cache.delete(LEDGER_LOCK)
 
 
 def metering_run_locked(*, actor="worker", **kwargs) -> MeteringResult | None:
@@ -635,6 +636,8 @@ def guaranteed_cu_hours_hook(*, project: Project, month: date) -> Decimal | None
 
 
 ProgressCallback = Callable[[BillingPeriod], None]
+# The BackgroundRun kind of a month close (BillingPeriod.close_run).
+MONTH_CLOSE_RUN_KIND = "billing.month_close"
 
 
 def _period_for(month: date) -> BillingPeriod:
@@ -654,12 +657,65 @@ def _ensure_ended(month: date, now: datetime | None = None) -> None:
         )
 
 
+def platform_first_use() -> datetime | None:
+    """When the platform was first used: the earliest allocation, usage slice or adjustment month."""
+    moments = [
+        Allocation.objects.order_by().aggregate(first=Min("started_at"))["first"],
+        UsageEntry.objects.order_by().aggregate(first=Min("slice_start"))["first"],
+    ]
+    first_adjusted = Adjustment.objects.order_by().aggregate(first=Min("month"))["first"]
+    if first_adjusted is not None:
+        moments.append(month_bounds(first_adjusted)[0])
+    found = [moment for moment in moments if moment is not None]
+    return min(found) if found else None
+
+
+def _ensure_after_first_use(month: date) -> None:
+    """A month that ended before anything ever ran would only make zero bills that can never be
+    removed (a finalized bill is immutable): refuse it."""
+    _start, end = month_bounds(month)
+    first = platform_first_use()
+    if first is None:
+        raise ValidationFailed(
+            f"Month {month:%Y-%m} cannot be closed: nothing has been allocated or metered yet.",
+            details={"month": ["before the platform's first usage"]},
+            code="month_before_first_use",
+        )
+    if end <= first:
+        raise ValidationFailed(
+            f"Month {month:%Y-%m} cannot be closed: it ended before the platform's first usage "
+            f"({timezone.localtime(first, platform_tz()).isoformat()}).",
+            details={"month": ["before the platform's first usage"], "first_use": first.isoformat()},
+            code="month_before_first_use",
+        )
+
+
+def _ensure_capacity_kept(month: date) -> None:
+    """Refuse (409) to bill a month in which some card held more than it has (DESIGN.md: no device is
+    ever over-allocated); the details list every card, stretch of time, allocation and limit."""
+    start, end = month_bounds(month)
+    violations = allocation_capacity_violations(start=start, end=end)
+    if not violations:
+        return
+    shown = violations[:MAX_REPORTED_VIOLATIONS]
+    raise Conflict(
+        f"Month {month:%Y-%m} cannot be finalized: {len(violations)} over-allocation(s) of a card, "
+        f"e.g. {shown[0].describe()}. Correct the allocations first.",
+        details={"violations": [v.as_dict() for v in shown], "count": len(violations)},
+        code="capacity_exceeded",
+    )
+
+
 @transaction.atomic
 def month_close_start(
     *, month: date, actor, idle_policy: str | None = None, now: datetime | None = None
 ) -> BillingPeriod:
-    """Mark a month as closing (committed, so progress is visible). Closed months are returned as is."""
+    """Mark a month as closing (committed, so progress is visible). Closed months are returned as is.
+
+    Refused before anything is written: a month not yet ended or before the platform's first usage
+    (400), a month whose allocations over-book a card (409)."""
     _ensure_ended(month, now)
+    _ensure_after_first_use(month)
     if idle_policy is not None and idle_policy not in IdlePolicy.values:
         raise ValidationFailed(
             f"Unknown idle-cost policy {idle_policy!r}.", details={"idle_policy": IdlePolicy.values}
@@ -668,6 +724,7 @@ def month_close_start(
     period = BillingPeriod.objects.select_for_update().get(pk=period.pk)
     if period.state == BillingPeriod.State.CLOSED:
         return period
+    _ensure_capacity_kept(month)
     earlier_open = BillingPeriod.objects.filter(month__lt=month).exclude(state=BillingPeriod.State.CLOSED)
     if earlier_open.filter(state=BillingPeriod.State.CLOSING).exists():
         raise Conflict("An earlier month is being closed; wait for it to finish.", code="close_in_progress")
@@ -675,9 +732,15 @@ def month_close_start(
     period.state = BillingPeriod.State.CLOSING
     if idle_policy:
         period.idle_policy = idle_policy
-    period.progress_done = 0
-    period.progress_total = 0
-    period.progress_message = "metering"
+    # A new close gets a new run; one left unfinished by a close that stopped is over.
+    if period.close_run_id is not None:
+        runs.run_fail(run=period.close_run, error="superseded by a new close of this month")
+    period.close_run = runs.run_create(
+        kind=MONTH_CLOSE_RUN_KIND,
+        actor=actor,
+        params={"period": period.pk, "month": period.label},
+        message="metering",
+    )
     period.save()
     change_record_create(
         actor=actor,
@@ -692,15 +755,10 @@ def month_close_start(
 def _progress(
     period: BillingPeriod, *, done: int | None = None, total: int | None = None, message: str = ""
 ) -> None:
-    fields: dict = {"progress_message": message[:200]}
-    if done is not None:
-        fields["progress_done"] = done
-        period.progress_done = done
-    if total is not None:
-        fields["progress_total"] = total
-        period.progress_total = total
-    period.progress_message = fields["progress_message"]
-    BillingPeriod.objects.filter(pk=period.pk).update(**fields)
+    """Publish the close's progress on its run (seen by the period page while a bill's own
+    transaction is still open)."""
+    if period.close_run is not None:
+        runs.run_progress(run=period.close_run, done=done, total=total, message=message)
 
 
 def _idle(period: BillingPeriod, used_by_group: dict[tuple, Decimal]) -> tuple[Decimal, Decimal]:
@@ -873,6 +931,26 @@ def month_close_run(
         raise Conflict(
             f"Month {period} is {period.state}, not closing; start the close first.", code="not_closing"
         )
+    if period.close_run is None:  # a month marked closing before closes had runs
+        period.close_run = runs.run_create(
+            kind=MONTH_CLOSE_RUN_KIND, actor=actor, params={"period": period.pk, "month": period.label}
+        )
+        BillingPeriod.objects.filter(pk=period.pk).update(close_run=period.close_run)
+    # Resume: a run left running by a worker that died is taken again (the close is idempotent).
+    period.close_run = runs.run_start(run_id=period.close_run.pk, resume=True) or period.close_run
+    try:
+        return _month_close_build(period=period, actor=actor, finalize=finalize, progress=progress)
+    except Exception as exc:
+        # The month stays closing (close_month resumes it); its run says why it stopped.
+        runs.run_fail(
+            run=period.close_run, error=getattr(exc, "message", None) or str(exc) or type(exc).__name__
+        )
+        raise
+
+
+def _month_close_build(
+    *, period: BillingPeriod, actor, finalize: bool, progress: ProgressCallback | None
+) -> BillingPeriod:
     start, end = month_bounds(period.month)
     _progress(period, message="metering")
     metering_run(start=start, end=end, actor=actor)
@@ -939,30 +1017,28 @@ def month_close_run(
         locked.idle_cu_hours = idle_cu
         locked.idle_cost = idle_cost
         locked.platform_cost = platform_cost
-        locked.progress_message = ""
         if finalize:
+            _ensure_capacity_kept(locked.month)
             now = timezone.now()
-            Bill.objects.filter(period=locked, state=Bill.State.DRAFT).update(
-                state=Bill.State.FINALIZED, finalized_at=now
-            )
+            _bills_finalize(Bill.objects.filter(period=locked, state=Bill.State.DRAFT), now=now)
             locked.state = BillingPeriod.State.CLOSED
             locked.closed_at = now
             locked.closed_by = actor_fields(actor)["actor_label"]
         else:
             locked.state = BillingPeriod.State.DRAFT
         locked.save()
+        after = {
+            "state": locked.state,
+            "bills": locked.bills.count(),
+            "idle_cost": str(idle_cost),
+            "platform_cost": str(platform_cost),
+        }
         change_record_create(
-            actor=actor,
-            action="billing.month_close",
-            obj=locked,
-            before=before,
-            after={
-                "state": locked.state,
-                "bills": locked.bills.count(),
-                "idle_cost": str(idle_cost),
-                "platform_cost": str(platform_cost),
-            },
+            actor=actor, action="billing.month_close", obj=locked, before=before, after=after
         )
+        if period.close_run is not None:
+            runs.run_finish(run=period.close_run, result=after, message="")
+            locked.close_run = period.close_run
     if progress:
         progress(locked)
     return locked
@@ -987,12 +1063,26 @@ def month_close(
         return month_close_run(period=period, actor=actor, finalize=finalize, progress=progress)
 
 
+def _bills_finalize(bills, *, now: datetime) -> int:
+    """Finalize draft bills in one statement, snapshotting the names their documents print."""
+    project = Project.objects.filter(pk=OuterRef("project_id"))
+    return bills.filter(state=Bill.State.DRAFT).update(
+        state=Bill.State.FINALIZED,
+        finalized_at=now,
+        project_name=Subquery(project.values("name")[:1]),
+        project_slug=Subquery(project.values("slug")[:1]),
+        department_name=Subquery(project.values("department__name")[:1]),
+    )
+
+
 @transaction.atomic
 def bill_finalize(*, bill: Bill, actor) -> Bill:
-    """Lock a draft bill. Finalizing a finalized bill is a 409."""
-    updated = Bill.objects.filter(pk=bill.pk, state=Bill.State.DRAFT).update(
-        state=Bill.State.FINALIZED, finalized_at=timezone.now()
-    )
+    """Lock a draft bill. Finalizing a finalized bill is a 409; so is a bill of a month whose
+    allocations over-book a card."""
+    if Bill.objects.filter(pk=bill.pk, state=Bill.State.FINALIZED).exists():
+        raise BillFinalized(f"Bill {bill} is already finalized.")
+    _ensure_capacity_kept(bill.month)
+    updated = _bills_finalize(Bill.objects.filter(pk=bill.pk), now=timezone.now())
     if not updated:
         raise BillFinalized(f"Bill {bill} is already finalized.")
     bill = Bill.objects.get(pk=bill.pk)
@@ -1092,18 +1182,13 @@ def projects_of(items: Iterable) -> set[int]:
     return {item.project_id for item in items}
 
 
+# The billing worker's task that finishes a close, sent by name (worker/ sits above every app).
+MONTH_CLOSE_TASK = "worker.tasks.billing.month_close_task"
+
+
 def month_close_enqueue(*, period: BillingPeriod, finalize: bool = True) -> None:
     """After commit, hand the rest of a started close to the billing worker. Never fails the caller:
     when the broker is down the period stays "closing" and ``close_month`` resumes it."""
 
-    def send() -> None:
-        from worker.tasks.billing import month_close_task
-
-        try:
-            month_close_task.apply_async(args=[period.pk, finalize], queue="billing")
-        except Exception:  # noqa: BLE001 - the broker may be down; the command can resume the close
-            logger.warning(
-                "could not enqueue the close of %s; run close_month to finish it", period, exc_info=True
-            )
-
-    transaction.on_commit(send)
+    # With the broker down the run stays queued and says so; close_month resumes the close.
+    runs.run_enqueue(run=period.close_run, task=MONTH_CLOSE_TASK, args=[period.pk, finalize], queue="billing")

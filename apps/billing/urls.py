@@ -14,7 +14,6 @@ urlpatterns = [
     path("console/", views.console, name="console"),
     path("console/close/", views.console_close, name="console-close"),
     path("console/periods/<int:pk>/", views.period_progress, name="period-progress"),
-    path("console/periods/<int:pk>/progress.json", views.period_progress_json, name="period-progress-json"),
     path("console/periods/<int:pk>/export.zip", views.period_export, name="period-export"),
     path("console/ledger/", views.ledger, name="ledger"),
     path("console/adjustments/", views.adjustments, name="adjustments"),

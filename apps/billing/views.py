@@ -14,7 +14,7 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
 from django.db import transaction
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.safestring import mark_safe
 from django.utils.translation import gettext as _
@@ -26,6 +26,7 @@ from apps.billing.filtersets import BillFilterSet, UsageEntryFilterSet
 from apps.billing.forms import AdjustmentForm, BillFilterForm, LedgerFilterForm, MonthCloseForm, RateCardForm
 from apps.billing.models import Bill, BillingPeriod, BillLine
 from apps.core.errors import ApplicationError
+from apps.core.runs import run_progress_read
 
 PAGE_SIZE = 50
 
@@ -187,24 +188,13 @@ def console_close(request: HttpRequest) -> HttpResponse:
 def period_progress(request: HttpRequest, pk: int) -> HttpResponse:
     period = get_object_or_404(selectors.period_list(), pk=pk)
     bills = period.bills.select_related("project").order_by("project__name")
-    return render(request, "billing/period_progress.html", {"period": period, "bills": bills})
-
-
-@staff_required
-@require_safe
-def period_progress_json(request: HttpRequest, pk: int) -> JsonResponse:
-    period = get_object_or_404(BillingPeriod, pk=pk)
-    return JsonResponse(
-        {
-            "month": period.label,
-            "state": period.state,
-            "state_label": str(period.get_state_display()),
-            "done": period.progress_done,
-            "total": period.progress_total,
-            "percent": period.progress_percent,
-            "message": period.progress_message,
-        }
-    )
+    context = {
+        "period": period,
+        "bills": bills,
+        "run": period.close_run,
+        "progress": run_progress_read(period.close_run) if period.close_run else None,
+    }
+    return render(request, "billing/period_progress.html", context)
 
 
 @staff_required

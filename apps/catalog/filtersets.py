@@ -13,13 +13,14 @@ from apps.catalog.models import (
     RequestApiVersion,
     Vendor,
 )
+from apps.core.filters import FilterSet
 
 FEATURE_CHOICES = [
     (f, f) for f in ("mig", "vnpu", "memory_slicing", "nvlink", "hccs", "xgmi", "mlulink", "rdma")
 ]
 
 
-class DeviceModelFilterSet(django_filters.FilterSet):
+class DeviceModelFilterSet(FilterSet):
     vendor = django_filters.MultipleChoiceFilter(choices=Vendor.choices)
     kind = django_filters.MultipleChoiceFilter(choices=DeviceKind.choices)
     confidence = django_filters.MultipleChoiceFilter(choices=Confidence.choices)
@@ -37,7 +38,7 @@ class DeviceModelFilterSet(django_filters.FilterSet):
         return queryset.filter(features__icontains=f'"{value}"')
 
 
-class ComputeCoefficientFilterSet(django_filters.FilterSet):
+class ComputeCoefficientFilterSet(FilterSet):
     device_model = django_filters.NumberFilter(field_name="device_model_id")
     device_model_slug = django_filters.CharFilter(field_name="device_model__slug")
     vendor = django_filters.ChoiceFilter(field_name="device_model__vendor", choices=Vendor.choices)
@@ -62,7 +63,7 @@ def filter_by_partition(queryset, value: str):
     return queryset.filter(partition_profile__regex=_PARTITION_PATTERNS[value])
 
 
-class ComputeTemplateFilterSet(django_filters.FilterSet):
+class ComputeTemplateFilterSet(FilterSet):
     vendor = django_filters.MultipleChoiceFilter(field_name="device_model__vendor", choices=Vendor.choices)
     kind = django_filters.MultipleChoiceFilter(field_name="device_model__kind", choices=DeviceKind.choices)
     device_model = django_filters.NumberFilter(field_name="device_model_id")
@@ -87,7 +88,7 @@ class ComputeTemplateFilterSet(django_filters.FilterSet):
         return filter_by_partition(queryset, value)
 
 
-class DeviceRequestTemplateFilterSet(django_filters.FilterSet):
+class DeviceRequestTemplateFilterSet(FilterSet):
     name = django_filters.CharFilter(field_name="name", lookup_expr="icontains")
     api_version = django_filters.ChoiceFilter(choices=RequestApiVersion.choices)
 

@@ -2,6 +2,7 @@ from django.contrib.auth import views as auth_views
 from django.db import connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect
+from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET
 
 from apps.core.throttling import login_rate_limited
@@ -36,3 +37,22 @@ def admin_login(request: HttpRequest, extra_context=None) -> HttpResponse:
     if request.method == "POST" and login_rate_limited(request):
         return HttpResponse("Too many login attempts; try again in a minute.", status=429)
     return AdminSite.login(admin.site, request, extra_context=extra_context)
+
+
+@require_GET
+def run_progress_json(request: HttpRequest, pk: int) -> JsonResponse:
+    """The progress of one background run, polled by static/js/run-progress.js. Only the user who
+    asked for the run, or staff, may read it; anyone else (anonymous callers too, like every page
+    route: tests/hardening/test_security.py) is told it does not exist."""
+    from apps.core.errors import NotFound
+    from apps.core.models import BackgroundRun
+    from apps.core.runs import run_progress_read
+
+    user = request.user
+    run = BackgroundRun.objects.filter(pk=pk).first() if user.is_authenticated else None
+    if run is None or not (user.is_staff or run.actor_id == user.pk):
+        error = NotFound(_("No background run #%(id)d.") % {"id": pk})
+        return JsonResponse({"error": error.as_dict()}, status=error.status_code)
+    response = JsonResponse(run_progress_read(run))
+    response["Cache-Control"] = "no-store"
+    return response

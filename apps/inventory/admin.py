@@ -15,11 +15,10 @@ from typing import Any
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
-from django.core.cache import cache
 from django.core.exceptions import PermissionDenied
 from django.db.models import Count, Q, QuerySet
 from django.forms.models import BaseInlineFormSet
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
@@ -30,27 +29,29 @@ from django.utils.translation import ngettext
 from apps.catalog.models import DeviceModel
 from apps.core.audit import change_record_create, snapshot
 from apps.core.errors import ApplicationError, ValidationFailed
+from apps.core.models import BackgroundRun
+from apps.core.runs import run_progress_read
 from apps.inventory.models import (
     AgentToken,
     Cluster,
     Device,
     DeviceEvent,
-    LedgerImportRun,
     Node,
     NodeReport,
     Pool,
 )
 from apps.inventory.services import tokens
+from apps.inventory.services.discovery import node_approve
 from apps.inventory.services.ledger import (
     BACKGROUND_IMPORT_ROWS,
     DEVICE_EDITABLE_FIELDS,
     IMPORT_COLUMNS,
+    IMPORT_RUN_KIND,
     READ_ONLY_COLUMNS,
     device_cordon,
     device_pool_status_set,
     device_retire,
     device_update,
-    import_progress_key,
     ledger_export,
     ledger_import_csv,
     ledger_import_request,
@@ -347,16 +348,18 @@ class NodeAdmin(LedgerRowAdmin):
         "cluster",
         "pool",
         "status",
+        "pending_approval",
         "driver_version",
         "cann_version",
         "device_count",
         "last_report_at",
     )
-    list_filter = ("status", "cluster", ("pool", PoolListFilter), "cpu_arch")
+    list_filter = ("status", "pending_approval", "cluster", ("pool", PoolListFilter), "cpu_arch")
     list_select_related = ("cluster", "pool", "pool__cluster")
     search_fields = ("name", "devices__uuid", "devices__serial")
     inlines = (NodeDeviceInline, NodeEventHistoryInline)
     actions = (
+        "approve",
         "maintenance_on",
         "maintenance_off",
         "quarantine",
@@ -366,7 +369,21 @@ class NodeAdmin(LedgerRowAdmin):
         "export_xlsx",
     )
     fieldsets = (
-        (None, {"fields": ("cluster", "name", "pool", "status", "status_reason", "taints", "labels")}),
+        (
+            None,
+            {
+                "fields": (
+                    "cluster",
+                    "name",
+                    "pool",
+                    "status",
+                    "pending_approval",
+                    "status_reason",
+                    "taints",
+                    "labels",
+                )
+            },
+        ),
         (_("Topology"), {"fields": ("zone", "rack", "switch", "rdma_nics")}),
         (
             _("Host"),
@@ -424,6 +441,27 @@ class NodeAdmin(LedgerRowAdmin):
             )
 
     # -- actions -----------------------------------------------------------------------------------
+
+    @admin.action(description=_("Approve (admit nodes pending approval)"), permissions=["change"])
+    def approve(self, request, queryset):
+        pending = queryset.filter(pending_approval=True)
+        _run_each(
+            self,
+            request,
+            pending,
+            lambda n: node_approve(node=n, actor=request.user),
+            _("Approved"),
+        )
+        skipped = queryset.filter(pending_approval=False).count()
+        if skipped:
+            self.message_user(
+                request,
+                ngettext(
+                    "%(n)d node was not pending approval.", "%(n)d nodes were not pending approval.", skipped
+                )
+                % {"n": skipped},
+                messages.WARNING,
+            )
 
     @_each_action(description=_("Maintenance on"), done="Maintenance on")
     def maintenance_on(self, node: Node, actor) -> Node:
@@ -603,50 +641,31 @@ class DeviceAdmin(LedgerRowAdmin):
                 self.admin_site.admin_view(self.import_progress_view),
                 name="{}_{}_import_progress".format(*info),
             ),
-            path(
-                "import/<int:run_id>/progress.json",
-                self.admin_site.admin_view(self.import_progress_json),
-                name="{}_{}_import_progress_json".format(*info),
-            ),
             *super().get_urls(),
         ]
 
-    def _import_progress(self, run: LedgerImportRun) -> dict:
-        live = cache.get(import_progress_key(run.pk)) or {}
-        done, total = live.get("done", 0), live.get("total", 0)
-        percent = 100 if run.state == run.State.DONE else (int(100 * done / total) if total else 0)
-        return {
-            "state": run.state,
-            "state_label": str(run.get_state_display()),
-            "phase": live.get("phase", ""),
-            "done": done,
-            "total": total,
-            "percent": percent,
-            "message": run.error_message,
-        }
-
     def import_progress_view(self, request: HttpRequest, run_id: int) -> HttpResponse:
+        """A queued import: its progress (polled at /runs/<id>/ by static/js/run-progress.js), then
+        its report or the rows that failed."""
         if not self.has_change_permission(request):
             raise PermissionDenied
-        run = get_object_or_404(LedgerImportRun, pk=run_id)
-        report = run.report or None
+        run = get_object_or_404(BackgroundRun, pk=run_id, kind=IMPORT_RUN_KIND)
+        result = run.result or {}
+        failed = run.status == BackgroundRun.Status.FAILED
         context = _page_context(
             self,
             request,
             _("Ledger import #%(n)d") % {"n": run.pk},
             run=run,
-            progress=self._import_progress(run),
-            report=report,
-            errors=run.errors,
-            error_message=run.error_message if run.state == run.State.FAILED else "",
+            rows=run.params.get("rows", 0),
+            dry_run=bool(run.params.get("dry_run")),
+            progress=run_progress_read(run),
+            report=result.get("report") or None,
+            errors=result.get("errors", []) if failed else [],
+            error_message=run.error if failed else "",
             changelist_url=reverse("admin:inventory_device_changelist"),
         )
         return TemplateResponse(request, "admin/inventory/ledger_import_progress.html", context)
-
-    def import_progress_json(self, request: HttpRequest, run_id: int) -> JsonResponse:
-        if not self.has_change_permission(request):
-            raise PermissionDenied
-        return JsonResponse(self._import_progress(get_object_or_404(LedgerImportRun, pk=run_id)))
 
     def import_view(self, request: HttpRequest) -> HttpResponse:
         if not self.has_change_permission(request):
@@ -754,7 +773,7 @@ class NodeReportAdmin(ReadOnlyAdmin):
 class AgentTokenAdmin(admin.ModelAdmin):
     """Node-agent tokens. The key is shown once when the token is created; only its SHA-256 is stored."""
 
-    list_display = ("name", "cluster", "prefix", "created_at", "last_used_at", "revoked")
+    list_display = ("name", "cluster", "node_pattern", "prefix", "created_at", "last_used_at", "revoked")
     list_filter = ("revoked", "cluster")
     list_select_related = ("cluster",)
     search_fields = ("name", "prefix")
@@ -762,8 +781,8 @@ class AgentTokenAdmin(admin.ModelAdmin):
 
     def get_fields(self, request, obj=None):
         if obj is None:
-            return ["cluster", "name"]
-        return ["cluster", "name", "prefix", "revoked", "created_at", "last_used_at"]
+            return ["cluster", "name", "node_pattern"]
+        return ["cluster", "name", "node_pattern", "prefix", "revoked", "created_at", "last_used_at"]
 
     def get_readonly_fields(self, request, obj=None):
         if obj is None:
@@ -775,7 +794,7 @@ class AgentTokenAdmin(admin.ModelAdmin):
 
     def save_model(self, request, obj, form, change):
         if change:
-            changed = [name for name in form.changed_data if name in ("name", "revoked")]
+            changed = [name for name in form.changed_data if name in ("name", "node_pattern", "revoked")]
             before = snapshot(AgentToken.objects.get(pk=obj.pk), changed)
             super().save_model(request, obj, form, change)
             if changed:
@@ -787,7 +806,9 @@ class AgentTokenAdmin(admin.ModelAdmin):
                     after=snapshot(obj, changed),
                 )
             return
-        token, key = tokens.agent_token_create(cluster=obj.cluster, name=obj.name, actor=request.user)
+        token, key = tokens.agent_token_create(
+            cluster=obj.cluster, name=obj.name, node_pattern=obj.node_pattern, actor=request.user
+        )
         obj.pk, obj.prefix, obj.key_hash = token.pk, token.prefix, token.key_hash
         self.message_user(
             request,

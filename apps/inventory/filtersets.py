@@ -4,11 +4,11 @@ import django_filters
 from django.db.models import Q
 
 from apps.catalog.models import Vendor
-from apps.core.filters import IsoDateTimeFilter
+from apps.core.filters import FilterSet, IsoDateTimeFilter
 from apps.inventory.models import Device, DeviceEvent, Node, NodeReport, Pool
 
 
-class PoolFilterSet(django_filters.FilterSet):
+class PoolFilterSet(FilterSet):
     cluster = django_filters.CharFilter(field_name="cluster__slug")
 
     class Meta:
@@ -16,7 +16,7 @@ class PoolFilterSet(django_filters.FilterSet):
         fields = ["cluster"]
 
 
-class NodeFilterSet(django_filters.FilterSet):
+class NodeFilterSet(FilterSet):
     cluster = django_filters.CharFilter(field_name="cluster__slug")
     pool = django_filters.CharFilter(field_name="pool__slug")
     status = django_filters.MultipleChoiceFilter(choices=Node.Status.choices)
@@ -36,7 +36,7 @@ class NodeFilterSet(django_filters.FilterSet):
         ).distinct()
 
 
-class DeviceFilterSet(django_filters.FilterSet):
+class DeviceFilterSet(FilterSet):
     cluster = django_filters.CharFilter(field_name="node__cluster__slug")
     pool = django_filters.CharFilter(field_name="node__pool__slug")
     node = django_filters.CharFilter(method="filter_node", help_text="node name or id")
@@ -73,7 +73,7 @@ class DeviceFilterSet(django_filters.FilterSet):
         )
 
 
-class DeviceEventFilterSet(django_filters.FilterSet):
+class DeviceEventFilterSet(FilterSet):
     node = django_filters.CharFilter(field_name="node__name")
     device = django_filters.NumberFilter(field_name="device_id")
     kind = django_filters.MultipleChoiceFilter(choices=DeviceEvent.Kind.choices)
@@ -85,7 +85,7 @@ class DeviceEventFilterSet(django_filters.FilterSet):
         fields = ["node", "device", "kind", "severity"]
 
 
-class NodeReportFilterSet(django_filters.FilterSet):
+class NodeReportFilterSet(FilterSet):
     node = django_filters.CharFilter(field_name="node__name")
     kind = django_filters.ChoiceFilter(choices=NodeReport.Kind.choices)
 

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import fnmatch
+import re
 from decimal import Decimal
 
+from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
@@ -109,6 +112,52 @@ class Pool(BaseModel):
         return f"{self.cluster.slug}/{self.slug}"
 
 
+# Kubernetes node names are DNS subdomain names (RFC 1123): at most 253 characters, lowercase
+# alphanumerics, '-' and '.', starting and ending with an alphanumeric character.
+# https://kubernetes.io/docs/concepts/overview/working-with-objects/names/#dns-subdomain-names
+NODE_NAME_MAX_LENGTH = 253
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
+# An agent token's node pattern: the same characters plus the wildcard "*" (any run of characters).
+_NODE_PATTERN = re.compile(r"[-a-z0-9.*]+")
+
+
+def node_name_problem(name: str) -> str | None:
+    """Why ``name`` is not a valid Kubernetes node name (translated), or None when it is."""
+    if not name:
+        return str(_("A node name may not be empty."))
+    if len(name) > NODE_NAME_MAX_LENGTH:
+        return str(_("A node name has at most %(max)d characters; this one has %(n)d.")) % {
+            "max": NODE_NAME_MAX_LENGTH,
+            "n": len(name),
+        }
+    if not _DNS_SUBDOMAIN.fullmatch(name):
+        return str(
+            _(
+                "%(name)s is not a valid node name: Kubernetes node names are DNS subdomain names "
+                "(RFC 1123): lowercase letters, digits, '-' and '.', starting and ending with a "
+                "letter or digit."
+            )
+        ) % {"name": repr(name[:80])}
+    return None
+
+
+def validate_node_name(value: str) -> None:
+    problem = node_name_problem(value)
+    if problem is not None:
+        raise ValidationError(problem, code="invalid_node_name")
+
+
+def validate_node_pattern(value: str) -> None:
+    if value and (len(value) > NODE_NAME_MAX_LENGTH or not _NODE_PATTERN.fullmatch(value)):
+        raise ValidationError(
+            _(
+                "A node pattern is a node name in which '*' stands for any characters "
+                "(lowercase letters, digits, '-', '.' and '*' only)."
+            ),
+            code="invalid_node_pattern",
+        )
+
+
 class Node(BaseModel):
     class Status(models.TextChoices):
         READY = "ready", _("ready")
@@ -119,8 +168,15 @@ class Node(BaseModel):
 
     cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="nodes")
     pool = models.ForeignKey(Pool, null=True, blank=True, on_delete=models.PROTECT, related_name="nodes")
-    name = models.CharField(max_length=253)
+    name = models.CharField(max_length=NODE_NAME_MAX_LENGTH, validators=[validate_node_name])
     status = models.CharField(max_length=12, choices=Status.choices, default=Status.READY, db_index=True)
+    # A node an agent token registered takes no work until staff approve it (node_approve) or a
+    # cluster sync confirms Kubernetes has a node of that name (node_confirm_in_cluster).
+    pending_approval = models.BooleanField(
+        default=False,
+        db_index=True,
+        help_text=_("registered by a node agent; takes no work until approved"),
+    )
     status_reason = models.CharField(max_length=300, blank=True)
     cpu_arch = models.CharField(max_length=20, blank=True, help_text="x86_64 / aarch64")
     cpu_model = models.CharField(max_length=120, blank=True)
@@ -167,7 +223,7 @@ class Node(BaseModel):
 
     @property
     def schedulable(self) -> bool:
-        return self.status == self.Status.READY
+        return self.status == self.Status.READY and not self.pending_approval
 
 
 class Device(BaseModel):
@@ -309,6 +365,7 @@ class DeviceEvent(models.Model):
         UPDATED = "updated", _("updated")
         NOT_READY = "not_ready", _("NotReady in Kubernetes")
         CORDON = "cordon", _("cordon")
+        CONFLICT = "conflict", _("conflict")
 
     class Severity(models.TextChoices):
         INFO = "info", _("info")
@@ -372,10 +429,25 @@ class NodeReport(models.Model):
 
 
 class AgentToken(BaseModel):
-    """A node agent's token: it may post node reports for one cluster and nothing else."""
+    """A node agent's token: it may post node reports for one cluster and nothing else.
+
+    ``node_pattern`` binds it to one node ("gpu-a01") or to the nodes a pattern matches
+    ("gpu-a*"); a report for any other node is refused. A token without a pattern (every token
+    made before bindings existed) may report for any node of its cluster, but a node it registers
+    arrives pending approval. Every node an agent registers arrives pending approval.
+    """
 
     cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="agent_tokens")
     name = models.CharField(max_length=100)
+    node_pattern = models.CharField(
+        max_length=NODE_NAME_MAX_LENGTH,
+        blank=True,
+        validators=[validate_node_pattern],
+        help_text=_(
+            "The node (or nodes, '*' = any characters) this token reports for; empty: any node of "
+            "the cluster, new nodes arrive pending approval."
+        ),
+    )
     prefix = models.CharField(max_length=12)
     key_hash = models.CharField(max_length=64, unique=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
@@ -390,39 +462,9 @@ class AgentToken(BaseModel):
 
     hash_key = staticmethod(ApiToken.hash_key)
 
-
-class LedgerImportRun(models.Model):
-    """A ledger CSV import run by a worker (large files), with its progress and outcome.
-
-    The import itself stays all-or-nothing in one transaction; progress is published through the
-    cache while it runs (a transaction's own writes are invisible to the page polling it)."""
-
-    class State(models.TextChoices):
-        QUEUED = "queued", _("queued")
-        RUNNING = "running", _("running")
-        DONE = "done", _("done")
-        FAILED = "failed", _("failed")
-
-    text = models.TextField()
-    dry_run = models.BooleanField(default=False)
-    state = models.CharField(max_length=8, choices=State.choices, default=State.QUEUED)
-    rows = models.PositiveIntegerField(default=0)
-    report = models.JSONField(default=dict, blank=True)
-    errors = models.JSONField(default=list, blank=True)
-    error_message = models.TextField(blank=True)
-    requested_by = models.CharField(max_length=150, blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
-
-    class Meta:
-        ordering = ["-created_at", "-id"]
-        constraints = [
-            models.CheckConstraint(
-                condition=Q(state__in=["queued", "running", "done", "failed"]),
-                name="inventory_ledgerimportrun_state_valid",
-            ),
-        ]
-        verbose_name = _("ledger import")
-
-    def __str__(self) -> str:
-        return f"ledger import #{self.pk} ({self.state})"
+    def covers(self, node_name: str) -> bool:
+        """Whether this token may report for ``node_name`` (in its own cluster)."""
+        if not self.node_pattern:
+            return True
+        # Only "*" is special: the pattern's characters exclude fnmatch's "?" and "[".
+        return fnmatch.fnmatchcase(node_name, self.node_pattern)

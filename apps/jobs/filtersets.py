@@ -1,9 +1,10 @@
 import django_filters
 
+from apps.core.filters import FilterSet
 from apps.jobs.models import Job, JobState
 
 
-class JobFilterSet(django_filters.FilterSet):
+class JobFilterSet(FilterSet):
     project = django_filters.CharFilter(field_name="project__slug")
     state = django_filters.MultipleChoiceFilter(choices=JobState.choices)
     kind = django_filters.ChoiceFilter(choices=Job.Kind.choices)

@@ -7,10 +7,11 @@ from decimal import Decimal
 from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
-from django.db.models import Q
+from django.db.models import F, Q
 from django.utils.translation import gettext_lazy as _
 
 from apps.accounts.models import Project
+from apps.catalog.models import Isolation
 from apps.core.models import BaseModel
 
 
@@ -232,3 +233,75 @@ class JobEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.job_id} {self.kind}: {self.message[:60]}"
+
+
+class Allocation(models.Model):
+    """A job's share of one device for one replica. Active while ``released_at`` is null.
+
+    The engine never over-allocates; the database backs it up: a whole card has at most one active
+    allocation (partial unique index), shares and memory are bounded per row, and the scheduling
+    service re-checks each device's totals under a row lock before inserting.
+    """
+
+    Isolation = Isolation
+
+    job = models.ForeignKey("jobs.Job", on_delete=models.PROTECT, related_name="allocations")
+    device = models.ForeignKey("inventory.Device", on_delete=models.PROTECT, related_name="allocations")
+    node = models.ForeignKey("inventory.Node", on_delete=models.PROTECT, related_name="allocations")
+    replica = models.PositiveSmallIntegerField(default=0)
+    attempt = models.PositiveSmallIntegerField(default=0)
+    whole_card = models.BooleanField(default=False)
+    memory_mib = models.PositiveIntegerField()
+    # Compute share in milli of one card: 1000 = the whole card.
+    compute_milli = models.PositiveIntegerField()
+    isolation = models.CharField(max_length=8, choices=Isolation.choices, default=Isolation.HARD)
+    partition_profile = models.CharField(max_length=40, blank=True)
+    # Compute units this row holds: the card model's coefficient on the start day × the share
+    # (compute_milli / 1000). Quotas count it; billing multiplies it by hours.
+    compute_units = models.DecimalField(max_digits=12, decimal_places=4, default=0)
+    # Granted beyond the project's guarantee from idle lendable capacity: preemptible (reclaim).
+    borrowed = models.BooleanField(default=False)
+    trace_id = models.UUIDField(db_index=True)
+    started_at = models.DateTimeField(db_index=True)
+    released_at = models.DateTimeField(null=True, blank=True, db_index=True)
+    release_reason = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        # The table keeps the name it had when the model lived in the scheduling app.
+        db_table = "scheduling_allocation"
+        ordering = ["-started_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["device"],
+                condition=Q(released_at__isnull=True, whole_card=True),
+                name="scheduling_allocation_one_active_whole_card",
+            ),
+            models.UniqueConstraint(
+                fields=["job", "device", "replica", "attempt"],
+                name="scheduling_allocation_unique_slot",
+            ),
+            models.CheckConstraint(
+                condition=Q(compute_milli__gte=1) & Q(compute_milli__lte=1000),
+                name="scheduling_allocation_compute_range",
+            ),
+            models.CheckConstraint(
+                condition=Q(whole_card=False) | Q(compute_milli=1000),
+                name="scheduling_allocation_whole_card_is_whole",
+            ),
+            models.CheckConstraint(
+                condition=Q(released_at__isnull=True) | Q(released_at__gte=F("started_at")),
+                name="scheduling_allocation_release_after_start",
+            ),
+            models.CheckConstraint(
+                condition=Q(isolation__in=["hard", "shared"]), name="scheduling_allocation_isolation_valid"
+            ),
+        ]
+        indexes = [
+            models.Index(
+                fields=["device"], condition=Q(released_at__isnull=True), name="scheduling_alloc_active_idx"
+            ),
+        ]
+        verbose_name = _("allocation")
+
+    def __str__(self) -> str:
+        return f"job {self.job_id} on device {self.device_id} ({self.compute_milli}m, {self.memory_mib} MiB)"

@@ -12,7 +12,12 @@ from apps.accounts.models import Membership, Project
 from apps.accounts.selectors import user_role
 from apps.core.audit import actor_fields, change_record_create
 from apps.core.errors import InvalidTransition, PermissionDenied, ValidationFailed
+from apps.core.tasks import enqueue_on_commit
 from apps.jobs.models import PRIORITY_VALUES, SUBMIT_FIELDS, TRANSITIONS, Job, JobEvent, JobState
+from apps.jobs.validation import pod_fields_validate
+
+# Sent by name after a submit commits (worker/ sits above every app).
+SCHEDULING_CYCLE_TASK = "worker.tasks.scheduling.scheduling_cycle_task"
 
 
 def job_event(
@@ -55,6 +60,8 @@ def job_submit(*, project: Project, actor, **fields: Any) -> Job:
             f"Unknown fields: {', '.join(sorted(unknown))}.", details={f: ["unknown"] for f in unknown}
         )
     _check_can_submit(user=actor, project=project)
+    # What Kubernetes would refuse in the pod (and wrong-typed JSON), before anything is built from it.
+    pod_fields_validate(fields)
     if fields.get("compute_units") is not None:
         try:
             fields["compute_units"] = Decimal(str(fields["compute_units"]))
@@ -93,14 +100,9 @@ def job_submit(*, project: Project, actor, **fields: Any) -> Job:
         obj=job,
         after={"request": scheduling_requests.request_describe(job)},
     )
-    transaction.on_commit(_request_cycle)
+    # A cycle soon; with the broker down the periodic cycle picks the job up (never fails the submit).
+    enqueue_on_commit(SCHEDULING_CYCLE_TASK, queue="scheduler")
     return job
-
-
-def _request_cycle() -> None:
-    from worker.tasks.scheduling import request_cycle
-
-    request_cycle()
 
 
 def job_transition(
@@ -154,7 +156,7 @@ def job_cancel(*, job: Job, actor, reason: str = "") -> Job:
         job.refresh_from_db()
         raise InvalidTransition(f"Job {job} is {job.state}; it cannot be cancelled now.")
     allocations_release(job=job, reason="cancelled", actor=actor)
-    from apps.scheduling.push import workload_delete_enqueue
+    from apps.clusters.outbox import workload_delete_enqueue
 
     workload_delete_enqueue(job=job)  # its Kubernetes objects are deleted after commit
     change_record_create(actor=actor, action="job.cancel", obj=job, after={"state": JobState.CANCELLED})

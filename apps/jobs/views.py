@@ -28,12 +28,20 @@ from apps.inventory import selectors as inventory_selectors
 from apps.inventory.models import Device, Node
 from apps.jobs import selectors, services
 from apps.jobs.forms import REQUEST_FIELDS, JobFilterForm, JobSubmitForm, submittable_projects
-from apps.jobs.models import ACTIVE_STATES, FINAL_STATES, PRIORITY_VALUES, QUEUED_STATES, Job, JobState
+from apps.jobs.models import (
+    ACTIVE_STATES,
+    FINAL_STATES,
+    PRIORITY_VALUES,
+    QUEUED_STATES,
+    Allocation,
+    Job,
+    JobState,
+)
 from apps.quotas.selectors import queue_positions as quota_queue_positions
 from apps.quotas.selectors import why_pending
 from apps.scheduling import services as scheduling
 from apps.scheduling.engine.engine import Engine
-from apps.scheduling.models import Allocation, DecisionTrace
+from apps.scheduling.models import DecisionTrace
 from apps.scheduling.requests import (
     job_requests,
     request_describe,

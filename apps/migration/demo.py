@@ -225,7 +225,7 @@ def _meter(plan: MigrationPlan, now) -> None:
     """Give the tracks' live cards the same 14 days as their synthetic metrics (within the open month),
     and meter them into the ledger, so cost per 1,000 requests has real ledger figures."""
     from apps.billing import services as billing
-    from apps.scheduling.models import Allocation
+    from apps.jobs.models import Allocation
 
     since = max(now - timedelta(days=14), billing.month_bounds(billing.current_month())[0])
     since = billing.floor_hour(since)

@@ -6,6 +6,7 @@ import csv
 import io
 from datetime import datetime
 
+from apps.core.exports import csv_cell
 from apps.migration import selectors
 from apps.migration.models import MigratedService
 
@@ -36,19 +37,8 @@ VENDOR_COLUMNS = ["month", "vendor", "cu_hours", "share_pct", "amount", "ledger_
 
 
 def _cell(value) -> str:
-    if value is None:
-        return ""
-    text = str(value)
-    # Spreadsheet formula injection: a cell never starts with a formula character.
-    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") and not _number(text) else text
-
-
-def _number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
+    # Spreadsheet formula injection: one rule for every export (apps.core.exports, OWASP "CSV Injection").
+    return csv_cell(value)
 
 
 def services_csv(services: list[MigratedService], *, start: datetime, end: datetime) -> str:

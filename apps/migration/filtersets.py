@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import django_filters
 
-from apps.core.filters import IsoDateTimeFilter
+from apps.core.filters import FilterSet, IsoDateTimeFilter
 from apps.migration.models import (
     AccuracyEval,
     Gate,
@@ -15,7 +15,7 @@ from apps.migration.models import (
 )
 
 
-class MigratedServiceFilterSet(django_filters.FilterSet):
+class MigratedServiceFilterSet(FilterSet):
     plan = django_filters.NumberFilter(field_name="plan_id")
     project = django_filters.CharFilter(field_name="project__slug")
     phase = django_filters.CharFilter(field_name="phase")
@@ -27,7 +27,7 @@ class MigratedServiceFilterSet(django_filters.FilterSet):
         fields = ["plan", "project", "phase", "gate_status", "kind", "critical", "target_vendor"]
 
 
-class MigrationActionFilterSet(django_filters.FilterSet):
+class MigrationActionFilterSet(FilterSet):
     service = django_filters.NumberFilter(field_name="service_id")
     plan = django_filters.NumberFilter(field_name="service__plan_id")
 
@@ -36,7 +36,7 @@ class MigrationActionFilterSet(django_filters.FilterSet):
         fields = ["service", "plan", "kind"]
 
 
-class GateFilterSet(django_filters.FilterSet):
+class GateFilterSet(FilterSet):
     plan = django_filters.NumberFilter(field_name="plan_id")
 
     class Meta:
@@ -44,7 +44,7 @@ class GateFilterSet(django_filters.FilterSet):
         fields = ["plan", "phase", "kind"]
 
 
-class PlanPhaseFilterSet(django_filters.FilterSet):
+class PlanPhaseFilterSet(FilterSet):
     plan = django_filters.NumberFilter(field_name="plan_id")
 
     class Meta:
@@ -52,7 +52,7 @@ class PlanPhaseFilterSet(django_filters.FilterSet):
         fields = ["plan", "phase"]
 
 
-class ServiceMetricFilterSet(django_filters.FilterSet):
+class ServiceMetricFilterSet(FilterSet):
     service = django_filters.NumberFilter(field_name="service_id")
     since = IsoDateTimeFilter(field_name="window_start", lookup_expr="gte")
     until = IsoDateTimeFilter(field_name="window_start", lookup_expr="lt")
@@ -62,7 +62,7 @@ class ServiceMetricFilterSet(django_filters.FilterSet):
         fields = ["service", "track"]
 
 
-class AccuracyEvalFilterSet(django_filters.FilterSet):
+class AccuracyEvalFilterSet(FilterSet):
     service = django_filters.NumberFilter(field_name="service_id")
 
     class Meta:

@@ -21,6 +21,7 @@ from apps.billing.services import allocate_cents, to_cents
 from apps.catalog.models import Vendor
 from apps.core.errors import NotFound
 from apps.inventory.models import Device
+from apps.jobs.models import Allocation
 from apps.migration import forecast
 from apps.migration.models import (
     PHASE_ORDER,
@@ -34,7 +35,6 @@ from apps.migration.models import (
     ServiceMetric,
     Track,
 )
-from apps.scheduling.models import Allocation
 from apps.telemetry.models import JobUtilization
 
 Q2 = Decimal("0.01")

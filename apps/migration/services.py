@@ -31,7 +31,7 @@ from apps.core.errors import (
     PermissionDenied,
     ValidationFailed,
 )
-from apps.jobs.models import ACTIVE_STATES, Job
+from apps.jobs.models import ACTIVE_STATES, Allocation, Job
 from apps.migration.gates import service_gate_results
 from apps.migration.models import (
     PHASE_ORDER,
@@ -46,7 +46,6 @@ from apps.migration.models import (
     ServiceMetric,
     Track,
 )
-from apps.scheduling.models import Allocation
 
 
 class GateFailed(Conflict):

@@ -22,7 +22,6 @@ first, until there is none.
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -476,13 +475,6 @@ def reclaim_order(priority: int, started: float) -> tuple[int, float]:
 
 # --------------------------------------------------------------------------------------------------
 # fair share
-
-
-def decayed(cu_hours: float, age_hours: float, half_life_hours: float) -> float:
-    """Usage ``age_hours`` old, weighed by 2^(-age / half-life)."""
-    if half_life_hours <= 0:
-        return cu_hours if age_hours <= 0 else 0.0
-    return cu_hours * math.pow(0.5, max(age_hours, 0.0) / half_life_hours)
 
 
 def fair_share(usage: float, guarantee: float, weight: float = 1.0) -> float:

@@ -9,8 +9,9 @@ from decimal import ROUND_DOWN, Decimal
 from django.utils import timezone
 
 from apps.accounts.models import Department, Project
+from apps.quotas.book import class_capacity
 from apps.quotas.models import Quota
-from apps.quotas.services import class_capacity, quota_create
+from apps.quotas.services import quota_create
 
 # (owner kind, slug, share of the fleet, borrowing limit share or None, lending limit share or None,
 #  lending windows, over-quota weight)

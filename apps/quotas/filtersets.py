@@ -2,10 +2,11 @@
 
 import django_filters
 
+from apps.core.filters import FilterSet
 from apps.quotas.models import Quota, ResourceClass
 
 
-class QuotaFilterSet(django_filters.FilterSet):
+class QuotaFilterSet(FilterSet):
     project = django_filters.CharFilter(field_name="project__slug")
     department = django_filters.CharFilter(method="filter_department")
     resource_class = django_filters.ChoiceFilter(choices=ResourceClass.choices)

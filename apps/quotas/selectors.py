@@ -18,6 +18,7 @@ from apps.accounts.models import Project
 from apps.accounts.selectors import is_platform_staff, project_list
 from apps.jobs.models import QUEUED_STATES, Job
 from apps.quotas import admission
+from apps.quotas.book import quota_context
 from apps.quotas.models import Quota
 
 DEFAULT_HALF_LIFE_HOURS = 168.0  # one week, as Slurm's PriorityDecayHalfLife default
@@ -48,7 +49,7 @@ def decayed_usage(
     project_ids, *, now: dt.datetime | None = None, half_life: float | None = None
 ) -> dict[int, float]:
     """CU-hours per project, each instant weighed by 2^(-age / half-life) (integrated exactly)."""
-    from apps.scheduling.models import Allocation
+    from apps.jobs.models import Allocation
 
     now = now or timezone.now()
     h = half_life if half_life is not None else half_life_hours()
@@ -139,8 +140,6 @@ class QuotaUsage:
 def quota_usage(*, user, now: dt.datetime | None = None) -> tuple[list[QuotaUsage], list[admission.Flow]]:
     """Each visible project quota with what is in use now (guaranteed / borrowed), and the borrowing
     flows (who borrows from whom) of the classes the user's quotas are in."""
-    from apps.quotas.services import quota_context
-
     ctx = quota_context(now=now)
     visible = list(quota_list(user=user).filter(project__isnull=False))
     rows = []
@@ -172,7 +171,7 @@ def usage_history(
     *, project: Project, start: dt.datetime, end: dt.datetime, step: dt.timedelta
 ) -> list[dict[str, Any]]:
     """Guaranteed vs used vs borrowed CU of one project at each step (from allocation intervals)."""
-    from apps.scheduling.models import Allocation
+    from apps.jobs.models import Allocation
 
     guarantee = sum((q.guaranteed_cu for q in Quota.objects.filter(project=project)), Decimal(0))
     allocations = list(
@@ -197,7 +196,7 @@ def usage_history(
 def guarantee_share_used(*, project: Project, start: dt.datetime, end: dt.datetime) -> Decimal | None:
     """Share of the guarantee actually used over [start, end): guaranteed CU-hours used ÷ guaranteed
     CU-hours available ("used 60 % of quota this month"). None without a guarantee."""
-    from apps.scheduling.models import Allocation
+    from apps.jobs.models import Allocation
 
     guarantee = sum((q.guaranteed_cu for q in Quota.objects.filter(project=project)), Decimal(0))
     hours = Decimal((end - start).total_seconds()) / Decimal(3600)
@@ -245,7 +244,6 @@ def guaranteed_cu_hours(*, project: Project, month: dt.date) -> Decimal | None:
 def why_pending(job: Job) -> dict[str, Any]:
     """One answer for a queued job: the quota verdict, device fit / topology from the latest trace, and
     the queue position. Empty ``reasons`` when the job is not queued."""
-    from apps.quotas.services import quota_context
     from apps.scheduling.models import DecisionTrace
 
     if job.state not in QUEUED_STATES:
@@ -266,7 +264,7 @@ def why_pending(job: Job) -> dict[str, Any]:
         if trace.outcome in ("pending", "conflict") and not (trace.explanation or "").startswith("quota:"):
             placement_reason = trace.explanation
     if quota_reason is None and quotas_configured():
-        quota_reason = _quota_now(job, quota_context())
+        quota_reason = quota_context().verdict_now(job)
     position = queue_positions([job.pk]).get(job.pk)
     reasons = [r for r in (quota_reason and f"quota: {quota_reason}", placement_reason) if r]
     if position is not None:
@@ -280,22 +278,3 @@ def why_pending(job: Job) -> dict[str, Any]:
         "queue_position": position,
         "text": "; ".join(reasons),
     }
-
-
-def _quota_now(job: Job, ctx) -> str | None:
-    """The quota answer for the job's whole request as it stands (None when the quota would admit)."""
-    from apps.quotas.services import _may_cover, _request_targets
-
-    rows = ctx.project_rows.get(job.project_id)
-    if not rows or job.requested_cu is None:
-        return None
-    vendors, model_id = _request_targets(job)
-    last = None
-    for key in rows.values():
-        if not _may_cover(ctx.quotas[key], vendors, model_id):
-            continue
-        verdict = ctx.book.admit(key, [job.requested_cu])
-        if verdict.admitted:
-            return None
-        last = verdict.reason
-    return last

@@ -4,18 +4,15 @@ the database side of admission: the locked quota book the scheduling cycle admit
 
 from __future__ import annotations
 
-import datetime as dt
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any
-from zoneinfo import ZoneInfo
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import Sum
-from django.utils import timezone
 
 from apps.accounts.models import Department, Project
 from apps.accounts.selectors import is_platform_staff
@@ -25,7 +22,8 @@ from apps.core.audit import change_record_create, snapshot
 from apps.core.errors import Conflict, PermissionDenied, ValidationFailed
 from apps.inventory.models import Cluster, Device
 from apps.quotas import admission
-from apps.quotas.models import Quota, ResourceClass, parse_windows
+from apps.quotas.book import QuotaContext, device_classes, may_cover, request_targets
+from apps.quotas.models import Quota, ResourceClass
 
 FIELDS = (
     "department",
@@ -246,7 +244,7 @@ def resource_quota_hard(project: Project) -> dict[str, int]:
 
 
 def resource_quota_render(project: Project) -> dict | None:
-    from worker.kube.manifests import resource_quota_manifest
+    from apps.clusters.manifests import resource_quota_manifest
 
     hard = resource_quota_hard(project)
     return resource_quota_manifest(project, hard) if hard else None
@@ -255,9 +253,9 @@ def resource_quota_render(project: Project) -> dict | None:
 def resource_quota_push(*, project: Project, actor) -> list:
     """Write the project's ResourceQuota to the push outbox of every cluster (inside the caller's
     transaction; pushed after commit). Nothing when the project's quotas set no ceiling."""
-    from apps.scheduling.models import PushAction
-    from apps.scheduling.push import push_object_enqueue
-    from worker.kube.manifests import namespace_manifest, resource_quota_manifest
+    from apps.clusters.manifests import namespace_manifest, resource_quota_manifest
+    from apps.clusters.models import PushAction
+    from apps.clusters.outbox import push_object_enqueue
 
     manifest = resource_quota_render(project)
     verb = "apply"
@@ -284,169 +282,6 @@ def resource_quota_push(*, project: Project, actor) -> list:
 def _push_affected(quota: Quota, *, actor) -> None:
     if quota.project_id:
         resource_quota_push(project=quota.project, actor=actor)
-
-
-# --------------------------------------------------------------------------------------------------
-# the book: quotas + current usage, for admission
-
-
-def device_classes(vendor: str, model_id: int | None, pool_id: int | None) -> list[str]:
-    """A device's class keys, most specific first."""
-    out = []
-    if model_id:
-        out.append(f"model:{model_id}")
-    if pool_id:
-        out.append(f"pool:{pool_id}")
-    if vendor:
-        out.append(f"vendor:{vendor}")
-    out.append("any")
-    return out
-
-
-def lending_open(quota: Quota, now: dt.datetime) -> bool:
-    if not quota.lending_windows:
-        return False
-    try:
-        windows = parse_windows(quota.lending_windows)
-        local = now.astimezone(ZoneInfo(quota.time_zone))
-    except (ValueError, KeyError):
-        return False
-    return admission.window_open(windows, local.hour * 60 + local.minute)
-
-
-@dataclass
-class QuotaContext:
-    """The book plus the per-project row lookup; ``project_rows`` is empty for unlimited projects."""
-
-    book: admission.Book
-    project_rows: dict[int, dict[str, str]] = field(default_factory=dict)  # project → class → row key
-    quotas: dict[str, Quota] = field(default_factory=dict)
-
-    def row_for(self, project_id: int, classes: list[str]) -> str | None:
-        rows = self.project_rows.get(project_id, {})
-        for cls in classes:
-            if cls in rows:
-                return rows[cls]
-        return None
-
-    def limited(self, project_id: int) -> bool:
-        return project_id in self.project_rows
-
-
-def quota_context(*, lock: bool = False, now: dt.datetime | None = None) -> QuotaContext:
-    """Load every quota row (locked ``FOR UPDATE`` in primary-key order when ``lock``), the fleet's
-    capacity per class and the active allocations' use of each row.
-
-    Locking every quota row serializes admissions: concurrent cycles can never both take the same
-    guarantee or borrowing headroom (they read usage only after the lock is theirs).
-    """
-    now = now or timezone.now()
-    qs = Quota.objects.select_related("project", "department", "project__department").order_by("pk")
-    if lock:
-        qs = qs.select_for_update(of=("self",))
-    quotas = list(qs)
-    if not quotas:
-        return QuotaContext(book=admission.Book())
-    rows, departments = [], []
-    project_rows: dict[int, dict[str, str]] = defaultdict(dict)
-    by_key: dict[str, Quota] = {}
-    for q in quotas:
-        opened = lending_open(q, now)
-        if q.project_id:
-            key = str(q.pk)
-            by_key[key] = q
-            project_rows[q.project_id][q.class_key] = key
-            rows.append(
-                admission.Row(
-                    key=key,
-                    project=q.project.slug,
-                    department=q.project.department.slug,
-                    resource_class=q.class_key,
-                    guaranteed=q.guaranteed_cu,
-                    borrowing_limit=q.borrowing_limit_cu,
-                    lending_limit=q.lending_limit_cu,
-                    lending_open=opened,
-                    weight=q.over_quota_weight,
-                    memory_limit_mib=q.memory_limit_mib,
-                )
-            )
-        else:
-            departments.append(
-                admission.DepartmentRow(
-                    department=q.department.slug,
-                    resource_class=q.class_key,
-                    guaranteed=q.guaranteed_cu,
-                    borrowing_limit=q.borrowing_limit_cu,
-                    lending_limit=q.lending_limit_cu,
-                    lending_open=opened,
-                )
-            )
-    classes = {r.resource_class for r in rows} | {d.resource_class for d in departments}
-    capacity = class_capacity(classes, on=timezone.localdate(now))
-    ctx = QuotaContext(
-        book=admission.Book(rows, departments, capacity), project_rows=dict(project_rows), quotas=by_key
-    )
-    for holding in _holdings(ctx):
-        ctx.book.hold(holding)
-    return ctx
-
-
-def class_capacity(classes: set[str], *, on: dt.date) -> dict[str, Decimal | None]:
-    """CU of the usable cards in each class (a card without a coefficient counts 0)."""
-    devices = list(
-        Device.objects.exclude(health__in=[Device.Health.LOST, Device.Health.RETIRED])
-        .exclude(node__status="retired")
-        .values_list("vendor", "device_model_id", "node__pool_id")
-    )
-    coefficients = coefficients_on({m for _v, m, _p in devices if m}, on=on)
-    capacity: dict[str, Decimal | None] = {cls: Decimal(0) for cls in classes}
-    for vendor, model_id, pool_id in devices:
-        coef = coefficients.get(model_id, Decimal(0))
-        for cls in device_classes(vendor, model_id, pool_id):
-            if cls in capacity:
-                capacity[cls] += coef
-    return capacity
-
-
-def _holdings(ctx: QuotaContext) -> list[admission.Holding]:
-    from apps.scheduling.models import Allocation
-
-    rows = Allocation.objects.filter(
-        released_at__isnull=True, job__project_id__in=list(ctx.project_rows)
-    ).values_list(
-        "job_id",
-        "job__project_id",
-        "job__priority",
-        "device__vendor",
-        "device__device_model_id",
-        "node__pool_id",
-        "compute_units",
-        "borrowed",
-        "memory_mib",
-        "started_at",
-    )
-    grouped: dict[tuple[int, str], admission.Holding] = {}
-    for job_id, project_id, priority, vendor, model_id, pool_id, cu, borrowed, memory, started in rows:
-        key = ctx.row_for(project_id, device_classes(vendor, model_id, pool_id))
-        if key is None:
-            continue
-        h = grouped.get((job_id, key))
-        if h is None:
-            h = grouped[(job_id, key)] = admission.Holding(
-                job=str(job_id),
-                row=key,
-                guaranteed=Decimal(0),
-                borrowed=Decimal(0),
-                priority=priority,
-                started=started.timestamp(),
-            )
-        if borrowed:
-            h.borrowed += cu
-        else:
-            h.guaranteed += cu
-        h.memory_mib += memory
-        h.started = min(h.started, started.timestamp())
-    return list(grouped.values())
 
 
 @dataclass
@@ -528,8 +363,8 @@ def submission_check(job) -> None:
     rows = list(Quota.objects.filter(project_id=job.project_id).select_related("device_model"))
     if not rows or job.requested_cu is None:
         return
-    vendors, model_id = _request_targets(job)
-    covering = [q for q in rows if _may_cover(q, vendors, model_id)]
+    vendors, model_id = request_targets(job)
+    covering = [q for q in rows if may_cover(q, vendors, model_id)]
     if not covering:
         raise QuotaExceeded(
             f"Project {job.project.slug} has no quota for {', '.join(sorted(vendors)) or 'these'} cards.",
@@ -551,26 +386,3 @@ def submission_check(job) -> None:
                 ]
             },
         )
-
-
-def _request_targets(job) -> tuple[set[str], int | None]:
-    kind = job.request_kind
-    if kind == "template":
-        return {job.template.device_model.vendor}, job.template.device_model_id
-    if kind == "whole_cards":
-        if job.device_model_id:
-            return {job.device_model.vendor}, job.device_model_id
-        return ({job.vendor} if job.vendor else set()), None
-    if kind == "compute_units":
-        return set(job.allowed_vendors or []), None
-    return set(), None
-
-
-def _may_cover(quota: Quota, vendors: set[str], model_id: int | None) -> bool:
-    if quota.resource_class in (ResourceClass.ANY, ResourceClass.POOL):
-        return True
-    if quota.resource_class == ResourceClass.VENDOR:
-        return not vendors or quota.vendor in vendors
-    if model_id is not None:
-        return quota.device_model_id == model_id
-    return not vendors or quota.device_model.vendor in vendors

@@ -2,7 +2,7 @@
 
 import django_filters
 
-from apps.core.filters import IsoDateTimeFilter
+from apps.core.filters import FilterSet, IsoDateTimeFilter
 from apps.rollout.models import (
     AutoscalePolicy,
     BatchKind,
@@ -15,7 +15,7 @@ from apps.rollout.models import (
 )
 
 
-class GrayBatchFilterSet(django_filters.FilterSet):
+class GrayBatchFilterSet(FilterSet):
     stage = django_filters.MultipleChoiceFilter(choices=GrayBatch.Stage.choices)
     kind = django_filters.ChoiceFilter(choices=BatchKind.choices)
     node = django_filters.CharFilter(field_name="nodes__name")
@@ -26,13 +26,13 @@ class GrayBatchFilterSet(django_filters.FilterSet):
         fields = ["stage", "kind", "node", "criteria"]
 
 
-class SoakResultFilterSet(django_filters.FilterSet):
+class SoakResultFilterSet(FilterSet):
     class Meta:
         model = SoakResult
         fields = ["batch", "verdict"]
 
 
-class BenchmarkRunFilterSet(django_filters.FilterSet):
+class BenchmarkRunFilterSet(FilterSet):
     node = django_filters.CharFilter(field_name="node__name")
 
     class Meta:
@@ -40,7 +40,7 @@ class BenchmarkRunFilterSet(django_filters.FilterSet):
         fields = ["batch", "node", "name"]
 
 
-class UpgradeWaveFilterSet(django_filters.FilterSet):
+class UpgradeWaveFilterSet(FilterSet):
     layer = django_filters.ChoiceFilter(choices=Layer.choices)
 
     class Meta:
@@ -48,7 +48,7 @@ class UpgradeWaveFilterSet(django_filters.FilterSet):
         fields = ["plan", "layer"]
 
 
-class AutoscalePolicyFilterSet(django_filters.FilterSet):
+class AutoscalePolicyFilterSet(FilterSet):
     project = django_filters.CharFilter(field_name="job__project__slug")
 
     class Meta:
@@ -56,7 +56,7 @@ class AutoscalePolicyFilterSet(django_filters.FilterSet):
         fields = ["job", "enabled", "project"]
 
 
-class ScaleDecisionFilterSet(django_filters.FilterSet):
+class ScaleDecisionFilterSet(FilterSet):
     project = django_filters.CharFilter(field_name="job__project__slug")
     since = IsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
 

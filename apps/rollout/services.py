@@ -145,8 +145,8 @@ def _node_push(node: Node, *, removed_labels: tuple[str, ...] = ()) -> None:
 
         node_push_enqueue(node)
         return
-    from apps.scheduling.push import push_object_enqueue
-    from worker.kube.manifests import node_patch
+    from apps.clusters.manifests import node_patch
+    from apps.clusters.outbox import push_object_enqueue
 
     manifest = node_patch(node)
     for key in removed_labels:

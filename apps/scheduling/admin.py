@@ -12,7 +12,8 @@ from django.http import HttpRequest
 from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 
-from apps.scheduling.models import Allocation, DecisionTrace
+from apps.jobs.models import Allocation
+from apps.scheduling.models import DecisionTrace
 
 
 def _pretty(value) -> str:

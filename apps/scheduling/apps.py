@@ -5,3 +5,13 @@ class SchedulingConfig(AppConfig):
     name = "apps.scheduling"
     label = "scheduling"
     verbose_name = "Scheduling"
+
+    def ready(self) -> None:
+        from apps.clusters.signals import workload_push_failed
+        from apps.scheduling.handlers import workload_push_failed_receive
+
+        # The pusher (clusters, a layer below) reports failed workload applies; scheduling owns the
+        # job's lifecycle, so it decides what happens to the job.
+        workload_push_failed.connect(
+            workload_push_failed_receive, sender=None, dispatch_uid="scheduling.workload_push_failed"
+        )

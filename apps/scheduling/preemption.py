@@ -15,9 +15,9 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
+from apps.clusters.outbox import workload_delete_enqueue
 from apps.jobs.models import ACTIVE_STATES, Job, JobEvent, JobState
 from apps.jobs.services import job_event, job_transition
-from apps.scheduling.push import workload_delete_enqueue
 
 
 def _release(job: Job, reason: str, actor: Any) -> None:

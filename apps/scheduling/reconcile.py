@@ -26,15 +26,16 @@ from typing import Any
 
 from django.db import transaction
 
+from apps.clusters.backend import BackendError
+from apps.clusters.connections import backend_for
+from apps.clusters.manifests import HOSTNAME_LABEL, LABEL_ATTEMPT, LABEL_JOB
+from apps.clusters.models import PushAction
+from apps.clusters.outbox import job_stream
 from apps.inventory.models import Cluster, Device, DeviceEvent, Node
-from apps.jobs.models import ACTIVE_STATES, Job, JobState
+from apps.jobs.models import ACTIVE_STATES, Allocation, Job, JobState
 from apps.jobs.services import job_transition
 from apps.scheduling.faults import classify_failure, is_hardware_fault
-from apps.scheduling.models import Allocation, PushAction
 from apps.scheduling.preemption import job_retry_or_fail
-from apps.scheduling.push import job_stream
-from worker.kube.backend import BackendError, backend_for
-from worker.kube.manifests import HOSTNAME_LABEL, LABEL_ATTEMPT, LABEL_JOB
 
 logger = logging.getLogger(__name__)
 

@@ -20,11 +20,10 @@ from apps.catalog.models import DeviceModel
 from apps.catalog.selectors import coefficients_on
 from apps.core.errors import InvalidTransition, ValidationFailed
 from apps.inventory.models import Node
-from apps.jobs.models import Job, JobEvent, JobState
+from apps.jobs.models import Allocation, Job, JobEvent, JobState
 from apps.jobs.services import job_event
 from apps.scheduling.engine.engine import Engine
 from apps.scheduling.engine.policies import BEST
-from apps.scheduling.models import Allocation
 from apps.scheduling.requests import job_requests
 from apps.scheduling.snapshot import fleet_snapshot
 
@@ -40,7 +39,7 @@ def _replicas(job: Job) -> int:
 
 
 def _push(job: Job) -> None:
-    from apps.scheduling.push import push_actions_enqueue
+    from apps.clusters.outbox import push_actions_enqueue
 
     allocations = list(
         _active(job).select_related("device", "node__cluster").order_by("replica", "device_id")

@@ -26,13 +26,15 @@ from apps.catalog.selectors import coefficients_on
 from apps.core.audit import actor_fields
 from apps.inventory import compat
 from apps.inventory.models import Device, Node
-from apps.jobs.models import ACTIVE_STATES, QUEUED_STATES, Job, JobEvent, JobState
+from apps.jobs.models import ACTIVE_STATES, QUEUED_STATES, Allocation, Job, JobEvent, JobState
+from apps.quotas.book import device_classes, quota_context
+from apps.quotas.models import Quota
 from apps.quotas.selectors import quotas_configured
-from apps.quotas.services import placement_admit, quota_context
+from apps.quotas.services import placement_admit
 from apps.scheduling.engine.engine import Engine
 from apps.scheduling.engine.model import WHOLE, CapacityError, Decision, Snapshot
 from apps.scheduling.engine.policies import BEST
-from apps.scheduling.models import Allocation, DecisionTrace
+from apps.scheduling.models import DecisionTrace
 from apps.scheduling.requests import job_requests
 from apps.scheduling.snapshot import fleet_snapshot
 
@@ -325,12 +327,17 @@ def _fits(
     return hard * factor + shared * 100 <= WHOLE * factor
 
 
+def _lock_quota_rows() -> None:
+    """``SELECT … FOR UPDATE`` every quota row, in primary-key order (the order quota_context takes
+    them in, so taking them again there waits for nothing)."""
+    list(Quota.objects.select_for_update(of=("self",)).order_by("pk").values_list("pk", flat=True))
+
+
 @transaction.atomic
 def _persist(outcomes, *, snapshot: Snapshot, cycle_id, actor, result: CycleResult) -> None:
-    now = timezone.now()
     label = actor_fields(actor)["actor_label"]
     job_ids = [job.pk for job, *_ in outcomes]
-    # Lock order: jobs, then devices, both by primary key.
+    # Lock order: jobs, then every quota row, then devices, each by primary key.
     locked = {
         pk: (state, attempt)
         for pk, state, attempt in Job.objects.select_for_update()
@@ -340,13 +347,21 @@ def _persist(outcomes, *, snapshot: Snapshot, cycle_id, actor, result: CycleResu
     }
     states = {pk: state for pk, (state, _attempt) in locked.items()}
     placed = [(job, d, cu, pos) for job, d, cu, pos in outcomes if d.placed]
-    # Then every quota row (primary-key order): admissions against quotas are serialized.
-    quota_ctx = quota_context(lock=True, now=now) if placed and quotas_configured() else None
+    limited = bool(placed) and quotas_configured()
+    if limited:  # admissions against quotas are serialized by these row locks
+        _lock_quota_rows()
     device_ids = sorted(
         {int(a.device_id) for _j, d, _c, _p in placed for part in d.placement.parts for a in part.devices}
     )
     caps = locked_device_caps(device_ids)
+    # Every lock is ours: read the quota holdings and the device totals now (a release that committed
+    # while we waited is seen), and only then stamp the time. An allocation must not start before the
+    # reads that admitted it: stamped before the lock waits, started_at fell before the released_at of
+    # capacity that was still in use when it was stamped, and a replay of the intervals showed a
+    # project at twice its quota (apps.scheduling.invariants).
+    quota_ctx = quota_context(lock=True, now=timezone.now()) if limited else None  # rows already ours
     usage = _device_usage(device_ids) if device_ids else {}
+    now = timezone.now()
     coefficients = coefficients_on({c[3] for c in caps.values() if c[3]}, on=timezone.localdate(now))
 
     allocations: list[Allocation] = []
@@ -503,7 +518,7 @@ def _persist(outcomes, *, snapshot: Snapshot, cycle_id, actor, result: CycleResu
 def _push_enqueue(allocations: list[Allocation]) -> None:
     """Write the push actions of the placed jobs (outbox), in this transaction: two bulk queries
     load the devices and the nodes with their clusters; manifests are rendered in memory."""
-    from apps.scheduling.push import push_actions_enqueue_many
+    from apps.clusters.outbox import push_actions_enqueue_many
 
     devices = Device.objects.in_bulk({a.device_id for a in allocations})
     nodes = Node.objects.select_related("cluster").in_bulk({a.node_id for a in allocations})
@@ -601,7 +616,6 @@ def _reclaim(
        resume from checkpoint) and the job is placed at once, under the usual locks.
     """
     from apps.quotas.admission import reclaim_order
-    from apps.quotas.services import device_classes
     from apps.scheduling.preemption import job_preempt
 
     ctx = quota_context()

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections import defaultdict
 
 from apps.inventory.models import Device, Node, Pool
+from apps.jobs.models import Allocation
 from apps.scheduling.engine.model import WHOLE, Placement, Snapshot
-from apps.scheduling.models import Allocation
 
 # Vendor device kinds, for cards whose model the catalog does not know.
 _KIND_BY_VENDOR = {
@@ -54,7 +54,12 @@ def _device_record(device: Device, *, gray_opt_in: bool, empty: bool, rdma_nodes
 
 def fleet_snapshot(*, empty: bool = False, gray_opt_in: bool = False, cluster=None) -> Snapshot:
     """Every non-retired node with its cards. ``empty``: no allocations, every node ready (feasibility)."""
-    nodes = Node.objects.exclude(status=Node.Status.RETIRED).select_related("pool", "pool__owner_project")
+    # A node pending approval (registered by an agent, not yet admitted) takes no job at all.
+    nodes = (
+        Node.objects.exclude(status=Node.Status.RETIRED)
+        .exclude(pending_approval=True)
+        .select_related("pool", "pool__owner_project")
+    )
     if cluster is not None:
         nodes = nodes.filter(cluster=cluster)
     nodes = list(nodes)

@@ -1,7 +1,7 @@
 from django.contrib import admin, messages
 from django.utils.translation import gettext_lazy as _
 
-from apps.telemetry.models import BackfillRun, DeviceRollup, JobUtilization, MetricSource
+from apps.telemetry.models import DeviceRollup, JobUtilization, MetricSource
 
 
 @admin.register(MetricSource)
@@ -50,28 +50,6 @@ class MetricSourceAdmin(admin.ModelAdmin):
         else:
             created = services.metric_source_create(actor=request.user, **fields)
             obj.pk = created.pk
-
-
-@admin.register(BackfillRun)
-class BackfillRunAdmin(admin.ModelAdmin):
-    list_display = [
-        "source",
-        "start",
-        "end",
-        "state",
-        "done_chunks",
-        "total_chunks",
-        "requested_by",
-        "created_at",
-    ]
-    list_filter = ["state"]
-    readonly_fields = [f.name for f in BackfillRun._meta.fields]
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
 
 
 @admin.register(DeviceRollup)

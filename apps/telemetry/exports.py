@@ -1,4 +1,8 @@
-"""CSV exports of the utilization reports (one flat table per report)."""
+"""CSV exports of the utilization reports (one flat table per report).
+
+Node names, model names and other texts can come from agents and imports, so every cell goes through
+``apps.core.exports.csv_cell`` (spreadsheet formula injection, OWASP "CSV Injection"); numbers stay
+numbers."""
 
 from __future__ import annotations
 
@@ -7,6 +11,8 @@ import io
 from typing import Any
 
 from django.http import HttpResponse
+
+from apps.core.exports import csv_row
 
 
 def report_rows(name: str, report: Any) -> tuple[list[str], list[list[Any]]]:
@@ -71,8 +77,8 @@ def csv_response(name: str, report: Any, filename: str) -> HttpResponse:
     header, rows = report_rows(name, report)
     buffer = io.StringIO()
     writer = csv.writer(buffer)
-    writer.writerow(header)
-    writer.writerows(rows)
+    writer.writerow(csv_row(header))
+    writer.writerows(csv_row(row) for row in rows)
     response = HttpResponse(buffer.getvalue(), content_type="text/csv; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="{filename}"'
     return response

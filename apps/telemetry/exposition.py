@@ -16,6 +16,11 @@ from dataclasses import dataclass, field
 _NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 _LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 METRIC_TYPES = ("counter", "gauge", "histogram", "summary", "untyped")
+# The largest exporter page accepted (characters): a DCGM page for 8 cards is about 200 KB.
+MAX_TEXT_CHARS = 8 * 1024 * 1024
+# Sample timestamps a scrape may carry: 2000-01-01T00:00:00Z ≤ t < 2100-01-01T00:00:00Z, in milliseconds.
+TIMESTAMP_MIN_MS = 946_684_800_000
+TIMESTAMP_MAX_MS = 4_102_444_800_000
 
 
 @dataclass(slots=True)
@@ -128,9 +133,17 @@ def parse_line(line: str, number: int = 0) -> RawSample:
     timestamp = None
     if len(rest) == 2:
         try:
-            timestamp = int(rest[1]) / 1000.0
+            millis = int(rest[1])
         except ValueError:
             raise _LineError(f"{name}: timestamp {rest[1]!r} is not an integer of milliseconds") from None
+        # An int64 of milliseconds in the format; bounded to dates a reading can carry, so a value like
+        # 99999999999999999999 is this line's error, not an OSError that lost the whole page.
+        if not TIMESTAMP_MIN_MS <= millis < TIMESTAMP_MAX_MS:
+            raise _LineError(
+                f"{name}: timestamp {rest[1][:24]!r} is out of range "
+                f"(milliseconds between 2000-01-01 and 2100-01-01)"
+            )
+        timestamp = millis / 1000.0
     return RawSample(name=name, labels=labels, value=value, timestamp=timestamp, line=number)
 
 

@@ -1,10 +1,10 @@
 import django_filters
 
-from apps.core.filters import IsoDateTimeFilter
+from apps.core.filters import FilterSet, IsoDateTimeFilter
 from apps.telemetry.models import DeviceRollup, MetricSource
 
 
-class DeviceRollupFilterSet(django_filters.FilterSet):
+class DeviceRollupFilterSet(FilterSet):
     start = IsoDateTimeFilter(field_name="window_start", lookup_expr="gte")
     end = IsoDateTimeFilter(field_name="window_start", lookup_expr="lt")
     node = django_filters.CharFilter(field_name="device__node__name")
@@ -14,7 +14,7 @@ class DeviceRollupFilterSet(django_filters.FilterSet):
         fields = ["device", "partition", "resolution", "source", "quality", "start", "end", "node"]
 
 
-class MetricSourceFilterSet(django_filters.FilterSet):
+class MetricSourceFilterSet(FilterSet):
     cluster = django_filters.CharFilter(field_name="cluster__slug")
 
     class Meta:

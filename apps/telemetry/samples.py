@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -211,3 +211,64 @@ def series_to_samples(
         )
     )
     return out
+
+
+# ---------------------------------------------------------------------------------------------------
+# Physical bounds: a reading no card can produce is dropped (and counted), never rolled up
+# ---------------------------------------------------------------------------------------------------
+
+UTILIZATION_RANGE = (0.0, 100.0)  # percent busy
+TEMPERATURE_RANGE = (-40.0, 150.0)  # °C: below any data-centre inlet, above any junction shutdown
+# When the ledger knows no card memory / TDP: more than any accelerator made (1 TiB HBM, 2 kW).
+MEMORY_CAP_UNKNOWN_MIB = 1024 * 1024
+POWER_CAP_UNKNOWN_W = 2000.0
+MEMORY_TOLERANCE = 1.10  # tools report in MiB what the catalog rounds to GB
+POWER_TOLERANCE = 1.5  # boost and transients above the rated TDP
+COUNTER_MAX = float(2**63)  # an int64 counter
+
+
+def memory_cap_mib(*card_memory_mib: int | None) -> float:
+    known = [m for m in card_memory_mib if m]
+    return max(known) * MEMORY_TOLERANCE if known else float(MEMORY_CAP_UNKNOWN_MIB)
+
+
+def power_cap_w(tdp_w: int | None) -> float:
+    return tdp_w * POWER_TOLERANCE if tdp_w else POWER_CAP_UNKNOWN_W
+
+
+def _finite_within(value: float, low: float, high: float) -> bool:
+    return math.isfinite(value) and low <= value <= high
+
+
+def plausible(sample: Sample, *, memory_cap: float, power_cap: float) -> tuple[Sample, list[tuple[str, str]]]:
+    """``sample`` without the values no card can produce: utilization outside 0-100 %, memory below 0
+    or above the card's (``memory_cap`` MiB), temperature outside -40..150 °C, power below 0 or above
+    ``power_cap`` W, NaN / ±Inf anywhere, counters that are negative or beyond int64. Returns the
+    (possibly copied) sample and one ``(reason, text)`` per dropped value; the input is not changed."""
+    bounds = {
+        "utilization_pct": (UTILIZATION_RANGE, "implausible_utilization", "%"),
+        "memory_used_mib": ((0.0, memory_cap), "implausible_memory", "MiB"),
+        "memory_total_mib": ((0.0, memory_cap), "implausible_memory", "MiB"),
+        "temperature_c": (TEMPERATURE_RANGE, "implausible_temperature", "°C"),
+        "power_w": ((0.0, power_cap), "implausible_power", "W"),
+    }
+    dropped: list[tuple[str, str]] = []
+    changes: dict[str, Any] = {}
+    for name, ((low, high), reason, unit) in bounds.items():
+        value = getattr(sample, name)
+        if value is None or _finite_within(value, low, high):
+            continue
+        changes[name] = None
+        dropped.append((reason, f"{name}={value:g} outside {low:g}..{high:g} {unit}"))
+    if sample.counters:
+        kept = {}
+        for name, value in sample.counters.items():
+            if _finite_within(value, 0.0, COUNTER_MAX):
+                kept[name] = value
+            else:
+                dropped.append(("implausible_counter", f"{name}={value:g} outside 0..2^63"))
+        if len(kept) != len(sample.counters):
+            changes["counters"] = kept or None
+    if not changes:
+        return sample, dropped
+    return replace(sample, **changes), dropped

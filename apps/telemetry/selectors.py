@@ -31,8 +31,7 @@ from django.utils.translation import gettext_lazy
 from apps.accounts.selectors import is_platform_staff, user_project_ids
 from apps.core.errors import NotFound, PermissionDenied, ValidationFailed
 from apps.inventory.models import Device
-from apps.jobs.models import Job
-from apps.scheduling.models import Allocation
+from apps.jobs.models import Allocation, Job
 from apps.telemetry.models import DeviceRollup, JobUtilization, MetricSource, Quality
 from apps.telemetry.services import HOUR_S, WINDOW_S, setting
 
@@ -44,6 +43,9 @@ GROUPS = {
     "cluster": "device__node__cluster__slug",
 }
 MAX_SPAN = timedelta(days=400)
+# The dates a report period may name: no telemetry predates 2000, and nothing is planned past 2100.
+PERIOD_MIN = datetime(2000, 1, 1, tzinfo=UTC)
+PERIOD_MAX = datetime(2100, 1, 1, tzinfo=UTC)
 METHODS = {
     "allocation_ratio": gettext_lazy("Σ allocated share × time ÷ Σ card capacity × time (in-service cards)."),
     "physical_utilization": gettext_lazy(
@@ -94,15 +96,23 @@ def period_parse(start: Any, end: Any, *, default_hours: int = 24, prefix: str =
                     f"{prefix}{name}: not an ISO date-time: {raw!r}.",
                     details={f"{prefix}{name}": ["ISO 8601 date-time"]},
                 )
+        bounds = {"min": PERIOD_MIN.date().isoformat(), "max": PERIOD_MAX.date().isoformat()}
+        out_of_range = ValidationFailed(
+            _("%(field)s: out of range: %(value)s; a report period lies between %(min)s and %(max)s.")
+            % {"field": f"{prefix}{name}", "value": repr(raw)[:60], **bounds},
+            details={f"{prefix}{name}": [_("between %(min)s and %(max)s") % bounds]},
+        )
         try:
             if timezone.is_naive(parsed):
                 parsed = timezone.make_aware(parsed)
             # In UTC: PostgreSQL refuses offsets beyond ±15:59 that ISO 8601 allows (found by fuzzing).
-            return parsed.astimezone(UTC)
+            parsed = parsed.astimezone(UTC)
         except (OverflowError, ValueError):
-            raise ValidationFailed(
-                f"{prefix}{name}: out of range: {raw!r}.", details={f"{prefix}{name}": ["out of range"]}
-            ) from None
+            raise out_of_range from None
+        # Bounded before any arithmetic: end=0001-01-01 minus the default span was an OverflowError (500).
+        if not PERIOD_MIN <= parsed <= PERIOD_MAX:
+            raise out_of_range
+        return parsed
 
     now = timezone.now()
     end_v = value(end, "end") or now

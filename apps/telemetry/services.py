@@ -12,6 +12,7 @@ value counts from zero.
 
 from __future__ import annotations
 
+import math
 import re
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
@@ -26,13 +27,22 @@ from django.utils import timezone
 
 from apps.core.audit import actor_fields, change_record_create, snapshot
 from apps.core.errors import ApplicationError, ParseFailed, ValidationFailed
+from apps.core.models import BackgroundRun
 from apps.inventory.models import Cluster, Device, DeviceEvent
-from apps.scheduling.models import Allocation
+from apps.jobs.models import Allocation
 from apps.telemetry import exposition
-from apps.telemetry.models import BackfillRun, DeviceRollup, JobUtilization, MetricSource, Quality
-from apps.telemetry.samples import Conversion, Sample, series_to_samples
+from apps.telemetry.models import DeviceRollup, JobUtilization, MetricSource, Quality
+from apps.telemetry.samples import (
+    Conversion,
+    Sample,
+    memory_cap_mib,
+    plausible,
+    power_cap_w,
+    series_to_samples,
+)
 
 WINDOW_S = 300
+MAX_REJECTED_LINES = 200  # lines named one by one in an ingest report (all are counted)
 HOUR_S = 3600
 _POD_JOB = re.compile(r"^suanchi-(\d+)(?:-a\d+)?(?:-|$)")
 
@@ -78,14 +88,25 @@ def _dt(ts: float) -> datetime:
     return datetime.fromtimestamp(ts, tz=UTC)
 
 
+def _when(ts: float) -> str:
+    """``ts`` as ISO 8601 for a skip example; a value no datetime can hold is shown as a number."""
+    try:
+        return _dt(ts).isoformat()
+    except (OverflowError, OSError, ValueError):
+        return f"{ts:g} s since the epoch"
+
+
 @dataclass
 class IngestReport:
     """What an ingest did. ``received`` / ``used`` count normalized samples (one device or partition
     instance at one instant); ``skipped`` counts by reason — exposition-level reasons
     (``malformed_line``, ``unknown_family``, ``unused_family``, ``not_a_number``, ``no_device_identity``,
     ``unknown_vendor_brand``) count lines / series, sample-level reasons (``device_not_in_ledger``,
-    ``clock_skew_future``, ``older_than_retention``, ``duplicate_sample``, ``already_ingested``) count
-    samples. ``examples`` keeps up to five examples per reason."""
+    ``clock_skew_future``, ``older_than_retention``, ``duplicate_sample``, ``already_ingested``,
+    ``bad_timestamp``) count samples, and physically impossible values (``implausible_utilization``,
+    ``implausible_memory``, ``implausible_temperature``, ``implausible_power``, ``implausible_counter``)
+    count values dropped from otherwise used samples. ``examples`` keeps up to five examples per
+    reason; ``rejected_lines`` names every skipped line of an exposition page (number, reason)."""
 
     source: str
     dry_run: bool = False
@@ -101,6 +122,7 @@ class IngestReport:
     vendors: list[str] = field(default_factory=list)
     window_start: datetime | None = None
     window_end: datetime | None = None
+    rejected_lines: list[tuple[int, str]] = field(default_factory=list)
 
     def skip(self, reason: str, example: str, count: int = 1) -> None:
         self.skipped[reason] += count
@@ -132,6 +154,9 @@ class IngestReport:
             "events_raised": self.events_raised,
             "window_start": self.window_start.isoformat() if self.window_start else None,
             "window_end": self.window_end.isoformat() if self.window_end else None,
+            "rejected_lines": [
+                {"line": line, "reason": reason} for line, reason in self.rejected_lines[:MAX_REJECTED_LINES]
+            ],
         }
 
 
@@ -149,17 +174,32 @@ class DeviceResolver:
             qs = qs.filter(node__cluster=cluster)
         rows = list(
             qs.values_list(
-                "pk", "uuid", "serial", "pci_bus_id", "index", "vendor", "node__name", "node_id", "health"
+                "pk",
+                "uuid",
+                "serial",
+                "pci_bus_id",
+                "index",
+                "vendor",
+                "node__name",
+                "node_id",
+                "health",
+                "memory_mib",
+                "device_model__memory_mib",
+                "device_model__tdp_w",
             )
         )
         # Lost cards first, so a live card in the same slot wins.
         rows.sort(key=lambda r: r[8] != Device.Health.LOST)
         self.node_of: dict[int, int] = {}
+        # Per card: (memory cap MiB, power cap W) that its readings must stay within.
+        self.limits: dict[int, tuple[float, float]] = {
+            r[0]: (memory_cap_mib(r[9], r[10]), power_cap_w(r[11])) for r in rows
+        }
         self.by_uuid: dict[str, int] = {}
         self.by_serial: dict[str, int] = {}
         self.by_pci: dict[tuple[str, str], int] = {}
         self.by_index: dict[tuple[str, str, int], int] = {}
-        for pk, uuid, serial, pci, index, vendor, node, node_id, _health in rows:
+        for pk, uuid, serial, pci, index, vendor, node, node_id, *_rest in rows:
             self.node_of[pk] = node_id
             if uuid:
                 self.by_uuid[uuid] = pk
@@ -419,17 +459,25 @@ def samples_ingest(
         if dev is None:
             report.skip("device_not_in_ledger", _describe(s))
             continue
+        if not math.isfinite(at):
+            report.skip("bad_timestamp", f"{_describe(s)} at {at!r}")
+            continue
         if at > latest:
-            report.skip("clock_skew_future", f"{_describe(s)} at {_dt(at).isoformat()}")
+            report.skip("clock_skew_future", f"{_describe(s)} at {_when(at)}")
             continue
         if at < earliest:
-            report.skip("older_than_retention", f"{_describe(s)} at {_dt(at).isoformat()}")
+            report.skip("older_than_retention", f"{_describe(s)} at {_when(at)}")
             continue
         key = (dev, s.partition, at)
         if key in seen:
-            report.skip("duplicate_sample", f"{_describe(s)} at {_dt(at).isoformat()}")
+            report.skip("duplicate_sample", f"{_describe(s)} at {_when(at)}")
             continue
         seen.add(key)
+        # Physics before rollups: a value no card can produce is dropped and counted, never averaged.
+        memory_cap, power_cap = resolver.limits.get(dev, (memory_cap_mib(), power_cap_w(None)))
+        s, implausible = plausible(s, memory_cap=memory_cap, power_cap=power_cap)
+        for reason, text in implausible:
+            report.skip(reason, f"{_describe(s)} from {source}: {text}")
         if s.vendor:
             vendors.add(s.vendor)
         gkey = (dev, s.partition, at - at % WINDOW_S)
@@ -868,6 +916,7 @@ def scrape_ingest(
     report = IngestReport(source=source, dry_run=dry_run)
     for line, message in errors:
         report.skip("malformed_line", f"line {line}: {message}")
+    report.rejected_lines = list(errors)
     report.absorb(conversion)
     if not conversion.samples:
         report.received = 0
@@ -919,7 +968,7 @@ def prometheus_ingest(
 ) -> IngestReport:
     """Backfill ``[start, end)`` from a Prometheus HTTP API with ``query_range``, one chunk (one
     transaction) at a time, chunks aligned to 5-minute windows. Network calls happen outside transactions."""
-    from worker.prometheus.client import PrometheusClient
+    from apps.telemetry.prometheus import PrometheusClient
 
     if end <= start:
         raise ValidationFailed("The end must be after the start.", details={"end": ["must be after start"]})
@@ -969,7 +1018,7 @@ def source_ingest(
     *, source: MetricSource, actor: Any = "worker", now: datetime | None = None
 ) -> IngestReport | None:
     """Ingest a configured source's latest windows; record the outcome (and any error) on the source."""
-    from worker.prometheus.client import PrometheusError, scrape
+    from apps.telemetry.prometheus import PrometheusError, scrape
 
     now = now or timezone.now()
     lookback = timedelta(minutes=setting("TELEMETRY_FIRST_LOOKBACK_MINUTES", 15))
@@ -1123,12 +1172,16 @@ def metric_source_delete(*, actor: Any, source: MetricSource) -> None:
 # ------------------------------------------------------------------ backfill with progress
 
 
-def backfill_request(*, source: MetricSource, start: datetime, end: datetime, actor: Any) -> BackfillRun:
-    """Queue a backfill of ``[start, end)`` from a Prometheus source; a worker runs it after commit and
-    records its progress (one hour chunk at a time) on the run."""
-    from django.db import transaction
+# The BackgroundRun kind of a metric backfill, and the task that runs it.
+BACKFILL_RUN_KIND = "telemetry.backfill"
+BACKFILL_TASK = "worker.tasks.telemetry.backfill_task"
 
-    from apps.core.audit import actor_fields, change_record_create
+
+def backfill_request(*, source: MetricSource, start: datetime, end: datetime, actor: Any) -> BackgroundRun:
+    """Queue a backfill of ``[start, end)`` from a Prometheus source; a worker runs it after commit and
+    publishes its progress (one hour chunk at a time). Returns the core ``BackgroundRun``: ``params``
+    name the source and the window, ``result`` gets the ingest report."""
+    from apps.core import runs
 
     if source.kind != MetricSource.Kind.PROMETHEUS or not source.url:
         raise ValidationFailed(
@@ -1142,8 +1195,15 @@ def backfill_request(*, source: MetricSource, start: datetime, end: datetime, ac
             "Backfill at most 31 days at a time.", details={"end": ["≤ 31 days after start"]}
         )
     with transaction.atomic():
-        run = BackfillRun.objects.create(
-            source=source, start=start, end=end, requested_by=actor_fields(actor)["actor_label"]
+        run = runs.run_create(
+            kind=BACKFILL_RUN_KIND,
+            actor=actor,
+            params={
+                "source": source.pk,
+                "source_name": str(source)[:200],
+                "start": start.isoformat(),
+                "end": end.isoformat(),
+            },
         )
         change_record_create(
             actor=actor,
@@ -1151,54 +1211,45 @@ def backfill_request(*, source: MetricSource, start: datetime, end: datetime, ac
             obj=run,
             after={"source": source.pk, "start": start.isoformat(), "end": end.isoformat()},
         )
-        transaction.on_commit(lambda: _enqueue_backfill(run.pk))
+        runs.run_enqueue(run=run, task=BACKFILL_TASK)
     return run
 
 
-def _enqueue_backfill(run_id: int) -> None:
-    try:
-        from worker.tasks.telemetry import backfill_task
-
-        backfill_task.apply_async(args=[run_id])
-    except Exception:  # noqa: BLE001 - the broker may be down: the run stays queued and says so
-        BackfillRun.objects.filter(pk=run_id, state=BackfillRun.State.QUEUED).update(
-            error="could not reach the task broker; the run is still queued"
-        )
-
-
-def backfill_run(*, run_id: int, actor: Any = "worker") -> BackfillRun | None:
+def backfill_run(*, run_id: int, actor: Any = "worker") -> BackgroundRun | None:
     """Run a queued backfill (at most once: the queued → running move is a conditional update)."""
-    from worker.prometheus.client import PrometheusError
+    from django.utils.dateparse import parse_datetime
 
-    if not BackfillRun.objects.filter(pk=run_id, state=BackfillRun.State.QUEUED).update(
-        state=BackfillRun.State.RUNNING, error=""
-    ):
+    from apps.core import runs
+    from apps.telemetry.prometheus import PrometheusError
+
+    run = runs.run_start(run_id=run_id)
+    if run is None or run.kind != BACKFILL_RUN_KIND:
         return None
-    run = BackfillRun.objects.select_related("source__cluster").get(pk=run_id)
+    source = MetricSource.objects.select_related("cluster").filter(pk=run.params.get("source")).first()
+    if source is None:
+        runs.run_fail(run=run, error="the metric source was deleted before the backfill ran")
+        return run
 
     def progress(done: int, total: int) -> None:
-        BackfillRun.objects.filter(pk=run_id).update(done_chunks=done, total_chunks=total)
+        runs.run_progress(run=run, done=done, total=total)
 
     try:
         report = prometheus_ingest(
-            url=run.source.url,
-            start=run.start,
-            end=run.end,
-            step_s=run.source.step_seconds,
-            source=run.source.label,
-            cluster=run.source.cluster,
+            url=source.url,
+            start=parse_datetime(run.params["start"]),
+            end=parse_datetime(run.params["end"]),
+            step_s=source.step_seconds,
+            source=source.label,
+            cluster=source.cluster,
             actor=actor,
             progress=progress,
         )
     except (ApplicationError, PrometheusError) as exc:
-        BackfillRun.objects.filter(pk=run_id).update(
-            state=BackfillRun.State.FAILED,
-            error=str(getattr(exc, "message", exc))[:2000],
-            finished_at=timezone.now(),
-        )
+        runs.run_fail(run=run, error=str(getattr(exc, "message", exc)))
+    except Exception:
+        runs.run_fail(run=run, error="the backfill stopped on an unexpected error; see the worker log")
+        raise
     else:
-        BackfillRun.objects.filter(pk=run_id).update(
-            state=BackfillRun.State.DONE, report=report.as_dict(), finished_at=timezone.now()
-        )
+        runs.run_finish(run=run, result=report.as_dict())
     run.refresh_from_db()
     return run

@@ -16,12 +16,11 @@ from collections import defaultdict
 
 from django.utils import timezone
 
+from apps.clusters.manifests import dns_label, workload_name
 from apps.inventory.models import Cluster, Device
-from apps.jobs.models import JobState
-from apps.scheduling.models import Allocation
+from apps.jobs.models import Allocation, JobState
 from apps.telemetry.samples import Sample
 from apps.telemetry.services import samples_ingest
-from worker.kube.manifests import dns_label, workload_name
 
 STEP_S = 10
 WINDOW_S = 60

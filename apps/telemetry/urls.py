@@ -11,5 +11,4 @@ urlpatterns = [
     path("projects/<int:pk>/", views.project_detail, name="project-detail"),
     path("jobs/<int:pk>/", views.job_detail, name="job-detail"),
     path("backfills/<int:pk>/", views.backfill_progress, name="backfill"),
-    path("backfills/<int:pk>/progress.json", views.backfill_progress_json, name="backfill-json"),
 ]

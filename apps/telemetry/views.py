@@ -8,16 +8,17 @@ from __future__ import annotations
 
 from django.contrib.admin.views.decorators import staff_member_required
 from django.contrib.auth.decorators import login_required
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, QueryDict
+from django.http import Http404, HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import get_object_or_404, render
 from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_safe
 
 from apps.accounts.selectors import is_platform_staff
 from apps.core.errors import NotFound, ValidationFailed
+from apps.core.models import BackgroundRun
+from apps.core.runs import run_progress_read
 from apps.telemetry import charts, selectors
 from apps.telemetry.forms import ComparisonForm, FleetReportForm, PeriodForm
-from apps.telemetry.models import BackfillRun
 
 API = "/api/telemetry/"
 
@@ -101,12 +102,13 @@ def dashboard(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_safe
 def project_detail(request: HttpRequest, pk: int) -> HttpResponse:
-    form = PeriodForm(request.GET)
-    period, error = _period(form, default_hours=24 * 7)
     try:
-        report = selectors.project_utilization(user=request.user, pk=pk, period=period)
+        selectors.project_for_user(user=request.user, pk=pk)  # visibility (404) before the query string
     except NotFound:
         raise Http404 from None
+    form = PeriodForm(request.GET)
+    period, error = _period(form, default_hours=24 * 7)
+    report = selectors.project_utilization(user=request.user, pk=pk, period=period)
     context = {
         "form": form,
         "error": error,
@@ -139,21 +141,21 @@ def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
 
 @staff_member_required
 def backfill_progress(request: HttpRequest, pk: int) -> HttpResponse:
-    run = get_object_or_404(BackfillRun.objects.select_related("source__cluster"), pk=pk)
-    return render(request, "telemetry/backfill.html", {"run": run})
+    """A metric backfill: its progress (polled at /runs/<id>/), then its report."""
+    from django.utils.dateparse import parse_datetime
 
+    from apps.telemetry.models import MetricSource
+    from apps.telemetry.services import BACKFILL_RUN_KIND
 
-@staff_member_required
-def backfill_progress_json(request: HttpRequest, pk: int) -> JsonResponse:
-    run = get_object_or_404(BackfillRun, pk=pk)
-    return JsonResponse(
-        {
-            "state": run.state,
-            "state_label": str(run.get_state_display()),
-            "done": run.done_chunks,
-            "total": run.total_chunks,
-            "percent": run.percent,
-            "error": run.error,
-            "report": run.report,
-        }
-    )
+    run = get_object_or_404(BackgroundRun, pk=pk, kind=BACKFILL_RUN_KIND)
+    params = run.params
+    source = MetricSource.objects.select_related("cluster").filter(pk=params.get("source")).first()
+    context = {
+        "run": run,
+        "progress": run_progress_read(run),
+        "source": source or params.get("source_name", ""),
+        "start": parse_datetime(params.get("start", "")),
+        "end": parse_datetime(params.get("end", "")),
+        "report": run.result,
+    }
+    return render(request, "telemetry/backfill.html", context)

@@ -50,6 +50,7 @@ INSTALLED_APPS = [
     "apps.catalog",
     "apps.inventory",
     "apps.jobs",
+    "apps.clusters",
     "apps.scheduling",
     "apps.quotas",
     "apps.telemetry",
@@ -60,6 +61,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "apps.core.middleware.ContentSecurityPolicyMiddleware",
+    "apps.core.middleware.TraceNotAllowedMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.locale.LocaleMiddleware",
@@ -69,6 +72,22 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
+
+# Content-Security-Policy (W3C CSP Level 3, https://www.w3.org/TR/CSP3/), sent by
+# apps.core.middleware.ContentSecurityPolicyMiddleware. No inline scripts or styles: page scripts are
+# static files and chart data rides in <script type="application/json"> blocks (not executed).
+SUANCHI_CONTENT_SECURITY_POLICY = {
+    "default-src": ["'self'"],
+    "script-src": ["'self'"],
+    "style-src": ["'self'"],
+    "img-src": ["'self'", "data:"],
+    "font-src": ["'self'"],
+    "connect-src": ["'self'"],
+    "object-src": ["'none'"],
+    "base-uri": ["'self'"],
+    "form-action": ["'self'"],
+    "frame-ancestors": ["'none'"],
+}
 
 ROOT_URLCONF = "config.urls"
 WSGI_APPLICATION = "config.wsgi.application"
@@ -144,7 +163,15 @@ STORAGES = {
 
 REDIS_URL = env_secret("REDIS_URL") or ""
 if REDIS_URL:
-    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
+            # Passed to redis-py's connection pool: an unreachable Redis fails within seconds (and the
+            # login limiter falls back, apps/core/throttling.py) instead of hanging a web worker.
+            "OPTIONS": {"socket_connect_timeout": 2, "socket_timeout": 2},
+        }
+    }
 else:
     # Without Redis (the embedded demo) a file cache under var/ is shared by web, worker and beat:
     # login throttling, the scheduling-cycle lock and long-task progress work across processes.
@@ -155,12 +182,25 @@ else:
         }
     }
 
+# The largest request body read into memory. It sits above every documented limit, so each of them
+# answers with its own precise error instead of this one: node reports (SUANCHI_NODE_REPORT_MAX_BYTES,
+# 4 MiB) and exporter pages (8 Mi characters, apps/telemetry/exposition.py), JSON-escaped (a quote or
+# a backslash doubles). Beyond it an API call gets a JSON 413 naming the limit (apps/core/api/exceptions.py).
+# https://docs.djangoproject.com/en/5.2/ref/settings/#data-upload-max-memory-size
+DATA_UPLOAD_MAX_MEMORY_SIZE = 16 * 1024 * 1024
+
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "apps.accounts.authentication.TokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["apps.core.api.permissions.IsUser"],
+    # DRF's JSON parser refusing nesting deeper than 64 levels (apps/core/api/parsers.py).
+    "DEFAULT_PARSER_CLASSES": [
+        "apps.core.api.parsers.DepthLimitedJSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
     "DEFAULT_FILTER_BACKENDS": [
         "django_filters.rest_framework.DjangoFilterBackend",
         "rest_framework.filters.OrderingFilter",

@@ -3,7 +3,7 @@
 from django.core.exceptions import ImproperlyConfigured
 
 from .base import *  # noqa: F403
-from .base import CELERY_BROKER_URL, DATABASES, SECRET_KEY, env
+from .base import CELERY_BROKER_URL, DATABASES, REDIS_URL, SECRET_KEY, env
 
 DEBUG = False
 
@@ -15,6 +15,13 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3" and not env.bo
     raise ImproperlyConfigured("DATABASE_URL must point at PostgreSQL in production")
 if CELERY_BROKER_URL.startswith("filesystem://"):
     raise ImproperlyConfigured("CELERY_BROKER_URL must point at Redis in production")
+if not REDIS_URL:
+    # Without it each pod would fall back to its own file cache: the login limiter, the scheduling-cycle
+    # lock and task progress must be shared by every web and worker pod (README, SECURITY.md).
+    raise ImproperlyConfigured(
+        "REDIS_URL (or REDIS_URL_FILE) must point at Redis in production: the login rate limiter and the "
+        "scheduling-cycle lock are shared across pods through it"
+    )
 
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 SECURE_SSL_REDIRECT = env.bool("DJANGO_SECURE_SSL_REDIRECT", default=True)

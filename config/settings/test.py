@@ -18,6 +18,7 @@ CACHES = {
         # One prefix per test database: suites running side by side (other checkouts, CI) never
         # share locks or throttles through the cache.
         "KEY_PREFIX": "suanchi-test-" + os.environ["DATABASE_URL"].rsplit("/", 1)[-1],
+        "OPTIONS": {"socket_connect_timeout": 2, "socket_timeout": 2},
     }
 }
 STORAGES = {

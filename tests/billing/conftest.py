@@ -10,8 +10,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from apps.catalog.selectors import coefficient_on
-from apps.jobs.models import Job
-from apps.scheduling.models import Allocation
+from apps.jobs.models import Allocation, Job
 from tests.jobs.conftest import a100, ascend, fleet, half_a100  # noqa: F401 - fixtures
 
 SHANGHAI = ZoneInfo("Asia/Shanghai")

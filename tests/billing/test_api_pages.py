@@ -227,11 +227,17 @@ def test_the_console_close_starts_a_close_and_the_worker_finishes_it(
         "billing:period-progress", args=[period.pk]
     )
     assert period.state == "closing"
-    progress = client.get(reverse("billing:period-progress-json", args=[period.pk])).json()
-    assert progress["state"] == "closing" and progress["percent"] == 0
+    run = period.close_run
+    assert run.kind == "billing.month_close" and run.actor == staff_user
+    waiting = client.get(reverse("billing:period-progress", args=[period.pk])).content.decode()
+    assert f'data-url="/runs/{run.pk}/"' in waiting and "<script>" not in waiting
+    progress = client.get(f"/runs/{run.pk}/").json()
+    assert progress["status"] == "queued" and progress["percent"] == 0
     month_close_task.run(period.pk)
-    progress = client.get(reverse("billing:period-progress-json", args=[period.pk])).json()
-    assert (progress["state"], progress["percent"], progress["done"]) == ("closed", 100, 1)
+    progress = client.get(f"/runs/{run.pk}/").json()
+    assert (progress["status"], progress["percent"], progress["done"]) == ("succeeded", 100, 1)
+    period.refresh_from_db()
+    assert period.state == "closed" and (period.progress_done, period.progress_total) == (1, 1)
     assert client.get(reverse("billing:period-progress", args=[period.pk])).status_code == 200
     not_ended = client.post(
         reverse("billing:console-close"),

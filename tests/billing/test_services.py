@@ -417,7 +417,7 @@ def test_idle_cost_charged_to_the_platform_stays_off_project_bills(
 
 def doubled_measurement(allocation_id, start, end):
     """A stand-in telemetry attribution for the hook test: twice the allocated CU over the slice."""
-    from apps.scheduling.models import Allocation
+    from apps.jobs.models import Allocation
 
     units = Allocation.objects.get(pk=allocation_id).compute_units
     return units * Decimal((end - start).total_seconds()) / Decimal(3600) * 2

@@ -11,12 +11,15 @@ PRODUCTION_ENV = {
     "DJANGO_SECRET_KEY": "k3J9-pQ2_vX7!mZ4@rT8#wL1$yB6%nC0^hF5&dG2*sA9(eU3)oI7",
     "DATABASE_URL": "postgres://postgres@127.0.0.1:5432/suanchi",
     "CELERY_BROKER_URL": "redis://127.0.0.1:6379/0",
+    "REDIS_URL": "redis://127.0.0.1:6379/0",
     "DJANGO_ALLOWED_HOSTS": "suanchi.example.com",
 }
 
 
 def _manage(*args: str, env: dict) -> subprocess.CompletedProcess:
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "DATABASE_URL", "CELERY_"))}
+    base = {
+        k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "DATABASE_URL", "CELERY_", "REDIS_URL"))
+    }
     return subprocess.run(
         [sys.executable, "manage.py", *args],
         cwd=ROOT,
@@ -54,3 +57,24 @@ def test_production_refuses_the_embedded_sqlite_and_filesystem_broker():
     done = _manage("check", env=env)
     assert done.returncode != 0
     assert "DATABASE_URL" in done.stderr
+
+
+def test_production_refuses_to_start_without_redis():
+    """The login limiter and the scheduling-cycle lock must be shared across pods (issue 15, finding 10)."""
+    env = {k: v for k, v in PRODUCTION_ENV.items() if k != "REDIS_URL"}
+    done = _manage("check", env=env)
+    assert done.returncode != 0
+    assert "ImproperlyConfigured" in done.stderr
+    assert "REDIS_URL (or REDIS_URL_FILE) must point at Redis in production" in done.stderr
+
+
+def test_production_takes_redis_url_from_a_file_and_uses_it_as_the_cache(tmp_path):
+    secret = tmp_path / "redis-url"
+    secret.write_text("redis://127.0.0.1:6379/0\n")
+    env = {k: v for k, v in PRODUCTION_ENV.items() if k != "REDIS_URL"}
+    env["REDIS_URL_FILE"] = str(secret)
+    done = _manage(
+        "shell", "-c", "from django.conf import settings; print(settings.CACHES['default']['BACKEND'])", env=env
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.strip().endswith("RedisCache")

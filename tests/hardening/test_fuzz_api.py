@@ -1,5 +1,11 @@
 """Schemathesis against the project's own OpenAPI schema: every operation, as a member, an outsider and
-staff. No 5xx, every documented response matches its schema, and nothing of another project leaks.
+staff, and as a node agent (agent token). No 5xx, every documented response matches its schema, and
+nothing of another project leaks.
+
+Besides the schema's own cases, every operation gets hostile ones (issue 15, finding 5): query parameters
+set to far-off dates and integers beyond 64 bits, a path id beyond 64 bits, JSON bodies with wrong-typed
+or deeply nested values in each field, and for job submission tolerations / env / node selectors of the
+wrong shape; exporter pages with timestamps no date can hold.
 
 The run is bounded for CI: ``SUANCHI_FUZZ_EXAMPLES`` generated cases per operation and identity (default
 4), plus one case per known object id for operations on ``{id}``; Hypothesis is derandomized, so a CI
@@ -27,6 +33,8 @@ from schemathesis.checks import not_a_server_error
 from schemathesis.core.failures import FailureGroup
 from schemathesis.specs.openapi.checks import content_type_conformance, response_schema_conformance
 
+from apps.inventory.models import Cluster
+from apps.inventory.services.tokens import agent_token_create
 from apps.jobs.models import Job
 from apps.jobs.services import job_submit
 from apps.scheduling.services import scheduling_cycle_run
@@ -37,6 +45,152 @@ pytestmark = pytest.mark.django_db(transaction=True)
 EXAMPLES = int(os.environ.get("SUANCHI_FUZZ_EXAMPLES", "4"))
 SECRET = "secretvision"  # the member project's slug and namespace; also in its job names
 CHECKS = [not_a_server_error, response_schema_conformance, content_type_conformance]
+IDENTITIES = ("member", "outsider", "staff", "agent")
+
+# ---- hostile input ------------------------------------------------------------------------------
+
+EXTREME_DATES = [
+    "0001-01-01T00:00:00Z",
+    "9999-12-31T23:59:59Z",
+    "0001-01-01T00:00:00+23:59",
+    "9999-12-31T23:59:59-23:59",
+    "1970-01-01T00:00:00Z",
+    "2100-01-01T00:00:01Z",
+]
+HUGE_NUMBERS = [
+    "99999999999999999999999",
+    "-99999999999999999999999",
+    "9223372036854775808",
+    "1e400",
+    "NaN",
+    "-Infinity",
+]
+_SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**80), max_value=2**80)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=12)
+    | st.sampled_from(EXTREME_DATES + HUGE_NUMBERS)
+)
+JSON_VALUES = st.recursive(
+    _SCALARS,
+    lambda kids: st.lists(kids, max_size=3) | st.dictionaries(st.text(max_size=6), kids, max_size=3),
+    max_leaves=6,
+)
+
+
+def _nested(depth: int, kind: type) -> object:
+    value: object = []
+    for _ in range(depth):
+        value = [value] if kind is list else {"a": value}
+    return value
+
+
+NESTED = st.sampled_from([_nested(64, list), _nested(64, dict), _nested(400, list), _nested(400, dict)])
+HOSTILE_VALUES = JSON_VALUES | NESTED
+TOLERATIONS = st.lists(
+    JSON_VALUES
+    | st.dictionaries(
+        st.sampled_from(["key", "operator", "value", "effect", "tolerationSeconds", "extra"]),
+        JSON_VALUES | st.sampled_from(["", "Exists", "Equal", "NoExecute", "abc", 2**63, {"x": 1}]),
+        max_size=5,
+    ),
+    min_size=1,
+    max_size=3,
+)
+ENV = st.dictionaries(
+    st.sampled_from(["", "A=B", "1X", "NVIDIA_VISIBLE_DEVICES", "SUANCHI_JOB_ID", "OK"])
+    | st.text(max_size=8),
+    JSON_VALUES,
+    min_size=1,
+    max_size=4,
+)
+_GOOD_LINE = 'DCGM_FI_DEV_GPU_UTIL{gpu="1",UUID="gpu-01-1",Hostname="gpu-01"} 10\n'
+HOSTILE_EXPOSITION = st.sampled_from(
+    [
+        'DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="gpu-01-0",Hostname="gpu-01"} 40 99999999999999999999',
+        'DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="gpu-01-0",Hostname="gpu-01"} -1e308\n'
+        'DCGM_FI_DEV_GPU_TEMP{gpu="0",UUID="gpu-01-0",Hostname="gpu-01"} 1e308 -99999999999999999999',
+        'DCGM_FI_DEV_FB_USED{gpu="0",UUID="gpu-01-0",Hostname="gpu-01"} 1e308 0\nx 1 1e3',
+        'DCGM_FI_DEV_POWER_USAGE{gpu="0",UUID="gpu-01-0"} NaN 4102444800000',
+    ]
+).map(lambda text: _GOOD_LINE + text)
+HOSTILE_EXAMPLES = int(os.environ.get("SUANCHI_FUZZ_HOSTILE_EXAMPLES", "2"))  # per hostile strategy
+
+
+def _job_bodies(device_model: str) -> st.SearchStrategy:
+    base = {
+        "project": st.sampled_from([SECRET, "elsewhere", "nope"]),
+        "name": st.just("hostile"),
+        "image": st.just("pytorch:2.3"),
+        "request_kind": st.just("whole_cards"),
+        "device_model": st.just(device_model),
+    }
+    optional = {
+        "tolerations": TOLERATIONS,
+        "env": ENV | NESTED,
+        "node_selector": st.dictionaries(st.text(max_size=10), JSON_VALUES, max_size=3),
+        "command": HOSTILE_VALUES,
+        "count": st.sampled_from([0, 2**63, -1, "abc", 1e308]),
+        "expected_duration_s": st.sampled_from([2**63, -(2**63) - 1, 1e308]),
+        "min_memory_mib": st.sampled_from([2**63, 2**31]),
+    }
+    return st.fixed_dictionaries(base, optional=optional)
+
+
+def _patched_body(operation, case) -> st.SearchStrategy:
+    """The schema's own body with one or two fields set to hostile values (or the whole body nested)."""
+    keys = sorted(case.body) if isinstance(case.body, dict) else []
+    patches = (
+        st.dictionaries(st.sampled_from(keys), HOSTILE_VALUES, min_size=1, max_size=2)
+        if keys
+        else st.just({})
+    )
+    return st.one_of(
+        patches.map(lambda patch: {**case.body, **patch}) if keys else NESTED,
+        NESTED,
+    ).map(
+        lambda body: operation.Case(
+            path_parameters=case.path_parameters,
+            query=case.query,
+            body=body,
+            media_type="application/json",
+        )
+    )
+
+
+def _hostile_strategies(operation, raw: dict, ids: list, device_model: str) -> list:
+    spec = raw["paths"][operation.path][operation.method.lower()]
+    path_id = {"id": ids[0] if ids else 1} if "{id}" in operation.path else {}
+    out = []
+    names = sorted(p["name"] for p in spec.get("parameters", []) if p.get("in") == "query")
+    if names:
+        out.append(
+            st.dictionaries(
+                st.sampled_from(names), st.sampled_from(EXTREME_DATES + HUGE_NUMBERS), min_size=1, max_size=2
+            ).map(lambda query: operation.Case(path_parameters=path_id, query=query))
+        )
+    if "{id}" in operation.path:
+        out.append(st.just(operation.Case(path_parameters={"id": "99999999999999999999999"})))
+    if "application/json" in spec.get("requestBody", {}).get("content", {}):
+        if operation.path == "/api/jobs/jobs/" and operation.method.lower() == "post":
+            out.append(
+                _job_bodies(device_model).map(
+                    lambda body: operation.Case(body=body, media_type="application/json")
+                )
+            )
+        elif operation.path == "/api/telemetry/scrapes/":
+            out.append(
+                st.fixed_dictionaries(
+                    {"text": HOSTILE_EXPOSITION}, optional={"at": st.sampled_from(EXTREME_DATES)}
+                ).map(lambda body: operation.Case(body=body, media_type="application/json"))
+            )
+        positive = operation.as_strategy(
+            generation_mode=GenerationMode.POSITIVE, media_type="application/json"
+        )
+        out.append(positive.flatmap(lambda case: _patched_body(operation, case)))
+    return out
 
 
 def build_schema():
@@ -72,7 +226,14 @@ def _world(tenants, a100, staff_user):
         "member": token_for(member),
         "outsider": token_for(outsider),
         "staff": token_for(staff_user),
+        "agent": agent_key(),
     }
+
+
+def agent_key() -> str:
+    """A node agent's token for the fleet's cluster, any node (what the DaemonSet's agents hold)."""
+    _, key = agent_token_create(cluster=Cluster.objects.get(slug="prod"), name="fuzz-agent", actor="test")
+    return key
 
 
 def _known_ids(client_headers, raw) -> dict[str, list]:
@@ -114,15 +275,19 @@ class Recorder:
         )
 
 
-def _fuzz_operation(operation, *, headers: dict, ids: list, recorder: Recorder, identity: str):
+def _fuzz_operation(
+    operation, *, headers: dict, ids: list, recorder: Recorder, identity: str, hostile: list = ()
+):
     strategies = [operation.as_strategy(generation_mode=GenerationMode.POSITIVE)]
     with contextlib.suppress(Exception):  # an operation with nothing to negate (no parameters, no body)
         strategies.append(operation.as_strategy(generation_mode=GenerationMode.NEGATIVE))
     if "{id}" in operation.path:
         strategies += [operation.as_strategy(path_parameters={"id": i}) for i in ids]
+    examples = EXAMPLES * len(strategies) + HOSTILE_EXAMPLES * len(hostile)
+    strategies += list(hostile)
 
     @settings(
-        max_examples=EXAMPLES * len(strategies),
+        max_examples=examples,
         deadline=None,
         derandomize=True,
         database=None,
@@ -141,16 +306,22 @@ def _fuzz_operation(operation, *, headers: dict, ids: list, recorder: Recorder, 
                 f"[{identity}] {operation.method.upper()} {operation.path} -> {response.status_code}: "
                 f"{str(e)[:600]}\n  reproduce: {case.as_curl_command()}"
             )
-        if identity == "outsider" and response.status_code < 300 and SECRET.encode() in response.content:
+        if (
+            identity in ("outsider", "agent")
+            and response.status_code < 300
+            and SECRET.encode() in response.content
+        ):
             recorder.failures.append(
-                f"[outsider] {operation.method.upper()} {operation.path} -> {response.status_code} "
+                f"[{identity}] {operation.method.upper()} {operation.path} -> {response.status_code} "
                 f"leaks {SECRET!r}: {response.content[:300]!r}"
             )
 
     run()
 
 
-def test_every_operation_survives_fuzzing_as_member_outsider_and_staff(tenants, fleet, a100, staff_user):
+def test_every_operation_survives_fuzzing_as_member_outsider_staff_and_agent(
+    tenants, fleet, a100, staff_user
+):
     keys = _world(tenants, a100, staff_user)
     raw, schema = build_schema()
     ids = _known_ids({"Authorization": f"Token {keys['staff']}"}, raw)
@@ -158,22 +329,26 @@ def test_every_operation_survives_fuzzing_as_member_outsider_and_staff(tenants, 
     got_request_exception.connect(recorder.on_exception)
     operations = [result.ok() for result in schema.get_all_operations()]
     try:
-        for identity in ("member", "outsider", "staff"):
+        for identity in IDENTITIES:
             for operation in operations:
                 # A fuzzed DELETE may revoke the caller's own token: a fresh one for every operation.
-                user = tenants[identity] if identity != "staff" else staff_user
-                headers = {"Authorization": f"Token {token_for(user)}"}
+                if identity == "agent":
+                    key = agent_key()
+                else:
+                    key = token_for(tenants[identity] if identity != "staff" else staff_user)
+                known = ids.get(_collection_of(operation.path), [])
                 _fuzz_operation(
                     operation,
-                    headers=headers,
-                    ids=ids.get(_collection_of(operation.path), []),
+                    headers={"Authorization": f"Token {key}"},
+                    ids=known,
                     recorder=recorder,
                     identity=identity,
+                    hostile=_hostile_strategies(operation, raw, known, a100.slug),
                 )
     finally:
         got_request_exception.disconnect(recorder.on_exception)
     print(
-        f"\nschemathesis: {len(operations)} operations x 3 identities, {recorder.requests} requests, "
+        f"\nschemathesis: {len(operations)} operations x {len(IDENTITIES)} identities, {recorder.requests} requests, "
         f"statuses {dict(sorted(recorder.statuses.items()))}, {len(recorder.failures)} failures"
     )
     problems = recorder.failures + recorder.exceptions

@@ -216,6 +216,7 @@ AUDITED_HERE = {
     ("inventory", "agenttoken", "revoke"),
     ("catalog", "computetemplate", "retire_selected"),
     ("jobs", "job", "cancel_jobs"),
+    ("inventory", "node", "approve"),
     ("inventory", "node", "maintenance_on"),
     ("inventory", "node", "maintenance_off"),
     ("inventory", "node", "quarantine"),
@@ -313,6 +314,8 @@ def test_admin_action_writes_an_audit_record(
     model, objects = _objects(kind, fleet=fleet, tenants=tenants, a100=a100, staff_user=staff_user)
     if kind == "node" and name in NODE_SETUP:
         Node.objects.filter(pk=objects[0].pk).update(status=NODE_SETUP[name])
+    if kind == "node" and name == "approve":
+        Node.objects.filter(pk=objects[0].pk).update(pending_approval=True)
     if kind == "device" and name in DEVICE_SETUP:
         if DEVICE_SETUP[name] == "cordon":
             _run_action(staff_client, Device, "cordon", objects)

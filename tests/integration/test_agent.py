@@ -54,6 +54,7 @@ def test_the_agent_registers_a_node_and_its_npus_then_a_missing_chip_is_lost(liv
     assert done.returncode == 0, done.stderr
     node = Node.objects.get(name="ascend-01")
     assert node.cluster == cluster
+    assert node.pending_approval  # registered by an agent: no work until staff approve it
     assert node.driver_version
     assert Device.objects.filter(node=node, vendor="huawei").count() == 8
 

@@ -9,13 +9,13 @@ from django.core.management import call_command
 from django.urls import reverse
 from kubernetes_validate.utils import resources_from_file
 
+from apps.clusters.connections import backend_for
+from apps.clusters.models import PushAction
+from apps.clusters.pusher import push_due_streams, push_stream_run
 from apps.inventory.models import Cluster
-from apps.jobs.models import Job, JobState
-from apps.scheduling.models import Allocation, PushAction
-from apps.scheduling.push import push_due_streams, push_stream_run
+from apps.jobs.models import Allocation, Job, JobState
 from apps.scheduling.reconcile import reconcile_all
 from apps.scheduling.services import scheduling_cycle_run
-from worker.kube.backend import backend_for
 
 pytestmark = pytest.mark.django_db
 

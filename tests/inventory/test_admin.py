@@ -445,7 +445,7 @@ def test_node_report_list_does_not_load_raw_text(staff):
 def test_a_large_import_runs_on_a_worker_with_a_progress_page(staff, django_capture_on_commit_callbacks):
     from unittest import mock
 
-    from apps.inventory.models import LedgerImportRun
+    from apps.core.models import BackgroundRun
     from worker.tasks.inventory import ledger_import_task
 
     ClusterFactory(slug="bj1")
@@ -458,37 +458,42 @@ def test_a_large_import_runs_on_a_worker_with_a_progress_page(staff, django_capt
         django_capture_on_commit_callbacks(execute=True),
     ):
         page = upload(staff, csv_text(rows))
-    run = LedgerImportRun.objects.get()
+    run = BackgroundRun.objects.get()
     assert page.status_code == 302 and page["Location"].endswith(f"/import/{run.pk}/")
     send.assert_called_once_with(args=[run.pk])
-    assert run.state == LedgerImportRun.State.QUEUED and run.rows == 640 and not Device.objects.exists()
-    progress = staff.get(page["Location"] + "progress.json").json()
-    assert progress["state"] == "queued" and progress["percent"] == 0
+    assert run.kind == "inventory.ledger_import" and run.status == BackgroundRun.Status.QUEUED
+    assert run.params["rows"] == 640 and not Device.objects.exists()
+    assert run.actor.username == "admin" and run.actor_label == "admin"
+    waiting = staff.get(page["Location"])
+    assert f'data-url="/runs/{run.pk}/"'.encode() in waiting.content and b"<script>" not in waiting.content
+    progress = staff.get(f"/runs/{run.pk}/").json()
+    assert progress["status"] == "queued" and progress["percent"] == 0
 
     ledger_import_task.apply(args=[run.pk]).get()  # the worker's turn
     run.refresh_from_db()
-    assert run.state == LedgerImportRun.State.DONE and run.report["created_devices"] == 640
+    assert run.status == BackgroundRun.Status.SUCCEEDED and run.result["report"]["created_devices"] == 640
+    assert run.started_at and run.finished_at
     assert Device.objects.count() == 640 and Node.objects.count() == 80
     ledger_import_task.apply(args=[run.pk]).get()  # redelivered: nothing more happens
     assert Device.objects.count() == 640
     done = staff.get(page["Location"])
     assert done.status_code == 200 and b"Import result" in done.content
-    assert staff.get(page["Location"] + "progress.json").json()["percent"] == 100
+    assert staff.get(f"/runs/{run.pk}/").json()["percent"] == 100
 
 
 def test_a_large_import_with_a_bad_row_writes_nothing_and_lists_it(staff):
-    from apps.inventory.models import LedgerImportRun
+    from apps.core.models import BackgroundRun
     from worker.tasks.inventory import ledger_import_task
 
     ClusterFactory(slug="bj1")
     rows = [{"cluster": "bj1", "node": f"n{i}", "vendor": "nvidia", "device_index": "0"} for i in range(600)]
     rows[300]["device_index"] = "x"
     page = upload(staff, csv_text(rows))
-    run = LedgerImportRun.objects.get()
+    run = BackgroundRun.objects.get()
     ledger_import_task.apply(args=[run.pk]).get()
     run.refresh_from_db()
-    assert run.state == LedgerImportRun.State.FAILED and "1 row has errors" in run.error_message
-    assert [e["line"] for e in run.errors] == [302]
+    assert run.status == BackgroundRun.Status.FAILED and "1 row has errors" in run.error
+    assert [e["line"] for e in run.result["errors"]] == [302]
     assert not Node.objects.exists()
     failed = staff.get(page["Location"])
     assert failed.content.count(b'class="import-error"') == 1

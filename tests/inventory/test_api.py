@@ -76,7 +76,10 @@ def test_an_agent_token_posts_reports_for_its_cluster_and_nothing_else(api_clien
     )
     assert response.status_code == 201, response.content
     assert response.json()["result"]["created"] == 2
-    assert Node.objects.get(name="gpu-new").cluster == cluster
+    node = Node.objects.get(name="gpu-new")
+    assert node.cluster == cluster
+    # A node an agent registers takes no work until staff approve it.
+    assert node.pending_approval and response.json()["node_pending_approval"] is True
     # The same token reads nothing.
     assert api_client.get("/api/inventory/devices/").status_code == 403
     assert api_client.get("/api/inventory/node-reports/").status_code == 403

@@ -252,7 +252,10 @@ def test_the_fleet_page_loads_plotly_once_from_static_and_draws_the_chart(client
     assert body.count("plotly.min.js") == 1
     assert '<script src="/static/vendor/plotly/plotly.min.js"></script>' in body
     assert 'class="plotly-graph-div"' in body
-    assert "Plotly.newPlot" in body
+    # Drawn by static/js/charts.js from a JSON data block: no inline script under the site's CSP.
+    assert '<script type="application/json" data-plotly-figure="fleet-cards-chart">' in body
+    assert '<script src="/static/js/charts.js" defer></script>' in body
+    assert "Plotly.newPlot" not in body
     assert "cdn.plot.ly" not in body
 
 

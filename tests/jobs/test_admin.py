@@ -6,9 +6,9 @@ import pytest
 from django.utils import translation
 
 from apps.core.models import ChangeRecord
-from apps.jobs.models import JobState
+from apps.jobs.models import Allocation, JobState
 from apps.jobs.services import job_submit
-from apps.scheduling.models import Allocation, DecisionTrace
+from apps.scheduling.models import DecisionTrace
 from apps.scheduling.services import scheduling_cycle_run
 
 pytestmark = pytest.mark.django_db

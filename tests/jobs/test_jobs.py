@@ -9,9 +9,9 @@ import pytest
 from django.db import connection
 
 from apps.core.errors import PermissionDenied, ValidationFailed
-from apps.jobs.models import Job, JobEvent, JobState
+from apps.jobs.models import Allocation, Job, JobEvent, JobState
 from apps.jobs.services import job_submit
-from apps.scheduling.models import Allocation, DecisionTrace
+from apps.scheduling.models import DecisionTrace
 from apps.scheduling.services import job_finish, queue_position, scheduling_cycle_run
 from tests.jobs.conftest import set_role
 

@@ -9,14 +9,14 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
-from tests.kube.fake_apiserver import FakeApiServer, kubeconfig_for
-from worker.kube.backend import (
+from apps.clusters.backend import (
     KubernetesBackend,
     PermanentBackendError,
     SimulatedBackend,
     TransientBackendError,
-    backend_for,
 )
+from apps.clusters.connections import backend_for
+from tests.kube.fake_apiserver import FakeApiServer, kubeconfig_for
 
 MANAGED = {"app.kubernetes.io/managed-by": "suanchi"}
 

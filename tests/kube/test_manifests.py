@@ -13,17 +13,16 @@ from django.core.management import call_command
 from kubernetes_validate.utils import resources_from_file
 
 from apps.accounts.models import Project
+from apps.clusters import manifests as m
 from apps.inventory.models import Cluster, Device, Node
-from apps.jobs.models import Job, JobState
+from apps.jobs.models import Allocation, Job, JobState
 from apps.jobs.services import job_submit
-from apps.scheduling.models import Allocation
 from apps.scheduling.services import scheduling_cycle_run
 from tests.jobs.conftest import a100, ascend, fleet, member_project  # noqa: F401  (fixtures)
-from worker.kube import manifests as m
 
 # Pinned Kubernetes schema version (kubernetes-validate ships the schemas; nothing is downloaded).
 K8S_VERSION = "1.30.0"
-PLATFORM_DIR = Path(__file__).resolve().parents[2] / "platform" / "kubernetes"
+PLATFORM_DIR = Path(__file__).resolve().parents[2] / "platform" / "kubernetes" / "base"
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$")
 TRACE = uuid.UUID("00000000-0000-4000-8000-00000000abcd")

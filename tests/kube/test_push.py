@@ -8,15 +8,15 @@ from unittest import mock
 import pytest
 from django.utils import timezone
 
+from apps.clusters.connections import backend_for
+from apps.clusters.models import PushAction
+from apps.clusters.pusher import backoff_delay, push_due_streams, push_job_run
 from apps.inventory.models import Cluster
-from apps.jobs.models import JobState
+from apps.jobs.models import Allocation, JobState
 from apps.jobs.services import job_submit
-from apps.scheduling.models import Allocation, PushAction
-from apps.scheduling.push import backoff_delay, push_due_streams, push_job_run
 from apps.scheduling.services import scheduling_cycle_run
 from tests.jobs import conftest as jobs_fixtures
 from tests.kube.fake_apiserver import FakeApiServer, kubeconfig_for
-from worker.kube.backend import backend_for
 from worker.tasks.push import push_pending_task, push_stream_task
 
 pytestmark = pytest.mark.django_db
@@ -247,7 +247,8 @@ def test_backoff_grows_with_jitter_and_a_cap():
 
 
 def test_an_object_whose_namespace_is_not_there_yet_waits_for_it(server, kube_cluster):
-    from apps.scheduling.push import push_object_enqueue, push_stream_run
+    from apps.clusters.outbox import push_object_enqueue
+    from apps.clusters.pusher import push_stream_run
 
     quota = {
         "apiVersion": "v1",

@@ -8,18 +8,18 @@ import datetime as dt
 import pytest
 from django.utils import timezone
 
+from apps.clusters.connections import backend_for
+from apps.clusters.models import PushAction
+from apps.clusters.pusher import push_due_streams, push_job_run, push_stream_run
 from apps.inventory.models import Cluster, Device, DeviceEvent, Node
 from apps.inventory.services.labels import node_labels_apply
-from apps.jobs.models import Job, JobEvent, JobState
+from apps.jobs.models import Allocation, Job, JobEvent, JobState
 from apps.jobs.services import job_cancel, job_submit
-from apps.scheduling.models import Allocation, PushAction
 from apps.scheduling.preemption import job_preempt
-from apps.scheduling.push import push_due_streams, push_job_run, push_stream_run
 from apps.scheduling.reconcile import classify_pod_failure, reconcile_all, reconcile_cluster
 from apps.scheduling.services import scheduling_cycle_run
 from tests.jobs import conftest as jobs_fixtures
 from tests.kube.fake_apiserver import FakeApiServer, kubeconfig_for
-from worker.kube.backend import backend_for
 
 pytestmark = pytest.mark.django_db
 

@@ -8,8 +8,8 @@ import io
 import pytest
 
 from apps.accounts.models import Membership
+from apps.clusters.models import PushAction
 from apps.migration.models import MigratedService, MigrationAction, MigrationPlan
-from apps.scheduling.models import PushAction
 from tests.migration.conftest import inference_job, samples
 
 pytestmark = pytest.mark.django_db

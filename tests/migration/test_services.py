@@ -9,6 +9,8 @@ import kubernetes_validate
 import pytest
 from django.utils import timezone
 
+from apps.clusters.models import PushAction
+from apps.clusters.pusher import push_job_run
 from apps.core.errors import (
     Conflict,
     InsufficientCapacity,
@@ -17,12 +19,10 @@ from apps.core.errors import (
     ValidationFailed,
 )
 from apps.core.models import ChangeRecord
-from apps.jobs.models import JobState
+from apps.jobs.models import Allocation, JobState
 from apps.migration import services
 from apps.migration.gates import gate_evaluate, service_gate_results
 from apps.migration.models import AccuracyEval, Gate, GateStatus, MigratedService, MigrationAction, Phase
-from apps.scheduling.models import Allocation, PushAction
-from apps.scheduling.push import push_job_run
 from tests.kube.test_manifests import K8S_VERSION, validate
 from tests.migration.conftest import inference_job, samples
 

@@ -9,11 +9,11 @@ from decimal import Decimal
 import kubernetes_validate
 import pytest
 
+from apps.clusters.models import PushAction
 from apps.core.models import ChangeRecord
 from apps.jobs.models import Job
 from apps.quotas.models import Quota
 from apps.quotas.services import resource_quota_render
-from apps.scheduling.models import PushAction
 from apps.scheduling.services import scheduling_cycle_run
 from tests.quotas.conftest import cards, quota
 
@@ -277,7 +277,7 @@ def test_showback_and_history_endpoints(api_client, fleet, a100, two_projects, s
     assert mine["vision"]["guaranteed_used"] == "2.0000" and mine["vision"]["borrowed"] == "1.0000"
     assert mine["vision"]["share_of_guarantee"] == "100.0"
     assert {"borrower": "vision", "lender": "nlp", "amount": "1.0000"} in usage["flows"]
-    from apps.scheduling.models import Allocation
+    from apps.jobs.models import Allocation
 
     Allocation.objects.update(started_at=dt.datetime.now(dt.UTC) - dt.timedelta(hours=12))
     history = api_client.get(f"{URL}history/", {"project": "vision", "days": 1}).json()

@@ -10,8 +10,7 @@ from decimal import Decimal
 import pytest
 from django.db import connection
 
-from apps.jobs.models import Job, JobState
-from apps.scheduling.models import Allocation
+from apps.jobs.models import Allocation, Job, JobState
 from apps.scheduling.services import scheduling_cycle_run
 from tests.quotas.conftest import quota, submit
 

@@ -12,9 +12,9 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from apps.core.errors import Conflict
-from apps.jobs.models import Job, JobEvent, JobState
+from apps.jobs.models import Allocation, Job, JobEvent, JobState
 from apps.quotas.selectors import fair_share_order, queue_positions, why_pending
-from apps.scheduling.models import Allocation, DecisionTrace
+from apps.scheduling.models import DecisionTrace
 from apps.scheduling.services import scheduling_cycle_run
 from tests.quotas.conftest import cards, quota, submit
 

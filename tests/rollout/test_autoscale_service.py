@@ -8,10 +8,11 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from apps.clusters.models import PushAction
 from apps.core.models import ChangeRecord
+from apps.jobs.models import Allocation
 from apps.rollout import services
 from apps.rollout.models import AutoscalePolicy, ScaleDecision
-from apps.scheduling.models import Allocation, PushAction
 from apps.telemetry.samples import Sample
 from apps.telemetry.services import samples_ingest
 from tests.rollout.conftest import SOURCE

@@ -7,12 +7,12 @@ from decimal import Decimal
 
 import pytest
 
+from apps.clusters.models import PushAction
 from apps.core.errors import Conflict, InvalidTransition, ValidationFailed
 from apps.core.models import ChangeRecord
 from apps.inventory.models import Device, DeviceEvent, Node
 from apps.rollout import services
 from apps.rollout.models import GrayBatch, SoakResult
-from apps.scheduling.models import PushAction
 from tests.rollout.conftest import ingest_soak
 
 pytestmark = pytest.mark.django_db
@@ -239,8 +239,8 @@ def test_the_beat_task_evaluates_soaking_batches(fleet, driver_batch, now):
 
 
 def test_the_pushed_patches_reach_the_simulated_cluster(fleet, driver_batch, now):
-    from apps.scheduling.push import push_stream_run
-    from worker.kube.backend import backend_for
+    from apps.clusters.connections import backend_for
+    from apps.clusters.pusher import push_stream_run
 
     node = fleet["gpu-01"]
     services.batch_soak_start(batch=driver_batch, actor="ops", now=now)

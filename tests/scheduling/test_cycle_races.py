@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from apps.jobs.models import Job, JobState
+from apps.jobs.models import Allocation, Job, JobState
 from apps.jobs.services import job_submit
 from apps.scheduling import services
-from apps.scheduling.models import Allocation
 from apps.scheduling.preemption import job_preempt
 from tests.jobs import conftest as jobs_fixtures
 

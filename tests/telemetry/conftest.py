@@ -54,7 +54,7 @@ def make_job(project, name: str = "train", **extra):
 def allocate(job, device, *, start, end=None, milli: int = 1000, profile: str = "", memory_mib: int = 1024):
     import uuid as uuidlib
 
-    from apps.scheduling.models import Allocation
+    from apps.jobs.models import Allocation
 
     return Allocation.objects.create(
         job=job,

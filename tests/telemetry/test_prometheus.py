@@ -261,7 +261,7 @@ def test_the_backfill_command_prints_progress_and_a_summary(stack, ledger):
 
 
 def test_a_bad_query_or_an_unreachable_prometheus_is_reported(stack, ledger):
-    from worker.prometheus.client import PrometheusClient, PrometheusError
+    from apps.telemetry.prometheus import PrometheusClient, PrometheusError
 
     with pytest.raises(PrometheusError, match="bad_data"):
         PrometheusClient(stack["url"]).query_range("sum(", start=time.time() - 60, end=time.time(), step=1)
@@ -322,7 +322,7 @@ def test_a_backfill_from_the_admin_runs_on_a_worker_with_progress(
 ):
     from unittest import mock
 
-    from apps.telemetry.models import BackfillRun
+    from apps.core.models import BackgroundRun
     from worker.tasks.telemetry import backfill_task
 
     source = services.metric_source_create(
@@ -337,27 +337,32 @@ def test_a_backfill_from_the_admin_runs_on_a_worker_with_progress(
             "/admin/telemetry/metricsource/",
             {"action": "backfill_last_day", "_selected_action": [source.pk]},
         )
-    run = BackfillRun.objects.get(source=source)
+    run = BackgroundRun.objects.get(kind="telemetry.backfill", params__source=source.pk)
     assert answer.status_code == 302 and answer["Location"] == f"/telemetry/backfills/{run.pk}/"
     send.assert_called_once_with(args=[run.pk])
-    assert run.state == BackfillRun.State.QUEUED and run.percent == 0
+    assert run.status == BackgroundRun.Status.QUEUED and run.percent == 0 and run.actor == staff_user
+    waiting = client.get(f"/telemetry/backfills/{run.pk}/").content.decode()
+    assert f'data-url="/runs/{run.pk}/"' in waiting and "<script>" not in waiting
 
     backfill_task.apply(args=[run.pk]).get()  # what the worker does with the message
     run.refresh_from_db()
     # 24 hour chunks, 25 when the start is not on a 5-minute boundary.
-    assert run.state == BackfillRun.State.DONE and run.done_chunks == run.total_chunks in (24, 25)
-    assert run.report["used"] > 0
+    assert run.status == BackgroundRun.Status.SUCCEEDED
+    assert run.progress_done == run.progress_total in (24, 25)
+    assert run.result["used"] > 0
     assert backfill_task.apply(args=[run.pk]).get() is None  # a redelivered message does nothing
-    progress = client.get(f"/telemetry/backfills/{run.pk}/progress.json").json()
-    assert progress["percent"] == 100 and progress["state"] == "done"
+    progress = client.get(f"/runs/{run.pk}/").json()
+    assert progress["percent"] == 100 and progress["status"] == "succeeded"
     assert "prom-bf" in client.get(f"/telemetry/backfills/{run.pk}/").content.decode()
 
     client.force_login(make_user("nobody"))
     assert client.get(f"/telemetry/backfills/{run.pk}/").status_code == 302  # staff only
+    assert client.get(f"/runs/{run.pk}/").status_code == 404  # nor its progress
 
 
 def test_a_backfill_of_an_exporter_source_is_refused(ledger):
     from apps.core.errors import ValidationFailed
+    from apps.core.models import BackgroundRun
 
     source = services.metric_source_create(
         actor="test",
@@ -369,4 +374,4 @@ def test_a_backfill_of_an_exporter_source_is_refused(ledger):
     end = timezone.now()
     with pytest.raises(ValidationFailed, match="only those can be backfilled"):
         services.backfill_request(source=source, start=end - timedelta(hours=1), end=end, actor="test")
-    assert not source.backfills.exists()
+    assert not BackgroundRun.objects.filter(kind="telemetry.backfill").exists()

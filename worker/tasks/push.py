@@ -3,7 +3,7 @@
 from celery import shared_task
 from django.db import OperationalError
 
-from apps.scheduling.push import push_pending_run, push_stream_run
+from apps.clusters.pusher import push_pending_run, push_stream_run
 
 PENDING_BATCH = 50
 # Backend errors are handled (and recorded) by the push service; only an unexpected database outage

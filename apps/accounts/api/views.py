@@ -1,15 +1,16 @@
+from django.contrib.auth import get_user_model
 from django.db import transaction
 from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
-from rest_framework.throttling import UserRateThrottle
 
 from apps.accounts import selectors, services
 from apps.accounts.api import serializers as s
 from apps.accounts.models import ApiToken, Department, Membership
 from apps.core.api.permissions import IsStaffOrReadOnly
+from apps.core.throttling import FailSoftUserRateThrottle
 
 
 class DepartmentViewSet(viewsets.ReadOnlyModelViewSet):
@@ -43,7 +44,7 @@ class ProjectViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
         return Response(s.MembershipSerializer(memberships, many=True).data)
 
 
-class TokenThrottle(UserRateThrottle):
+class TokenThrottle(FailSoftUserRateThrottle):
     scope = "token"
 
 
@@ -90,5 +91,6 @@ class MeViewSet(viewsets.ViewSet):
 
     @extend_schema(responses=s.MeSerializer)
     def list(self, request):
-        user = type(request.user).objects.prefetch_related("memberships__project").get(pk=request.user.pk)
+        # Not type(request.user): under session authentication that is Django's SimpleLazyObject.
+        user = get_user_model().objects.prefetch_related("memberships__project").get(pk=request.user.pk)
         return Response(s.MeSerializer(user).data)

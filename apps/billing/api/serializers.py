@@ -171,7 +171,11 @@ class AdjustmentSerializer(serializers.ModelSerializer):
 
 class BillingPeriodSerializer(serializers.ModelSerializer):
     month = serializers.DateField(format="%Y-%m", read_only=True)
+    # The progress of the month's close run (BillingPeriod.close_run), as before closes had runs.
+    progress_total = serializers.IntegerField(read_only=True)
+    progress_done = serializers.IntegerField(read_only=True)
     progress_percent = serializers.IntegerField(read_only=True)
+    progress_message = serializers.CharField(read_only=True)
     bill_count = serializers.IntegerField(read_only=True)
 
     class Meta:

@@ -3,7 +3,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.parsers import BaseParser, JSONParser
+from rest_framework.parsers import BaseParser
 from rest_framework.response import Response
 
 from apps.catalog import request_spec, selectors, services
@@ -15,6 +15,7 @@ from apps.catalog.filtersets import (
     DeviceRequestTemplateFilterSet,
 )
 from apps.catalog.models import ComputeTemplate
+from apps.core.api.parsers import DepthLimitedJSONParser
 from apps.core.api.permissions import IsStaffOrReadOnly, IsUser
 from apps.core.errors import ApplicationError, ParseFailed, ValidationFailed
 
@@ -261,7 +262,7 @@ class DeviceRequestTemplateViewSet(mixins.DestroyModelMixin, viewsets.ReadOnlyMo
         detail=False,
         methods=["post"],
         url_path="import",
-        parser_classes=[JSONParser, YAMLParser, XYAMLParser, PlainTextParser],
+        parser_classes=[DepthLimitedJSONParser, YAMLParser, XYAMLParser, PlainTextParser],
     )
     def import_document(self, request):
         """Import a DeviceRequestTemplate: a YAML body (text/yaml, application/yaml), JSON

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import logging
 
+from django.conf import settings
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.core.exceptions import RequestDataTooBig
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import DataError
 from django.http import Http404
+from django.utils.translation import gettext as _
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
@@ -36,7 +39,27 @@ def _validation_details(error: DjangoValidationError):
     return {"non_field_errors": [str(m) for m in error.messages]}
 
 
+def _too_large(exc: RequestDataTooBig, context) -> Response:
+    """A body over DATA_UPLOAD_MAX_MEMORY_SIZE: 413 Content Too Large (RFC 9110 §15.5.14) naming the
+    limit, instead of Django's HTML 400 page for a SuspiciousOperation."""
+    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    request = context.get("request")
+    size = request.META.get("CONTENT_LENGTH") if request is not None else None
+    got = _(" (this one is %(size)s bytes)") % {"size": size} if size and str(size).isdigit() else ""
+    message = _("The request body is larger than the limit of %(limit)d bytes (%(mib)g MiB)%(got)s.") % {
+        "limit": limit,
+        "mib": limit / 2**20,
+        "got": got,
+    }
+    return Response(
+        {"error": {"code": "too_large", "message": message, "details": {"limit_bytes": limit}}},
+        status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
+    )
+
+
 def exception_handler(exc, context):
+    if isinstance(exc, RequestDataTooBig):
+        return _too_large(exc, context)
     if isinstance(exc, ApplicationError):
         return Response({"error": exc.as_dict()}, status=exc.status_code)
     if isinstance(exc, DjangoValidationError):

@@ -115,16 +115,6 @@ def compact_json(value) -> str:
     return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
 
 
-@register.filter
-def vendor_label(value: str | None) -> str:
-    """ "nvidia" → "NVIDIA", "huawei" → "Huawei Ascend"; unknown values are shown as they are."""
-    from apps.catalog.models import Vendor
-
-    if value in Vendor.values:
-        return str(Vendor(value).label)
-    return value or ""
-
-
 # What the vendor tools call a card on a node.
 DEVICE_KIND_BY_VENDOR: dict[str, str] = {"huawei": "NPU", "hygon": "DCU", "cambricon": "MLU", "intel": "HPU"}
 

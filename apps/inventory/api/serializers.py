@@ -33,6 +33,7 @@ class NodeSerializer(serializers.ModelSerializer):
             "pool",
             "status",
             "status_reason",
+            "pending_approval",
             "cpu_arch",
             "cpu_model",
             "cpu_cores",

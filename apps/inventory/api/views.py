@@ -4,9 +4,10 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
+from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.response import Response
 
+from apps.core.api.parsers import DepthLimitedJSONParser
 from apps.core.api.permissions import IsAgentOrStaff, IsStaff, is_agent
 from apps.core.errors import PermissionDenied, ValidationFailed
 from apps.inventory import selectors
@@ -64,6 +65,16 @@ class NodeViewSet(viewsets.ReadOnlyModelViewSet):
         data = s.StatusChangeInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         _ledger().node_status_set(node=node, actor=request.user, **data.validated_data)
+        return Response(s.NodeSerializer(self.get_queryset().get(pk=node.pk)).data)
+
+    @extend_schema(request=None, responses=s.NodeSerializer)
+    @action(detail=True, methods=["post"], permission_classes=[IsStaff])
+    def approve(self, request, pk=None):
+        """Admit a node an agent registered (pending approval): it takes work from now on."""
+        node = self.get_object()
+        from apps.inventory.services import discovery
+
+        discovery.node_approve(node=node, actor=request.user)
         return Response(s.NodeSerializer(self.get_queryset().get(pk=node.pk)).data)
 
     @extend_schema(
@@ -232,7 +243,7 @@ class NodeReportViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
 
     serializer_class = s.NodeReportSerializer
     filterset_class = NodeReportFilterSet
-    parser_classes = [JSONParser, MultiPartParser, FormParser]
+    parser_classes = [DepthLimitedJSONParser, MultiPartParser, FormParser]
 
     def get_permissions(self):
         if self.action == "create":

@@ -4,22 +4,47 @@ Parsing happens first and outside any transaction; a report that does not parse 
 The upsert is idempotent: the same report twice leaves every ledger row as it was and writes no
 event. A device missing from a full-inventory report becomes LOST (掉卡) with an event, and is
 FOUND again (with an event) when it returns.
+
+Who may report what:
+
+* Staff and the ``ingest_node_report`` command may report for any node and register new ones;
+  a node they register is approved at once (staff acting is the approval).
+* A node agent (an ``AgentToken``) reports only for its own cluster and, when the token has a
+  ``node_pattern``, only for the nodes it covers (403 otherwise, nothing written). A node it
+  registers arrives **pending approval**: it takes no work until staff approve it
+  (``node_approve``) or a cluster sync confirms Kubernetes has it (``node_confirm_in_cluster``).
+* An agent's report never moves a card away from a node it could not report for itself (another
+  cluster, a node outside its pattern) nor onto a node pending approval: such a card is a
+  CONFLICT event for staff and stays where the ledger has it.
+* A report whose vendor is not the node's, or that would register a card with no identity at all
+  (no UUID, serial, PCIe bus id, model or memory), is refused with a 400; nothing is written.
 """
 
 from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from apps.catalog.selectors import device_model_match
 from apps.core.audit import actor_fields, change_record_create
-from apps.core.errors import NotFound, ValidationFailed
-from apps.inventory.models import Cluster, Device, DeviceEvent, DeviceLink, Node, NodeReport
+from apps.core.errors import NotFound, PermissionDenied, ValidationFailed
+from apps.inventory.models import (
+    AgentToken,
+    Cluster,
+    Device,
+    DeviceEvent,
+    DeviceLink,
+    Node,
+    NodeReport,
+    node_name_problem,
+)
 from apps.inventory.vendors import parse_report
 from apps.inventory.vendors.base import ParsedDevice, ParsedReport
 
@@ -28,6 +53,8 @@ NODE_VERSION_FIELDS = ("driver_version", "cuda_version", "cann_version", "rocm_v
 # Device fields a report may set (only when the tool says something, i.e. the parsed value is not None).
 DEVICE_REPORT_FIELDS = ("uuid", "serial", "pci_bus_id", "numa_node", "memory_mib", "firmware_version")
 _TEMP_INDEX_OFFSET = 1_000_000
+# A repeated conflict (the same card reported by the same node) writes one event per this window.
+CONFLICT_EVENT_WINDOW = timedelta(hours=24)
 
 
 @dataclass
@@ -42,6 +69,7 @@ class IngestResult:
     lost: int = 0
     found: int = 0
     moved: int = 0
+    conflicts: int = 0
     links_written: int = 0
     links_removed: int = 0
     node_changed: bool = False
@@ -69,6 +97,7 @@ class IngestResult:
             "lost": self.lost,
             "found": self.found,
             "moved": self.moved,
+            "conflicts": self.conflicts,
             "links_written": self.links_written,
             "links_removed": self.links_removed,
             "node_changed": self.node_changed,
@@ -82,6 +111,7 @@ class IngestResult:
         if not self.dry_run:
             body["result"] = self.summary()
             body["node_id"] = self.node.pk if self.node else None
+            body["node_pending_approval"] = self.node.pending_approval if self.node else None
             body["report_id"] = self.report.pk if self.report else None
         return body
 
@@ -102,7 +132,39 @@ def node_report_parse(*, kind: str, text: str) -> ParsedReport:
     return parse_report(kind, text)
 
 
-def _resolve_node(*, node_name: str, cluster: Cluster | None) -> tuple[Node, bool]:
+def _agent_token(actor) -> AgentToken | None:
+    """The agent token behind an actor (``AgentPrincipal``), or None for staff, commands, workers."""
+    if getattr(actor, "is_agent", False):
+        return actor.token
+    return None
+
+
+def _check_node_name(node_name: str) -> None:
+    problem = node_name_problem(node_name)
+    if problem is not None:
+        raise ValidationFailed(problem, details={"node": [problem]})
+
+
+def _check_agent_scope(*, agent: AgentToken, node_name: str, cluster: Cluster | None) -> None:
+    if cluster is not None and cluster.pk != agent.cluster_id:
+        raise PermissionDenied(
+            _("This agent token belongs to cluster %(mine)s, not %(other)s.")
+            % {"mine": repr(agent.cluster.slug), "other": repr(cluster.slug)}
+        )
+    if not agent.covers(node_name):
+        raise PermissionDenied(
+            _(
+                "This agent token reports only for nodes matching %(pattern)s; it may not report "
+                "for node %(node)s. Nothing was written."
+            )
+            % {"pattern": repr(agent.node_pattern), "node": repr(node_name)},
+            details={"node": node_name, "node_pattern": agent.node_pattern},
+        )
+
+
+def _resolve_node(
+    *, node_name: str, cluster: Cluster | None, agent: AgentToken | None = None
+) -> tuple[Node, bool]:
     qs = Node.objects.select_for_update().filter(name=node_name)
     if cluster is not None:
         qs = qs.filter(cluster=cluster)
@@ -118,7 +180,13 @@ def _resolve_node(*, node_name: str, cluster: Cluster | None) -> tuple[Node, boo
         raise NotFound(
             f"Unknown node {node_name!r}: register it first, or give its cluster to register it now."
         )
-    node = Node(cluster=cluster, name=node_name, status=Node.Status.READY, last_report_at=None)
+    node = Node(
+        cluster=cluster,
+        name=node_name,
+        status=Node.Status.READY,
+        pending_approval=agent is not None,
+        last_report_at=None,
+    )
     node.full_clean()
     node.save()
     return node, True
@@ -163,7 +231,7 @@ class _Recorder:
 
 
 def _match_devices(
-    parsed: ParsedReport, existing: list[Device], by_uuid: dict[str, Device]
+    devices: list[ParsedDevice], existing: list[Device], by_uuid: dict[str, Device]
 ) -> list[tuple[ParsedDevice, Device | None]]:
     """Pair each parsed device with a ledger device: UUID (any node), then serial, PCIe bus, index."""
     taken: set[int] = set()
@@ -176,7 +244,7 @@ def _match_devices(
                 return device
         return None
 
-    for p in parsed.devices:
+    for p in devices:
         match: Device | None = None
         if p.uuid and p.uuid in by_uuid and by_uuid[p.uuid].pk not in taken:
             match = by_uuid[p.uuid]
@@ -378,24 +446,144 @@ def node_report_ingest(
     cluster: Cluster | None = None,
     dry_run: bool = False,
 ) -> IngestResult:
+    _check_node_name(node_name)
+    agent = _agent_token(actor)
+    if agent is not None:
+        # Authorization comes before parsing: a refused caller learns nothing about its text.
+        _check_agent_scope(agent=agent, node_name=node_name, cluster=cluster)
+        cluster = agent.cluster
     parsed = node_report_parse(kind=kind, text=text)
     result = IngestResult(parsed=parsed, dry_run=dry_run)
     if dry_run:
         return result
     with transaction.atomic():
-        _ingest_locked(result=result, node_name=node_name, kind=kind, text=text, actor=actor, cluster=cluster)
+        _ingest_locked(
+            result=result,
+            node_name=node_name,
+            kind=kind,
+            text=text,
+            actor=actor,
+            cluster=cluster,
+            agent=agent,
+        )
     return result
 
 
-def _ingest_locked(*, result: IngestResult, node_name: str, kind: str, text: str, actor, cluster) -> None:
+def _check_vendor(node: Node, parsed: ParsedReport, kind: str) -> None:
+    """A report must come from the node's vendor: an AMD rocm-smi report for a Hygon node is refused."""
+    vendors = set(
+        Device.objects.filter(node=node)
+        .exclude(health=Device.Health.RETIRED)
+        .values_list("vendor", flat=True)
+    )
+    if vendors and parsed.vendor not in vendors:
+        message = _(
+            "A %(kind)s report describes %(vendor)s cards, but node %(node)s holds %(held)s cards; "
+            "the report was refused and nothing was written."
+        ) % {"kind": kind, "vendor": parsed.vendor, "node": node.name, "held": ", ".join(sorted(vendors))}
+        raise ValidationFailed(message, details={"kind": [message]}, code="vendor_mismatch")
+
+
+def _check_identity(pairs: list[tuple[ParsedDevice, Device | None]], kind: str) -> None:
+    """A card the ledger does not know needs some identity: a UUID, serial, PCIe bus id, model or memory."""
+    anonymous = [
+        p.index
+        for p, device in pairs
+        if device is None
+        and not (p.uuid or p.serial or p.pci_bus_id or p.model_name or p.pci_device_id or p.memory_mib)
+    ]
+    if anonymous:
+        message = _(
+            "The %(kind)s report lists device(s) %(indices)s with no identity at all (no UUID, serial, "
+            "PCIe bus id, model or memory): they cannot be registered; nothing was written."
+        ) % {"kind": kind, "indices": ", ".join(f"#{i}" for i in anonymous)}
+        raise ValidationFailed(message, details={"devices": anonymous}, code="device_without_identity")
+
+
+def _agent_may_take(*, agent: AgentToken, node: Node, source: Node) -> str | None:
+    """Why an agent's report may not move a card from ``source`` onto ``node`` (None: it may)."""
+    if source.cluster_id != node.cluster_id:
+        return f"it is registered on node {source.name} in cluster {source.cluster.slug}"
+    if not agent.covers(source.name):
+        return f"it is registered on node {source.name}, which this agent token does not cover"
+    if node.pending_approval:
+        return f"it is registered on node {source.name} and node {node.name} is pending approval"
+    return None
+
+
+def _record_conflicts(
+    *,
+    agent: AgentToken,
+    node: Node,
+    elsewhere: list[Device],
+    rec: _Recorder,
+    result: IngestResult,
+    now,
+) -> set[str]:
+    """Split off the cards an agent may not move here: one CONFLICT event each. Returns their UUIDs."""
+    if not elsewhere:
+        return set()
+    sources = Node.objects.select_related("cluster").in_bulk({d.node_id for d in elsewhere})
+    recent = set(
+        DeviceEvent.objects.filter(
+            node=node,
+            kind=DeviceEvent.Kind.CONFLICT,
+            device__in=[d.pk for d in elsewhere],
+            created_at__gte=now - CONFLICT_EVENT_WINDOW,
+        ).values_list("device_id", flat=True)
+    )
+    refused: set[str] = set()
+    for device in elsewhere:
+        source = sources[device.node_id]
+        why = _agent_may_take(agent=agent, node=node, source=source)
+        if why is None:
+            continue
+        refused.add(device.uuid)
+        result.conflicts += 1
+        result.warnings.append(
+            f"card {device.uuid} was not moved to {node.name}: {why}; staff have been told"
+        )
+        if device.pk in recent:
+            continue
+        rec.add(
+            DeviceEvent.Kind.CONFLICT,
+            f"node {node.name} (cluster {node.cluster.slug}) reported card {device.uuid}, but {why}; "
+            f"the card was not moved. Check which node really holds it.",
+            device=device,
+            severity=DeviceEvent.Severity.CRITICAL,
+            before={"node": source.name, "cluster": source.cluster.slug},
+            after={"reported_by_node": node.name, "cluster": node.cluster.slug, "agent_token": agent.pk},
+        )
+    return refused
+
+
+def _ingest_locked(
+    *,
+    result: IngestResult,
+    node_name: str,
+    kind: str,
+    text: str,
+    actor,
+    cluster,
+    agent: AgentToken | None = None,
+) -> None:
     parsed = result.parsed
     now = timezone.now()
     actor_label = actor_fields(actor)["actor_label"]
-    node, node_created = _resolve_node(node_name=node_name, cluster=cluster)
+    node, node_created = _resolve_node(node_name=node_name, cluster=cluster, agent=agent)
     result.node = node
+    _check_vendor(node, parsed, kind)
     rec = _Recorder(node=node, actor_label=actor_label)
     if node_created:
-        rec.add(DeviceEvent.Kind.REGISTERED, f"node {node.name} registered by a {kind} report")
+        if node.pending_approval:
+            rec.add(
+                DeviceEvent.Kind.REGISTERED,
+                f"node {node.name} registered by a {kind} report from an agent token; pending approval "
+                f"(takes no work until staff approve it or a cluster sync confirms it)",
+                severity=DeviceEvent.Severity.WARNING,
+            )
+        else:
+            rec.add(DeviceEvent.Kind.REGISTERED, f"node {node.name} registered by a {kind} report")
         result.node_changed = True
 
     result.node_changed |= _apply_node_facts(node, parsed, rec)
@@ -422,9 +610,19 @@ def _ingest_locked(*, result: IngestResult, node_name: str, kind: str, text: str
         .exclude(health=Device.Health.RETIRED)
         .order_by("pk")
     )
+    reported = list(parsed.devices)
+    if agent is not None:
+        refused = _record_conflicts(
+            agent=agent, node=node, elsewhere=elsewhere, rec=rec, result=result, now=now
+        )
+        if refused:
+            elsewhere = [d for d in elsewhere if d.uuid not in refused]
+            reported = [p for p in reported if p.uuid not in refused]
     by_uuid = {d.uuid: d for d in existing + elsewhere if d.uuid}
-    pairs = _match_devices(parsed, existing, by_uuid)
+    pairs = _match_devices(reported, existing, by_uuid)
     matched_ids = {d.pk for _, d in pairs if d is not None}
+    if parsed.full_inventory:
+        _check_identity(pairs, kind)
 
     if not parsed.full_inventory:
         # Partial reports (topology) only refine devices the ledger already has.
@@ -638,3 +836,48 @@ def _record_report(
         summary=result.summary(),
         last_received_at=now,
     )
+
+
+# --------------------------------------------------------------------------------------------------
+# admission of nodes an agent registered
+
+
+@transaction.atomic
+def node_approve(*, node: Node, actor, via: str = "staff") -> Node:
+    """Admit a node pending approval: from now on it takes work. Idempotent (an approved node is
+    returned unchanged, with no event). Staff call it (admin action, API); ``via`` says who
+    confirmed the node, e.g. "cluster sync" when Kubernetes lists it."""
+    if getattr(actor, "is_agent", False):
+        raise PermissionDenied(_("A node agent may not approve nodes."))
+    locked = Node.objects.select_for_update().get(pk=node.pk)
+    if not Node.objects.filter(pk=locked.pk, pending_approval=True).update(
+        pending_approval=False, updated_at=timezone.now()
+    ):
+        return locked
+    locked.pending_approval = False
+    actor_label = actor_fields(actor)["actor_label"]
+    DeviceEvent.objects.create(
+        node=locked,
+        kind=DeviceEvent.Kind.STATUS_CHANGED,
+        message=f"node {locked.name} approved ({via}, {actor_label}): it takes work now",
+        before={"pending_approval": True},
+        after={"pending_approval": False},
+        actor_label=actor_label,
+    )
+    change_record_create(
+        actor=actor,
+        action="node.approve",
+        obj=locked,
+        before={"pending_approval": True},
+        after={"pending_approval": False},
+        message=f"approved via {via}",
+    )
+    return locked
+
+
+def node_confirm_in_cluster(*, cluster: Cluster, node_names, actor="cluster-sync") -> list[Node]:
+    """The hook for cluster sync: Kubernetes lists these nodes, so the pending nodes of the same
+    names in ``cluster`` are real and are approved. Returns the nodes it approved."""
+    names = set(node_names)
+    pending = Node.objects.filter(cluster=cluster, pending_approval=True, name__in=names).order_by("pk")
+    return [node_approve(node=node, actor=actor, via="confirmed by cluster sync") for node in pending]

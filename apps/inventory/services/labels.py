@@ -73,7 +73,7 @@ def node_labels_apply(*, node: Node, actor) -> bool:
 def node_push_enqueue(node: Node) -> None:
     """Write the node's ledger labels and taints to the push outbox (inside the caller's transaction);
     the worker patches the Kubernetes Node after commit. Only the newest pending patch is pushed."""
-    from apps.scheduling.push import push_object_enqueue
-    from worker.kube.manifests import node_patch
+    from apps.clusters.manifests import node_patch
+    from apps.clusters.outbox import push_object_enqueue
 
     push_object_enqueue(cluster=node.cluster, manifest=node_patch(node), verb="patch")

@@ -59,9 +59,12 @@ from django.utils import timezone
 
 from apps.accounts.models import Project
 from apps.catalog.models import DeviceModel, Vendor
+from apps.core import runs
 from apps.core.audit import actor_fields, change_record_create, snapshot
 from apps.core.errors import ApplicationError, Conflict, InvalidTransition, ValidationFailed
-from apps.inventory.models import Cluster, Device, DeviceEvent, LedgerImportRun, Node, Pool
+from apps.core.exports import formula_escape, xlsx_append
+from apps.core.models import BackgroundRun
+from apps.inventory.models import Cluster, Device, DeviceEvent, Node, Pool
 
 __all__ = [
     "DEVICE_EDITABLE_FIELDS",
@@ -304,7 +307,7 @@ def _lock_device(device: Device) -> Device:
 
 def _active_allocation_jobs(device: Device) -> list[str]:
     """Names of jobs holding an active allocation on the card (scheduling builds on the ledger)."""
-    from apps.scheduling.models import Allocation
+    from apps.jobs.models import Allocation
 
     rows = (
         Allocation.objects.filter(device=device, released_at__isnull=True)
@@ -620,26 +623,10 @@ def _unescape(value: str) -> str:
     return value
 
 
-def _is_number(value: str) -> bool:
-    try:
-        float(value)
-    except ValueError:
-        return False
-    return True
-
-
 def _escape(value: str) -> str:
-    """Defuse spreadsheet formulas (CSV injection); ``_unescape`` reverses it on import."""
-    if (
-        value
-        and not _is_number(value)
-        and (
-            value.startswith(_FORMULA_PREFIXES)
-            or (value[0] == "'" and value[1:2] in _FORMULA_PREFIXES + ("'",))
-        )
-    ):
-        return "'" + value
-    return value
+    """Defuse spreadsheet formulas (CSV injection); ``_unescape`` reverses it on import. One rule for
+    every export: apps.core.exports (OWASP "CSV Injection")."""
+    return formula_escape(value)
 
 
 def _read_csv(text: str) -> tuple[list[_Row], list[dict[str, Any]]]:
@@ -1232,68 +1219,60 @@ def ledger_import_csv(*, data: bytes | str, actor, dry_run: bool = False, progre
 BACKGROUND_IMPORT_ROWS = 500
 
 
-def ledger_import_request(*, data: bytes | str, actor, dry_run: bool = False) -> LedgerImportRun:
-    """Queue a (large) ledger import for a worker; the same rules and report as ``ledger_import_csv``."""
+# The BackgroundRun kind of a queued import, and the task that runs it.
+IMPORT_RUN_KIND = "inventory.ledger_import"
+IMPORT_TASK = "worker.tasks.inventory.ledger_import_task"
+
+
+def ledger_import_request(*, data: bytes | str, actor, dry_run: bool = False) -> BackgroundRun:
+    """Queue a (large) ledger import for a worker; the same rules and report as ``ledger_import_csv``.
+
+    The run keeps the file in ``params["text"]``; its ``result`` gets ``report`` (done) or ``errors``
+    (the rows that failed)."""
     text = _decode(data)
     with transaction.atomic():
-        run = LedgerImportRun.objects.create(
-            text=text,
-            dry_run=dry_run,
-            rows=max(0, text.count("\n") - 1),
-            requested_by=actor_fields(actor)["actor_label"],
+        run = runs.run_create(
+            kind=IMPORT_RUN_KIND,
+            actor=actor,
+            params={"text": text, "dry_run": dry_run, "rows": max(0, text.count("\n") - 1)},
         )
         change_record_create(
             actor=actor, action="inventory.ledger_import_request", obj=run, after={"dry_run": dry_run}
         )
-        transaction.on_commit(lambda: _enqueue_import(run.pk))
+        runs.run_enqueue(run=run, task=IMPORT_TASK)
     return run
 
 
-def _enqueue_import(run_id: int) -> None:
-    try:
-        from worker.tasks.inventory import ledger_import_task
-
-        ledger_import_task.apply_async(args=[run_id])
-    except Exception:  # noqa: BLE001 - the broker may be down: the run stays queued and says so
-        LedgerImportRun.objects.filter(pk=run_id, state=LedgerImportRun.State.QUEUED).update(
-            error_message="could not reach the task broker; the import is still queued"
-        )
-
-
-def import_progress_key(run_id: int) -> str:
-    return f"suanchi:ledger-import:{run_id}"
-
-
-def ledger_import_run(*, run_id: int, actor=None) -> LedgerImportRun | None:
+def ledger_import_run(*, run_id: int, actor=None) -> BackgroundRun | None:
     """Run a queued import once (queued → running is a conditional update); record the outcome."""
-    from django.core.cache import cache
-
-    if not LedgerImportRun.objects.filter(pk=run_id, state=LedgerImportRun.State.QUEUED).update(
-        state=LedgerImportRun.State.RUNNING
-    ):
+    run = runs.run_start(run_id=run_id)
+    if run is None or run.kind != IMPORT_RUN_KIND:
         return None
-    run = LedgerImportRun.objects.get(pk=run_id)
-    key = import_progress_key(run_id)
 
     def progress(phase: str, done: int, total: int) -> None:
-        cache.set(key, {"phase": phase, "done": done, "total": total}, timeout=3600)
+        runs.run_progress(run=run, done=done, total=total, message=phase)
 
-    outcome: dict[str, Any] = {"finished_at": timezone.now()}
+    params = run.params
     try:
         report = ledger_import_csv(
-            data=run.text, actor=actor or run.requested_by or "worker", dry_run=run.dry_run, progress=progress
+            data=params.get("text", ""),
+            actor=actor or run.actor or run.actor_label or "worker",
+            dry_run=bool(params.get("dry_run")),
+            progress=progress,
         )
     except ApplicationError as exc:
         details = exc.details if isinstance(exc.details, dict) else {}
-        outcome.update(
-            state=LedgerImportRun.State.FAILED,
-            error_message=exc.message[:2000],
-            errors=details.get("rows") or [{"line": "", "column": "", "message": exc.message}],
+        runs.run_fail(
+            run=run,
+            error=exc.message,
+            result={"errors": details.get("rows") or [{"line": "", "column": "", "message": exc.message}]},
         )
+    except Exception:
+        # A bug, not the file: the run must not poll forever; the worker log has the traceback.
+        runs.run_fail(run=run, error="the import stopped on an unexpected error; see the worker log")
+        raise
     else:
-        outcome.update(state=LedgerImportRun.State.DONE, report=report.as_dict())
-    LedgerImportRun.objects.filter(pk=run_id).update(**outcome)
-    cache.delete(key)
+        runs.run_finish(run=run, result={"report": report.as_dict()})
     run.refresh_from_db()
     return run
 
@@ -1367,11 +1346,8 @@ def _xlsx_bytes(rows: list[dict[str, Any]]) -> bytes:
                 value = ILLEGAL_CHARACTERS_RE.sub("", value)
             values.append(value)
             widths[position] = max(widths[position], _display_width("" if value is None else str(value)))
-        sheet.append(values)
-        for cell in sheet[sheet.max_row]:
-            # Text is text: never let a value that starts with "=" become a formula.
-            if isinstance(cell.value, str) and cell.data_type == "f":
-                cell.data_type = "s"
+        # Text is text: never let a value that starts with "=" become a formula.
+        xlsx_append(sheet, values)
     for position, width in enumerate(widths, start=1):
         sheet.column_dimensions[get_column_letter(position)].width = min(max(width, 6), 60) + 2
     sheet.freeze_panes = "A2"

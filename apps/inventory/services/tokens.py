@@ -2,26 +2,49 @@
 
 from __future__ import annotations
 
+from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import transaction
 
 from apps.accounts.models import ApiToken
 from apps.core.audit import change_record_create
+from apps.core.errors import ValidationFailed
 from apps.inventory.models import AgentToken, Cluster
 
 AGENT_KEY_PREFIX = "sca"  # TokenAuthentication treats "sca_..." keys as agent tokens
 
 
 @transaction.atomic
-def agent_token_create(*, cluster: Cluster, name: str, actor) -> tuple[AgentToken, str]:
+def agent_token_create(
+    *, cluster: Cluster, name: str, actor, node_pattern: str = ""
+) -> tuple[AgentToken, str]:
+    """A token for the agent of one node (``node_pattern`` "gpu-a01"), of the nodes a pattern
+    matches ("gpu-a*"), or, with no pattern, of any node of the cluster (new nodes arrive pending)."""
     key = ApiToken.generate_key(AGENT_KEY_PREFIX)
-    token = AgentToken(cluster=cluster, name=name, prefix=key[:12], key_hash=AgentToken.hash_key(key))
-    token.full_clean()
+    token = AgentToken(
+        cluster=cluster,
+        name=name,
+        node_pattern=node_pattern.strip(),
+        prefix=key[:12],
+        key_hash=AgentToken.hash_key(key),
+    )
+    try:
+        token.full_clean()
+    except DjangoValidationError as exc:
+        raise ValidationFailed(
+            "; ".join(m for messages in exc.message_dict.values() for m in messages),
+            details=exc.message_dict,
+        ) from exc
     token.save()
     change_record_create(
         actor=actor,
         action="agent_token.create",
         obj=token,
-        after={"cluster": cluster.slug, "name": name, "prefix": token.prefix},
+        after={
+            "cluster": cluster.slug,
+            "name": name,
+            "prefix": token.prefix,
+            "node_pattern": token.node_pattern,
+        },
     )
     return token, key
 

@@ -16,6 +16,8 @@ import json
 import re
 from typing import Any
 
+from apps.core.jsondepth import MAX_JSON_DEPTH, too_deep
+
 from .adapter import (
     VendorAdapter,
     ensure_text,
@@ -45,6 +47,8 @@ def parse_rocm_smi_json(text: str) -> ParsedReport:
     text = ensure_text(text, kind=KIND)
     if not text.strip():
         fail("empty input", kind=KIND)
+    if too_deep(text):  # json.loads recurses per level (issue 15, finding 5a)
+        fail(f"JSON nested deeper than {MAX_JSON_DEPTH} levels", kind=KIND)
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:

@@ -2,8 +2,9 @@ from rest_framework import serializers
 
 from apps.accounts.models import Project
 from apps.catalog.models import ComputeTemplate, DeviceModel, DeviceRequestTemplate
-from apps.jobs.models import SUBMIT_FIELDS, Job, JobEvent
-from apps.scheduling.models import Allocation, DecisionTrace
+from apps.jobs import validation
+from apps.jobs.models import SUBMIT_FIELDS, Allocation, Job, JobEvent
+from apps.scheduling.models import DecisionTrace
 
 _AFTER_PRIORITY_CLASS = SUBMIT_FIELDS.index("priority_class") + 1
 
@@ -37,13 +38,44 @@ class JobSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
+class TolerationSerializer(serializers.Serializer):
+    """core/v1 Toleration (https://kubernetes.io/docs/reference/kubernetes-api/workload-resources/pod-v1/#scheduling);
+    the cross-field rules (Exists takes no value, tolerationSeconds only with NoExecute) are checked by
+    the service (apps/jobs/validation.py)."""
+
+    key = serializers.CharField(required=False, allow_blank=True, max_length=317)  # prefix 253 + "/" + 63
+    operator = serializers.ChoiceField(choices=validation.TOLERATION_OPERATORS, required=False)
+    value = serializers.CharField(required=False, allow_blank=True, max_length=63)
+    effect = serializers.ChoiceField(choices=validation.TAINT_EFFECTS, required=False, allow_blank=True)
+    tolerationSeconds = serializers.IntegerField(  # noqa: N815 - the Kubernetes field name
+        required=False, allow_null=True, min_value=-validation.INT64_MAX - 1, max_value=validation.INT64_MAX
+    )
+
+    def to_internal_value(self, data):
+        if isinstance(data, dict):
+            unknown = sorted(str(k)[:40] for k in data if k not in self.fields)
+            if unknown:
+                raise serializers.ValidationError({k: ["unknown field"] for k in unknown})
+        values = super().to_internal_value(data)
+        return {k: v for k, v in values.items() if v is not None}
+
+
 class JobSubmitSerializer(serializers.Serializer):
     project = serializers.SlugRelatedField(slug_field="slug", queryset=Project.objects.all())
     name = serializers.CharField(max_length=120)
     kind = serializers.ChoiceField(choices=Job.Kind.choices, default=Job.Kind.TRAINING)
     image = serializers.CharField(max_length=300)
-    command = serializers.ListField(child=serializers.CharField(), required=False, default=list)
-    env = serializers.DictField(child=serializers.CharField(allow_blank=True), required=False, default=dict)
+    command = serializers.ListField(
+        child=serializers.CharField(),
+        required=False,
+        default=list,
+        max_length=validation.COMMAND_MAX_ITEMS,
+    )
+    env = serializers.DictField(
+        child=serializers.CharField(allow_blank=True, max_length=validation.ENV_VALUE_MAX_LENGTH),
+        required=False,
+        default=dict,
+    )
     runtime_requirement = serializers.CharField(max_length=60, required=False, allow_blank=True, default="")
     request_kind = serializers.ChoiceField(choices=Job.RequestKind.choices)
     template = serializers.SlugRelatedField(
@@ -54,17 +86,31 @@ class JobSubmitSerializer(serializers.Serializer):
     )
     vendor = serializers.CharField(max_length=20, required=False, allow_blank=True, default="")
     min_memory_mib = serializers.IntegerField(min_value=1, required=False)
-    required_features = serializers.ListField(child=serializers.CharField(), required=False, default=list)
+    required_features = serializers.ListField(
+        child=serializers.CharField(max_length=validation.LIST_ITEM_MAX_LENGTH),
+        required=False,
+        default=list,
+        max_length=validation.LIST_MAX_ITEMS,
+    )
     count = serializers.IntegerField(min_value=1, max_value=64, default=1)
     compute_units = serializers.DecimalField(max_digits=8, decimal_places=3, required=False, min_value=0)
     memory_mib = serializers.IntegerField(min_value=0, required=False)
-    allowed_vendors = serializers.ListField(child=serializers.CharField(), required=False, default=list)
+    allowed_vendors = serializers.ListField(
+        child=serializers.CharField(max_length=validation.LIST_ITEM_MAX_LENGTH),
+        required=False,
+        default=list,
+        max_length=validation.LIST_MAX_ITEMS,
+    )
     request_template = serializers.SlugRelatedField(
         slug_field="slug", queryset=DeviceRequestTemplate.objects.all(), required=False
     )
     replicas = serializers.IntegerField(min_value=1, max_value=64, default=1)
-    node_selector = serializers.DictField(child=serializers.CharField(), required=False, default=dict)
-    tolerations = serializers.ListField(child=serializers.DictField(), required=False, default=list)
+    node_selector = serializers.DictField(
+        child=serializers.CharField(allow_blank=True, max_length=63), required=False, default=dict
+    )
+    tolerations = serializers.ListField(
+        child=TolerationSerializer(), required=False, default=list, max_length=validation.TOLERATIONS_MAX
+    )
     gray_opt_in = serializers.BooleanField(default=False)
     priority_class = serializers.ChoiceField(
         choices=Job._meta.get_field("priority_class").choices, default="normal"

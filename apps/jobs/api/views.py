@@ -7,8 +7,9 @@ from apps.accounts.selectors import project_list
 from apps.jobs import selectors, services
 from apps.jobs.api import serializers as s
 from apps.jobs.filtersets import JobFilterSet
+from apps.jobs.models import Allocation
 from apps.quotas.selectors import why_pending
-from apps.scheduling.models import Allocation, DecisionTrace
+from apps.scheduling.models import DecisionTrace
 
 
 class JobViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
@@ -55,9 +56,11 @@ class JobViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
         rows = Allocation.objects.filter(job=job).select_related("node", "device")
         return Response(s.AllocationSerializer(rows, many=True).data)
 
-    @extend_schema(responses=s.DecisionTraceSerializer)
-    @action(detail=True, methods=["get"])
-    def trace(self, request, pk=None):
+    # Not named ``trace``: DRF dispatches the HTTP method TRACE to a view attribute of that name
+    # (APIView.dispatch), which ran this detail action without a pk (issue 15, finding 5b).
+    @extend_schema(responses=s.DecisionTraceSerializer, operation_id="jobs_jobs_trace_retrieve")
+    @action(detail=True, methods=["get"], url_path="trace", url_name="trace")
+    def decision_trace(self, request, pk=None):
         """The latest decision: "why this card?" or "why pending?" with the queue position."""
         job = self.get_object()
         trace = DecisionTrace.objects.filter(job=job).order_by("-created_at", "-id").first()

@@ -1,6 +1,7 @@
 from rest_framework import serializers
 
 from apps.inventory.models import Cluster
+from apps.telemetry import exposition
 from apps.telemetry.models import DeviceRollup, MetricSource
 
 
@@ -59,7 +60,7 @@ class DeviceRollupSerializer(serializers.ModelSerializer):
 
 
 class ScrapeInputSerializer(serializers.Serializer):
-    text = serializers.CharField(trim_whitespace=False, max_length=32 * 1024 * 1024)
+    text = serializers.CharField(trim_whitespace=False, max_length=exposition.MAX_TEXT_CHARS)
     at = serializers.DateTimeField(required=False)
     cluster = serializers.SlugRelatedField(slug_field="slug", queryset=Cluster.objects.all(), required=False)
     source = serializers.CharField(max_length=200, required=False, default="api")

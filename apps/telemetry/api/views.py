@@ -121,6 +121,11 @@ class ReportViewSet(viewsets.ViewSet):
 
     permission_classes = [IsUser]
 
+    def initial(self, request, *args, **kwargs):
+        super().initial(request, *args, **kwargs)
+        # Permission before parsing: a member gets the 403, never an answer about the query string.
+        selectors.require_staff(request.user)
+
     @extend_schema(
         parameters=[
             *PERIOD_PARAMS,
@@ -220,6 +225,7 @@ class JobUtilizationViewSet(viewsets.ViewSet):
     @extend_schema(parameters=[ID_PARAM, *PERIOD_PARAMS], responses=REPORT_OBJECT)
     def retrieve(self, request, pk=None):
         q = request.query_params
+        selectors.job_for_user(user=request.user, pk=_pk(pk))  # visibility (404) before the period (400)
         period = _period(request) if q.get("start") or q.get("end") else None
         report = selectors.job_utilization(user=request.user, pk=_pk(pk), period=period)
         return _respond(request, "job", report, f"job-{report['job']}-utilization.csv")
@@ -232,6 +238,7 @@ class ProjectUtilizationViewSet(viewsets.ViewSet):
 
     @extend_schema(parameters=[ID_PARAM, *PERIOD_PARAMS], responses=REPORT_OBJECT)
     def retrieve(self, request, pk=None):
+        selectors.project_for_user(user=request.user, pk=_pk(pk))  # visibility (404) before the period (400)
         report = selectors.project_utilization(
             user=request.user, pk=_pk(pk), period=_period(request, default_hours=24 * 7)
         )
@@ -240,8 +247,12 @@ class ProjectUtilizationViewSet(viewsets.ViewSet):
 
 def _pk(raw) -> int:
     from apps.core.errors import NotFound
+    from apps.core.filters import INT64_MAX, INT64_MIN
 
     try:
-        return int(raw)
+        value = int(raw)
     except (TypeError, ValueError):
         raise NotFound("No such object.") from None
+    if not INT64_MIN <= value <= INT64_MAX:  # no such row; and SQLite cannot compare it (OverflowError)
+        raise NotFound("No such object.")
+    return value

@@ -62,7 +62,7 @@ class Command(BaseCommand):
             cluster = Cluster.objects.filter(slug=options["cluster"]).first()
             if cluster is None:
                 raise CommandError(f"unknown cluster {options['cluster']!r}")
-        from worker.prometheus.client import PrometheusError
+        from apps.telemetry.prometheus import PrometheusError
 
         try:
             report = services.prometheus_ingest(

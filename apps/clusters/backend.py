@@ -1,0 +1,797 @@
+"""Cluster backends: one interface, two implementations, chosen per Cluster row.
+
+- :class:`KubernetesBackend` talks to a real cluster through the official ``kubernetes`` client
+  (kubeconfig file per cluster, or the in-cluster service account).
+- :class:`SimulatedBackend` keeps the objects in memory and "runs" pods for their expected duration,
+  so everything above this interface (push, reconcile, preemption) is shared.
+
+Errors: every failure leaves as a :class:`BackendError`: :class:`TransientBackendError` (5xx,
+timeouts, connection resets and refusals, 409 Conflict on an optimistic-concurrency write — retry
+later) or :class:`PermanentBackendError` (other 4xx, objects the client refuses to send). 404 on
+delete and 409 AlreadyExists on create are not errors (already gone / compare and update). There
+are no retries in here: retrying, with backoff, is the caller's (the pusher's) job. ``backend_for``
+(a Cluster row → its backend) is in :mod:`apps.clusters.connections`.
+"""
+
+from __future__ import annotations
+
+import abc
+import copy
+import datetime as dt
+import json
+import random
+import re
+import threading
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+MANAGED_BY = "app.kubernetes.io/managed-by=suanchi"
+EXPECTED_DURATION_ANNOTATION = "suanchi.io/expected-duration-seconds"
+
+# kind -> (api class name, snake name used in the client's method names, namespaced)
+KINDS: dict[str, tuple[str, str, bool]] = {
+    "Namespace": ("CoreV1Api", "namespace", False),
+    "Node": ("CoreV1Api", "node", False),
+    "Pod": ("CoreV1Api", "pod", True),
+    "ResourceQuota": ("CoreV1Api", "resource_quota", True),
+    "Job": ("BatchV1Api", "job", True),
+    "Deployment": ("AppsV1Api", "deployment", True),
+}
+API_VERSIONS = {
+    "Namespace": "v1",
+    "Node": "v1",
+    "Pod": "v1",
+    "ResourceQuota": "v1",
+    "Job": "batch/v1",
+    "Deployment": "apps/v1",
+}
+
+
+class BackendError(Exception):
+    """A backend call failed. ``status`` is the HTTP code when there was an answer."""
+
+    def __init__(self, message: str, status: int | None = None, reason: str = ""):
+        super().__init__(message)
+        self.message = message
+        self.status = status
+        self.reason = reason
+
+
+class TransientBackendError(BackendError):
+    """Retryable: 5xx, timeouts, connection resets/refusals, 409 Conflict, 429."""
+
+
+class PermanentBackendError(BackendError):
+    """Not retryable: 4xx other than 404/409 (400, 401, 403, 422, ...), objects that cannot be sent."""
+
+
+@dataclass
+class ApplyResult:
+    action: str  # "created" | "unchanged" | "updated"
+    kind: str
+    namespace: str
+    name: str
+    uid: str
+    resource_version: str
+    object: dict = field(repr=False, default_factory=dict)
+
+
+# -- helpers shared by both backends ----------------------------------------------------------------
+
+
+def _key(obj: dict) -> tuple[str, str, str]:
+    kind = obj.get("kind")
+    if kind not in KINDS:
+        raise PermanentBackendError(f"unsupported kind {kind!r} (supported: {', '.join(KINDS)})")
+    meta = obj.get("metadata") or {}
+    name = meta.get("name")
+    if not name:
+        raise PermanentBackendError(f"{kind} without metadata.name")
+    namespace = meta.get("namespace") or ""
+    if KINDS[kind][2] and not namespace:
+        raise PermanentBackendError(f"{kind} {name!r} without metadata.namespace")
+    if not KINDS[kind][2]:
+        namespace = ""
+    return kind, namespace, name
+
+
+def _ref(kind: str, namespace: str, name: str) -> str:
+    return f"{kind} {namespace}/{name}" if namespace else f"{kind} {name}"
+
+
+def is_subset(desired: Any, live: Any) -> bool:
+    """True when every field set in ``desired`` has the same value in ``live`` (the server may add
+    defaults and status; lists must have the same length, compared item by item)."""
+    if isinstance(desired, dict):
+        return isinstance(live, dict) and all(is_subset(v, live.get(k)) for k, v in desired.items())
+    if isinstance(desired, list):
+        return isinstance(live, list) and len(desired) == len(live) and all(map(is_subset, desired, live))
+    if (
+        isinstance(desired, int | float)
+        and isinstance(live, str)
+        or isinstance(desired, str)
+        and isinstance(live, int | float)
+    ):
+        return str(desired) == str(live)  # quantities: 1 vs "1"
+    return desired == live
+
+
+def owned_patch(desired: dict) -> dict:
+    """The fields Suanchi owns on an object: labels, annotations, and spec (and data for the rare
+    kinds that carry it)."""
+    meta = desired.get("metadata") or {}
+    patch: dict = {"metadata": {}}
+    for key in ("labels", "annotations"):
+        if meta.get(key):
+            patch["metadata"][key] = meta[key]
+    for key in ("spec", "data"):
+        if key in desired:
+            patch[key] = desired[key]
+    return patch
+
+
+def differs(desired: dict, live: dict) -> bool:
+    return not is_subset(owned_patch(desired), live)
+
+
+def parse_selector(selector: str | None) -> list[tuple[str, str, str | None]]:
+    """Equality-based label selector: ``a=b``, ``a==b``, ``a!=b``, ``a``, ``!a``, comma = AND."""
+    reqs: list[tuple[str, str, str | None]] = []
+    for part in (p.strip() for p in (selector or "").split(",")):
+        if not part:
+            continue
+        if "!=" in part:
+            k, v = part.split("!=", 1)
+            reqs.append((k.strip(), "!=", v.strip()))
+        elif "=" in part:
+            k, v = re.split(r"==?", part, maxsplit=1)
+            reqs.append((k.strip(), "=", v.strip()))
+        elif part.startswith("!"):
+            reqs.append((part[1:].strip(), "!exists", None))
+        else:
+            reqs.append((part, "exists", None))
+    return reqs
+
+
+def selector_matches(labels: dict, reqs) -> bool:
+    for key, op, value in reqs:
+        if (
+            (op == "=" and labels.get(key) != value)
+            or (op == "!=" and labels.get(key) == value)
+            or (op == "exists" and key not in labels)
+            or (op == "!exists" and key in labels)
+        ):
+            return False
+    return True
+
+
+def _validate_taints(taints: list) -> None:
+    for taint in taints:
+        if (
+            not isinstance(taint, dict)
+            or not taint.get("key")
+            or taint.get("effect")
+            not in (
+                "NoSchedule",
+                "PreferNoSchedule",
+                "NoExecute",
+            )
+        ):
+            raise PermanentBackendError(
+                f"invalid taint {taint!r}: needs a key and effect NoSchedule|PreferNoSchedule|NoExecute"
+            )
+
+
+# -- the interface ------------------------------------------------------------------------------------
+
+
+class ClusterBackend(abc.ABC):
+    """What the rest of Suanchi may ask of a cluster. Objects are plain Kubernetes JSON dicts."""
+
+    name = "abstract"
+
+    @abc.abstractmethod
+    def get(self, kind: str, namespace: str | None, name: str) -> dict | None:
+        """The live object, or None when it does not exist."""
+
+    @abc.abstractmethod
+    def apply(self, obj: dict) -> ApplyResult:
+        """Create ``obj``; when it exists, compare the fields we own (labels, annotations, spec) and
+        leave it ("unchanged") or merge-patch them onto the live object ("updated")."""
+
+    @abc.abstractmethod
+    def delete(self, kind: str, namespace: str | None, name: str) -> bool:
+        """Delete; True when something was deleted, False when it was already gone."""
+
+    @abc.abstractmethod
+    def list_owned(self, kind: str, namespace: str | None = None, selector: str = MANAGED_BY) -> list[dict]:
+        """Objects of ``kind`` (in ``namespace``, or in all namespaces) matching the label selector."""
+
+    @abc.abstractmethod
+    def patch_node(self, name: str, labels: dict | None = None, taints: list | None = None) -> dict:
+        """Merge ``labels`` into the node's labels (a value of None removes the label) and, when
+        ``taints`` is not None, set ``spec.taints`` to exactly that list. Returns the node."""
+
+
+# -- Kubernetes --------------------------------------------------------------------------------------
+
+
+class KubernetesBackend(ClusterBackend):
+    name = "kubernetes"
+
+    def __init__(
+        self,
+        cluster_or_kubeconfig_path=None,
+        context: str | None = None,
+        in_cluster: bool = False,
+        timeout: float = 10,
+    ):
+        from kubernetes import client, config
+
+        kubeconfig = cluster_or_kubeconfig_path
+        if (
+            kubeconfig is not None
+            and not isinstance(kubeconfig, str | bytes)
+            and hasattr(kubeconfig, "backend")
+        ):
+            cluster = kubeconfig
+            kubeconfig = cluster.kubeconfig_path or None
+            context = context or cluster.kube_context or None
+            in_cluster = in_cluster or cluster.in_cluster
+        self.timeout = timeout
+        configuration = client.Configuration()
+        try:
+            if in_cluster:
+                config.load_incluster_config(client_configuration=configuration)
+            else:
+                config.load_kube_config(
+                    config_file=str(kubeconfig) if kubeconfig else None,
+                    context=context,
+                    client_configuration=configuration,
+                )
+        except Exception as e:  # ConfigException, missing file, bad YAML
+            where = "in-cluster config" if in_cluster else f"kubeconfig {kubeconfig or '(default)'}"
+            raise PermanentBackendError(f"cannot load {where}: {e}") from e
+        configuration.retries = False  # no hidden retries: the caller decides
+        self.api_client = client.ApiClient(configuration)
+        self._apis = {
+            "CoreV1Api": client.CoreV1Api(self.api_client),
+            "BatchV1Api": client.BatchV1Api(self.api_client),
+            "AppsV1Api": client.AppsV1Api(self.api_client),
+        }
+
+    def close(self) -> None:
+        self.api_client.close()
+
+    # The client's typed methods, e.g. create_namespaced_job / read_node / list_pod_for_all_namespaces.
+    def _method(self, verb: str, kind: str, all_namespaces: bool = False):
+        if kind not in KINDS:
+            raise PermanentBackendError(f"unsupported kind {kind!r} (supported: {', '.join(KINDS)})")
+        api_name, snake, namespaced = KINDS[kind]
+        if verb == "list" and all_namespaces and namespaced:
+            method = f"list_{snake}_for_all_namespaces"
+        else:
+            method = f"{verb}_namespaced_{snake}" if namespaced else f"{verb}_{snake}"
+        return getattr(self._apis[api_name], method), namespaced
+
+    def _call(self, what: str, func, *args, **kwargs) -> dict:
+        """Call the client without model deserialization; map every failure."""
+        from kubernetes.client.exceptions import ApiException
+        from pydantic import ValidationError
+        from urllib3.exceptions import HTTPError, ProtocolError
+        from urllib3.exceptions import TimeoutError as Urllib3Timeout
+
+        try:
+            response = func(*args, _preload_content=False, _request_timeout=self.timeout, **kwargs)
+            data = response.data if hasattr(response, "data") else response.read()
+            return json.loads(data) if data else {}
+        except ApiException as e:
+            raise self._map_api_exception(what, e) from e
+        except ValidationError as e:
+            errors = "; ".join(f"{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in e.errors()[:5])
+            raise PermanentBackendError(f"{what}: invalid object: {errors}") from e
+        except Urllib3Timeout as e:  # includes connect timeouts and refusals (NewConnectionError)
+            raise TransientBackendError(f"{what}: timed out or could not connect ({e})") from e
+        except ProtocolError as e:
+            raise TransientBackendError(f"{what}: connection broken ({e})") from e
+        except HTTPError as e:
+            raise TransientBackendError(f"{what}: HTTP transport error ({e})") from e
+        except (ConnectionError, TimeoutError, OSError) as e:
+            raise TransientBackendError(f"{what}: network error ({e})") from e
+        except ValueError as e:  # a 2xx answer that is not JSON
+            raise TransientBackendError(f"{what}: unreadable answer ({e})") from e
+
+    @staticmethod
+    def _map_api_exception(what: str, e) -> BackendError:
+        status = e.status or 0
+        reason, message = e.reason or "", ""
+        try:
+            body = json.loads(e.body or "{}")
+            if isinstance(body, dict):
+                message = body.get("message") or ""
+                reason = body.get("reason") or reason
+        except ValueError:
+            message = (e.body or "")[:500]
+        text = f"{what}: {status} {reason}: {message}".rstrip(": ")
+        if status >= 500 or status in (0, 408, 429) or (status == 409 and reason == "Conflict"):
+            return TransientBackendError(text, status, reason)
+        return PermanentBackendError(text, status, reason)
+
+    def get(self, kind: str, namespace: str | None, name: str) -> dict | None:
+        func, namespaced = self._method("read", kind)
+        args = (name, namespace) if namespaced else (name,)
+        try:
+            return self._call(f"get {_ref(kind, namespace or '', name)}", func, *args)
+        except PermanentBackendError as e:
+            if e.status == 404:
+                return None
+            raise
+
+    def apply(self, obj: dict) -> ApplyResult:
+        kind, namespace, name = _key(obj)
+        ref = _ref(kind, namespace, name)
+        body = copy.deepcopy(obj)
+        body.setdefault("apiVersion", API_VERSIONS[kind])
+        func, namespaced = self._method("create", kind)
+        try:
+            live = self._call(f"create {ref}", func, *((namespace, body) if namespaced else (body,)))
+            return self._result("created", kind, namespace, name, live)
+        except PermanentBackendError as e:
+            if e.status != 409:
+                raise
+        live = self.get(kind, namespace, name)
+        if live is None:
+            raise TransientBackendError(f"create {ref}: 409 AlreadyExists, but it was gone when read back")
+        if not differs(obj, live):
+            return self._result("unchanged", kind, namespace, name, live)
+        patch = owned_patch(obj)
+        patch["metadata"]["resourceVersion"] = live["metadata"]["resourceVersion"]
+        func, _ = self._method("patch", kind)
+        args = (name, namespace, patch) if namespaced else (name, patch)
+        live = self._call(f"update {ref}", func, *args, _content_type="application/merge-patch+json")
+        return self._result("updated", kind, namespace, name, live)
+
+    @staticmethod
+    def _result(action: str, kind: str, namespace: str, name: str, live: dict) -> ApplyResult:
+        meta = live.get("metadata") or {}
+        return ApplyResult(
+            action, kind, namespace, name, meta.get("uid", ""), meta.get("resourceVersion", ""), live
+        )
+
+    def delete(self, kind: str, namespace: str | None, name: str) -> bool:
+        func, namespaced = self._method("delete", kind)
+        args = (name, namespace) if namespaced else (name,)
+        kwargs = {"propagation_policy": "Background"} if kind in ("Job", "Deployment") else {}
+        try:
+            self._call(f"delete {_ref(kind, namespace or '', name)}", func, *args, **kwargs)
+            return True
+        except PermanentBackendError as e:
+            if e.status == 404:
+                return False
+            raise
+
+    def list_owned(self, kind: str, namespace: str | None = None, selector: str = MANAGED_BY) -> list[dict]:
+        func, namespaced = self._method("list", kind, all_namespaces=not namespace)
+        args = (namespace,) if namespaced and namespace else ()
+        where = f" in {namespace}" if namespace else ""
+        result = self._call(f"list {kind}{where} ({selector})", func, *args, label_selector=selector or None)
+        items = result.get("items") or []
+        for item in items:  # lists carry items without kind/apiVersion
+            item.setdefault("kind", kind)
+            item.setdefault("apiVersion", API_VERSIONS[kind])
+        return items
+
+    def patch_node(self, name: str, labels: dict | None = None, taints: list | None = None) -> dict:
+        patch: dict = {}
+        if labels:
+            patch["metadata"] = {"labels": labels}
+        if taints is not None:
+            _validate_taints(taints)
+            # Node.spec.taints has no patch strategy in Kubernetes: a strategic merge replaces it.
+            patch["spec"] = {"taints": taints or None}
+        func, _ = self._method("patch", "Node")
+        return self._call(
+            f"patch Node {name}", func, name, patch, _content_type="application/strategic-merge-patch+json"
+        )
+
+
+# -- simulated ----------------------------------------------------------------------------------------
+
+
+class SimulatedBackend(ClusterBackend):
+    """In-memory cluster. A Job gets one pod, a Deployment ``replicas`` pods, like the controllers.
+
+    Pods stay Pending for 1-5 simulated seconds, then run; a Job's pod succeeds after its expected
+    duration (annotation ``suanchi.io/expected-duration-seconds`` on the Job or its template,
+    default ``default_duration``) times a random factor in [0.9, 1.1]; Deployment pods run until
+    deleted. All randomness comes from ``seed``, so a run is reproducible; time only moves with
+    :meth:`advance`.
+    """
+
+    name = "simulated"
+
+    def __init__(self, seed: int = 0, default_duration: float = 3600.0, now: dt.datetime | None = None):
+        self._rng = random.Random(seed)
+        self._lock = threading.RLock()
+        self._store: dict[tuple[str, str, str], dict] = {}
+        self._rv = 0
+        self._t = 0.0
+        self._epoch = now or dt.datetime(2025, 1, 1, tzinfo=dt.UTC)
+        self.default_duration = default_duration
+        # pod key -> {"start_at": t, "end_at": t | None}
+        self._schedule: dict[tuple[str, str, str], dict] = {}
+
+    # -- state ------------------------------------------------------------------------------------
+    def to_state(self) -> dict:
+        """Everything needed to carry on elsewhere (another process, after a restart), as JSON."""
+        with self._lock:
+            version, internal, gauss = self._rng.getstate()
+            return {
+                "objects": [[*key, obj] for key, obj in sorted(self._store.items())],
+                "schedule": [[*key, plan] for key, plan in sorted(self._schedule.items())],
+                "rv": self._rv,
+                "t": self._t,
+                "epoch": self._epoch.isoformat(),
+                "default_duration": self.default_duration,
+                "rng": [version, list(internal), gauss],
+            }
+
+    @classmethod
+    def from_state(cls, state: dict, seed: int = 0) -> SimulatedBackend:
+        epoch = dt.datetime.fromisoformat(state["epoch"]) if state.get("epoch") else None
+        backend = cls(seed=seed, default_duration=state.get("default_duration", 3600.0), now=epoch)
+        backend._store = {(k, ns, n): obj for k, ns, n, obj in state.get("objects", [])}
+        backend._schedule = {(k, ns, n): plan for k, ns, n, plan in state.get("schedule", [])}
+        backend._rv = state.get("rv", 0)
+        backend._t = state.get("t", 0.0)
+        if state.get("rng"):
+            version, internal, gauss = state["rng"]
+            backend._rng.setstate((version, tuple(internal), gauss))
+        return backend
+
+    # -- time -------------------------------------------------------------------------------------
+    @property
+    def clock(self) -> float:
+        """Simulated seconds since the backend was created."""
+        return self._t
+
+    def _ts(self) -> str:
+        return (self._epoch + dt.timedelta(seconds=self._t)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    def _bump(self, obj: dict) -> None:
+        self._rv += 1
+        obj["metadata"]["resourceVersion"] = str(self._rv)
+
+    def _uid(self) -> str:
+        return str(uuid.UUID(int=self._rng.getrandbits(128), version=4))
+
+    # -- interface --------------------------------------------------------------------------------
+    def get(self, kind: str, namespace: str | None, name: str) -> dict | None:
+        self._check_kind(kind)
+        with self._lock:
+            obj = self._store.get((kind, (namespace or "") if KINDS[kind][2] else "", name))
+            return copy.deepcopy(obj) if obj else None
+
+    @staticmethod
+    def _check_kind(kind: str) -> None:
+        if kind not in KINDS:
+            raise PermanentBackendError(f"unsupported kind {kind!r} (supported: {', '.join(KINDS)})")
+
+    def apply(self, obj: dict) -> ApplyResult:
+        kind, namespace, name = _key(obj)
+        ref = _ref(kind, namespace, name)
+        if obj.get("apiVersion", API_VERSIONS[kind]) != API_VERSIONS[kind]:
+            raise PermanentBackendError(
+                f"create {ref}: apiVersion {obj.get('apiVersion')!r} is not {API_VERSIONS[kind]}"
+            )
+        if kind == "Node" and (obj.get("spec") or {}).get("taints") is not None:
+            _validate_taints(obj["spec"]["taints"])
+        with self._lock:
+            if namespace and ("Namespace", "", namespace) not in self._store:
+                raise PermanentBackendError(
+                    f'create {ref}: 404 NotFound: namespaces "{namespace}" not found', 404, "NotFound"
+                )
+            live = self._store.get((kind, namespace, name))
+            if live is None:
+                live = copy.deepcopy(obj)
+                live["apiVersion"] = API_VERSIONS[kind]
+                meta = live["metadata"]
+                meta.update(uid=self._uid(), creationTimestamp=self._ts(), generation=1)
+                if namespace:
+                    meta["namespace"] = namespace
+                if kind == "Namespace":
+                    meta.setdefault("labels", {})["kubernetes.io/metadata.name"] = name
+                    live["status"] = {"phase": "Active"}
+                self._bump(live)
+                self._store[(kind, namespace, name)] = live
+                self._after_create(kind, live)
+                return KubernetesBackend._result("created", kind, namespace, name, copy.deepcopy(live))
+            if not differs(obj, live):
+                return KubernetesBackend._result("unchanged", kind, namespace, name, copy.deepcopy(live))
+            patch = owned_patch(obj)
+            old_spec = copy.deepcopy(live.get("spec"))
+            for key in ("labels", "annotations"):
+                if key in patch["metadata"]:
+                    live["metadata"].setdefault(key, {}).update(patch["metadata"][key])
+            for key in ("spec", "data"):
+                if key in patch:
+                    live[key] = _merge(live.get(key), patch[key])
+            if live.get("spec") != old_spec:
+                live["metadata"]["generation"] += 1
+            self._bump(live)
+            return KubernetesBackend._result("updated", kind, namespace, name, copy.deepcopy(live))
+
+    def delete(self, kind: str, namespace: str | None, name: str) -> bool:
+        self._check_kind(kind)
+        namespace = (namespace or "") if KINDS[kind][2] else ""
+        with self._lock:
+            obj = self._store.pop((kind, namespace, name), None)
+            if obj is None:
+                return False
+            if kind == "Namespace":
+                for key in [k for k in self._store if k[1] == name]:
+                    self._store.pop(key)
+                    self._schedule.pop(key, None)
+            elif kind in ("Job", "Deployment"):  # propagationPolicy Background
+                uid = obj["metadata"]["uid"]
+                for key, pod in list(self._store.items()):
+                    if key[0] == "Pod" and key[1] == namespace and _owner_uid(pod) == uid:
+                        self._store.pop(key)
+                        self._schedule.pop(key, None)
+            self._schedule.pop((kind, namespace, name), None)
+            return True
+
+    def list_owned(self, kind: str, namespace: str | None = None, selector: str = MANAGED_BY) -> list[dict]:
+        self._check_kind(kind)
+        reqs = parse_selector(selector)
+        with self._lock:
+            return [
+                copy.deepcopy(obj)
+                for (k, ns, _), obj in sorted(self._store.items())
+                if k == kind
+                and (not namespace or ns == namespace)
+                and selector_matches(obj["metadata"].get("labels") or {}, reqs)
+            ]
+
+    def patch_node(self, name: str, labels: dict | None = None, taints: list | None = None) -> dict:
+        with self._lock:
+            node = self._store.get(("Node", "", name))
+            if node is None:
+                raise PermanentBackendError(
+                    f'patch Node {name}: 404 NotFound: nodes "{name}" not found', 404, "NotFound"
+                )
+            if taints is not None:
+                _validate_taints(taints)
+            node_labels = node["metadata"].setdefault("labels", {})
+            for key, value in (labels or {}).items():
+                if value is None:
+                    node_labels.pop(key, None)
+                else:
+                    node_labels[key] = value
+            if taints is not None:
+                spec = node.setdefault("spec", {})
+                if taints:
+                    spec["taints"] = copy.deepcopy(taints)
+                else:
+                    spec.pop("taints", None)
+            self._bump(node)
+            return copy.deepcopy(node)
+
+    # -- simulation -------------------------------------------------------------------------------
+    def _after_create(self, kind: str, obj: dict) -> None:
+        meta = obj["metadata"]
+        if kind == "Job":
+            labels = {
+                "job-name": meta["name"],
+                "batch.kubernetes.io/job-name": meta["name"],
+                "controller-uid": meta["uid"],
+                "batch.kubernetes.io/controller-uid": meta["uid"],
+            }
+            duration = _expected_duration(obj, self.default_duration) * self._rng.uniform(0.9, 1.1)
+            self._spawn_pod(obj, labels, duration)
+            obj["status"] = {"active": 1}
+        elif kind == "Deployment":
+            replicas = (obj.get("spec") or {}).get("replicas", 1)
+            for _ in range(replicas):
+                self._spawn_pod(obj, {"pod-template-hash": meta["uid"][:10]}, None)
+            obj["status"] = {"replicas": replicas, "observedGeneration": 1}
+        elif kind == "Pod":
+            obj["status"] = {"phase": "Pending"}
+            duration = float(meta.get("annotations", {}).get(EXPECTED_DURATION_ANNOTATION, 0)) or None
+            self._schedule[("Pod", meta["namespace"], meta["name"])] = {
+                "start_at": self._t + self._rng.uniform(1, 5),
+                "duration": duration,
+            }
+
+    def _spawn_pod(self, owner: dict, labels: dict, duration: float | None) -> None:
+        template = (owner.get("spec") or {}).get("template") or {}
+        tmeta = template.get("metadata") or {}
+        ometa = owner["metadata"]
+        suffix = "".join(self._rng.choice("bcdfghjklmnpqrstvwxz2456789") for _ in range(5))
+        name = f"{ometa['name']}-{suffix}"
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": name,
+                "namespace": ometa["namespace"],
+                "labels": {**(tmeta.get("labels") or {}), **labels},
+                "annotations": dict(tmeta.get("annotations") or {}),
+                "ownerReferences": [
+                    {
+                        "apiVersion": owner["apiVersion"],
+                        "kind": owner["kind"],
+                        "name": ometa["name"],
+                        "uid": ometa["uid"],
+                        "controller": True,
+                    }
+                ],
+                "uid": self._uid(),
+                "creationTimestamp": self._ts(),
+                "generation": 1,
+            },
+            "spec": copy.deepcopy(template.get("spec") or {}),
+            "status": {"phase": "Pending"},
+        }
+        self._bump(pod)
+        key = ("Pod", ometa["namespace"], name)
+        self._store[key] = pod
+        self._schedule[key] = {"start_at": self._t + self._rng.uniform(1, 5), "duration": duration}
+
+    def pods_of(self, namespace: str, job_name: str) -> list[dict]:
+        return self.list_owned("Pod", namespace, f"job-name={job_name}")
+
+    def advance(self, seconds: float) -> list[tuple[str, str, str]]:
+        """Move the simulated clock; returns the (namespace, pod, new phase) transitions, in order."""
+        if seconds < 0:
+            raise ValueError("time only moves forward")
+        transitions: list[tuple[str, str, str]] = []
+        with self._lock:
+            self._t += seconds
+            for key in sorted(self._schedule):
+                plan = self._schedule[key]
+                pod = self._store.get(key)
+                if pod is None:
+                    continue
+                phase = pod["status"].get("phase")
+                if phase == "Pending" and self._t >= plan["start_at"]:
+                    self._set_phase(pod, "Running", at=plan["start_at"])
+                    transitions.append((key[1], key[2], "Running"))
+                    phase = "Running"
+                if (
+                    phase == "Running"
+                    and plan["duration"] is not None
+                    and self._t >= plan["start_at"] + plan["duration"]
+                ):
+                    self._set_phase(pod, "Succeeded", exit_code=0, reason="Completed")
+                    transitions.append((key[1], key[2], "Succeeded"))
+        return transitions
+
+    def inject_failure(
+        self, namespace: str, name: str, reason: str = "Error", exit_code: int = 1
+    ) -> list[str]:
+        """Fail the pod ``name`` — or, when ``name`` is a Job/Deployment, its pods. Returns the pods failed."""
+        with self._lock:
+            pods = []
+            if ("Pod", namespace, name) in self._store:
+                pods = [self._store[("Pod", namespace, name)]]
+            else:
+                owner = self._store.get(("Job", namespace, name)) or self._store.get(
+                    ("Deployment", namespace, name)
+                )
+                if owner is None:
+                    raise KeyError(f"no pod, Job or Deployment {namespace}/{name}")
+                uid = owner["metadata"]["uid"]
+                pods = [
+                    p
+                    for (k, ns, _), p in self._store.items()
+                    if k == "Pod" and ns == namespace and _owner_uid(p) == uid
+                ]
+            for pod in pods:
+                self._set_phase(pod, "Failed", exit_code=exit_code, reason=reason)
+            return [p["metadata"]["name"] for p in pods]
+
+    def _set_phase(
+        self, pod: dict, phase: str, exit_code: int | None = None, reason: str = "", at: float | None = None
+    ) -> None:
+        status = pod["status"]
+        status["phase"] = phase
+        now = self._ts()
+        if phase == "Running":
+            start = (self._epoch + dt.timedelta(seconds=at if at is not None else self._t)).strftime(
+                "%Y-%m-%dT%H:%M:%SZ"
+            )
+            status["startTime"] = start
+            state = {"running": {"startedAt": start}}
+        else:
+            status.setdefault("startTime", now)
+            state = {
+                "terminated": {
+                    "exitCode": exit_code,
+                    "reason": reason,
+                    "startedAt": status["startTime"],
+                    "finishedAt": now,
+                }
+            }
+            if phase == "Failed":
+                status["reason"] = reason
+        status["containerStatuses"] = [
+            {
+                "name": c.get("name", ""),
+                "image": c.get("image", ""),
+                "ready": phase == "Running",
+                "restartCount": 0,
+                "state": state,
+            }
+            for c in (pod.get("spec") or {}).get("containers", [])
+        ]
+        if phase != "Running":
+            self._schedule.pop(("Pod", pod["metadata"]["namespace"], pod["metadata"]["name"]), None)
+        self._bump(pod)
+        self._sync_owner(pod)
+
+    def _sync_owner(self, pod: dict) -> None:
+        ns = pod["metadata"]["namespace"]
+        job_name = (pod["metadata"].get("labels") or {}).get("job-name")
+        job = self._store.get(("Job", ns, job_name)) if job_name else None
+        if job is None:
+            return
+        uid = job["metadata"]["uid"]
+        phases = [
+            p["status"].get("phase")
+            for (k, n, _), p in self._store.items()
+            if k == "Pod" and n == ns and _owner_uid(p) == uid
+        ]
+        status = job.setdefault("status", {})
+        status.update(
+            active=sum(p in ("Pending", "Running") for p in phases),
+            succeeded=phases.count("Succeeded"),
+            failed=phases.count("Failed"),
+        )
+        if "Running" in phases:
+            status.setdefault("startTime", self._ts())
+        if status["succeeded"]:
+            status["conditions"] = [{"type": "Complete", "status": "True", "lastTransitionTime": self._ts()}]
+            status["completionTime"] = self._ts()
+        elif status["failed"] > (job.get("spec") or {}).get("backoffLimit", 6):
+            status["conditions"] = [
+                {
+                    "type": "Failed",
+                    "status": "True",
+                    "reason": "BackoffLimitExceeded",
+                    "lastTransitionTime": self._ts(),
+                }
+            ]
+        self._bump(job)
+
+
+def _merge(live: Any, desired: Any) -> Any:
+    """Merge-patch semantics for the simulated update (dicts merge, everything else replaces)."""
+    if isinstance(live, dict) and isinstance(desired, dict):
+        out = dict(live)
+        for key, value in desired.items():
+            out[key] = _merge(live.get(key), value)
+        return out
+    return copy.deepcopy(desired)
+
+
+def _owner_uid(obj: dict) -> str | None:
+    refs = obj["metadata"].get("ownerReferences") or []
+    return refs[0]["uid"] if refs else None
+
+
+def _expected_duration(obj: dict, default: float) -> float:
+    for meta in (
+        obj.get("metadata") or {},
+        ((obj.get("spec") or {}).get("template") or {}).get("metadata") or {},
+    ):
+        value = (meta.get("annotations") or {}).get(EXPECTED_DURATION_ANNOTATION)
+        if value is not None:
+            try:
+                return float(value)
+            except ValueError:
+                raise PermanentBackendError(
+                    f"{EXPECTED_DURATION_ANNOTATION}={value!r} is not a number of seconds"
+                )
+    return default

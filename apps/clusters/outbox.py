@@ -1,0 +1,176 @@
+"""The push outbox: the one door every app uses to send an object, a deletion or a node patch to a
+cluster. Each function writes ``PushAction`` rows inside the caller's transaction and asks for a
+push once it commits (``enqueue_on_commit``: a broker outage never fails the caller, the periodic
+``push_pending_task`` catches up).
+
+* ``push_actions_enqueue`` (scheduling): the namespace apply and the workload apply of a placed job.
+* ``workload_delete_enqueue``: graceful deletes of a job attempt's objects (preempted, retried,
+  cancelled).
+* ``push_object_enqueue``: one standalone object (a node's labels and taints, a project's
+  ResourceQuota); an older pending write of the same object is superseded.
+
+Actions are ordered per *stream*: ``job:<id>`` for a job's objects (applies, then the deletes of a
+preempted or retried attempt), ``<cluster>:<Kind>:<namespace>/<name>`` for a standalone object.
+The pusher (``apps.clusters.pusher``) applies them. Allocations handed in are ``apps.jobs`` rows
+with ``device`` and ``node`` loaded; the manifests are rendered from them in memory (no query).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from django.db.models import Max
+from django.utils import timezone
+
+from apps.clusters.manifests import namespace_manifest, workload_manifest
+from apps.clusters.models import PushAction
+from apps.core.tasks import enqueue_on_commit
+from apps.jobs.models import Job
+
+# The Celery task that pushes one stream, sent by name (worker/ sits above every app).
+PUSH_STREAM_TASK = "worker.tasks.push.push_stream_task"
+
+
+def job_stream(job_id: int) -> str:
+    return f"job:{job_id}"
+
+
+def object_stream(cluster: Any, kind: str, namespace: str, name: str) -> str:
+    return f"{cluster.pk}:{kind}:{namespace}/{name}"
+
+
+def _action(job: Job, cluster: Any, obj: dict, seq: int, now: dt.datetime) -> PushAction:
+    meta = obj.get("metadata") or {}
+    return PushAction(
+        job=job,
+        stream=job_stream(job.pk),
+        cluster=cluster,
+        attempt=job.attempt,
+        seq=seq,
+        verb=PushAction.Verb.APPLY,
+        object=obj,
+        kind=obj["kind"],
+        namespace=meta.get("namespace", ""),
+        name=meta["name"],
+        next_attempt_at=now,
+    )
+
+
+def push_actions_enqueue_many(items: Iterable[tuple[Job, Sequence[Any], Any]]) -> list[PushAction]:
+    """``push_actions_enqueue`` for a batch of ``(job, allocations, cluster)``: one query for the next
+    sequence numbers, one insert, one after-commit enqueue per job. Allocations must have ``device``
+    and ``node`` loaded, jobs their ``project``."""
+    items = list(items)
+    if not items:
+        return []
+    now = timezone.now()
+    next_seq = {
+        (row["job_id"], row["attempt"]): row["top"] + 1
+        for row in PushAction.objects.filter(stream__in=[job_stream(job.pk) for job, _a, _c in items])
+        .values("job_id", "attempt")
+        .annotate(top=Max("seq"))
+    }
+    actions: list[PushAction] = []
+    for job, allocations, cluster in items:
+        seq = next_seq.get((job.pk, job.attempt), 0)
+        objects = (
+            namespace_manifest(job.project),
+            workload_manifest(job, allocations, cluster, attempt=job.attempt),
+        )
+        for offset, obj in enumerate(objects):
+            actions.append(_action(job, cluster, obj, seq + offset, now))
+    PushAction.objects.bulk_create(actions)
+    for job, _a, _c in items:
+        request_push(job_stream(job.pk))
+    return actions
+
+
+def push_actions_enqueue(*, job: Job, allocations: Sequence[Any], cluster: Any) -> list[PushAction]:
+    """Write the namespace and workload applies for ``job`` on ``cluster`` (call inside the
+    scheduling transaction); the push is requested after commit."""
+    return push_actions_enqueue_many([(job, allocations, cluster)])
+
+
+def _next_seq(stream: str, attempt: int) -> int:
+    top = PushAction.objects.filter(stream=stream, attempt=attempt).aggregate(top=Max("seq"))["top"]
+    return 0 if top is None else top + 1
+
+
+def workload_delete_enqueue(*, job: Job, attempt: int | None = None) -> list[PushAction]:
+    """Write graceful deletes for the objects of the job's attempt (call inside the transaction that
+    preempts, retries or cancels it); pushed after commit. Nothing when nothing was ever pushed."""
+    attempt = job.attempt if attempt is None else attempt
+    stream = job_stream(job.pk)
+    applied = list(
+        PushAction.objects.filter(stream=stream, attempt=attempt, verb=PushAction.Verb.APPLY)
+        .exclude(kind="Namespace")
+        .select_related("cluster")
+        .order_by("seq")
+    )
+    if not applied:
+        return []
+    # Applies not yet done will never be: the job moved on.
+    PushAction.objects.filter(
+        stream=stream, attempt=attempt, verb=PushAction.Verb.APPLY, state=PushAction.State.PENDING
+    ).update(state=PushAction.State.SUPERSEDED, last_error="not applied: superseded by a delete")
+    seq = _next_seq(stream, attempt)
+    now = timezone.now()
+    actions = [
+        PushAction(
+            job=job,
+            stream=stream,
+            cluster=a.cluster,
+            attempt=attempt,
+            seq=seq + i,
+            verb=PushAction.Verb.DELETE,
+            kind=a.kind,
+            namespace=a.namespace,
+            name=a.name,
+            next_attempt_at=now,
+        )
+        for i, a in enumerate(applied)
+    ]
+    PushAction.objects.bulk_create(actions)
+    request_push(stream)
+    return actions
+
+
+def push_object_enqueue(
+    *, cluster: Any, manifest: dict, actor: Any = None, verb: str = "apply"
+) -> PushAction:
+    """Write one standalone object to push (a Node patch of labels and taints, a ResourceQuota …)
+    inside the caller's transaction; it is pushed after commit, in order with earlier writes of the
+    same object. ``verb``: apply (create or update), patch (Node labels/taints) or delete."""
+    if verb not in PushAction.Verb.values:
+        raise ValueError(f"unknown verb {verb!r}")
+    meta = manifest.get("metadata") or {}
+    kind, namespace, name = manifest["kind"], meta.get("namespace", ""), meta["name"]
+    stream = object_stream(cluster, kind, namespace, name)
+    # An older pending write of the same object is superseded: only the newest state matters.
+    PushAction.objects.filter(stream=stream, state=PushAction.State.PENDING).update(
+        state=PushAction.State.SUPERSEDED, last_error="superseded by a newer write"
+    )
+    action = PushAction.objects.create(
+        job=None,
+        stream=stream,
+        cluster=cluster,
+        attempt=0,
+        seq=_next_seq(stream, 0),
+        verb=verb,
+        object=manifest,
+        kind=kind,
+        namespace=namespace,
+        name=name,
+        next_attempt_at=timezone.now(),
+    )
+    request_push(stream)
+    return action
+
+
+def request_push(stream: str | int) -> None:
+    """Ask for a push of one stream once the caller's transaction commits (a job id means its job
+    stream). Never fails the caller: beat's ``push_pending_task`` catches up."""
+    stream = job_stream(stream) if isinstance(stream, int) else stream
+    enqueue_on_commit(PUSH_STREAM_TASK, stream, queue="push")

@@ -1,0 +1,274 @@
+"""The pusher: applies the outbox's streams to their clusters, after commit.
+
+* ``push_stream_run`` applies a stream's pending actions in ``seq`` order. No database transaction
+  is open around a network call: read the action, call the backend, then record the outcome with a
+  short conditional update (``state=pending``). Delivery is at least once; apply is idempotent (409
+  → read and compare), so a re-delivered task either finds nothing pending or re-applies harmlessly.
+* Transient errors back off exponentially with jitter (bounded); after ``max_attempts``, or on a
+  permanent error, the action fails with the later actions of its attempt. A failed *workload*
+  apply is reported with the ``workload_push_failed`` signal (``apps.clusters.signals``) inside the
+  transaction that marks it failed; the scheduling app's receiver returns the job to pending with
+  the reason, releases its allocations and advances its ``attempt`` (the allocation slot and the
+  workload name include the attempt, so the next placement cannot collide with this one).
+* ``PushSession``: what a batch of pushes shares (one backend per cluster, namespaces applied).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import random
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Max
+from django.utils import timezone
+
+from apps.clusters.backend import BackendError, PermanentBackendError, TransientBackendError
+from apps.clusters.connections import backend_for
+from apps.clusters.models import PushAction
+from apps.clusters.outbox import job_stream
+from apps.clusters.signals import workload_push_failed
+from apps.jobs.models import Job, JobState
+
+logger = logging.getLogger(__name__)
+
+BACKOFF_BASE_SECONDS = 2.0
+BACKOFF_CAP_SECONDS = 300.0
+DEFAULT_MAX_ATTEMPTS = 5
+
+
+def backoff_delay(
+    attempts: int, *, base: float = BACKOFF_BASE_SECONDS, cap: float = BACKOFF_CAP_SECONDS
+) -> float:
+    """Exponential backoff with "equal jitter": half the capped delay, plus up to the other half."""
+    delay = min(cap, base * (2 ** max(0, attempts - 1)))
+    return delay / 2 + random.uniform(0, delay / 2)  # noqa: S311 - jitter, not cryptography
+
+
+def _describe(action: PushAction) -> str:
+    where = f"{action.namespace}/{action.name}" if action.namespace else action.name
+    return f"{action.verb} {action.kind} {where}"
+
+
+def _fail(action: PushAction, *, error: str, attempts: int, actor: Any, now: dt.datetime) -> bool:
+    """Mark the action (and the later pending actions of its attempt) failed. A failed workload apply
+    is reported with ``workload_push_failed`` inside the same transaction, so what the receivers do
+    (the job back to pending, its allocations released) commits or rolls back with it. Returns
+    whether this call failed it."""
+    reason = f"push failed: {_describe(action)}: {error}"[:500]
+    with transaction.atomic():
+        won = PushAction.objects.filter(pk=action.pk, state=PushAction.State.PENDING).update(
+            state=PushAction.State.FAILED, attempts=attempts, last_error=error[:2000], next_attempt_at=now
+        )
+        if not won:
+            return False
+        PushAction.objects.filter(
+            stream=action.stream, attempt=action.attempt, seq__gt=action.seq, state=PushAction.State.PENDING
+        ).update(state=PushAction.State.FAILED, last_error=f"not attempted: {_describe(action)} failed")
+        if action.job_id is None or action.verb != PushAction.Verb.APPLY:
+            return True
+        workload_push_failed.send(sender=PushAction, action=action, reason=reason, actor=actor)
+    return True
+
+
+def _namespace_missing(action: PushAction, error: BackendError) -> bool:
+    """A namespaced apply refused because its namespace does not exist (yet)."""
+    message = error.message.lower()
+    return (
+        action.verb == PushAction.Verb.APPLY
+        and bool(action.namespace)
+        and error.status == 404
+        and "namespaces" in message
+        and "not found" in message
+    )
+
+
+def _call(backend, action: PushAction) -> dict:
+    if action.verb == PushAction.Verb.APPLY:
+        result = backend.apply(action.object)
+        return {"action": result.action, "uid": result.uid, "resourceVersion": result.resource_version}
+    if action.verb == PushAction.Verb.PATCH:
+        obj = action.object
+        live = backend.patch_node(
+            action.name,
+            labels=(obj.get("metadata") or {}).get("labels") or None,
+            taints=(obj.get("spec") or {}).get("taints"),
+        )
+        meta = live.get("metadata") or {}
+        return {
+            "action": "patched",
+            "uid": meta.get("uid", ""),
+            "resourceVersion": meta.get("resourceVersion", ""),
+        }
+    deleted = backend.delete(action.kind, action.namespace or None, action.name)
+    return {"action": "deleted" if deleted else "absent", "uid": "", "resourceVersion": ""}
+
+
+def push_job_run(
+    *,
+    job_id: int,
+    actor: Any = "worker",
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    now: dt.datetime | None = None,
+) -> dict:
+    """Apply the job's due pending actions in order. Returns counts: applied / retry / failed / waiting."""
+    summary = push_stream_run(stream=job_stream(job_id), actor=actor, max_attempts=max_attempts, now=now)
+    summary["job_id"] = job_id
+    return summary
+
+
+def push_stream_run(
+    *,
+    stream: str,
+    actor: Any = "worker",
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    now: dt.datetime | None = None,
+    session: PushSession | None = None,
+) -> dict:
+    """Apply a stream's due pending actions in order. Returns counts: applied / retry / failed / waiting.
+
+    A caller pushing many streams passes one ``session`` (see ``push_pending_run``) and closes it.
+    """
+    now = now or timezone.now()
+    summary = {"stream": stream, "applied": 0, "retry": 0, "failed": 0, "waiting": 0, "errors": []}
+    own = session is None
+    session = PushSession() if own else session
+    try:
+        # One read for the stream's pending actions and one for its job's state; each outcome is
+        # still recorded by a conditional update, so a concurrent pusher never double-applies.
+        pending = list(
+            PushAction.objects.select_related("cluster")
+            .filter(stream=stream, state=PushAction.State.PENDING)
+            .order_by("attempt", "seq")
+        )
+        job_id = next((a.job_id for a in pending if a.job_id), None)
+        job_state = Job.objects.filter(pk=job_id).values_list("state", "attempt").first() if job_id else None
+        for action in pending:
+            if action.next_attempt_at > now:
+                summary["waiting"] += 1
+                break
+            if (
+                action.job_id
+                and action.verb == PushAction.Verb.APPLY
+                and (
+                    job_state is None
+                    or job_state[0] not in (JobState.SCHEDULED, JobState.RUNNING)
+                    or job_state[1] != action.attempt
+                )
+            ):
+                # The job moved on (cancelled, requeued, a newer attempt): this apply is stale.
+                PushAction.objects.filter(pk=action.pk, state=PushAction.State.PENDING).update(
+                    state=PushAction.State.FAILED,
+                    last_error=f"not applied: job is {job_state[0] if job_state else 'gone'}",
+                )
+                summary["failed"] += 1
+                continue
+            attempts = action.attempts + 1
+            namespace = (action.cluster_id, action.name)
+            is_namespace = action.kind == "Namespace" and action.verb == PushAction.Verb.APPLY
+            try:
+                if is_namespace and namespace in session.namespaces:
+                    # Every job of a project applies its namespace; once per batch is enough.
+                    result = {"action": "unchanged", "note": "applied earlier in this batch"}
+                else:
+                    result = _call(session.backend(action.cluster), action)  # no transaction open here
+                    if is_namespace:
+                        session.namespaces.add(namespace)
+            except TransientBackendError as e:
+                summary["errors"].append(f"{_describe(action)}: {e.message}")
+                if attempts >= max_attempts:
+                    _fail(
+                        action,
+                        error=f"{e.message} (after {attempts} attempts)",
+                        attempts=attempts,
+                        actor=actor,
+                        now=now,
+                    )
+                    summary["failed"] += 1
+                    break
+                PushAction.objects.filter(pk=action.pk, state=PushAction.State.PENDING).update(
+                    attempts=attempts,
+                    last_error=e.message[:2000],
+                    next_attempt_at=now + dt.timedelta(seconds=backoff_delay(attempts)),
+                )
+                summary["retry"] += 1
+                break  # later actions of this job wait for this one
+            except (PermanentBackendError, BackendError) as e:
+                summary["errors"].append(f"{_describe(action)}: {e.message}")
+                if _namespace_missing(action, e) and attempts < max_attempts:
+                    # Its namespace is being created by another stream (e.g. a ResourceQuota pushed
+                    # beside a project's first job): wait for it instead of failing.
+                    PushAction.objects.filter(pk=action.pk, state=PushAction.State.PENDING).update(
+                        attempts=attempts,
+                        last_error=e.message[:2000],
+                        next_attempt_at=now + dt.timedelta(seconds=backoff_delay(attempts)),
+                    )
+                    summary["retry"] += 1
+                    break
+                _fail(action, error=e.message, attempts=attempts, actor=actor, now=now)
+                summary["failed"] += 1
+                break
+            done = PushAction.objects.filter(pk=action.pk, state=PushAction.State.PENDING).update(
+                state=PushAction.State.APPLIED,
+                attempts=attempts,
+                last_error="",
+                applied_at=timezone.now(),
+                result=result,
+            )
+            if done:
+                summary["applied"] += 1
+    finally:
+        if own:
+            session.close()
+    return summary
+
+
+class PushSession:
+    """What a batch of pushes shares: one backend (client and connection pool) per cluster, and the
+    namespaces already applied in this batch."""
+
+    def __init__(self) -> None:
+        self.backends: dict[int, Any] = {}
+        self.namespaces: set[tuple[int, str]] = set()
+
+    def backend(self, cluster: Any) -> Any:
+        if cluster.pk not in self.backends:
+            self.backends[cluster.pk] = backend_for(cluster)
+        return self.backends[cluster.pk]
+
+    def close(self) -> None:
+        for backend in self.backends.values():
+            close = getattr(backend, "close", None)
+            if close is not None:
+                close()
+
+
+def push_pending_run(*, actor: Any = "worker", limit: int = 100, now: dt.datetime | None = None) -> dict:
+    """Push every stream with a due action, one client per cluster for the whole batch. One stream's
+    unexpected failure does not stop the others."""
+    done, errors = [], []
+    session = PushSession()
+    try:
+        for stream in push_due_streams(now=now, limit=limit):
+            try:
+                push_stream_run(stream=stream, actor=actor, now=now, session=session)
+                done.append(stream)
+            except Exception as e:  # noqa: BLE001
+                logger.exception("push of %s failed", stream)
+                errors.append(f"{stream}: {e}")
+    finally:
+        session.close()
+    return {"pushed": done, "errors": errors}
+
+
+def push_due_streams(*, now: dt.datetime | None = None, limit: int = 100) -> list[str]:
+    """Streams with a pending action that is due, oldest first."""
+    now = now or timezone.now()
+    rows = (
+        PushAction.objects.filter(state=PushAction.State.PENDING, next_attempt_at__lte=now)
+        .values("stream")
+        .annotate(due=Max("next_attempt_at"))
+        .order_by("due", "stream")[:limit]
+    )
+    return [row["stream"] for row in rows]

@@ -1,1 +1,0 @@
-"""Kubernetes integration: manifest rendering (``manifests``) and the cluster backends."""

@@ -1,1 +1,0 @@
-"""Integration with Prometheus: the HTTP API client Suanchi's telemetry ingest drives."""
