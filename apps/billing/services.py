@@ -937,7 +937,9 @@ def month_close_run(
         )
         BillingPeriod.objects.filter(pk=period.pk).update(close_run=period.close_run)
     # Resume: a run left running by a worker that died is taken again (the close is idempotent).
-    period.close_run = runs.run_start(run_id=period.close_run.pk, resume=True) or period.close_run
+    period.close_run = (
+        runs.run_start(run_id=period.close_run.pk, kind=MONTH_CLOSE_RUN_KIND, resume=True) or period.close_run
+    )
     try:
         return _month_close_build(period=period, actor=actor, finalize=finalize, progress=progress)
     except Exception as exc:

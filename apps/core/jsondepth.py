@@ -26,7 +26,6 @@ def nesting_depth(text: str) -> int:
     return max(accumulate(map(_DELTA.__getitem__, brackets)), default=0)
 
 
-
 def too_deep(text: str, limit: int = MAX_JSON_DEPTH) -> bool:
     """Whether ``text`` nests deeper than ``limit`` (cheap when it has fewer brackets than that)."""
     if text.count("[") + text.count("{") <= limit:

@@ -65,14 +65,15 @@ def run_enqueue(*, run: BackgroundRun, task: str, args: list | None = None, queu
     )
 
 
-def run_start(*, run_id: int, resume: bool = False) -> BackgroundRun | None:
-    """Move a queued run to running and return it; None when it is gone or no longer queued (a
-    redelivered message). With ``resume`` a run left running by a worker that died is taken too."""
+def run_start(*, run_id: int, kind: str | None = None, resume: bool = False) -> BackgroundRun | None:
+    """Move a queued run (of ``kind``, when given) to running and return it; None when it is gone,
+    of another kind or no longer queued (a redelivered message). With ``resume`` a run left running
+    by a worker that died is taken too."""
     states = [Status.QUEUED, Status.RUNNING] if resume else [Status.QUEUED]
-    now = timezone.now()
-    if not BackgroundRun.objects.filter(pk=run_id, status__in=states).update(
-        status=Status.RUNNING, started_at=now
-    ):
+    runs = BackgroundRun.objects.filter(pk=run_id, status__in=states)
+    if kind is not None:
+        runs = runs.filter(kind=kind)
+    if not runs.update(status=Status.RUNNING, started_at=timezone.now()):
         return None
     return BackgroundRun.objects.get(pk=run_id)
 

@@ -39,6 +39,7 @@ def _count_cache_failure(exc: BaseException, what: str) -> None:
         CACHE_FAILURES["count"] += 1
     logger.warning("rate-limit cache unavailable (%s), using the per-process limiter: %r", what, exc)
 
+
 LOGIN_ATTEMPTS_PER_MINUTE = 10
 LOGIN_ATTEMPTS_PER_USERNAME_PER_MINUTE = 20
 

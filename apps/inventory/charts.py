@@ -160,7 +160,11 @@ def figure_html(fig: go.Figure, *, div_id: str) -> str:
     payload = json.dumps(
         {
             "figure": json.loads(fig.to_json()),
-            "config": {"displaylogo": False, "responsive": True, "modeBarButtonsToRemove": ["lasso2d", "select2d"]},
+            "config": {
+                "displaylogo": False,
+                "responsive": True,
+                "modeBarButtonsToRemove": ["lasso2d", "select2d"],
+            },
             "height": "360px",
         },
         separators=(",", ":"),

@@ -1222,8 +1222,8 @@ def backfill_run(*, run_id: int, actor: Any = "worker") -> BackgroundRun | None:
     from apps.core import runs
     from apps.telemetry.prometheus import PrometheusError
 
-    run = runs.run_start(run_id=run_id)
-    if run is None or run.kind != BACKFILL_RUN_KIND:
+    run = runs.run_start(run_id=run_id, kind=BACKFILL_RUN_KIND)
+    if run is None:
         return None
     source = MetricSource.objects.select_related("cluster").filter(pk=run.params.get("source")).first()
     if source is None:

@@ -79,7 +79,16 @@ MIDDLEWARE = [
 SUANCHI_CONTENT_SECURITY_POLICY = {
     "default-src": ["'self'"],
     "script-src": ["'self'"],
-    "style-src": ["'self'"],
+    # plotly.js (v3 lib/dom.js addStyleRule) appends one EMPTY <style> and fills it through the CSSOM
+    # (insertRule, which CSP does not govern): the hash of the empty string admits exactly that element
+    # and no inline style with any content (CSP3 §2.3.1 hash-source).
+    # The bundle also inlines MapLibre's stylesheet at load (a constant <style>, plotly.js 3.7.0); its
+    # hash admits that one text. A plotly upgrade changes it: tests/browser/test_pages.py then fails.
+    "style-src": [
+        "'self'",
+        "'sha256-47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU='",
+        "'sha256-V2sIX92Uh6ZaGSFTKMHghsB85b9toJtmazgG09AI2uk='",
+    ],
     "img-src": ["'self'", "data:"],
     "font-src": ["'self'"],
     "connect-src": ["'self'"],

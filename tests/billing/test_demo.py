@@ -8,6 +8,7 @@ from django.core.management import call_command
 from apps.accounts.models import Project
 from apps.billing import services
 from apps.billing.models import Bill, BillingPeriod, UsageEntry
+from apps.scheduling.invariants import allocation_capacity_violations
 
 pytestmark = pytest.mark.django_db
 
@@ -22,6 +23,8 @@ def test_load_demo_closes_last_month_with_a_bill_for_every_project(capsys):
     assert set(bills.values_list("project__slug", flat=True)) == set(
         Project.objects.values_list("slug", flat=True)
     )
+    # The demo's history never double-books a card (its finalized bills only charge possible usage).
+    assert allocation_capacity_violations() == []
     for bill in bills:
         assert bill.state == "finalized" and bill.total > Decimal(0) and bill.used_cu_hours > 0
         assert sum(line.amount for line in bill.lines.filter(group="resource")) == bill.usage_amount

@@ -469,3 +469,22 @@ def test_metering_and_closing_exclude_each_other(project, devices, make_job, mak
     assert BillingPeriod.objects.get(month=SEP).state == "closing" and not Bill.objects.exists()
     month_close_task.run(period.pk)
     assert BillingPeriod.objects.get(month=SEP).state == "closed" and Bill.objects.count() == 1
+
+
+def test_a_month_close_is_one_background_run_and_a_restarted_close_supersedes_the_stopped_one(
+    project, devices, make_job, make_allocation, flat_rate
+):
+    make_allocation(make_job(project), devices[0], local(2026, 9, 1, 0), local(2026, 9, 1, 3))
+    first = services.month_close_start(month=SEP, actor="test").close_run
+    assert (first.kind, first.status, first.progress_message) == ("billing.month_close", "queued", "metering")
+    # The worker that had it died; an operator starts the close again.
+    period = services.month_close_start(month=SEP, actor="command:close_month")
+    first.refresh_from_db()
+    assert first.status == "failed" and "superseded" in first.error
+    second = period.close_run
+    assert second.pk != first.pk and second.status == "queued"
+    period = services.month_close_run(period=period, actor="command:close_month")
+    second.refresh_from_db()
+    assert period.state == "closed" and second.status == "succeeded" and second.finished_at
+    assert (second.progress_done, second.progress_total) == (1, 1) and second.result["state"] == "closed"
+    assert (period.progress_done, period.progress_total, period.progress_percent) == (1, 1, 100)

@@ -199,7 +199,9 @@ def test_the_main_pages_log_no_content_security_policy_violation(browser, live_s
     console: list[str] = []
     page.on(
         "console",
-        lambda m: console.append(m.text) if "Refused to" in m.text or "Content Security Policy" in m.text else None,
+        lambda m: (
+            console.append(m.text) if "Refused to" in m.text or "Content Security Policy" in m.text else None
+        ),
     )
     login(page, live_server.url, "admin", "suanchi-admin")
     violations = {}

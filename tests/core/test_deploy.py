@@ -18,7 +18,9 @@ PRODUCTION_ENV = {
 
 def _manage(*args: str, env: dict) -> subprocess.CompletedProcess:
     base = {
-        k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "DATABASE_URL", "CELERY_", "REDIS_URL"))
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("DJANGO_", "DATABASE_URL", "CELERY_", "REDIS_URL"))
     }
     return subprocess.run(
         [sys.executable, "manage.py", *args],
@@ -74,7 +76,10 @@ def test_production_takes_redis_url_from_a_file_and_uses_it_as_the_cache(tmp_pat
     env = {k: v for k, v in PRODUCTION_ENV.items() if k != "REDIS_URL"}
     env["REDIS_URL_FILE"] = str(secret)
     done = _manage(
-        "shell", "-c", "from django.conf import settings; print(settings.CACHES['default']['BACKEND'])", env=env
+        "shell",
+        "-c",
+        "from django.conf import settings; print(settings.CACHES['default']['BACKEND'])",
+        env=env,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.strip().endswith("RedisCache")

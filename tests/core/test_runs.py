@@ -26,6 +26,7 @@ def started(actor, kind="test.work") -> BackgroundRun:
 
 def test_a_run_goes_queued_running_succeeded_once(db, staff_user):
     run = runs.run_create(kind="test.work", actor=staff_user, params={"n": 1})
+    assert runs.run_start(run_id=run.pk, kind="other.work") is None  # a task of another kind
     assert (run.status, run.actor, run.actor_label, run.started_at) == (
         Status.QUEUED,
         staff_user,

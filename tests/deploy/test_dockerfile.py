@@ -320,6 +320,10 @@ def test_a_build_simulated_from_the_dockerfile_collects_static_files_and_serves_
             "install",
             "--no-cache-dir",
             "--no-deps",
+            # Tests reach no package index: the build backend (setuptools) comes from the test
+            # environment through the .pth above instead of an isolated build environment.
+            "--no-build-isolation",
+            "--no-index",
             ".",
         ],
         cwd=src,

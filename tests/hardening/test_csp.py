@@ -43,14 +43,20 @@ def test_every_response_carries_a_policy_without_inline_exceptions(client, make_
         policy = client.get(path, follow=True)["Content-Security-Policy"]
         directives = dict(d.strip().split(" ", 1) for d in policy.split(";"))
         assert directives["script-src"] == "'self'"
-        assert directives["style-src"] == "'self'"
+        # 'self' and two hashes: the empty string (plotly.js's <style>, filled via the CSSOM) and the
+        # MapLibre stylesheet the plotly.js bundle inlines; no other inline style can match them.
+        sources = directives["style-src"].split()
+        assert sources[0] == "'self'" and all(src.startswith("'sha256-") for src in sources[1:])
+        assert len(sources) == 3
         assert directives["object-src"] == "'none'"
         assert directives["frame-ancestors"] == "'none'"
         assert "unsafe-inline" not in policy and "unsafe-eval" not in policy
 
 
 def test_no_template_carries_an_inline_script_style_or_handler():
-    templates = sorted((ROOT / "templates").rglob("*.html")) + sorted((ROOT / "apps").glob("*/templates/**/*.html"))
+    templates = sorted((ROOT / "templates").rglob("*.html")) + sorted(
+        (ROOT / "apps").glob("*/templates/**/*.html")
+    )
     assert len(templates) > 30
     found = {}
     for path in templates:
@@ -82,3 +88,19 @@ def test_the_api_docs_page_loads_its_script_from_a_url(client, make_user):
     assert script.status_code == 200
     assert script["Content-Type"].startswith("application/javascript")
     assert "SwaggerUIBundle" in script.content.decode()
+
+
+def test_the_style_hashes_match_the_installed_plotly_bundle():
+    """The one non-empty inline <style> plotly.js writes (MapLibre's CSS) is the text whose hash we allow."""
+    import base64
+    import hashlib
+
+    import plotly
+
+    bundle = (Path(plotly.__file__).parent / "package_data" / "plotly.min.js").read_text(encoding="utf-8")
+    inlined = re.findall(r'createElement\("style"\);e\.id="[0-9a-f]+",e\.textContent=`([^`$\\\\]*)`', bundle)
+    assert len(inlined) == 1
+    allowed = settings.SUANCHI_CONTENT_SECURITY_POLICY["style-src"]
+    for text in ("", inlined[0]):
+        digest = base64.b64encode(hashlib.sha256(text.encode()).digest()).decode()
+        assert f"'sha256-{digest}'" in allowed

@@ -52,10 +52,14 @@ def test_a_deep_body_is_a_400_for_a_user_token(tenants, staff_user):
 def test_a_body_at_the_limit_is_parsed_and_judged_on_its_content(tenants):
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Token {token_for(tenants['member'])}")
-    response = client.generic("POST", "/api/accounts/tokens/", nested(MAX_JSON_DEPTH), content_type="application/json")
+    response = client.generic(
+        "POST", "/api/accounts/tokens/", nested(MAX_JSON_DEPTH), content_type="application/json"
+    )
     assert response.status_code == 400
     assert response.json()["error"]["message"] != TOO_DEEP_MESSAGE  # parsed; then refused as not an object
-    response = client.post("/api/accounts/tokens/", {"name": "[{" * 40}, format="json")  # brackets in a string
+    response = client.post(
+        "/api/accounts/tokens/", {"name": "[{" * 40}, format="json"
+    )  # brackets in a string
     assert response.status_code == 201
 
 

@@ -43,7 +43,9 @@ def redis_down():
     throttling._fallback.clear()
 
 
-def test_the_site_login_works_while_redis_is_down_and_the_failure_is_logged(client, make_user, redis_down, caplog):
+def test_the_site_login_works_while_redis_is_down_and_the_failure_is_logged(
+    client, make_user, redis_down, caplog
+):
     make_user("carol", password="pw-For-tests-1")
     before = throttling.CACHE_FAILURES["count"]
     with caplog.at_level(logging.WARNING, logger="apps.core.throttling"):

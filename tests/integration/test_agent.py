@@ -98,3 +98,27 @@ def _drop_chip(lines: list[str], npu_id: int) -> list[str]:
             continue
         out.append(line)
     return out
+
+
+def test_on_a_hygon_node_with_dtk_rocm_smi_the_agent_reports_hy_smi_only(live_server, tmp_path):
+    """DTK installs a rocm-smi beside hy-smi; its output would describe the DCUs as AMD cards, which the
+    server refuses as a vendor mismatch. The agent lets hy-smi speak for the node and exits 0."""
+    cluster = Cluster.objects.create(name="Prod", slug="prod")
+    # hy-smi prints no card identity: Hygon cards enter the ledger by import, hy-smi refreshes them.
+    node = Node.objects.create(cluster=cluster, name="hygon-01")
+    for index in range(4):
+        Device.objects.create(node=node, vendor="hygon", index=index, serial=f"HY-{index}")
+    _, key = agent_token_create(cluster=cluster, name="agent", actor="test")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "rocm-smi-called"
+    rocm = bin_dir / "rocm-smi"
+    rocm.write_text(f'#!/bin/sh\ntouch "{calls}"\ncat "{FIXTURES / "rocm_smi_mi210_xgmi.json"}"\n')
+    rocm.chmod(rocm.stat().st_mode | stat.S_IEXEC)
+    fake_tool(bin_dir, "hy-smi", {"": FIXTURES / "hy_smi_dcu.txt"})
+
+    done = run_agent(live_server, bin_dir, key, "hygon-01")
+    assert done.returncode == 0, done.stderr
+    assert not calls.exists()
+    assert not Device.objects.filter(vendor="amd").exists()
+    assert set(Device.objects.filter(node=node).values_list("vendor", flat=True)) == {"hygon"}

@@ -35,6 +35,8 @@ class DepthLimitedJSONParser(JSONParser):
         try:
             return json.loads(text, parse_constant=parse_constant)
         except RecursionError as exc:  # belt and braces: a subclass with a higher max_depth
-            raise ParseError(_("JSON nested deeper than %(limit)d levels") % {"limit": self.max_depth}) from exc
+            raise ParseError(
+                _("JSON nested deeper than %(limit)d levels") % {"limit": self.max_depth}
+            ) from exc
         except ValueError as exc:
             raise ParseError(_("JSON parse error - %(error)s") % {"error": exc}) from exc

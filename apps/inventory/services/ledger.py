@@ -1245,8 +1245,8 @@ def ledger_import_request(*, data: bytes | str, actor, dry_run: bool = False) ->
 
 def ledger_import_run(*, run_id: int, actor=None) -> BackgroundRun | None:
     """Run a queued import once (queued → running is a conditional update); record the outcome."""
-    run = runs.run_start(run_id=run_id)
-    if run is None or run.kind != IMPORT_RUN_KIND:
+    run = runs.run_start(run_id=run_id, kind=IMPORT_RUN_KIND)
+    if run is None:
         return None
 
     def progress(phase: str, done: int, total: int) -> None:
