@@ -26,7 +26,6 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import Count, Min, OuterRef, Q, Subquery, Sum
 from django.utils import timezone
-from django.utils.module_loading import import_string
 
 from apps.accounts.models import Project
 from apps.billing.models import (
@@ -53,7 +52,9 @@ from apps.core.errors import Conflict, ValidationFailed
 from apps.core.locks import try_lock
 from apps.inventory.models import Device
 from apps.jobs.models import Allocation, Job
+from apps.quotas.selectors import guaranteed_cu_hours
 from apps.scheduling.invariants import allocation_capacity_violations
+from apps.telemetry.selectors import measured_cu_hours
 
 logger = logging.getLogger(__name__)
 
@@ -352,18 +353,6 @@ class RateBook:
 # ------------------------------------------------------------------ metering
 
 
-def measured_cu_hours(allocation_id: int, start: datetime, end: datetime) -> Decimal | None:
-    """Measured compute-unit-hours of an allocation over a slice, where telemetry has them.
-
-    Hook for usage basis "max(allocated, measured)": the telemetry app's attribution fills this in
-    (settings.SUANCHI["BILLING_MEASURED_CU_HOURS_HOOK"], a dotted path with this signature). With no
-    hook, or no data for the slice, the allocated figure is billed."""
-    path = billing_settings().get("BILLING_MEASURED_CU_HOURS_HOOK")
-    if not path:
-        return None
-    return import_string(path)(allocation_id, start, end)
-
-
 @dataclass
 class MeteringResult:
     window_start: datetime
@@ -617,18 +606,13 @@ def metering_run_locked(*, actor="worker", **kwargs) -> MeteringResult | None:
         return metering_run(actor=actor, **kwargs) if taken else None
 
 
-# ------------------------------------------------------------------ showback hook
+# ------------------------------------------------------------------ quota showback
 
 
-def guaranteed_cu_hours_hook(*, project: Project, month: date) -> Decimal | None:
-    """Guaranteed compute-unit-hours of a project in a month, for the bill's quota showback.
-
-    The quotas app fills this in: point settings.SUANCHI["BILLING_GUARANTEED_CU_HOURS_HOOK"] at a
-    function with this signature. Until then bills show used CU-hours and leave guaranteed empty."""
-    path = billing_settings().get("BILLING_GUARANTEED_CU_HOURS_HOOK")
-    if not path:
-        return None
-    value = import_string(path)(project=project, month=month)
+def _guaranteed_showback(*, project: Project, month: date) -> Decimal | None:
+    """The bill's quota showback: the project's guaranteed CU-hours in the month (apps.quotas), None
+    when it has no quota."""
+    value = guaranteed_cu_hours(project=project, month=month)
     return None if value is None else Decimal(value).quantize(CU_HOURS_QUANTUM)
 
 
@@ -849,7 +833,7 @@ def _bill_build(
         month=period.month,
         currency=period.currency,
         used_cu_hours=usage.cu_hours.quantize(CU_HOURS_QUANTUM),
-        guaranteed_cu_hours=guaranteed_cu_hours_hook(project=project, month=period.month),
+        guaranteed_cu_hours=_guaranteed_showback(project=project, month=period.month),
         entry_count=usage.entries,
         usage_amount=usage_amount,
         adjustments_amount=adjustments_amount,

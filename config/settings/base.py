@@ -57,6 +57,7 @@ INSTALLED_APPS = [
     "apps.billing",
     "apps.rollout",
     "apps.migration",
+    "apps.demo",
 ]
 
 MIDDLEWARE = [

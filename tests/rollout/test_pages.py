@@ -8,8 +8,9 @@ from datetime import timedelta
 import pytest
 from django.contrib.auth import get_user_model
 
+from apps.demo import rollout as demo
 from apps.inventory.models import Device, Node
-from apps.rollout import demo, services
+from apps.rollout import services
 from apps.rollout.models import AutoscalePolicy, GrayBatch, ScaleDecision
 from tests.rollout.conftest import ingest_soak
 

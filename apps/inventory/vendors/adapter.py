@@ -255,3 +255,56 @@ _ANSI_SGR = re.compile(r"\x1b\[[0-9;]*m")
 
 def strip_ansi(text: str) -> str:
     return _ANSI_SGR.sub("", text)
+
+
+# ---------------------------------------------------------------------------------------------------
+# PCIe switch ids from topology matrices
+# ---------------------------------------------------------------------------------------------------
+
+
+def pix_switch_ids(devices: Iterable[str], cells: Mapping[tuple[str, str], str]) -> dict[str, str]:
+    """A PCIe switch id per device label, derived from ``PIX`` cells of a topology matrix.
+
+    The rule (documented in README "Discovery"): ``PIX`` means the path crosses at most one PCIe
+    bridge, i.e. both ends hang off the same PCIe switch (NVIDIA ``nvidia-smi topo -m`` legend;
+    Huawei ``npu-smi info -t topo`` legend "Path traversing a single PCIe switch"). Devices joined by
+    a ``PIX`` cell, directly or through a shared endpoint (a NIC both see as ``PIX``), are behind one
+    switch: connected components of the PIX relation. The id is ``"pix-<first label>"`` of the
+    component in matrix order; a device with no PIX cell at all gets "" (behind no switch we can see).
+    ``PXB`` / ``PHB`` / ``NODE`` / ``SYS`` say the switches differ (or are unknown), so they join nothing.
+    PCIe bus ids alone are not used: a switch's downstream ports get distinct bus numbers, so the
+    endpoint's bus id does not reveal which switch it sits behind.
+
+    ``cells`` maps (row label, column label) to the raw cell; labels absent from ``devices`` (NICs)
+    still join components.
+    """
+    order: list[str] = []
+    parent: dict[str, str] = {}
+
+    def find(x: str) -> str:
+        parent.setdefault(x, x)
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    touched: set[str] = set()
+    for (a, b), cell in cells.items():
+        if a == b or cell.strip().upper() != "PIX":
+            continue
+        touched.update((a, b))
+        ra, rb = find(a), find(b)
+        if ra != rb:
+            parent[rb] = ra
+    labels = list(devices)
+    order = [label for label in labels]
+    result: dict[str, str] = {}
+    first_of: dict[str, str] = {}
+    for label in order:
+        if label not in touched:
+            result[label] = ""
+            continue
+        root = find(label)
+        first_of.setdefault(root, label)
+        result[label] = f"pix-{first_of[root]}"
+    return result

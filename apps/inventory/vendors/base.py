@@ -25,6 +25,12 @@ class ParsedDevice:
     pci_device_id: str | None = None  # e.g. "0x20B2"
     mig_enabled: bool | None = None
     partitions: list[dict[str, Any]] = field(default_factory=list)  # MIG instances etc.
+    # PCIe switch the card sits behind, derived from topology reports (see adapter.pix_switch_ids);
+    # "" = the report says it shares no switch, None = the report does not say.
+    pcie_switch: str | None = None
+    # MIG GPU-instance profiles from nvidia-smi mig -lgip / -lgipp: [{"id", "name", "memory_mib",
+    # "max_instances", "free_instances", "placements": [{"start", "size"}] | None}]; None = not a MIG listing.
+    mig_profiles: list[dict[str, Any]] | None = None
     utilization_pct: float | None = None
     memory_used_mib: int | None = None
     temperature_c: float | None = None
@@ -52,6 +58,8 @@ class ParsedReport:
     # Topology extras: NIC legend, CPU/NUMA affinity per GPU, ...
     topology: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    # The kind the caller asked for: "auto" when the kind was recognised from the content.
+    requested_kind: str | None = None
 
     NODE_KEYS: ClassVar[tuple[str, ...]] = (
         "driver_version",
@@ -67,13 +75,21 @@ class ParsedReport:
             self.node.setdefault(key, None)
 
     def as_dict(self) -> dict[str, Any]:
-        """The ``--dry-run --json`` shape: {"node": {...}, "devices": [...], "links": [...]}."""
+        """The ``--dry-run --json`` shape: {"node": {...}, "devices": [...], "links": [...], "mig_profiles": [...]}.
+
+        ``kind`` is the kind that was parsed; ``requested_kind`` is "auto" when it was recognised from
+        the content. ``mig_profiles`` is empty except for MIG listings (one entry per GPU and profile).
+        """
         return {
             "vendor": self.vendor,
             "kind": self.kind,
+            "requested_kind": self.requested_kind or self.kind,
             "node": dict(self.node),
             "devices": [asdict(d) for d in self.devices],
             "links": [asdict(link) for link in self.links],
+            "mig_profiles": [
+                {"gpu": d.index, **profile} for d in self.devices for profile in (d.mig_profiles or [])
+            ],
             "full_inventory": self.full_inventory,
             "topology": self.topology,
             "warnings": list(self.warnings),

@@ -3,14 +3,14 @@
 from django.core.management.base import BaseCommand
 from django.db import transaction
 
-from apps.accounts import demo as accounts_demo
-from apps.billing import demo as billing_demo
 from apps.catalog.services import catalog_sync, compute_template_sync_builtin
-from apps.inventory import demo as inventory_demo
-from apps.jobs import demo as jobs_demo
-from apps.migration import demo as migration_demo
-from apps.quotas import demo as quotas_demo
-from apps.rollout import demo as rollout_demo
+from apps.demo import accounts as accounts_demo
+from apps.demo import billing as billing_demo
+from apps.demo import inventory as inventory_demo
+from apps.demo import jobs as jobs_demo
+from apps.demo import migration as migration_demo
+from apps.demo import quotas as quotas_demo
+from apps.demo import rollout as rollout_demo
 from apps.scheduling.services import scheduling_cycle_run
 
 
