@@ -330,8 +330,8 @@ class Bill(models.Model):
     month = models.DateField(db_index=True)
     state = models.CharField(max_length=10, choices=State.choices, default=State.DRAFT)
     currency = models.CharField(max_length=3, default="CNY")
-    # Showback: compute-unit-hours used; guaranteed CU-hours is filled by the quotas app (hook:
-    # apps.billing.services.guaranteed_cu_hours_hook); null until then.
+    # Showback: compute-unit-hours used; guaranteed CU-hours from the project's quotas
+    # (apps.quotas.selectors.guaranteed_cu_hours); null when the project has no quota.
     used_cu_hours = models.DecimalField(max_digits=18, decimal_places=6, default=Decimal(0))
     guaranteed_cu_hours = models.DecimalField(max_digits=18, decimal_places=6, null=True, blank=True)
     entry_count = models.PositiveIntegerField(default=0)

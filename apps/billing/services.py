@@ -530,6 +530,7 @@ def metering_run(
                 cu_hours = (units * hours).quantize(CU_HOURS_QUANTUM, rounding=ROUND_HALF_UP)
                 entry_basis = UsageBasis.ALLOCATED
                 if basis == UsageBasis.MAX:
+                    # Telemetry's attributed card-busy points; None where it has no window.
                     measured = measured_cu_hours(pk, a, b)
                     if measured is not None and measured > cu_hours:
                         cu_hours = Decimal(measured).quantize(CU_HOURS_QUANTUM, rounding=ROUND_HALF_UP)

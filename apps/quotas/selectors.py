@@ -218,7 +218,7 @@ def guarantee_share_used(*, project: Project, start: dt.datetime, end: dt.dateti
 def guaranteed_cu_hours(*, project: Project, month: dt.date) -> Decimal | None:
     """Guaranteed compute-unit-hours of a project in a calendar month (platform time zone), for the
     bill's quota showback: each quota row's guarantee × the hours of the month it existed. None when
-    the project has no quota. Wired as settings.SUANCHI["BILLING_GUARANTEED_CU_HOURS_HOOK"]."""
+    the project has no quota. Billing's month close reads it (apps.billing.services)."""
     from zoneinfo import ZoneInfo
 
     from django.conf import settings

@@ -563,8 +563,8 @@ def measured_cu_hours(allocation_id: int, start: datetime, end: datetime) -> Dec
     """Measured compute-unit-hours of one allocation over [start, end): the card-busy points the
     attribution gave its job on that card in each 5-minute window × the card's coefficient. None where
     telemetry has no window for it (billing then uses the allocated figure). One source only, so two
-    sources covering the same card never double the figure. Wired as
-    settings.SUANCHI["BILLING_MEASURED_CU_HOURS_HOOK"] (used when the usage basis is "max")."""
+    sources covering the same card never double the figure. Billing's metering reads it when the usage
+    basis is "max" (apps.billing.services.metering_run)."""
     allocation = (
         Allocation.objects.filter(pk=allocation_id)
         .values("job_id", "device_id", "compute_units", "compute_milli")

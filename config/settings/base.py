@@ -304,12 +304,9 @@ SUANCHI = {
     "BILLING_CURRENCY": env.str("SUANCHI_BILLING_CURRENCY", default="CNY"),
     # Idle cost: "none" (not charged), "spread" (over projects by use) or "platform".
     "BILLING_IDLE_POLICY": env.str("SUANCHI_BILLING_IDLE_POLICY", default="none"),
-    # "allocated", or "max" = max(allocated, measured) where BILLING_MEASURED_CU_HOURS_HOOK gives data.
+    # "allocated", or "max" = max(allocated, measured) where telemetry has measured the allocation.
     "BILLING_USAGE_BASIS": env.str("SUANCHI_BILLING_USAGE_BASIS", default="allocated"),
     "BILLING_METERING_LOOKBACK_HOURS": env.int("SUANCHI_BILLING_METERING_LOOKBACK_HOURS", default=72),
-    # Dotted paths of optional hooks (see apps/billing/services.py); empty = not wired.
-    "BILLING_MEASURED_CU_HOURS_HOOK": "apps.telemetry.selectors.measured_cu_hours",
-    "BILLING_GUARANTEED_CU_HOURS_HOOK": "apps.quotas.selectors.guaranteed_cu_hours",
     # Fair share: past usage counts half as much after this many hours (Slurm's default is 7 days).
     "FAIR_SHARE_HALF_LIFE_HOURS": env.float("SUANCHI_FAIR_SHARE_HALF_LIFE_HOURS", default=168.0),
     # Simulated clusters run this many simulated seconds per wall-clock second (the demo speeds up).

@@ -278,7 +278,6 @@ def pix_switch_ids(devices: Iterable[str], cells: Mapping[tuple[str, str], str])
     ``cells`` maps (row label, column label) to the raw cell; labels absent from ``devices`` (NICs)
     still join components.
     """
-    order: list[str] = []
     parent: dict[str, str] = {}
 
     def find(x: str) -> str:
@@ -296,11 +295,9 @@ def pix_switch_ids(devices: Iterable[str], cells: Mapping[tuple[str, str], str])
         ra, rb = find(a), find(b)
         if ra != rb:
             parent[rb] = ra
-    labels = list(devices)
-    order = [label for label in labels]
     result: dict[str, str] = {}
     first_of: dict[str, str] = {}
-    for label in order:
+    for label in devices:
         if label not in touched:
             result[label] = ""
             continue

@@ -33,6 +33,7 @@ from .adapter import (
     normalise_pci_bus_id,
     parse_int,
     parse_number,
+    pix_switch_ids,
     single_int,
     text_lines,
 )
@@ -547,6 +548,9 @@ def parse_nvidia_topo(text: str) -> ParsedReport:
     if unknown:
         report.warnings.append(f"unknown topology cells: {', '.join(sorted(unknown))}")
 
+    switches = pix_switch_ids(
+        gpu_labels, {(row, col): matrix[row][position[col]] for row in columns for col in columns}
+    )
     gpus_topology: dict[int, dict[str, Any]] = {}
     for label in gpu_labels:
         affinity = dict(zip(trailing, tails[label], strict=True))
@@ -556,7 +560,11 @@ def parse_nvidia_topo(text: str) -> ParsedReport:
             "numa_affinity": numa_affinity,
             "gpu_numa_id": single_int(affinity.get("GPU NUMA ID")),
         }
-        report.devices.append(ParsedDevice(index=gpu_index[label], numa_node=single_int(numa_affinity)))
+        report.devices.append(
+            ParsedDevice(
+                index=gpu_index[label], numa_node=single_int(numa_affinity), pcie_switch=switches[label]
+            )
+        )
 
     for a_label in gpu_labels:
         for b_label in gpu_labels:
