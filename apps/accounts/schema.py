@@ -1,4 +1,4 @@
-"""OpenAPI description of our token authentication."""
+"""OpenAPI description of the user-token authentication (drf-spectacular authentication extension)."""
 
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 
@@ -12,5 +12,5 @@ class TokenAuthenticationScheme(OpenApiAuthenticationExtension):
             "type": "apiKey",
             "in": "header",
             "name": "Authorization",
-            "description": 'User or node-agent token: "Token <key>" (or "Bearer <key>").',
+            "description": 'User API token: "Token <key>" (or "Bearer <key>").',
         }

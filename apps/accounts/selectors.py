@@ -5,10 +5,7 @@ from __future__ import annotations
 from django.db.models import QuerySet
 
 from apps.accounts.models import Membership, Project
-
-
-def is_platform_staff(user) -> bool:
-    return bool(getattr(user, "is_authenticated", False) and getattr(user, "is_staff", False))
+from apps.core.permissions import user_is_staff as is_platform_staff  # one staff test (apps.core)
 
 
 def project_list(*, user) -> QuerySet[Project]:

@@ -24,7 +24,7 @@ from typing import Any
 from django.db.models import Max
 from django.utils import timezone
 
-from apps.clusters.manifests import namespace_manifest, workload_manifest
+from apps.clusters.manifests import namespace_manifest, node_patch, workload_manifest
 from apps.clusters.models import PushAction
 from apps.core.tasks import enqueue_on_commit
 from apps.jobs.models import Job
@@ -174,3 +174,9 @@ def request_push(stream: str | int) -> None:
     stream). Never fails the caller: beat's ``push_pending_task`` catches up."""
     stream = job_stream(stream) if isinstance(stream, int) else stream
     enqueue_on_commit(PUSH_STREAM_TASK, stream, queue="push")
+
+
+def node_labels_changed_receive(sender, *, node, **kwargs) -> None:
+    """The ledger changed what a Node should carry: queue its labels-and-taints patch (in the
+    sender's transaction, so it commits with the ledger change)."""
+    push_object_enqueue(cluster=node.cluster, manifest=node_patch(node), verb="patch")

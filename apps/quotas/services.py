@@ -19,7 +19,9 @@ from apps.accounts.selectors import is_platform_staff
 from apps.catalog.models import DeviceModel
 from apps.catalog.selectors import coefficients_on
 from apps.core.audit import change_record_create, snapshot
-from apps.core.errors import Conflict, PermissionDenied, ValidationFailed
+from apps.core.errors import Conflict, ValidationFailed
+from apps.core.permissions import require_staff
+from apps.core.validation import validate
 from apps.inventory.models import Cluster, Device
 from apps.quotas import admission
 from apps.quotas.book import QuotaContext, device_classes, may_cover, request_targets
@@ -42,18 +44,11 @@ FIELDS = (
 )
 UPDATABLE = FIELDS[6:]
 DECIMALS = ("guaranteed_cu", "borrowing_limit_cu", "lending_limit_cu", "over_quota_weight")
+_STAFF_ONLY = "Only platform administrators can change quotas."
 
 
 class QuotaExceeded(Conflict):
     code = "quota_exceeded"
-
-
-def _check_staff(actor) -> None:
-    """Users must be platform staff; a label ("demo-loader", "command") is an internal caller."""
-    if isinstance(actor, str):
-        return
-    if not is_platform_staff(actor):
-        raise PermissionDenied("Only platform administrators can change quotas.")
 
 
 def _decimals(fields: dict[str, Any]) -> None:
@@ -68,14 +63,6 @@ def _decimals(fields: dict[str, Any]) -> None:
             errors[name] = ["not a number"]
     if errors:
         raise ValidationFailed("Quota amounts must be numbers.", details=errors)
-
-
-def _full_clean(quota: Quota) -> None:
-    try:
-        quota.full_clean()
-    except ValidationError as exc:
-        details = {name: [str(m) for m in messages] for name, messages in exc.message_dict.items()}
-        raise ValidationFailed("The quota is invalid.", details=details) from None
 
 
 def _same_class(qs, quota: Quota):
@@ -136,7 +123,7 @@ AUDIT_FIELDS = list(FIELDS)
 
 @transaction.atomic
 def quota_create(*, actor, **fields: Any) -> Quota:
-    _check_staff(actor)
+    require_staff(actor, message=_STAFF_ONLY)
     unknown = set(fields).difference(FIELDS)
     if unknown:
         raise ValidationFailed(
@@ -145,7 +132,7 @@ def quota_create(*, actor, **fields: Any) -> Quota:
     _decimals(fields)
     quota = Quota(**fields)
     _lock_department(quota)  # writers of one department's quotas go one at a time
-    _full_clean(quota)  # includes the one-row-per-owner-and-class constraint
+    validate(quota, what="quota")  # includes the one-row-per-owner-and-class constraint
     _check_department_bound(quota)
     quota.save()
     change_record_create(actor=actor, action="quota.create", obj=quota, after=snapshot(quota, AUDIT_FIELDS))
@@ -155,7 +142,7 @@ def quota_create(*, actor, **fields: Any) -> Quota:
 
 @transaction.atomic
 def quota_update(*, quota: Quota, actor, **fields: Any) -> Quota:
-    _check_staff(actor)
+    require_staff(actor, message=_STAFF_ONLY)
     unknown = set(fields).difference(UPDATABLE)
     if unknown:
         raise ValidationFailed(
@@ -167,7 +154,7 @@ def quota_update(*, quota: Quota, actor, **fields: Any) -> Quota:
     before = snapshot(quota, AUDIT_FIELDS)
     for name, value in fields.items():
         setattr(quota, name, value)
-    _full_clean(quota)
+    validate(quota, what="quota")
     _check_department_bound(quota)
     quota.save()
     change_record_create(
@@ -179,7 +166,7 @@ def quota_update(*, quota: Quota, actor, **fields: Any) -> Quota:
 
 @transaction.atomic
 def quota_delete(*, quota: Quota, actor) -> None:
-    _check_staff(actor)
+    require_staff(actor, message=_STAFF_ONLY)
     quota = Quota.objects.select_for_update().get(pk=quota.pk)
     if (
         quota.department_id

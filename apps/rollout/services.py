@@ -26,12 +26,12 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import models, transaction
 from django.utils import timezone
 
 from apps.core.audit import actor_fields, change_record_create, snapshot
 from apps.core.errors import ApplicationError, Conflict, InvalidTransition, ValidationFailed
+from apps.core.validation import validate, validate_and_save
 from apps.inventory.models import Device, DeviceEvent, Node
 from apps.inventory.services.ledger import device_pool_status_set, node_status_set
 from apps.jobs.models import Job, JobState
@@ -59,23 +59,13 @@ _IN_SERVICE_EXCLUDED = (Device.Health.RETIRED, Device.Health.LOST)
 # helpers
 
 
-def _full_clean(obj: models.Model, *, what: str, exclude: list[str] | None = None) -> None:
-    try:
-        obj.full_clean(exclude=exclude)
-    except DjangoValidationError as exc:
-        details = exc.message_dict if hasattr(exc, "error_dict") else {"__all__": exc.messages}
-        flat = "; ".join(f"{k}: {' '.join(map(str, v))}" for k, v in details.items())
-        raise ValidationFailed(f"{what} is invalid: {flat}", details=details) from None
-
-
 def _save_changes(
     obj: models.Model, changes: dict[str, Any], fields: tuple[str, ...], *, what: str, action: str, actor
 ) -> None:
     """Apply ``changes`` to a locked row, validate, save and audit them (before / after snapshots)."""
     before = snapshot(obj, list(fields))
     _set_fields(obj, changes, fields)
-    _full_clean(obj, what=what)
-    obj.save()
+    validate_and_save(obj, what=what)
     change_record_create(
         actor=actor, action=action, obj=obj, before=before, after=snapshot(obj, list(fields))
     )
@@ -223,8 +213,7 @@ CRITERIA_FIELDS = (
 def soak_criteria_create(*, actor, **fields: Any) -> SoakCriteria:
     criteria = SoakCriteria()
     _set_fields(criteria, fields, CRITERIA_FIELDS)
-    _full_clean(criteria, what="soak criteria")
-    criteria.save()
+    validate_and_save(criteria, what="soak criteria")
     change_record_create(
         actor=actor,
         action="soakcriteria.create",
@@ -289,8 +278,7 @@ def batch_create(*, actor, nodes: list[Node], **fields: Any) -> GrayBatch:
     _set_fields(batch, fields, BATCH_FIELDS)
     nodes = list(nodes or [])
     _check_nodes(nodes)
-    _full_clean(batch, what="gray batch", exclude=["created_by"])
-    batch.save()
+    validate_and_save(batch, what="gray batch", exclude=["created_by"])
     batch.nodes.set(nodes)
     change_record_create(
         actor=actor,
@@ -317,7 +305,7 @@ def batch_update(*, batch: GrayBatch, actor, nodes: list[Node] | None = None, **
     _set_fields(batch, changes, BATCH_FIELDS)
     if nodes is not None:
         _check_nodes(list(nodes))
-    _full_clean(batch, what="gray batch", exclude=["created_by"])
+    validate(batch, what="gray batch", exclude=["created_by"])
     if hasattr(batch, "wave") and batch.layer != batch.wave.layer:
         raise ValidationFailed(
             f"batch {batch.name} is the {batch.wave.get_layer_display()} wave of {batch.wave.plan}; "
@@ -620,7 +608,7 @@ def benchmark_run_record(*, actor, **fields: Any) -> BenchmarkRun:
         raise ValidationFailed(
             "a benchmark run cannot be measured in the future", details={"measured_at": ["future"]}
         )
-    _full_clean(run, what="benchmark run")
+    validate(run, what="benchmark run")
     if run.batch_id and not run.batch.nodes.filter(pk=run.node_id).exists():
         raise ValidationFailed(
             f"node {run.node.name} is not in batch {run.batch.name}", details={"node": [run.node.name]}
@@ -639,8 +627,7 @@ def benchmark_run_record(*, actor, **fields: Any) -> BenchmarkRun:
 @transaction.atomic
 def upgrade_plan_create(*, actor, name: str, description: str = "") -> UpgradePlan:
     plan = UpgradePlan(name=name, description=description)
-    _full_clean(plan, what="upgrade plan")
-    plan.save()
+    validate_and_save(plan, what="upgrade plan")
     change_record_create(actor=actor, action="upgradeplan.create", obj=plan, after={"name": name})
     return plan
 
@@ -658,8 +645,7 @@ def upgrade_wave_create(*, actor, plan: UpgradePlan, batch: GrayBatch) -> Upgrad
     if UpgradeWave.objects.filter(batch=batch).exists():
         raise Conflict(f"batch {batch.name} already is a wave", details={"batch": [batch.name]})
     wave = UpgradeWave(plan=plan, batch=batch, layer=layer)
-    _full_clean(wave, what="upgrade wave")
-    wave.save()
+    validate_and_save(wave, what="upgrade wave")
     change_record_create(
         actor=actor,
         action="upgradewave.create",
@@ -699,8 +685,7 @@ def autoscale_policy_create(*, actor, **fields: Any) -> AutoscalePolicy:
     _set_fields(policy, fields, POLICY_FIELDS)
     if policy.job_id and AutoscalePolicy.objects.filter(job_id=policy.job_id).exists():
         raise Conflict(f"job {policy.job} already has an autoscaling policy; change that one")
-    _full_clean(policy, what="autoscaling policy")
-    policy.save()
+    validate_and_save(policy, what="autoscaling policy")
     change_record_create(
         actor=actor, action="autoscalepolicy.create", obj=policy, after=snapshot(policy, list(POLICY_FIELDS))
     )

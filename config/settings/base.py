@@ -200,7 +200,10 @@ else:
 DATA_UPLOAD_MAX_MEMORY_SIZE = 16 * 1024 * 1024
 
 REST_FRAMEWORK = {
+    # Agent keys ("sca_…") first, then user tokens, then the web UI's session. The first class also
+    # answers 401s with WWW-Authenticate: Token (both token classes do).
     "DEFAULT_AUTHENTICATION_CLASSES": [
+        "apps.inventory.authentication.AgentTokenAuthentication",
         "apps.accounts.authentication.TokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],

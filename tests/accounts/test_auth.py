@@ -116,3 +116,49 @@ def test_csrf_is_enforced_on_session_posts(make_user):
     response = client.post("/api/accounts/tokens/", {"name": "x"})
     assert response.status_code == 403
     assert "CSRF" in response.json()["error"]["message"]
+
+
+def _request(authorization: str):
+    from rest_framework.test import APIRequestFactory
+
+    return APIRequestFactory().get("/api/accounts/me/", HTTP_AUTHORIZATION=authorization)
+
+
+def test_user_token_authentication_leaves_agent_keys_and_other_schemes_to_the_next_class():
+    from apps.accounts.authentication import TokenAuthentication
+
+    auth = TokenAuthentication()
+    # An agent key is the inventory's (apps.inventory.authentication), never looked up as a user token.
+    assert auth.authenticate(_request("Token sca_" + "x" * 43)) is None
+    assert auth.authenticate(_request("Basic dXNlcjpwdw==")) is None
+
+
+@pytest.mark.parametrize(
+    ("header", "message"),
+    [
+        ("Token", "expected 'Token <key>'"),
+        ("Token a b", "expected 'Token <key>'"),
+        ("Token sc_x", "Invalid or revoked"),
+    ],
+)
+def test_a_malformed_or_unknown_user_token_is_a_401_that_says_why(api_client, header, message):
+    api_client.credentials(HTTP_AUTHORIZATION=header)
+    response = api_client.get("/api/accounts/me/")
+    assert response.status_code == 401
+    assert message in response.json()["error"]["message"]
+    # The first authentication class names the scheme a client should use.
+    assert response["WWW-Authenticate"] == "Token"
+
+
+def test_an_expired_user_token_is_refused(api_client, make_user):
+    import datetime as dt
+
+    from django.utils import timezone
+
+    user = make_user()
+    token, key = api_token_create(user=user, name="ci", actor=user)
+    ApiToken.objects.filter(pk=token.pk).update(expires_at=timezone.now() - dt.timedelta(seconds=1))
+    api_client.credentials(HTTP_AUTHORIZATION=f"Token {key}")
+    response = api_client.get("/api/accounts/me/")
+    assert response.status_code == 401
+    assert response.json()["error"]["message"] == "Token expired."

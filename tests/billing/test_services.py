@@ -217,7 +217,7 @@ def test_closing_gives_every_active_project_a_finalized_bill(
     bills = {b.project.slug: b for b in Bill.objects.filter(period=period).select_related("project")}
     assert set(bills) == {"vision", "idle-project"}
     assert bills["vision"].total == Decimal("30.00")
-    assert bills["vision"].guaranteed_cu_hours is None  # the quotas hook is not wired yet
+    assert bills["vision"].guaranteed_cu_hours is None  # the project has no quota
     assert bills["idle-project"].total == Decimal("0") and bills["idle-project"].state == "finalized"
     assert idle.pk == bills["idle-project"].project_id
     assert ChangeRecord.objects.filter(action="billing.month_close", object_id=str(period.pk)).exists()
@@ -415,42 +415,52 @@ def test_idle_cost_charged_to_the_platform_stays_off_project_bills(
     assert Bill.objects.get(project=project).idle_share_amount == 0
 
 
-def doubled_measurement(allocation_id, start, end):
-    """A stand-in telemetry attribution for the hook test: twice the allocated CU over the slice."""
-    from apps.jobs.models import Allocation
-
-    units = Allocation.objects.get(pk=allocation_id).compute_units
-    return units * Decimal((end - start).total_seconds()) / Decimal(3600) * 2
-
-
-def guaranteed_forty(*, project, month):
-    return Decimal("40")
-
-
-def test_usage_basis_max_bills_the_measured_figure_where_it_is_higher(
-    settings, project, devices, make_job, make_allocation, flat_rate
+def test_usage_basis_max_bills_telemetrys_measured_figure_where_it_is_higher(
+    project, devices, make_job, make_allocation, flat_rate
 ):
-    settings.SUANCHI = {
-        **settings.SUANCHI,
-        "BILLING_MEASURED_CU_HOURS_HOOK": "tests.billing.test_services.doubled_measurement",
-    }
-    make_allocation(make_job(project), devices[0], local(2026, 9, 1, 0), local(2026, 9, 1, 2))
+    from datetime import timedelta
+
+    from apps.telemetry.models import JobUtilization
+
+    job = make_job(project)
+    # Half an A100 (coefficient 1.0): 0.5 CU allocated for three hours.
+    allocation = make_allocation(job, devices[0], local(2026, 9, 1, 0), local(2026, 9, 1, 3), milli=500)
+    assert allocation.compute_units == Decimal("0.5000")
+    # Telemetry attributed 80 busy points in the first hour (0.8 CU-h > 0.5), 30 in the second
+    # (0.3 < 0.5) and nothing in the third.
+    for hour, busy in ((0, 80.0), (1, 30.0)):
+        for i in range(12):
+            JobUtilization.objects.create(
+                job=job,
+                device=devices[0],
+                window_start=local(2026, 9, 1, hour) + timedelta(minutes=5 * i),
+                source="prom:a",
+                quality="exact",
+                share=0.5,
+                busy_pct=busy,
+                project_id_snapshot=project.pk,
+            )
     services.metering_run(start=local(2026, 9, 1), end=local(2026, 9, 2), basis="max")
-    entries = list(UsageEntry.objects.all())
-    assert {(e.basis, e.cu_hours, e.amount) for e in entries} == {("max", Decimal("2"), Decimal("20"))}
+    entries = [(e.basis, e.cu_hours, e.amount) for e in UsageEntry.objects.order_by("slice_start")]
+    assert entries == [
+        ("max", Decimal("0.8"), Decimal("8")),
+        ("allocated", Decimal("0.5"), Decimal("5")),
+        ("allocated", Decimal("0.5"), Decimal("5")),
+    ]
 
 
-def test_the_guaranteed_cu_hours_hook_fills_the_showback(
-    settings, project, devices, make_job, make_allocation, flat_rate
+def test_the_projects_quota_fills_the_guaranteed_cu_hours_showback(
+    project, devices, make_job, make_allocation, flat_rate
 ):
-    settings.SUANCHI = {
-        **settings.SUANCHI,
-        "BILLING_GUARANTEED_CU_HOURS_HOOK": "tests.billing.test_services.guaranteed_forty",
-    }
+    from apps.quotas.models import Quota
+
+    quota = Quota.objects.create(project=project, resource_class="any", guaranteed_cu=Decimal("2"))
+    Quota.objects.filter(pk=quota.pk).update(created_at=local(2026, 8, 15))
     make_allocation(make_job(project), devices[0], local(2026, 9, 1, 0), local(2026, 9, 1, 2))
     services.month_close(month=SEP, actor="test")
     bill = Bill.objects.get(project=project)
-    assert (bill.guaranteed_cu_hours, bill.used_cu_hours) == (Decimal("40"), Decimal("2"))
+    # September has 30 days: 2 CU guaranteed × 720 hours.
+    assert (bill.guaranteed_cu_hours, bill.used_cu_hours) == (Decimal("1440"), Decimal("2"))
 
 
 def test_metering_and_closing_exclude_each_other(project, devices, make_job, make_allocation, flat_rate):

@@ -94,6 +94,43 @@ def test_an_agent_token_posts_reports_for_its_cluster_and_nothing_else(api_clien
     assert other.status_code == 403
 
 
+def test_agent_authentication_leaves_user_keys_alone_and_refuses_unknown_agent_keys(
+    api_client, cluster, make_user
+):
+    from rest_framework.test import APIRequestFactory
+
+    from apps.accounts.services import api_token_create
+    from apps.inventory.authentication import AgentPrincipal, AgentTokenAuthentication
+
+    user = make_user()
+    _, user_key = api_token_create(user=user, name="ci", actor=user)
+    factory = APIRequestFactory()
+    auth = AgentTokenAuthentication()
+    assert auth.authenticate(factory.get("/", HTTP_AUTHORIZATION=f"Token {user_key}")) is None
+    key = agent_key(cluster)
+    principal, token = auth.authenticate(factory.get("/", HTTP_AUTHORIZATION=f"Bearer {key}"))
+    assert isinstance(principal, AgentPrincipal) and principal.cluster == cluster
+    assert token.last_used_at is None and AgentToken.objects.get(pk=token.pk).last_used_at is not None
+    # Through the API: a user key still reaches its user, an unknown agent key is a 401 that says so.
+    api_client.credentials(HTTP_AUTHORIZATION=f"Token {user_key}")
+    assert api_client.get("/api/accounts/me/").json()["username"] == user.username
+    api_client.credentials(HTTP_AUTHORIZATION="Token sca_" + "x" * 43)
+    response = api_client.get("/api/inventory/devices/")
+    assert response.status_code == 401
+    assert response.json()["error"]["message"] == "Invalid or revoked agent token."
+    assert response["WWW-Authenticate"] == "Token"
+
+
+def test_the_schema_describes_the_user_and_the_agent_token_schemes(api_client, staff_user):
+    import yaml
+
+    api_client.force_authenticate(staff_user)
+    schema = yaml.safe_load(api_client.get("/api/schema/").content)
+    schemes = schema["components"]["securitySchemes"]
+    assert {"tokenAuth", "agentTokenAuth"} <= set(schemes)
+    assert "sca_" in schemes["agentTokenAuth"]["description"]
+
+
 def test_a_member_cannot_post_node_reports(api_client, fleet):
     api_client.force_authenticate(fleet["alice"])
     response = api_client.post(

@@ -163,19 +163,19 @@ def test_the_cancel_action_goes_through_the_service(staff_client, scheduled):
 def test_allocation_admin_is_read_only_with_filters(staff_client, scheduled):
     job, _waiting = scheduled
     allocation = Allocation.objects.filter(job=job).first()
-    listing = staff_client.get("/admin/scheduling/allocation/")
+    listing = staff_client.get("/admin/jobs/allocation/")
     assert listing.status_code == 200 and "llm" in listing.content.decode()
-    active = staff_client.get("/admin/scheduling/allocation/", {"active": "yes"}).content.decode()
-    released = staff_client.get("/admin/scheduling/allocation/", {"active": "no"}).content.decode()
+    active = staff_client.get("/admin/jobs/allocation/", {"active": "yes"}).content.decode()
+    released = staff_client.get("/admin/jobs/allocation/", {"active": "no"}).content.decode()
     assert "llm" in active and "0 allocations" in released
-    by_node = staff_client.get("/admin/scheduling/allocation/", {"node__id__exact": allocation.node_id})
+    by_node = staff_client.get("/admin/jobs/allocation/", {"node__id__exact": allocation.node_id})
     assert by_node.status_code == 200
-    by_job = staff_client.get("/admin/scheduling/allocation/", {"job__id__exact": job.pk})
+    by_job = staff_client.get("/admin/jobs/allocation/", {"job__id__exact": job.pk})
     assert by_job.status_code == 200 and "llm" in by_job.content.decode()
-    change = staff_client.get(f"/admin/scheduling/allocation/{allocation.pk}/change/")
+    change = staff_client.get(f"/admin/jobs/allocation/{allocation.pk}/change/")
     assert change.status_code == 200 and 'name="memory_mib"' not in change.content.decode()
-    assert staff_client.get("/admin/scheduling/allocation/add/").status_code == 403
-    assert staff_client.post(f"/admin/scheduling/allocation/{allocation.pk}/delete/").status_code == 403
+    assert staff_client.get("/admin/jobs/allocation/add/").status_code == 403
+    assert staff_client.post(f"/admin/jobs/allocation/{allocation.pk}/delete/").status_code == 403
 
 
 def test_decision_trace_admin_pretty_prints_the_steps(staff_client, scheduled):

@@ -2,7 +2,7 @@
 
 Vendor labels come from the vendor adapter of the node's cards; Suanchi's own labels name the pool
 and cluster. Taints keep the ledger's state taints (maintenance, quarantine: ``suanchi.io/*``) and
-replace the vendor taint. Pushing them to Kubernetes is the worker's job; this keeps the ledger true.
+replace the vendor taint. Pushing them to Kubernetes is the clusters app's job (``node_labels_changed``); this keeps the ledger true.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from django.db import transaction
 
 from apps.core.audit import actor_fields, change_record_create
 from apps.inventory.models import Device, DeviceEvent, Node
+from apps.inventory.signals import node_labels_changed
 from apps.inventory.vendors import ADAPTERS
 
 SUANCHI_PREFIX = "suanchi.io/"
@@ -71,9 +72,7 @@ def node_labels_apply(*, node: Node, actor) -> bool:
 
 
 def node_push_enqueue(node: Node) -> None:
-    """Write the node's ledger labels and taints to the push outbox (inside the caller's transaction);
-    the worker patches the Kubernetes Node after commit. Only the newest pending patch is pushed."""
-    from apps.clusters.manifests import node_patch
-    from apps.clusters.outbox import push_object_enqueue
-
-    push_object_enqueue(cluster=node.cluster, manifest=node_patch(node), verb="patch")
+    """Ask for the node's ledger labels and taints to reach Kubernetes (inside the caller's
+    transaction): the clusters app, which owns the push outbox, writes the Node patch on this signal
+    and the worker applies it after commit. Only the newest pending patch is pushed."""
+    node_labels_changed.send(sender=Node, node=node)

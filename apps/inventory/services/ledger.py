@@ -52,7 +52,6 @@ import unicodedata
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import IntegrityError, models, transaction
 from django.db.models import Q, QuerySet
 from django.utils import timezone
@@ -64,6 +63,7 @@ from apps.core.audit import actor_fields, change_record_create, snapshot
 from apps.core.errors import ApplicationError, Conflict, InvalidTransition, ValidationFailed
 from apps.core.exports import formula_escape, xlsx_append
 from apps.core.models import BackgroundRun
+from apps.core.validation import validate, validate_and_save
 from apps.inventory.models import Cluster, Device, DeviceEvent, Node, Pool
 
 __all__ = [
@@ -153,23 +153,13 @@ MAX_IMPORT_ROWS = 20_000
 # helpers
 
 
-def _full_clean(obj: models.Model, *, what: str) -> None:
-    try:
-        obj.full_clean()
-    except DjangoValidationError as exc:
-        details = exc.message_dict if hasattr(exc, "error_dict") else {"__all__": exc.messages}
-        flat = "; ".join(f"{k}: {' '.join(v)}" for k, v in details.items())
-        raise ValidationFailed(f"{what} is invalid: {flat}", details=details)
-
-
 def _save_fields(obj: Node | Device, values: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """Set ``values`` on a locked row, validate and save them: (before, after) snapshots of those fields."""
     fields = list(values)
     before = snapshot(obj, fields)
     for name, value in values.items():
         setattr(obj, name, value)
-    _full_clean(obj, what=f"{obj._meta.model_name} {obj}")
-    obj.save(update_fields=[*fields, "updated_at"])
+    validate_and_save(obj, what=f"{obj._meta.model_name} {obj}", update_fields=[*fields, "updated_at"])
     return before, snapshot(obj, fields)
 
 
@@ -307,10 +297,8 @@ def _lock_device(device: Device) -> Device:
 
 def _active_allocation_jobs(device: Device) -> list[str]:
     """Names of jobs holding an active allocation on the card (scheduling builds on the ledger)."""
-    from apps.jobs.models import Allocation
-
     rows = (
-        Allocation.objects.filter(device=device, released_at__isnull=True)
+        device.allocations.filter(released_at__isnull=True)
         .values_list("job__project__slug", "job__name")
         .distinct()
     )
@@ -516,7 +504,7 @@ def device_update(*, device: Device, actor, **fields: Any) -> Device:
     if "device_model" in changes:
         # The flag follows the model: a named model is recognised, no model is not.
         locked.model_unrecognized = locked.device_model_id is None
-    _full_clean(locked, what=f"device {locked}")
+    validate(locked, what=f"device {locked}")
     after = snapshot(locked, changed)
     diff_fields = [name for name in changed if before[name] != after[name]]
     locked.save(update_fields=[*diff_fields, "updated_at"])
@@ -1109,8 +1097,7 @@ class _Importer:
                 taints=_taints_for([], status),
                 **plan.values,
             )
-            _full_clean(node, what=f"node {plan.name}")
-            node.save()
+            validate_and_save(node, what=f"node {plan.name}")
             plan.node, plan.action = node, "created"
             _record(
                 node,
@@ -1148,8 +1135,7 @@ class _Importer:
             return
         if dp.device is None:
             device = Device(node=node, vendor=dp.vendor, index=dp.index, **dp.values)
-            _full_clean(device, what=f"device {dp.vendor}#{dp.index} on node {node.name}")
-            device.save()
+            validate_and_save(device, what=f"device {dp.vendor}#{dp.index} on node {node.name}")
             _record(
                 device,
                 action="device.import",

@@ -5,12 +5,11 @@ from __future__ import annotations
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import transaction
 
+from apps.accounts.authentication import AGENT_KEY_PREFIX
 from apps.accounts.models import ApiToken
 from apps.core.audit import change_record_create
 from apps.core.errors import ValidationFailed
 from apps.inventory.models import AgentToken, Cluster
-
-AGENT_KEY_PREFIX = "sca"  # TokenAuthentication treats "sca_..." keys as agent tokens
 
 
 @transaction.atomic

@@ -30,6 +30,7 @@ from .adapter import (
     normalise_pci_bus_id,
     parse_number,
     single_int,
+    text_lines,
 )
 from .base import ParsedDevice, ParsedLink, ParsedReport
 
@@ -187,6 +188,266 @@ def _card(index: int, key: str, card: dict[str, Any]) -> ParsedDevice:
 
 
 # ===================================================================================================
+# rocm-smi --showtopo (text and --json); hy-smi --showtopo reuses the text reader
+# ===================================================================================================
+#
+# Text layout (rocm_smi.py showWeightTopology / showHopsTopology / showTypeTopology / showNumaTopology,
+# ROCm/rocm_smi_lib python_smi_tools), one matrix per section between ``=`` rules:
+#
+#   ============================ ROCm System Management Interface ============================
+#   ================================ Weight between two GPUs =================================
+#          GPU0         GPU1
+#   GPU0   0            15
+#   GPU1   15           0
+#   ================================= Hops between two GPUs ==================================
+#   ...
+#   =============================== Link Type between two GPUs ===============================
+#          GPU0         GPU1
+#   GPU0   0            XGMI
+#   ...
+#   ======================================= Numa Nodes =======================================
+#   GPU[0]		: (Topology) Numa Node: 0
+#   GPU[0]		: (Topology) Numa Affinity: 0
+#   ================================== End of ROCm SMI Log ===================================
+#
+# Older releases print "GPU 0          : (Topology) Numa Node: 0". With --json the same facts are
+# ``card<N>: {"(Topology) Numa Node": "0", ...}`` and ``system: {"(Topology) Link type between DRM
+# devices 0 and 1": "XGMI", ... Weight ..., ... Hops ...}`` (upper triangle only; formatMatrixToJSON).
+# As for rocm-smi-json, only XGMI pairs become links; every pair is kept in topology["pairs"].
+
+KIND_TOPO = "rocm-smi-topo"
+_RULE_TITLE = re.compile(r"=+\s*(?P<title>.*?)\s*=+")
+_MATRIX_TITLE = re.compile(
+    r"(?P<what>Weight|Hops|Link Type|Access) between two (?P<word>\w+?)s", re.IGNORECASE
+)
+_NUMA_LINE = re.compile(
+    r"(?P<word>[A-Z]+)\s*\[?\s*(?P<index>\d+)\s*\]?\s*:\s*\(Topology\) Numa (?P<what>Node|Affinity)\s*:?\s*(?P<value>\S+)",
+    re.IGNORECASE,
+)
+
+
+def parse_rocm_smi_topo(text: str) -> ParsedReport:
+    stripped = ensure_text(text, kind=KIND_TOPO).strip()
+    if stripped.startswith("{"):
+        return _topo_json(text)
+    return parse_smi_topology_text(
+        text, kind=KIND_TOPO, vendor=VENDOR, banner="ROCm System Management Interface", words=("GPU",)
+    )
+
+
+def parse_smi_topology_text(
+    text: str,
+    *,
+    kind: str,
+    vendor: str,
+    banner: str,
+    words: tuple[str, ...],
+    refuse_banner: str | None = None,
+) -> ParsedReport:
+    """The rocm-smi style ``--showtopo`` text (also DTK's hy-smi, whose labels may read HCU/DCU)."""
+    lines = text_lines(text, kind=kind)
+    banner_no = next((n for n, line in enumerate(lines, start=1) if banner in line), None)
+    if banner_no is None or (refuse_banner and refuse_banner in lines[banner_no - 1]):
+        first = next((n for n, line in enumerate(lines, start=1) if line.strip()), 1)
+        fail_line(
+            first,
+            f"no '=== {banner} ===' rule; is this {kind.replace('-topo', '')} --showtopo output?",
+            kind=kind,
+            text=lines[first - 1],
+        )
+    label_re = re.compile(rf"(?:{'|'.join(words)})(\d+)")
+    matrices: dict[str, dict[tuple[int, int], str]] = {}
+    numa: dict[int, dict[str, int | None]] = {}
+    seen_devices: set[int] = set()
+    section: str | None = None
+    header: list[int] | None = None
+    header_no = 0
+    rows_seen: dict[int, int] = {}
+    end_no = None
+
+    def close_matrix(at: int) -> None:
+        if section and header is not None:
+            missing = [i for i in header if i not in rows_seen]
+            if missing:
+                fail_line(
+                    at,
+                    f"section {section!r} ends before the row for device {missing[0]} (truncated?)",
+                    kind=kind,
+                )
+
+    for n in range(banner_no + 1, len(lines) + 1):
+        line = lines[n - 1]
+        stripped = line.strip()
+        if not stripped:
+            continue
+        rule = _RULE_TITLE.fullmatch(stripped)
+        if rule is not None or re.fullmatch(r"=+", stripped):
+            close_matrix(n)
+            title = rule["title"] if rule is not None else ""
+            if title.startswith("End of"):
+                end_no = n
+                break
+            section, header, rows_seen = title or section, None, {}
+            continue
+        if section is None:
+            fail_line(
+                n,
+                f"expected a topology section ('=== Link Type between two {words[0]}s ===', 'Numa Nodes', ...); "
+                f"is this {kind.replace('-topo', '')} --showtopo output?",
+                kind=kind,
+                text=line,
+            )
+        if _MATRIX_TITLE.fullmatch(section):
+            tokens = stripped.split()
+            if header is None:
+                matches = [label_re.fullmatch(t) for t in tokens]
+                if not all(matches):
+                    fail_line(
+                        n,
+                        f"expected the {section!r} header ({words[0]}0 {words[0]}1 ...)",
+                        kind=kind,
+                        text=line,
+                    )
+                header = [int(m.group(1)) for m in matches]
+                header_no = n
+                seen_devices.update(header)
+                continue
+            row = label_re.fullmatch(tokens[0])
+            if row is None or int(row.group(1)) not in header:
+                fail_line(
+                    n,
+                    f"row label {tokens[0]!r} is not a column of the header (line {header_no})",
+                    kind=kind,
+                    text=line,
+                )
+            a = int(row.group(1))
+            if a in rows_seen:
+                fail_line(
+                    n,
+                    f"row {tokens[0]} appears twice in {section!r} (first on line {rows_seen[a]})",
+                    kind=kind,
+                    text=line,
+                )
+            if len(tokens) - 1 != len(header):
+                fail_line(n, f"expected {len(header)} cells, got {len(tokens) - 1}", kind=kind, text=line)
+            rows_seen[a] = n
+            what = _MATRIX_TITLE.fullmatch(section)["what"].lower()
+            for b, cell in zip(header, tokens[1:], strict=True):
+                if a != b:
+                    matrices.setdefault(what, {})[(a, b)] = cell
+            continue
+        if section.lower().startswith("numa"):
+            match = _NUMA_LINE.fullmatch(stripped)
+            if match is None or match["word"].upper() not in words:
+                fail_line(n, f"expected '{words[0]}[<n>] : (Topology) Numa Node: <n>'", kind=kind, text=line)
+            index = int(match["index"])
+            seen_devices.add(index)
+            numa.setdefault(index, {})[match["what"].lower()] = single_int(match["value"])
+            continue
+        # Other sections (access matrices in another layout, future additions) are skipped.
+    if end_no is None:
+        close_matrix(len(lines))
+        fail_line(len(lines), "no '=== End of ... SMI Log ===' rule: the output is truncated", kind=kind)
+    if not seen_devices:
+        fail_line(end_no, "no topology section lists a device", kind=kind)
+
+    report = ParsedReport(vendor=vendor, kind=kind, full_inventory=False)
+    for index in sorted(seen_devices):
+        report.devices.append(ParsedDevice(index=index, numa_node=numa.get(index, {}).get("node")))
+    pairs = _pairs_from(
+        link_types=matrices.get("link type", {}),
+        weights=matrices.get("weight", {}),
+        hops=matrices.get("hops", {}),
+    )
+    _xgmi_links(report, pairs)
+    report.topology = {
+        "pairs": [pairs[k] for k in sorted(pairs)],
+        "numa_affinity": {i: v.get("affinity") for i, v in sorted(numa.items())},
+    }
+    return report
+
+
+def _pairs_from(*, link_types, weights, hops) -> dict[tuple[int, int], dict[str, Any]]:
+    pairs: dict[tuple[int, int], dict[str, Any]] = {}
+    for source, key in ((link_types, "link_type"), (weights, "weight"), (hops, "hops")):
+        for (a, b), raw in source.items():
+            lo, hi = min(a, b), max(a, b)
+            entry = pairs.setdefault(
+                (lo, hi), {"a": lo, "b": hi, "link_type": None, "weight": None, "hops": None}
+            )
+            value = na(raw)
+            if key == "link_type":
+                entry[key] = entry[key] or (value.upper() if value else None)
+            elif entry[key] is None:
+                entry[key] = single_int(value)
+    return pairs
+
+
+def _xgmi_links(report: ParsedReport, pairs: dict[tuple[int, int], dict[str, Any]]) -> None:
+    known = {d.index for d in report.devices}
+    for (a, b), entry in sorted(pairs.items()):
+        if entry["link_type"] == "XGMI":
+            if a not in known or b not in known:
+                report.warnings.append(f"XGMI link {a}-{b} names a card that is not in the report")
+                continue
+            report.links.append(ParsedLink(a=a, b=b, link="XGMI"))
+
+
+def _topo_json(text: str) -> ParsedReport:
+    kind = KIND_TOPO
+    if too_deep(text):
+        fail(f"JSON nested deeper than {MAX_JSON_DEPTH} levels", kind=kind)
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        fail_line(exc.lineno, f"invalid JSON at column {exc.colno}: {exc.msg}", kind=kind, column=exc.colno)
+    if not isinstance(data, dict):
+        fail_element(
+            "<root>",
+            f"expected a JSON object keyed card0..N and system, got {type(data).__name__}",
+            kind=kind,
+        )
+    report = ParsedReport(vendor=VENDOR, kind=kind, full_inventory=False)
+    numa_affinity: dict[int, int | None] = {}
+    for key, value in data.items():
+        match = _CARD.fullmatch(key)
+        if match is None:
+            continue
+        if not isinstance(value, dict):
+            fail_element(key, f"expected an object, got {type(value).__name__}", kind=kind)
+        index = int(match.group(1))
+        report.devices.append(
+            ParsedDevice(index=index, numa_node=single_int(_str(_get(value, "(Topology) Numa Node"))))
+        )
+        numa_affinity[index] = single_int(_str(_get(value, "(Topology) Numa Affinity")))
+    system = data.get("system", {})
+    if not isinstance(system, dict):
+        fail_element("system", f"expected an object, got {type(system).__name__}", kind=kind)
+    sources: dict[str, dict[tuple[int, int], str]] = {"link type": {}, "weight": {}, "hops": {}}
+    for name, raw in system.items():
+        match = _TOPOLOGY.fullmatch(name)
+        if match is None:
+            continue
+        a, b = int(match.group(2)), int(match.group(3))
+        if a != b:
+            sources[match.group(1).lower()][(a, b)] = _str(raw) or ""
+    if not report.devices and not any(sources.values()):
+        fail_element("<root>", "no card0..N entries and no (Topology) pairs in system", kind=kind)
+    known = {d.index for d in report.devices}
+    for pair_source in sources.values():
+        for a, b in pair_source:
+            for index in (a, b):
+                if index not in known:
+                    known.add(index)
+                    report.devices.append(ParsedDevice(index=index))
+    report.devices.sort(key=lambda d: d.index)
+    pairs = _pairs_from(link_types=sources["link type"], weights=sources["weight"], hops=sources["hops"])
+    _xgmi_links(report, pairs)
+    report.topology = {"pairs": [pairs[k] for k in sorted(pairs)], "numa_affinity": numa_affinity}
+    return report
+
+
+# ===================================================================================================
 # Adapter
 # ===================================================================================================
 
@@ -218,4 +479,4 @@ class AmdAdapter(VendorAdapter):
         "path": "/metrics",
         "metric_prefix": "",  # CommonConfig.MetricsFieldPrefix, e.g. "amd_" in the example config
     }
-    parsers = {KIND: parse_rocm_smi_json}
+    parsers = {KIND: parse_rocm_smi_json, KIND_TOPO: parse_rocm_smi_topo}

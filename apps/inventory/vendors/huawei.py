@@ -37,12 +37,14 @@ from .adapter import (
     na,
     normalise_pci_bus_id,
     parse_number,
+    pix_switch_ids,
     text_lines,
 )
-from .base import ParsedDevice, ParsedReport
+from .base import ParsedDevice, ParsedLink, ParsedReport
 
 VENDOR = "huawei"
 KIND = "npu-smi"
+KIND_TOPO = "npu-smi-topo"
 
 _BANNER = re.compile(r"npu-smi\s+(?P<smi>\S+)\s+Version:\s*(?P<driver>\S+)", re.IGNORECASE)
 _NO_PROCESS = re.compile(r"No running processes found in NPU\s+(\d+)", re.IGNORECASE)
@@ -308,6 +310,141 @@ def _process_line(cells: list[str]) -> tuple[tuple[int, int], dict[str, Any]] | 
 
 
 # ===================================================================================================
+# npu-smi info -t topo
+# ===================================================================================================
+#
+# Layout (Huawei "npu-smi info -t topo" in the Ascend npu-smi command reference, EDOC1100079287):
+#
+#            NPU0       NPU1       ...       CPU Affinity
+#   NPU0     X          HCCS       ...       144-167
+#   ...
+#   Legend:
+#     X    = Self
+#     SYS  = Path traversing PCIe and NUMA nodes. ...   PHB, PIX, PXB, HCCS, SIO, HCCS_SW, NA
+#
+# A3 / Ascend910_93 servers label rows and columns ``Phy-ID<n>`` (the chip's physical id, which the
+# ``npu-smi info`` parser also uses as the device index); Atlas 800 A2 label them ``NPU<n>``.
+# Every off-diagonal pair becomes a link with the raw cell, except ``NA`` (unknown relationship).
+# The tool prints a CPU affinity but no NUMA node, so ``numa_node`` stays None.
+
+_TOPO_LABEL = re.compile(r"(?:NPU|Phy-ID)(\d+)", re.IGNORECASE)
+_TOPO_CELLS = frozenset({"X", "HCCS", "HCCS_SW", "SIO", "PIX", "PXB", "PHB", "SYS", "NA"})
+
+
+def parse_npu_smi_topo(text: str) -> ParsedReport:
+    kind = KIND_TOPO
+    lines = text_lines(text, kind=kind)
+    header_no = None
+    for n, line in enumerate(lines, start=1):
+        tokens = line.split()
+        if tokens and _TOPO_LABEL.fullmatch(tokens[0]) and line[:1].isspace():
+            header_no = n
+            break
+        if tokens:
+            fail_line(
+                n,
+                "expected the matrix header '   NPU0  NPU1 ... CPU Affinity'; is this npu-smi info -t topo output?",
+                kind=kind,
+                text=line,
+            )
+    if header_no is None:
+        fail_line(len(lines), "no matrix header found", kind=kind)
+    header = lines[header_no - 1].split()
+    trailing = 0
+    if header[-2:] == ["CPU", "Affinity"]:
+        header, trailing = header[:-2], 1
+    if not all(_TOPO_LABEL.fullmatch(label) for label in header):
+        fail_line(
+            header_no, "header cells must be NPU<n> or Phy-ID<n> labels", kind=kind, text=lines[header_no - 1]
+        )
+    if len(set(header)) != len(header):
+        fail_line(header_no, "the header repeats a column", kind=kind, text=lines[header_no - 1])
+
+    rows: dict[str, list[str]] = {}
+    affinity: dict[str, str | None] = {}
+    row_line: dict[str, int] = {}
+    end = len(lines) + 1
+    for n in range(header_no + 1, len(lines) + 1):
+        line = lines[n - 1]
+        tokens = line.split()
+        if not tokens or tokens[0].startswith("Legend"):
+            end = n
+            break
+        label, cells = tokens[0], tokens[1:]
+        if label not in header:
+            fail_line(
+                n,
+                f"row label {label!r} is not a column of the header (line {header_no})",
+                kind=kind,
+                text=line,
+            )
+        if label in rows:
+            fail_line(n, f"row {label} appears twice (first on line {row_line[label]})", kind=kind, text=line)
+        if len(cells) not in (len(header), len(header) + trailing):
+            fail_line(
+                n,
+                f"expected {len(header)} cells ({header[0]}..{header[-1]})"
+                + (" and a CPU affinity" if trailing else "")
+                + f", got {len(cells)}",
+                kind=kind,
+                text=line,
+            )
+        for column, cell in zip(header, cells, strict=False):
+            if cell.upper() not in _TOPO_CELLS:
+                fail_line(
+                    n, f"row {label}, column {column}: {cell!r} is not a topology cell", kind=kind, text=line
+                )
+            if (cell.upper() == "X") != (column == label):
+                fail_line(
+                    n,
+                    f"row {label}, column {column}: {cell!r} where the diagonal X is expected"
+                    if column == label
+                    else f"row {label}, column {column}: 'X' off the diagonal",
+                    kind=kind,
+                    text=line,
+                )
+        rows[label] = cells[: len(header)]
+        affinity[label] = na(cells[len(header)]) if len(cells) > len(header) else None
+        row_line[label] = n
+    missing = [label for label in header if label not in rows]
+    if missing:
+        fail_line(
+            min(end, len(lines)),
+            f"matrix ends before the row for {missing[0]} (truncated output?)",
+            kind=kind,
+        )
+    if end > len(lines):
+        fail_line(len(lines), "no 'Legend:' block after the matrix: the output is truncated", kind=kind)
+
+    index = {label: int(_TOPO_LABEL.fullmatch(label).group(1)) for label in header}
+    if len(set(index.values())) != len(index):
+        fail_line(header_no, "two labels name the same device number", kind=kind, text=lines[header_no - 1])
+    position = {label: k for k, label in enumerate(header)}
+    cells_by_pair = {(a, b): rows[a][position[b]].upper() for a in header for b in header}
+    switches = pix_switch_ids(header, cells_by_pair)
+    report = ParsedReport(vendor=VENDOR, kind=kind, full_inventory=False)
+    for label in header:
+        report.devices.append(ParsedDevice(index=index[label], pcie_switch=switches[label]))
+    for a in header:
+        for b in header:
+            if index[a] >= index[b]:
+                continue
+            cell, back = cells_by_pair[(a, b)], cells_by_pair[(b, a)]
+            if cell != back:
+                report.warnings.append(f"{a}-{b} is {cell} one way and {back} the other")
+            if cell == "NA":
+                continue
+            report.links.append(ParsedLink(a=index[a], b=index[b], link=cell))
+    report.devices.sort(key=lambda d: d.index)
+    report.links.sort(key=lambda link: (link.a, link.b))
+    report.topology = {
+        "labels": header,
+        "cpu_affinity": {index[label]: affinity[label] for label in header},
+    }
+    return report
+
+
+# ===================================================================================================
 # Adapter
 # ===================================================================================================
 
@@ -345,4 +482,4 @@ class HuaweiAdapter(VendorAdapter):
         "default_port": 8082,
         "path": "/metrics",
     }
-    parsers = {KIND: parse_npu_smi}
+    parsers = {KIND: parse_npu_smi, KIND_TOPO: parse_npu_smi_topo}

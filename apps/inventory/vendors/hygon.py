@@ -21,6 +21,7 @@ import re
 from typing import Any
 
 from .adapter import VendorAdapter, fail_line, metric, na, parse_number, text_lines
+from .amd import parse_smi_topology_text
 from .base import ParsedDevice, ParsedReport
 
 VENDOR = "hygon"
@@ -134,6 +135,28 @@ def _row(values: dict[str, str], device_word: str, lineno: int, line: str) -> Pa
 
 
 # ===================================================================================================
+# hy-smi --showtopo
+# ===================================================================================================
+#
+# hy-smi is DTK's fork of rocm-smi: --showtopo prints the rocm-smi sections (weight, hops, link type
+# XGMI/PCIE, NUMA nodes) between "System Management Interface" / "End of SMI Log" rules, with HCU
+# (or DCU) device labels, e.g. "HCU[0]  : (Topology) Numa Node: 0". Read by the rocm-smi reader.
+
+KIND_TOPO = "hy-smi-topo"
+
+
+def parse_hy_smi_topo(text: str) -> ParsedReport:
+    return parse_smi_topology_text(
+        text,
+        kind=KIND_TOPO,
+        vendor=VENDOR,
+        banner="System Management Interface",
+        words=("HCU", "DCU", "GPU"),
+        refuse_banner="ROCm",  # a rocm-smi output describes AMD cards
+    )
+
+
+# ===================================================================================================
 # Adapter
 # ===================================================================================================
 
@@ -164,4 +187,4 @@ class HygonAdapter(VendorAdapter):
         "default_port": 16080,
         "path": "/metrics",
     }
-    parsers = {KIND: parse_hy_smi}
+    parsers = {KIND: parse_hy_smi, KIND_TOPO: parse_hy_smi_topo}

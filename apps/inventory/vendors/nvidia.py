@@ -43,6 +43,8 @@ VENDOR = "nvidia"
 KIND_XML = "nvidia-smi-xml"
 KIND_CSV = "nvidia-smi-csv"
 KIND_TOPO = "nvidia-topo"
+KIND_MIG_LGIP = "nvidia-smi-mig-lgip"
+KIND_MIG_LGIPP = "nvidia-smi-mig-lgipp"
 
 # The agent runs: nvidia-smi --query-gpu=<AGENT_QUERY_FIELDS joined by ","> --format=csv,noheader,nounits
 # A csv report without a header is read in this column order.
@@ -664,6 +666,177 @@ def _topo_nic_legend(lines: list[str], start: int) -> dict[str, str] | None:
 
 
 # ===================================================================================================
+# nvidia-smi mig -lgip / -lgipp
+# ===================================================================================================
+#
+# Formats from the NVIDIA MIG User Guide, "Getting Started with MIG" (docs.nvidia.com/datacenter/
+# tesla/mig-user-guide/, sections "List GPU Instance Profiles" and "Creating GPU Instances"):
+#
+# -lgip: a boxed table, two lines per profile:
+#   |   0  MIG 1g.5gb        19     7/7        4.75       No     14     0     0   |
+#   |                                                             1     0     0   |
+#   columns GPU, Name, ID, Instances Free/Total, Memory (GiB, two decimals), P2P, SM, DEC, ENC, then
+#   CE, JPEG, OFA on the second line.
+# -lgipp: one line per profile, "GPU  0 Profile ID  9 Placements: {0,4}:4" ("Placement :" when there
+#   is one); the syntax is {<start slot>,...}:<slice count>.
+
+_LGIP_ROW = re.compile(
+    r"\|\s*(?P<gpu>\d+)\s+MIG\s+(?P<name>\S+)\s+(?P<id>\d+)\s+(?P<free>\d+)/(?P<total>\d+)\s+"
+    r"(?P<mem>\d+(?:\.\d+)?)\s+(?P<p2p>\S+)\s+(?P<sm>\d+)\s+(?P<dec>\d+)\s+(?P<enc>\d+)\s*\|"
+)
+_LGIP_ROW2 = re.compile(r"\|\s+(?P<ce>\d+)\s+(?P<jpeg>\d+)\s+(?P<ofa>\d+)\s*\|")
+_LGIP_HEADER = re.compile(
+    r"\|\s*(GPU instance profiles:\s*|GPU\s+Name\s+ID\b.*|Free/Total\b.*)\|", re.IGNORECASE
+)
+_LGIPP_ROW = re.compile(
+    r"GPU\s+(?P<gpu>\d+)\s+Profile ID\s+(?P<id>\d+)\s+Placements?\s*:\s*"
+    r"\{(?P<starts>\d+(?:\s*,\s*\d+)*)\}\s*:\s*(?P<size>\d+)"
+)
+_GIB = 1024
+
+
+def parse_nvidia_mig_lgip(text: str) -> ParsedReport:
+    """``nvidia-smi mig -lgip``: the GPU-instance profiles each card offers (partial report)."""
+    kind = KIND_MIG_LGIP
+    lines = text_lines(text, kind=kind)
+    if not any("GPU instance profiles:" in line for line in lines):
+        first = next((n for n, line in enumerate(lines, start=1) if line.strip()), 1)
+        fail_line(
+            first,
+            "no '| GPU instance profiles:' table; is this nvidia-smi mig -lgip output?",
+            kind=kind,
+            text=lines[first - 1],
+        )
+    profiles: dict[int, list[dict[str, Any]]] = {}
+    seen: dict[tuple[int, int], int] = {}
+    pending: tuple[int, dict[str, Any]] | None = None  # first line of a profile, waiting for its second
+    last_no = 0
+    for n, line in enumerate(lines, start=1):
+        stripped = line.strip()
+        if not stripped:
+            continue
+        last_no = n
+        if pending is not None:
+            match = _LGIP_ROW2.fullmatch(stripped)
+            if match is None:
+                fail_line(
+                    n,
+                    f"expected the second line (CE JPEG OFA) of profile {pending[1]['name']} "
+                    f"from line {pending[0]}",
+                    kind=kind,
+                    text=line,
+                )
+            pending[1].update({k: int(v) for k, v in match.groupdict().items()})
+            pending = None
+            continue
+        if stripped.startswith("+") or re.fullmatch(r"\|=+\|", stripped) or _LGIP_HEADER.fullmatch(stripped):
+            continue
+        match = _LGIP_ROW.fullmatch(stripped)
+        if match is None:
+            fail_line(
+                n,
+                "expected a profile line '| <gpu>  MIG <name>  <id>  <free>/<total>  <GiB>  <P2P>  <SM>  <DEC>  <ENC> |'",
+                kind=kind,
+                text=line,
+            )
+        gpu, profile_id = int(match["gpu"]), int(match["id"])
+        if (gpu, profile_id) in seen:
+            fail_line(
+                n,
+                f"GPU {gpu} lists profile ID {profile_id} twice (first on line {seen[(gpu, profile_id)]})",
+                kind=kind,
+                text=line,
+            )
+        seen[(gpu, profile_id)] = n
+        entry: dict[str, Any] = {
+            "id": profile_id,
+            "name": match["name"],  # as printed, without the "MIG " prefix
+            # nvidia-smi prints GiB with two decimals, so this is the printed value in MiB (+-5 MiB).
+            "memory_mib": round(float(match["mem"]) * _GIB),
+            "max_instances": int(match["total"]),
+            "free_instances": int(match["free"]),
+            "p2p": match["p2p"],
+            "sm": int(match["sm"]),
+            "dec": int(match["dec"]),
+            "enc": int(match["enc"]),
+            "placements": None,  # -lgip does not print them; -lgipp does
+        }
+        if entry["free_instances"] > entry["max_instances"]:
+            fail_line(
+                n, f"Instances {match['free']}/{match['total']}: more free than total", kind=kind, text=line
+            )
+        profiles.setdefault(gpu, []).append(entry)
+        pending = (n, entry)
+    if pending is not None:
+        fail_line(
+            pending[0] + 1,
+            f"profile {pending[1]['name']} (line {pending[0]}) has no second line: the output is truncated",
+            kind=kind,
+        )
+    if not profiles:
+        fail_line(
+            last_no or 1, "the table lists no profile (MIG not supported or truncated output?)", kind=kind
+        )
+    if not lines[last_no - 1].strip().startswith("+"):
+        fail_line(last_no, "the table is not closed by a '+---+' rule: the output is truncated", kind=kind)
+    return _mig_report(kind, profiles)
+
+
+def parse_nvidia_mig_lgipp(text: str) -> ParsedReport:
+    """``nvidia-smi mig -lgipp``: where each GPU-instance profile may be placed (partial report)."""
+    kind = KIND_MIG_LGIPP
+    lines = text_lines(text, kind=kind)
+    profiles: dict[int, list[dict[str, Any]]] = {}
+    seen: dict[tuple[int, int], int] = {}
+    for n, line in enumerate(lines, start=1):
+        stripped = line.strip()
+        if not stripped:
+            continue
+        match = _LGIPP_ROW.fullmatch(stripped)
+        if match is None:
+            fail_line(
+                n,
+                "expected 'GPU <n> Profile ID <id> Placements: {<start>,...}:<size>' "
+                "(is this nvidia-smi mig -lgipp output?)",
+                kind=kind,
+                text=line,
+            )
+        gpu, profile_id, size = int(match["gpu"]), int(match["id"]), int(match["size"])
+        if (gpu, profile_id) in seen:
+            fail_line(
+                n,
+                f"GPU {gpu} lists profile ID {profile_id} twice (first on line {seen[(gpu, profile_id)]})",
+                kind=kind,
+                text=line,
+            )
+        seen[(gpu, profile_id)] = n
+        if size < 1:
+            fail_line(n, f"placement size {size} is not a slice count", kind=kind, text=line)
+        starts = [int(start) for start in match["starts"].split(",")]
+        if len(set(starts)) != len(starts):
+            fail_line(n, "a start slot appears twice", kind=kind, text=line)
+        profiles.setdefault(gpu, []).append(
+            {
+                "id": profile_id,
+                # -lgipp prints neither name, memory nor instance counts: they stay unknown here.
+                "name": None,
+                "memory_mib": None,
+                "max_instances": None,
+                "free_instances": None,
+                "placements": [{"start": start, "size": size} for start in starts],
+            }
+        )
+    return _mig_report(kind, profiles)
+
+
+def _mig_report(kind: str, profiles: dict[int, list[dict[str, Any]]]) -> ParsedReport:
+    report = ParsedReport(vendor=VENDOR, kind=kind, full_inventory=False)
+    for gpu in sorted(profiles):
+        report.devices.append(ParsedDevice(index=gpu, mig_profiles=profiles[gpu]))
+    return report
+
+
+# ===================================================================================================
 # Adapter
 # ===================================================================================================
 
@@ -698,4 +871,6 @@ class NvidiaAdapter(VendorAdapter):
         KIND_XML: parse_nvidia_smi_xml,
         KIND_CSV: parse_nvidia_smi_csv,
         KIND_TOPO: parse_nvidia_topo,
+        KIND_MIG_LGIP: parse_nvidia_mig_lgip,
+        KIND_MIG_LGIPP: parse_nvidia_mig_lgipp,
     }

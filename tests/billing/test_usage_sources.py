@@ -1,4 +1,4 @@
-"""The billing hooks wired to quotas (guaranteed CU-hours) and telemetry (measured CU-hours)."""
+"""What billing reads from below: guaranteed CU-hours from quotas, measured CU-hours from telemetry."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from apps.billing.services import guaranteed_cu_hours_hook, measured_cu_hours
 from apps.quotas.models import Quota
+from apps.quotas.selectors import guaranteed_cu_hours
 from apps.telemetry.models import JobUtilization
+from apps.telemetry.selectors import measured_cu_hours
 from tests.telemetry.conftest import allocate, ledger, make_job  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.django_db
@@ -19,13 +20,13 @@ SHANGHAI = ZoneInfo("Asia/Shanghai")
 
 def test_guaranteed_cu_hours_count_each_quota_for_the_hours_it_existed(make_project):
     project = make_project("vision")
-    assert guaranteed_cu_hours_hook(project=project, month=dt.date(2026, 11, 1)) is None
+    assert guaranteed_cu_hours(project=project, month=dt.date(2026, 11, 1)) is None
     q = Quota.objects.create(project=project, resource_class="any", guaranteed_cu=Decimal("2"))
     Quota.objects.filter(pk=q.pk).update(created_at=dt.datetime(2026, 10, 20, tzinfo=SHANGHAI))
     # November has 30 days = 720 hours: 2 CU × 720 h.
-    assert guaranteed_cu_hours_hook(project=project, month=dt.date(2026, 11, 1)) == Decimal("1440.0000")
+    assert guaranteed_cu_hours(project=project, month=dt.date(2026, 11, 1)) == Decimal("1440.0000")
     # Created on Oct 20 (Shanghai midnight): 12 days of October.
-    assert guaranteed_cu_hours_hook(project=project, month=dt.date(2026, 10, 1)) == Decimal("576.0000")
+    assert guaranteed_cu_hours(project=project, month=dt.date(2026, 10, 1)) == Decimal("576.0000")
 
 
 def test_measured_cu_hours_come_from_the_attributed_busy_points(ledger, make_project):  # noqa: F811
