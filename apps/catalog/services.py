@@ -33,6 +33,7 @@ from apps.catalog.partitions import (
 )
 from apps.core.audit import change_record_create, snapshot
 from apps.core.errors import Conflict, ParseFailed, ValidationFailed
+from apps.core.validation import validate, validate_and_save, validation_details, validation_message
 
 DEFAULT_CATALOG_PATH = Path(__file__).resolve().parent / "data" / "device_models.yaml"
 
@@ -71,22 +72,6 @@ def _actor_user(actor: Any):
     if getattr(actor, "is_authenticated", False) and not getattr(actor, "is_agent", False):
         return actor if getattr(actor, "pk", None) else None
     return None
-
-
-def _validation_details(error: DjangoValidationError) -> dict[str, list[str]]:
-    if hasattr(error, "error_dict"):
-        return {field: [str(m) for e in errs for m in e.messages] for field, errs in error.error_dict.items()}
-    return {"non_field_errors": [str(m) for m in error.messages]}
-
-
-def _full_clean_or_fail(obj: Any, prefix: str, **clean_kwargs: Any) -> None:
-    """obj.full_clean(**clean_kwargs); a failure raises ValidationFailed("<prefix>: <first message>") with details."""
-    try:
-        obj.full_clean(**clean_kwargs)
-    except DjangoValidationError as exc:
-        raise ValidationFailed(
-            f"{prefix}: {exc.messages[0] if exc.messages else exc}", details=_validation_details(exc)
-        )
 
 
 def _save_or_conflict(obj: Any, message: str, details: dict[str, list[str]]) -> None:
@@ -160,8 +145,7 @@ def _field_values(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def _save(model: DeviceModel) -> None:
-    _full_clean_or_fail(model, f"catalog row {model.slug} is invalid")
-    model.save()
+    validate_and_save(model, what=f"catalog row {model.slug}")
 
 
 @transaction.atomic
@@ -308,7 +292,7 @@ def compute_coefficient_set(
         reason=(reason or "").strip(),
         created_by=_actor_user(actor),
     )
-    _full_clean_or_fail(coefficient, "invalid compute coefficient", validate_constraints=False)
+    validate(coefficient, what="compute coefficient", validate_constraints=False)
     _save_or_conflict(
         coefficient,
         f"{device_model.name} already has a coefficient effective from {effective_from.isoformat()}",
@@ -348,10 +332,10 @@ def _first_message(details: dict[str, list[str]]) -> str:
 
 
 def _template_invalid(error: DjangoValidationError) -> ValidationFailed:
-    details = _validation_details(error)
+    details = validation_details(error)
     if "__all__" in details:
         details["non_field_errors"] = details.pop("__all__")
-    return ValidationFailed(f"invalid compute template: {_first_message(details)}", details=details)
+    return ValidationFailed(validation_message("compute template", details), details=details)
 
 
 def _as_decimal(value: Any, field: str) -> Decimal | None:
@@ -440,7 +424,7 @@ def compute_template_build(
     try:
         template.full_clean(validate_constraints=False)
     except DjangoValidationError as exc:
-        errors = _validation_details(exc)
+        errors = validation_details(exc)
     if (
         device_model is not None
         and template.name
@@ -661,7 +645,7 @@ def _sync_save(template: ComputeTemplate, *, taken: str) -> str:
         with transaction.atomic():
             template.save()
     except DjangoValidationError as exc:
-        return _first_message(_validation_details(exc))
+        return _first_message(validation_details(exc))
     except IntegrityError:
         return taken
     return ""
@@ -810,13 +794,7 @@ def request_template_import(
         template = DeviceRequestTemplate(
             name=document.name, slug=slugify(document.name)[:253], created_by=_actor_user(actor), **values
         )
-        try:
-            template.full_clean(validate_unique=False)
-        except DjangoValidationError as exc:
-            raise ValidationFailed(
-                f"invalid request template: {_first_message(_validation_details(exc))}",
-                details=_validation_details(exc),
-            )
+        validate(template, what="request template", validate_unique=False)
         _save_or_conflict(
             template,
             f"a request template named {document.name!r} (or with the same slug) already exists",

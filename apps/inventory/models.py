@@ -264,9 +264,17 @@ class Device(BaseModel):
     cordon_reason = models.CharField(max_length=300, blank=True)
     # Devices sharing a group are tightly coupled (NVLink/NVSwitch clique, HCCS ring, xGMI hive).
     topology_group = models.CharField(max_length=60, blank=True)
+    # The PCIe switch the card sits behind ("pix-GPU0"), derived by topology reports from PIX cells
+    # (vendors.adapter.pix_switch_ids); "" when no report shows one. Compared within a node only.
+    pcie_switch = models.CharField(max_length=60, blank=True)
     mig_enabled = models.BooleanField(default=False)
     # Partition state as reported, e.g. MIG instances [{"profile": "3g.40gb", "gi_id": 1}].
     partitions = models.JSONField(default=list, blank=True)
+    # GPU-instance profiles the card offers, from nvidia-smi mig -lgip (name, memory, instances) and
+    # -lgipp (placements), merged by profile id: [{"id": 9, "name": "3g.20gb", "memory_mib": 20091,
+    # "max_instances": 2, "free_instances": 2, "placements": [{"start": 0, "size": 4}, ...]}, ...].
+    # Fields a listing does not print stay None until the other listing fills them in.
+    mig_profiles = models.JSONField(default=list, blank=True)
     last_seen_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
@@ -407,6 +415,13 @@ class NodeReport(models.Model):
         NPU_SMI = "npu-smi", "npu-smi info"
         ROCM_SMI_JSON = "rocm-smi-json", "rocm-smi --showallinfo --json"
         HY_SMI = "hy-smi", "hy-smi"
+        CNMON = "cnmon", "cnmon"
+        CNMON_INFO = "cnmon-info", "cnmon info"
+        NPU_SMI_TOPO = "npu-smi-topo", "npu-smi info -t topo"
+        ROCM_SMI_TOPO = "rocm-smi-topo", "rocm-smi --showtopo [--json]"
+        HY_SMI_TOPO = "hy-smi-topo", "hy-smi --showtopo"
+        NVIDIA_SMI_MIG_LGIP = "nvidia-smi-mig-lgip", "nvidia-smi mig -lgip"
+        NVIDIA_SMI_MIG_LGIPP = "nvidia-smi-mig-lgipp", "nvidia-smi mig -lgipp"
 
     received_at = models.DateTimeField(auto_now_add=True, db_index=True)
     last_received_at = models.DateTimeField(null=True, blank=True)

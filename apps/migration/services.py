@@ -16,13 +16,12 @@ from datetime import datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from apps.accounts.models import Membership
-from apps.accounts.selectors import is_platform_staff, user_role
+from apps.accounts.selectors import user_role
 from apps.core.audit import actor_fields, change_record_create, snapshot
 from apps.core.errors import (
     Conflict,
@@ -31,6 +30,8 @@ from apps.core.errors import (
     PermissionDenied,
     ValidationFailed,
 )
+from apps.core.permissions import require_staff
+from apps.core.validation import validate, validate_and_save
 from apps.jobs.models import ACTIVE_STATES, Allocation, Job
 from apps.migration.gates import service_gate_results
 from apps.migration.models import (
@@ -62,22 +63,8 @@ SERVICE_FIELDS = [
     "gate_status",
 ]
 MAX_SAMPLES = 10_000
+_STAFF_ONLY = "Only platform staff may change migration plans."
 PLAN_FIELDS = ["name", "source_vendors", "target_vendors", "validate_max_target_weight", "fallback_cards"]
-
-
-def _clean(obj) -> None:
-    """``full_clean`` with the first message as the error's message (a 400 that says why)."""
-    try:
-        obj.full_clean()
-    except ValidationError as exc:
-        details = {k: [str(m) for m in v] for k, v in exc.message_dict.items()}
-        first = next(iter(details.values()))[0]
-        raise ValidationFailed(first, details=details) from None
-
-
-def _require_staff(actor) -> None:
-    if not isinstance(actor, str) and actor is not None and not is_platform_staff(actor):
-        raise PermissionDenied("Only platform staff may change migration plans.")
 
 
 def require_writer(actor, project) -> None:
@@ -95,12 +82,11 @@ def require_writer(actor, project) -> None:
 
 @transaction.atomic
 def plan_create(*, actor, phases: Iterable[dict] = (), gates: Iterable[dict] = (), **fields) -> MigrationPlan:
-    _require_staff(actor)
+    require_staff(actor, message=_STAFF_ONLY)
     plan = MigrationPlan(**fields)
     if not isinstance(actor, str) and actor is not None:
         plan.created_by = actor
-    _clean(plan)
-    plan.save()
+    validate_and_save(plan, what="migration plan")
     for item in phases:
         plan_phase_save(phase=PlanPhase(plan=plan, **item), actor=actor)
     for item in gates:
@@ -113,12 +99,11 @@ def plan_create(*, actor, phases: Iterable[dict] = (), gates: Iterable[dict] = (
 
 @transaction.atomic
 def plan_update(*, plan: MigrationPlan, actor, **fields) -> MigrationPlan:
-    _require_staff(actor)
+    require_staff(actor, message=_STAFF_ONLY)
     before = snapshot(plan, PLAN_FIELDS)
     for key, value in fields.items():
         setattr(plan, key, value)
-    _clean(plan)
-    plan.save()
+    validate_and_save(plan, what="migration plan")
     change_record_create(
         actor=actor,
         action="migration.plan.update",
@@ -131,7 +116,7 @@ def plan_update(*, plan: MigrationPlan, actor, **fields) -> MigrationPlan:
 
 @transaction.atomic
 def plan_delete(*, plan: MigrationPlan, actor) -> None:
-    _require_staff(actor)
+    require_staff(actor, message=_STAFF_ONLY)
     if plan.services.exists():
         raise Conflict("The plan still has services; remove them first.")
     change_record_create(
@@ -142,12 +127,12 @@ def plan_delete(*, plan: MigrationPlan, actor) -> None:
 
 @transaction.atomic
 def plan_phase_save(*, phase: PlanPhase, actor) -> PlanPhase:
-    _require_staff(actor)
+    require_staff(actor, message=_STAFF_ONLY)
     if PlanPhase.objects.filter(plan_id=phase.plan_id, phase=phase.phase).exclude(pk=phase.pk).exists():
         raise ValidationFailed(
             f"The plan already has a {phase.phase} phase.", details={"phase": ["already in the plan"]}
         )
-    _clean(phase)
+    validate(phase, what="plan phase")
     adding = phase.pk is None
     phase.save()
     change_record_create(
@@ -161,8 +146,8 @@ def plan_phase_save(*, phase: PlanPhase, actor) -> PlanPhase:
 
 @transaction.atomic
 def gate_save(*, gate: Gate, actor) -> Gate:
-    _require_staff(actor)
-    _clean(gate)
+    require_staff(actor, message=_STAFF_ONLY)
+    validate(gate, what="gate")
     adding = gate.pk is None
     gate.save()
     change_record_create(
@@ -176,7 +161,7 @@ def gate_save(*, gate: Gate, actor) -> Gate:
 
 @transaction.atomic
 def object_delete(*, obj: PlanPhase | Gate, actor) -> None:
-    _require_staff(actor)
+    require_staff(actor, message=_STAFF_ONLY)
     change_record_create(actor=actor, action=f"migration.{obj._meta.model_name}.delete", obj=obj)
     obj.delete()
 
@@ -370,8 +355,7 @@ def service_create(
         phase=Phase.VALIDATE,
         phase_changed_at=timezone.now(),
     )
-    _clean(service)
-    service.save()
+    validate_and_save(service, what="migrated service")
     before = {"phase": "", "target_weight": None}
     _record(
         service,
@@ -480,8 +464,9 @@ def service_shift(
     replicas = _scale_tracks(service, new_target, actor, reason)
     service.target_weight = new_target
     service.source_weight = 100 - new_target
-    _clean(service)
-    service.save(update_fields=["target_weight", "source_weight", "updated_at"])
+    validate_and_save(
+        service, what="migrated service", update_fields=["target_weight", "source_weight", "updated_at"]
+    )
     return _record(
         service, kind=MigrationAction.Kind.SHIFT, actor=actor, before=before, reason=reason, replicas=replicas
     )
@@ -508,8 +493,7 @@ def service_rollback(
     if service.phase == Phase.REDUCE:
         service.phase = service.phases[-2]
         service.phase_changed_at = timezone.now()
-    _clean(service)
-    service.save()
+    validate_and_save(service, what="migrated service")
     return _record(
         service,
         kind=MigrationAction.Kind.ROLLBACK,
@@ -575,8 +559,7 @@ def service_promote(
         service.phase = target_phase
         service.phase_changed_at = timezone.now()
         service.gate_status = GateStatus.PENDING
-        _clean(service)
-        service.save()
+        validate_and_save(service, what="migrated service")
         return _record(
             service,
             kind=MigrationAction.Kind.PROMOTE,
@@ -722,8 +705,7 @@ def accuracy_eval_record(
         source=source.strip(),
         measured_at=moment,
     )
-    _clean(row)
-    row.save()
+    validate_and_save(row, what="accuracy evaluation")
     change_record_create(
         actor=actor,
         action="migration.accuracy.record",

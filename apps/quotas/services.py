@@ -10,12 +10,10 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import Sum
 
 from apps.accounts.models import Department, Project
-from apps.accounts.selectors import is_platform_staff
 from apps.catalog.models import DeviceModel
 from apps.catalog.selectors import coefficients_on
 from apps.core.audit import change_record_create, snapshot

@@ -43,7 +43,7 @@ def _device_record(device: Device, *, gray_opt_in: bool, empty: bool, rdma_nodes
         "memory_mib": (model.memory_mib if model and model.memory_mib else device.memory_mib) or 0,
         "features": sorted(features),
         "topology_group": device.topology_group,
-        "pcie_switch": "",
+        "pcie_switch": device.pcie_switch,
         "numa_node": device.numa_node,
         "owner_project": device.owner_project.slug if device.owner_project_id else None,
         "healthy": healthy,

@@ -1,8 +1,9 @@
 """Settings shared by every environment. Everything that differs comes from the environment.
 
-Environment variables (see README): DATABASE_URL, CELERY_BROKER_URL, REDIS_URL, SUANCHI_CLUSTER_BACKEND,
-KUBECONFIG, PROMETHEUS_URL, DJANGO_SECRET_KEY, DJANGO_DEBUG, DJANGO_ALLOWED_HOSTS. Secrets may come
-from ``<NAME>_FILE`` (a path whose content is the value).
+Environment variables (see README): DATABASE_URL, CELERY_BROKER_URL, REDIS_URL, DJANGO_SECRET_KEY,
+DJANGO_DEBUG, DJANGO_ALLOWED_HOSTS. Secrets may come from ``<NAME>_FILE`` (a path whose content is the
+value). Clusters (backend, kubeconfig, context) and metric sources (Prometheus URLs) are rows in the
+database, configured in the app, not settings.
 """
 
 from __future__ import annotations
@@ -294,9 +295,6 @@ CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 
 SUANCHI = {
-    "CLUSTER_BACKEND": env.str("SUANCHI_CLUSTER_BACKEND", default="simulated"),
-    "KUBECONFIG": env.str("KUBECONFIG", default=""),
-    "PROMETHEUS_URL": env.str("PROMETHEUS_URL", default=""),
     "NODE_REPORT_MAX_BYTES": env.int("SUANCHI_NODE_REPORT_MAX_BYTES", default=4 * 1024 * 1024),
     # A node whose agent has not reported for this long gets a "reports overdue" event.
     "NODE_REPORT_STALE_MINUTES": env.int("SUANCHI_NODE_REPORT_STALE_MINUTES", default=30),

@@ -35,7 +35,9 @@ def _all_filtersets() -> list[type]:
 def test_every_filterset_of_the_project_uses_the_range_checked_base():
     filtersets = _all_filtersets()
     assert len(filtersets) >= 20
-    outside = [f"{c.__module__}.{c.__name__}" for c in filtersets if not issubclass(c, core_filters.FilterSet)]
+    outside = [
+        f"{c.__module__}.{c.__name__}" for c in filtersets if not issubclass(c, core_filters.FilterSet)
+    ]
     assert not outside, f"FilterSets without the 64-bit range check: {outside}"
 
 
@@ -91,6 +93,11 @@ def test_the_api_answers_400_for_a_huge_id_filter_and_404_for_a_huge_path_id(api
     assert response.status_code == 400
     assert "device" in response.json()["error"]["details"]
     assert api_client.get("/api/inventory/device-events/", {"device": "12"}).status_code == 200
-    for path in ("/api/inventory/devices/", "/api/jobs/jobs/", "/api/telemetry/jobs/", "/api/telemetry/projects/"):
+    for path in (
+        "/api/inventory/devices/",
+        "/api/jobs/jobs/",
+        "/api/telemetry/jobs/",
+        "/api/telemetry/projects/",
+    ):
         response = api_client.get(f"{path}{HUGE}/")
         assert response.status_code == 404, path

@@ -79,7 +79,12 @@ def test_a_toleration_follows_the_kubernetes_rules(toleration, fragment):
         {"key": "team", "operator": "Exists"},
         {"key": "team", "operator": "Equal", "value": "vision", "effect": "NoSchedule"},
         {"key": "example.com/team", "value": "", "effect": "PreferNoSchedule"},
-        {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
+        {
+            "key": "node.kubernetes.io/unreachable",
+            "operator": "Exists",
+            "effect": "NoExecute",
+            "tolerationSeconds": 300,
+        },
     ],
 )
 def test_valid_tolerations_are_accepted_and_stored(api_client, fleet, member_project, a100, toleration):
@@ -131,7 +136,9 @@ def test_kubernetes_env_names_with_dots_and_dashes_are_accepted(api_client, flee
         ("allowed_vendors", ["nvidia"] * 40),
     ],
 )
-def test_other_pod_fields_are_checked_as_kubernetes_would(api_client, fleet, member_project, a100, field, value):
+def test_other_pod_fields_are_checked_as_kubernetes_would(
+    api_client, fleet, member_project, a100, field, value
+):
     user, _ = member_project
     response = _post(api_client, user, _body(a100, **{field: value}))
     assert response.status_code == 400, response.content

@@ -96,7 +96,9 @@ def test_a_timestamp_beyond_any_date_rejects_its_line_only():
     assert exposition.parse("x_total 1 1764400000123").samples[0].timestamp == 1764400000.123
 
 
-def test_a_scrape_with_a_bad_timestamp_keeps_its_good_lines_and_names_the_bad_one(api_client, staff_user, ledger):
+def test_a_scrape_with_a_bad_timestamp_keeps_its_good_lines_and_names_the_bad_one(
+    api_client, staff_user, ledger
+):
     api_client.force_authenticate(staff_user)
     response = api_client.post(
         "/api/telemetry/scrapes/", {"text": f"{GOOD}\n{BAD_TS}\n", "source": "hostile"}, format="json"

@@ -16,6 +16,7 @@ from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from apps.core.errors import ApplicationError
+from apps.core.validation import validation_details
 
 logger = logging.getLogger(__name__)
 
@@ -31,12 +32,6 @@ _DRF_CODES = {
     415: "unsupported_media_type",
     429: "throttled",
 }
-
-
-def _validation_details(error: DjangoValidationError):
-    if hasattr(error, "error_dict"):
-        return {field: [str(m) for e in errs for m in e.messages] for field, errs in error.error_dict.items()}
-    return {"non_field_errors": [str(m) for m in error.messages]}
 
 
 def _too_large(exc: RequestDataTooBig, context) -> Response:
@@ -63,7 +58,7 @@ def exception_handler(exc, context):
     if isinstance(exc, ApplicationError):
         return Response({"error": exc.as_dict()}, status=exc.status_code)
     if isinstance(exc, DjangoValidationError):
-        details = _validation_details(exc)
+        details = validation_details(exc)
         return Response(
             {"error": {"code": "invalid", "message": "Invalid input.", "details": details}},
             status=status.HTTP_400_BAD_REQUEST,

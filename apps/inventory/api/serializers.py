@@ -2,6 +2,7 @@ from rest_framework import serializers
 
 from apps.catalog.models import Vendor
 from apps.inventory.models import Cluster, Device, DeviceEvent, DeviceLink, Node, NodeReport, Pool
+from apps.inventory.vendors import AUTO
 
 
 class ClusterSerializer(serializers.ModelSerializer):
@@ -149,7 +150,10 @@ class NodeReportInputSerializer(serializers.Serializer):
     cluster = serializers.SlugField(
         required=False, help_text="required to register a node the ledger does not know"
     )
-    kind = serializers.ChoiceField(choices=NodeReport.Kind.choices)
+    kind = serializers.ChoiceField(
+        choices=[*NodeReport.Kind.choices, (AUTO, "auto (recognised by content)")],
+        help_text="the tool that printed the text; 'auto' recognises it and the response's kind says which",
+    )
     text = serializers.CharField(trim_whitespace=False, help_text="the raw output of the tool")
     dry_run = serializers.BooleanField(default=False)
 

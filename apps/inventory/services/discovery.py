@@ -343,7 +343,35 @@ def _device_changes(device: Device, p: ParsedDevice, model, *, creating: bool) -
     if p.mig_enabled is not None:
         setf("mig_enabled", p.mig_enabled)
         setf("partitions", list(p.partitions))
+    if p.pcie_switch is not None:  # "" clears it: the topology report shows no switch
+        setf("pcie_switch", p.pcie_switch)
+    if p.mig_profiles is not None:
+        setf("mig_profiles", _merge_mig_profiles(device.mig_profiles or [], p.mig_profiles))
     return changes
+
+
+def _merge_mig_profiles(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Merge a MIG listing into the card's profiles by profile id.
+
+    ``-lgip`` prints names, memory and instance counts but no placements; ``-lgipp`` prints only
+    placements. Each listing is complete for what it prints, so the new entries win field by field,
+    and a field the listing does not print (None) keeps its stored value. A profile the new listing
+    omits is dropped when the listing names its profiles (-lgip, the authority on which profiles
+    exist) and kept when it does not (-lgipp).
+    """
+    by_id = {entry.get("id"): entry for entry in old}
+    names_profiles = any(entry.get("name") is not None for entry in new)
+    merged: list[dict[str, Any]] = []
+    for entry in new:
+        previous = by_id.pop(entry["id"], {})
+        combined = dict(previous)
+        combined.update({key: value for key, value in entry.items() if value is not None})
+        for key, value in entry.items():
+            combined.setdefault(key, value)
+        merged.append(combined)
+    if not names_profiles:
+        merged.extend(by_id.values())
+    return sorted(merged, key=lambda entry: entry["id"])
 
 
 def _health_for(p: ParsedDevice) -> tuple[str | None, str]:
@@ -408,6 +436,11 @@ def _link_kind(raw: str) -> tuple[str, int | None]:
         return upper, None
     if upper in ("XGMI", "HCCS", "MLULINK"):
         return upper, None
+    # npu-smi info -t topo: HCCS_SW = "Connection traversing HCCS through a switch"; SIO = the
+    # die-to-die bus inside one A3 chip (aclrtGetDevicesTopo ACL_RT_DEVS_TOPOLOGY_SIO). Both are direct
+    # NPU links like HCCS.
+    if upper in ("HCCS_SW", "SIO"):
+        return DeviceLink.Kind.HCCS, None
     return DeviceLink.Kind.SYS, None
 
 
@@ -453,6 +486,7 @@ def node_report_ingest(
         _check_agent_scope(agent=agent, node_name=node_name, cluster=cluster)
         cluster = agent.cluster
     parsed = node_report_parse(kind=kind, text=text)
+    kind = parsed.kind  # with kind="auto", the kind that was recognised (stored on the NodeReport)
     result = IngestResult(parsed=parsed, dry_run=dry_run)
     if dry_run:
         return result

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import transaction
 
 from apps.accounts.authentication import AGENT_KEY_PREFIX
 from apps.accounts.models import ApiToken
 from apps.core.audit import change_record_create
-from apps.core.errors import ValidationFailed
+from apps.core.validation import validate_and_save
 from apps.inventory.models import AgentToken, Cluster
 
 
@@ -26,14 +25,7 @@ def agent_token_create(
         prefix=key[:12],
         key_hash=AgentToken.hash_key(key),
     )
-    try:
-        token.full_clean()
-    except DjangoValidationError as exc:
-        raise ValidationFailed(
-            "; ".join(m for messages in exc.message_dict.values() for m in messages),
-            details=exc.message_dict,
-        ) from exc
-    token.save()
+    validate_and_save(token, what="agent token")
     change_record_create(
         actor=actor,
         action="agent_token.create",

@@ -1,4 +1,4 @@
-"""python manage.py ingest_node_report --node NAME --kind KIND FILE [--cluster SLUG] [--dry-run] [--json]
+"""python manage.py ingest_node_report --node NAME --kind KIND|auto FILE [--cluster SLUG] [--dry-run] [--json]
 
 The same code path as POST /api/inventory/node-reports/.
 """
@@ -12,6 +12,7 @@ from django.core.management.base import BaseCommand, CommandError
 from apps.core.errors import ApplicationError
 from apps.inventory.models import Cluster, NodeReport
 from apps.inventory.services import discovery
+from apps.inventory.vendors import AUTO
 
 
 class Command(BaseCommand):
@@ -20,7 +21,12 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("file", help="the tool output; '-' reads standard input")
         parser.add_argument("--node", required=True)
-        parser.add_argument("--kind", required=True, choices=NodeReport.Kind.values)
+        parser.add_argument(
+            "--kind",
+            required=True,
+            choices=[*NodeReport.Kind.values, AUTO],
+            help="the tool that printed FILE; 'auto' recognises it by its content (the output says which)",
+        )
         parser.add_argument("--cluster", help="cluster slug (needed to register an unknown node)")
         parser.add_argument("--dry-run", action="store_true", help="parse and print; write nothing")
         parser.add_argument("--json", action="store_true", help="print the parsed report as JSON")
@@ -54,8 +60,9 @@ class Command(BaseCommand):
             self.stdout.write(json.dumps(result.as_dict(), ensure_ascii=False, indent=2))
             return
         parsed = result.parsed
+        detected = " (recognised by --kind auto)" if parsed.requested_kind == AUTO else ""
         self.stdout.write(
-            f"{parsed.kind}: {len(parsed.devices)} devices, {len(parsed.links)} links, "
+            f"{parsed.kind}{detected}: {len(parsed.devices)} devices, {len(parsed.links)} links, "
             f"driver {parsed.node.get('driver_version') or 'unknown'}"
         )
         if not options["dry_run"]:
