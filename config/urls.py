@@ -21,8 +21,9 @@ urlpatterns = [
     # The split view serves the page's script from ?script (no inline script under the site's CSP).
     path("api/docs/", SpectacularSwaggerSplitView.as_view(url_name="api-schema"), name="api-docs"),
     path("inventory/", include("apps.inventory.urls")),
+    path("clusters/", include("apps.clusters.urls")),
     path("catalog/", include("apps.catalog.urls")),
-    path("jobs/", include("apps.jobs.urls")),
+    path("jobs/", include("apps.scheduling.job_urls")),
     path("quotas/", include("apps.quotas.urls")),
     path("telemetry/", include("apps.telemetry.urls")),
     path("billing/", include("apps.billing.urls")),

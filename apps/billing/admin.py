@@ -23,22 +23,12 @@ from apps.billing.models import (
     RateCardDiscount,
     UsageEntry,
 )
+from apps.core.admin import ReadOnlyAdminMixin
 from apps.core.errors import ApplicationError
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):
-    def has_add_permission(self, request: HttpRequest, obj=None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj=None) -> bool:
-        return False
-
-
 @admin.register(UsageEntry)
-class UsageEntryAdmin(ReadOnlyAdmin):
+class UsageEntryAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = (
         "slice_start",
         "month",
@@ -58,7 +48,7 @@ class UsageEntryAdmin(ReadOnlyAdmin):
     show_full_result_count = False
 
 
-class BillLineInline(admin.TabularInline):
+class BillLineInline(ReadOnlyAdminMixin, admin.TabularInline):
     model = BillLine
     extra = 0
     can_delete = False
@@ -66,15 +56,9 @@ class BillLineInline(admin.TabularInline):
     readonly_fields = fields
     ordering = ("group", "position")
 
-    def has_add_permission(self, request: HttpRequest, obj=None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj=None) -> bool:
-        return False
-
 
 @admin.register(Bill)
-class BillAdmin(ReadOnlyAdmin):
+class BillAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = (
         "project",
         "month",
@@ -189,7 +173,7 @@ class AdjustmentAdmin(admin.ModelAdmin):
 
 
 @admin.register(BillingPeriod)
-class BillingPeriodAdmin(ReadOnlyAdmin):
+class BillingPeriodAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = (
         "month",
         "state",

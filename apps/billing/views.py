@@ -7,8 +7,6 @@ through apps.billing.services; their errors become form errors or messages, neve
 
 from __future__ import annotations
 
-from functools import wraps
-
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
@@ -26,20 +24,10 @@ from apps.billing.filtersets import BillFilterSet, UsageEntryFilterSet
 from apps.billing.forms import AdjustmentForm, BillFilterForm, LedgerFilterForm, MonthCloseForm, RateCardForm
 from apps.billing.models import Bill, BillingPeriod, BillLine
 from apps.core.errors import ApplicationError
+from apps.core.permissions import staff_required
 from apps.core.runs import run_progress_read
 
 PAGE_SIZE = 50
-
-
-def staff_required(view):
-    @wraps(view)
-    @login_required
-    def wrapped(request, *args, **kwargs):
-        if not is_platform_staff(request.user):
-            raise Http404
-        return view(request, *args, **kwargs)
-
-    return wrapped
 
 
 def _query_without_page(request: HttpRequest) -> str:
@@ -140,7 +128,7 @@ def job_costs(request: HttpRequest) -> HttpResponse:
 # ------------------------------------------------------------------ staff console
 
 
-@staff_required
+@staff_required(hide=True)
 @require_safe
 def console(request: HttpRequest) -> HttpResponse:
     previous = services.previous_month(services.current_month())
@@ -156,7 +144,7 @@ def console(request: HttpRequest) -> HttpResponse:
     return render(request, "billing/console.html", context)
 
 
-@staff_required
+@staff_required(hide=True)
 @require_POST
 def console_close(request: HttpRequest) -> HttpResponse:
     form = MonthCloseForm(request.POST)
@@ -183,7 +171,7 @@ def console_close(request: HttpRequest) -> HttpResponse:
     return redirect("billing:period-progress", pk=period.pk)
 
 
-@staff_required
+@staff_required(hide=True)
 @require_safe
 def period_progress(request: HttpRequest, pk: int) -> HttpResponse:
     period = get_object_or_404(selectors.period_list(), pk=pk)
@@ -197,7 +185,7 @@ def period_progress(request: HttpRequest, pk: int) -> HttpResponse:
     return render(request, "billing/period_progress.html", context)
 
 
-@staff_required
+@staff_required(hide=True)
 @require_safe
 def period_export(request: HttpRequest, pk: int) -> HttpResponse:
     period = get_object_or_404(BillingPeriod, pk=pk)
@@ -206,7 +194,7 @@ def period_export(request: HttpRequest, pk: int) -> HttpResponse:
     return response
 
 
-@staff_required
+@staff_required(hide=True)
 @require_safe
 def ledger(request: HttpRequest) -> HttpResponse:
     form = LedgerFilterForm(request.GET)
@@ -221,7 +209,7 @@ def ledger(request: HttpRequest) -> HttpResponse:
     )
 
 
-@staff_required
+@staff_required(hide=True)
 @require_http_methods(["GET", "POST"])
 def adjustments(request: HttpRequest) -> HttpResponse:
     form = AdjustmentForm(request.POST or None)
@@ -262,7 +250,7 @@ def adjustments(request: HttpRequest) -> HttpResponse:
     return render(request, "billing/adjustments.html", {"form": form, "page": page, "page_query": ""})
 
 
-@staff_required
+@staff_required(hide=True)
 @require_http_methods(["GET", "POST"])
 def rate_cards(request: HttpRequest) -> HttpResponse:
     form = RateCardForm(request.POST or None, initial={"currency": services.default_currency()})

@@ -21,10 +21,11 @@ from django.utils.translation import gettext_lazy as _
 from apps.catalog import selectors, services
 from apps.catalog.filtersets import filter_by_partition
 from apps.catalog.models import ComputeCoefficient, ComputeTemplate, DeviceModel, DeviceRequestTemplate
+from apps.core.admin import ReadOnlyAdminMixin
 from apps.core.errors import ApplicationError
 
 
-class ComputeCoefficientInline(admin.TabularInline):
+class ComputeCoefficientInline(ReadOnlyAdminMixin, admin.TabularInline):
     model = ComputeCoefficient
     fields = ("effective_from", "value", "basis", "reason", "created_by", "created_at")
     readonly_fields = fields
@@ -36,18 +37,9 @@ class ComputeCoefficientInline(admin.TabularInline):
     def get_queryset(self, request):
         return super().get_queryset(request).select_related("created_by")
 
-    def has_add_permission(self, request, obj=None):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
-
 
 @admin.register(DeviceModel)
-class DeviceModelAdmin(admin.ModelAdmin):
+class DeviceModelAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = (
         "name",
         "vendor",
@@ -76,15 +68,6 @@ class DeviceModelAdmin(admin.ModelAdmin):
     def coefficient_display(self, obj):
         value = getattr(obj, "current_coefficient", None)
         return value.quantize(Decimal("0.0001")) if value is not None else "—"
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
 
 
 class ComputeCoefficientForm(forms.ModelForm):

@@ -10,7 +10,6 @@ from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
 from django.core.paginator import Page, Paginator
 from django.http import HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import get_object_or_404, redirect, render
@@ -29,6 +28,7 @@ from apps.catalog.forms import (
 from apps.catalog.models import ComputeCoefficient, ComputeTemplate, DeviceModel
 from apps.catalog.partitions import ProfileError, partition_profile, partition_profiles
 from apps.core.errors import ApplicationError
+from apps.core.permissions import staff_required
 
 PAGE_SIZE = 50
 REQUEST_TEMPLATES_ON_LIST = 50
@@ -42,11 +42,6 @@ def _query_without_page(request: HttpRequest) -> str:
     query: QueryDict = request.GET.copy()
     query.pop("page", None)
     return query.urlencode()
-
-
-def _require_staff(request: HttpRequest) -> None:
-    if not is_platform_staff(request.user):
-        raise PermissionDenied(_("Only platform staff may change the catalog."))
 
 
 # ------------------------------------------------------------------ device models
@@ -140,7 +135,7 @@ def _editor_catalog() -> dict[str, Any]:
 
 
 def _editor(request: HttpRequest, *, template: ComputeTemplate | None) -> HttpResponse:
-    _require_staff(request)
+    """The template editor; its views are staff only."""
     if request.method == "POST":
         form = ComputeTemplateForm(request.POST)
         if form.is_valid():
@@ -180,17 +175,16 @@ def _editor(request: HttpRequest, *, template: ComputeTemplate | None) -> HttpRe
     return render(request, "catalog/template_form.html", context)
 
 
-@login_required
+@staff_required
 @require_http_methods(["GET", "HEAD", "POST"])
 def template_create(request: HttpRequest) -> HttpResponse:
     return _editor(request, template=None)
 
 
-@login_required
+@staff_required
 @require_http_methods(["GET", "HEAD", "POST"])
 def template_edit(request: HttpRequest, pk: int) -> HttpResponse:
     template = get_object_or_404(ComputeTemplate.objects.select_related("device_model"), pk=pk)
-    _require_staff(request)
     if template.is_builtin or template.is_retired:
         messages.warning(
             request,
@@ -200,10 +194,9 @@ def template_edit(request: HttpRequest, pk: int) -> HttpResponse:
     return _editor(request, template=template)
 
 
-@login_required
+@staff_required
 @require_POST
 def template_retire(request: HttpRequest, pk: int) -> HttpResponse:
-    _require_staff(request)
     template = get_object_or_404(ComputeTemplate, pk=pk)
     services.compute_template_retire(
         template=template, actor=request.user, reason=request.POST.get("reason", "")
@@ -215,10 +208,9 @@ def template_retire(request: HttpRequest, pk: int) -> HttpResponse:
 # ------------------------------------------------------------------ request templates
 
 
-@login_required
+@staff_required
 @require_http_methods(["GET", "HEAD", "POST"])
 def request_template_import(request: HttpRequest) -> HttpResponse:
-    _require_staff(request)
     error = None
     if request.method == "POST":
         form = RequestTemplateImportForm(request.POST, request.FILES)

@@ -8,6 +8,8 @@ push once it commits (``enqueue_on_commit``: a broker outage never fails the cal
   cancelled).
 * ``push_object_enqueue``: one standalone object (a node's labels and taints, a project's
   ResourceQuota); an older pending write of the same object is superseded.
+* ``node_patch_enqueue``: a Node's ledger labels and taints (the ledger's ``node_labels_changed``
+  signal and rollout's gray marks), dropped labels sent as null.
 
 Actions are ordered per *stream*: ``job:<id>`` for a job's objects (applies, then the deletes of a
 preempted or retried attempt), ``<cluster>:<Kind>:<namespace>/<name>`` for a standalone object.
@@ -176,7 +178,19 @@ def request_push(stream: str | int) -> None:
     enqueue_on_commit(PUSH_STREAM_TASK, stream, queue="push")
 
 
+def node_patch_enqueue(node: Any, *, removed_labels: Iterable[str] = ()) -> PushAction:
+    """Write the patch that brings a Node's labels and taints in line with the ledger (inside the
+    caller's transaction). Labels are merged into the live Node, so a label the ledger dropped is
+    sent as ``null`` in the same patch, which deletes it (JSON merge patch, RFC 7386 §2; strategic
+    merge patch does the same for a null map value: kubernetes/community,
+    contributors/devel/sig-api-machinery/strategic-merge-patch.md, "Basic Patch")."""
+    manifest = node_patch(node)
+    for key in removed_labels:
+        manifest["metadata"]["labels"][key] = None
+    return push_object_enqueue(cluster=node.cluster, manifest=manifest, verb="patch")
+
+
 def node_labels_changed_receive(sender, *, node, **kwargs) -> None:
     """The ledger changed what a Node should carry: queue its labels-and-taints patch (in the
     sender's transaction, so it commits with the ledger change)."""
-    push_object_enqueue(cluster=node.cluster, manifest=node_patch(node), verb="patch")
+    node_patch_enqueue(node)

@@ -119,3 +119,37 @@ class FilterSet(django_filters.FilterSet):
         for filter_ in filters.values():
             bound_filter(filter_)
         return filters
+
+
+# ---------------------------------------------------------------------------------------------------
+# Pages: the same FilterSet the API uses filters the page and renders its filter bar
+# ---------------------------------------------------------------------------------------------------
+
+
+class PageFilterForm:
+    """The filter bar of a page: the bound fields of ``filterset.form`` named in ``names`` (a page
+    shows fewer filters than its API takes), iterable like a form for ``includes/filter_form.html``.
+    ``active``: whether any of them holds a valid, non-empty value (the template offers "Reset")."""
+
+    def __init__(self, filterset: django_filters.FilterSet, names: tuple[str, ...]) -> None:
+        self.filterset = filterset
+        self.names = names
+
+    def __iter__(self):
+        form = self.filterset.form
+        return (form[name] for name in self.names)
+
+    @property
+    def active(self) -> bool:
+        form = self.filterset.form
+        if not form.is_bound or not form.is_valid() and not form.cleaned_data:
+            return False
+        return any(form.cleaned_data.get(name) not in (None, "", [], False) for name in self.names)
+
+
+def page_filter(filterset_class, request, queryset, *, fields: tuple[str, ...], **kwargs):
+    """``(filterset, form)`` for a page: the FilterSet bound to the query string (a value that does
+    not validate is ignored and shown as a field error, the others still filter: django-filter's
+    ``FilterSet.qs`` applies ``form.cleaned_data``) and the filter bar showing ``fields``."""
+    filterset = filterset_class(request.GET or None, queryset=queryset, request=request, **kwargs)
+    return filterset, PageFilterForm(filterset, fields)

@@ -10,7 +10,7 @@ from django.contrib.auth import get_user_model
 from apps.accounts.models import Project
 from apps.catalog.models import ComputeTemplate, DeviceModel
 from apps.jobs.models import Job
-from apps.jobs.services import job_submit
+from apps.scheduling.lifecycle import job_submit
 
 JOBS = [
     # (project, user, name, fields)

@@ -21,9 +21,9 @@ from apps.accounts.models import Project
 from apps.catalog.models import DeviceModel
 from apps.core.errors import ApplicationError
 from apps.jobs.models import Job
-from apps.jobs.services import job_submit
 from apps.migration import services
 from apps.migration.models import MigratedService, MigrationAction, MigrationPlan
+from apps.scheduling.lifecycle import job_submit
 from apps.scheduling.services import scheduling_cycle_run
 
 PLAN_NAME = "国产化迁移 2027: NVIDIA → Ascend / DCU"

@@ -27,6 +27,7 @@ from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
 from apps.catalog.models import DeviceModel
+from apps.core.admin import ReadOnlyAdminMixin, run_each
 from apps.core.audit import change_record_create, snapshot
 from apps.core.errors import ApplicationError, ValidationFailed
 from apps.core.models import BackgroundRun
@@ -91,26 +92,6 @@ class LedgerImportForm(forms.Form):
         return upload
 
 
-def _run_each(
-    modeladmin: admin.ModelAdmin,
-    request: HttpRequest,
-    queryset: QuerySet,
-    call: Callable[[Any], Any],
-    done: str,
-) -> None:
-    """Call a service once per selected row; report successes together and every failure on its own."""
-    ok = 0
-    for obj in queryset:
-        try:
-            call(obj)
-        except ApplicationError as exc:
-            modeladmin.message_user(request, f"{obj}: {exc.message}", messages.ERROR)
-        else:
-            ok += 1
-    if ok:
-        modeladmin.message_user(request, f"{done}: {ok}", messages.SUCCESS)
-
-
 def _page_context(modeladmin: admin.ModelAdmin, request: HttpRequest, title: str, **extra: Any) -> dict:
     """The context of an admin page of our own (an action's confirmation, the import)."""
     return {
@@ -130,7 +111,7 @@ def _each_action(*, description: str, done: str):
         @admin.action(description=description, permissions=["change"])
         @functools.wraps(call)
         def action(modeladmin, request, queryset):
-            _run_each(modeladmin, request, queryset, lambda obj: call(modeladmin, obj, request.user), done)
+            run_each(modeladmin, request, queryset, lambda obj: call(modeladmin, obj, request.user), done)
 
         return action
 
@@ -148,7 +129,7 @@ def _reason_action(*, description: str, title: str, done: str):
             form = ReasonForm(request.POST if "apply" in request.POST else None)
             if form.is_bound and form.is_valid():
                 reason = form.cleaned_data["reason"]
-                _run_each(
+                run_each(
                     modeladmin,
                     request,
                     queryset,
@@ -190,20 +171,7 @@ class LatestEventsFormSet(BaseInlineFormSet):
         return self._latest
 
 
-class ReadOnlyMixin:
-    """No adding, changing or deleting (for model admins and inlines alike)."""
-
-    def has_add_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
-
-
-class ReadOnlyInline(ReadOnlyMixin, admin.TabularInline):
+class ReadOnlyInline(ReadOnlyAdminMixin, admin.TabularInline):
     extra = 0
     max_num = 0
     can_delete = False
@@ -445,7 +413,7 @@ class NodeAdmin(LedgerRowAdmin):
     @admin.action(description=_("Approve (admit nodes pending approval)"), permissions=["change"])
     def approve(self, request, queryset):
         pending = queryset.filter(pending_approval=True)
-        _run_each(
+        run_each(
             self,
             request,
             pending,
@@ -463,18 +431,18 @@ class NodeAdmin(LedgerRowAdmin):
                 messages.WARNING,
             )
 
-    @_each_action(description=_("Maintenance on"), done="Maintenance on")
+    @_each_action(description=_("Maintenance on"), done=_("Maintenance on"))
     def maintenance_on(self, node: Node, actor) -> Node:
         return node_status_set(node=node, status=Node.Status.MAINTENANCE, actor=actor)
 
     @admin.action(description=_("Maintenance off (back to ready)"), permissions=["change"])
     def maintenance_off(self, request, queryset):
-        _run_each(
+        run_each(
             self,
             request,
             queryset.filter(status=Node.Status.MAINTENANCE),
             lambda n: node_status_set(node=n, status=Node.Status.READY, actor=request.user),
-            "Maintenance off",
+            _("Maintenance off"),
         )
         skipped = queryset.exclude(status=Node.Status.MAINTENANCE).count()
         if skipped:
@@ -487,21 +455,21 @@ class NodeAdmin(LedgerRowAdmin):
                 messages.WARNING,
             )
 
-    @_reason_action(description=_("Quarantine"), title=_("Quarantine nodes"), done="Quarantined")
+    @_reason_action(description=_("Quarantine"), title=_("Quarantine nodes"), done=_("Quarantined"))
     def quarantine(self, node: Node, reason: str, actor) -> Node:
         return node_status_set(node=node, status=Node.Status.QUARANTINED, reason=reason, actor=actor)
 
     @_reason_action(
         description=_("Release from quarantine"),
         title=_("Release nodes from quarantine"),
-        done="Released from quarantine",
+        done=_("Released from quarantine"),
     )
     def release_from_quarantine(self, node: Node, reason: str, actor) -> Node:
         if node.status != Node.Status.QUARANTINED:
             raise ValidationFailed(f"node {node.name} is {node.status}, not quarantined")
         return node_status_set(node=node, status=Node.Status.READY, reason=reason, actor=actor)
 
-    @_reason_action(description=_("Retire"), title=_("Retire nodes and all their devices"), done="Retired")
+    @_reason_action(description=_("Retire"), title=_("Retire nodes and all their devices"), done=_("Retired"))
     def retire(self, node: Node, reason: str, actor) -> Node:
         return node_status_set(node=node, status=Node.Status.RETIRED, reason=reason, actor=actor)
 
@@ -608,25 +576,27 @@ class DeviceAdmin(LedgerRowAdmin):
 
     # -- actions -----------------------------------------------------------------------------------
 
-    @_reason_action(description=_("Quarantine"), title=_("Quarantine devices"), done="Quarantined")
+    @_reason_action(description=_("Quarantine"), title=_("Quarantine devices"), done=_("Quarantined"))
     def quarantine(self, device: Device, reason: str, actor) -> Device:
         return device_pool_status_set(
             device=device, pool_status=Device.PoolStatus.QUARANTINE, reason=reason, actor=actor
         )
 
-    @_each_action(description=_("Return to production"), done="In production")
+    @_each_action(description=_("Return to production"), done=_("In production"))
     def return_to_production(self, device: Device, actor) -> Device:
         return device_pool_status_set(device=device, pool_status=Device.PoolStatus.PRODUCTION, actor=actor)
 
-    @_reason_action(description=_("Cordon (no new allocations)"), title=_("Cordon devices"), done="Cordoned")
+    @_reason_action(
+        description=_("Cordon (no new allocations)"), title=_("Cordon devices"), done=_("Cordoned")
+    )
     def cordon(self, device: Device, reason: str, actor) -> Device:
         return device_cordon(device=device, cordoned=True, reason=reason, actor=actor)
 
-    @_each_action(description=_("Lift cordon"), done="Cordon lifted")
+    @_each_action(description=_("Lift cordon"), done=_("Cordon lifted"))
     def uncordon(self, device: Device, actor) -> Device:
         return device_cordon(device=device, cordoned=False, actor=actor)
 
-    @_reason_action(description=_("Retire"), title=_("Retire devices"), done="Retired")
+    @_reason_action(description=_("Retire"), title=_("Retire devices"), done=_("Retired"))
     def retire(self, device: Device, reason: str, actor) -> Device:
         return device_retire(device=device, reason=reason, actor=actor)
 
@@ -723,12 +693,8 @@ class DeviceAdmin(LedgerRowAdmin):
 # history, reports, agent tokens
 
 
-class ReadOnlyAdmin(ReadOnlyMixin, admin.ModelAdmin):
-    pass
-
-
 @admin.register(DeviceEvent)
-class DeviceEventAdmin(ReadOnlyAdmin):
+class DeviceEventAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = ("created_at", "node", "device", "kind", "severity", "message", "actor_label")
     list_filter = ("kind", "severity", "node__cluster")
     list_select_related = ("node", "device", "device__node")
@@ -737,7 +703,7 @@ class DeviceEventAdmin(ReadOnlyAdmin):
 
 
 @admin.register(NodeReport)
-class NodeReportAdmin(ReadOnlyAdmin):
+class NodeReportAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = ("received_at", "node", "kind", "size_bytes", "actor_label")
     list_filter = ("kind", "node__cluster")
     list_select_related = ("node",)

@@ -39,6 +39,13 @@ class Cluster(BaseModel):
     # vendor slug -> PluginMode value, e.g. {"nvidia": "mig-mixed", "huawei": "ascend-vnpu"}
     device_plugin_modes = models.JSONField(default=dict, blank=True)
     description = models.TextField(blank=True)
+    # Connection state, written by apps.clusters.connect / apps.clusters.sync (never typed in).
+    last_checked_at = models.DateTimeField(null=True, blank=True)
+    # The last "Test connection" answer: {"ok", "server_version", "verbs", "plugins", "problems"}.
+    last_check = models.JSONField(default=dict, blank=True)
+    last_synced_at = models.DateTimeField(null=True, blank=True)
+    # The last cluster sync's summary: {"nodes", "created", "events", "error"}.
+    last_sync = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["name"]

@@ -1,7 +1,7 @@
 """Admin console for jobs (staff only, as Django's admin is).
 
 A job's state never changes here by editing: state, reason, attempts and timestamps are read-only,
-and the only state change offered is the "cancel" action, which calls ``apps.jobs.services``
+and the only state change offered is the "cancel" action, which calls the job lifecycle
 (so every change has its JobEvent and ChangeRecord). Jobs are created through the submit page or
 the API (the service validates the request against the catalog and the fleet), never here.
 """
@@ -15,7 +15,7 @@ from django.utils.translation import gettext_lazy as _
 from apps.core.audit import change_record_create, snapshot
 from apps.core.errors import ApplicationError
 from apps.jobs.models import FINAL_STATES, Job, JobEvent
-from apps.jobs.services import job_cancel
+from apps.scheduling.lifecycle import job_cancel
 
 # Fields a staff member may correct on a submitted job: none of them moves it in the state machine
 # or changes what the scheduler places.

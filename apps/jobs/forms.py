@@ -2,8 +2,8 @@
 
 Every choice list comes from the user's scoped selectors, so a form never offers a project the user
 cannot see. The submit form turns the page's friendly inputs (a command line, KEY=VALUE lines, GiB,
-hours) into the keyword arguments of ``apps.jobs.services.job_submit``; the service validates the
-request again against the catalog and the fleet.
+hours) into the keyword arguments of ``apps.scheduling.lifecycle.job_submit``; the service
+validates the request again against the catalog and the fleet.
 """
 
 from __future__ import annotations

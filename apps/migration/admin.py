@@ -3,6 +3,7 @@ measurements are read here and steered from the cockpit or the API (their writes
 
 from django.contrib import admin
 
+from apps.core.admin import ReadOnlyAdminMixin
 from apps.migration import services
 from apps.migration.models import (
     AccuracyEval,
@@ -84,19 +85,8 @@ class MigratedServiceAdmin(admin.ModelAdmin):
         return False
 
 
-class _ReadOnly(admin.ModelAdmin):
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
-
-
 @admin.register(MigrationAction)
-class MigrationActionAdmin(_ReadOnly):
+class MigrationActionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = [
         "created_at",
         "service",
@@ -111,13 +101,13 @@ class MigrationActionAdmin(_ReadOnly):
 
 
 @admin.register(ServiceMetric)
-class ServiceMetricAdmin(_ReadOnly):
+class ServiceMetricAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = ["service", "track", "window_start", "requests", "errors", "p99_latency_ms", "source"]
     list_filter = ["track"]
     date_hierarchy = "window_start"
 
 
 @admin.register(AccuracyEval)
-class AccuracyEvalAdmin(_ReadOnly):
+class AccuracyEvalAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = ["service", "track", "metric", "value", "dataset", "source", "measured_at"]
     list_filter = ["track", "metric"]

@@ -1,5 +1,6 @@
 """Quota reads: fair-share queue order, showback (guaranteed vs used vs borrowed), who borrows from
-whom, and the one "why pending?" answer."""
+whom. The "why pending?" answer joins the decision traces too: it is a scheduling read
+(``apps.scheduling.selectors.why_pending``)."""
 
 from __future__ import annotations
 
@@ -235,46 +236,3 @@ def guaranteed_cu_hours(*, project: Project, month: dt.date) -> Decimal | None:
         if begin < end:
             total += guarantee * Decimal((end - begin).total_seconds()) / Decimal(3600)
     return total.quantize(Decimal("0.0001"))
-
-
-# --------------------------------------------------------------------------------------------------
-# why pending
-
-
-def why_pending(job: Job) -> dict[str, Any]:
-    """One answer for a queued job: the quota verdict, device fit / topology from the latest trace, and
-    the queue position. Empty ``reasons`` when the job is not queued."""
-    from apps.scheduling.models import DecisionTrace
-
-    if job.state not in QUEUED_STATES:
-        return {"queued": False, "reasons": [], "quota": None, "placement": None, "queue_position": None}
-    trace = (
-        DecisionTrace.objects.filter(job=job)
-        .order_by("-created_at", "-id")
-        .only("explanation", "steps", "outcome")
-        .first()
-    )
-    quota_reason = None
-    quota_data = None
-    placement_reason = None
-    if trace is not None:
-        for step in trace.steps or []:
-            if isinstance(step, dict) and step.get("tier") == "quota":
-                quota_reason, quota_data = step.get("message"), step.get("data")
-        if trace.outcome in ("pending", "conflict") and not (trace.explanation or "").startswith("quota:"):
-            placement_reason = trace.explanation
-    if quota_reason is None and quotas_configured():
-        quota_reason = quota_context().verdict_now(job)
-    position = queue_positions([job.pk]).get(job.pk)
-    reasons = [r for r in (quota_reason and f"quota: {quota_reason}", placement_reason) if r]
-    if position is not None:
-        reasons.append(f"position {position} in the queue")
-    return {
-        "queued": True,
-        "reasons": reasons,
-        "quota": quota_reason,
-        "quota_data": quota_data,
-        "placement": placement_reason,
-        "queue_position": position,
-        "text": "; ".join(reasons),
-    }

@@ -6,8 +6,8 @@ from __future__ import annotations
 from django.contrib import admin, messages
 from django.http import HttpRequest
 from django.utils.translation import gettext_lazy as _
-from django.utils.translation import ngettext
 
+from apps.core.admin import run_each
 from apps.core.errors import ApplicationError
 from apps.rollout import services
 from apps.rollout.models import (
@@ -20,21 +20,6 @@ from apps.rollout.models import (
     UpgradePlan,
     UpgradeWave,
 )
-
-
-def _run_each(modeladmin, request, queryset, call, done: str) -> None:
-    """Run ``call(obj)`` for each selected row; report successes and each refusal with its reason."""
-    ok = 0
-    for obj in queryset:
-        try:
-            call(obj)
-            ok += 1
-        except ApplicationError as exc:
-            modeladmin.message_user(request, f"{obj}: {exc.message}", messages.ERROR)
-    if ok:
-        modeladmin.message_user(
-            request, ngettext("%(n)d %(what)s.", "%(n)d %(what)s.", ok) % {"n": ok, "what": done}
-        )
 
 
 class _ServiceSaveMixin:
@@ -147,12 +132,12 @@ class GrayBatchAdmin(_ServiceSaveMixin, admin.ModelAdmin):
 
     @admin.action(description=_("Start the soak (gray pool, label and taint)"))
     def start_soak(self, request, queryset):
-        _run_each(
+        run_each(
             self,
             request,
             queryset,
             lambda b: services.batch_soak_start(batch=b, actor=request.user),
-            "soaking",
+            _("Soak started"),
         )
 
     @admin.action(description=_("Evaluate the soak now"))
@@ -161,34 +146,38 @@ class GrayBatchAdmin(_ServiceSaveMixin, admin.ModelAdmin):
             result = services.batch_evaluate(batch=batch, actor=request.user)
             self.message_user(request, f"{batch}: {result.get_verdict_display()}")
 
-        _run_each(self, request, queryset, run, "evaluated")
+        run_each(self, request, queryset, run, _("Evaluated"))
 
     @admin.action(description=_("Admit to production"))
     def admit(self, request, queryset):
-        _run_each(
-            self, request, queryset, lambda b: services.batch_admit(batch=b, actor=request.user), "admitted"
+        run_each(
+            self,
+            request,
+            queryset,
+            lambda b: services.batch_admit(batch=b, actor=request.user),
+            _("Admitted"),
         )
 
     @admin.action(description=_("Fail and quarantine"))
     def fail(self, request, queryset):
         reason = f"failed from the admin console by {request.user}"
-        _run_each(
+        run_each(
             self,
             request,
             queryset,
             lambda b: services.batch_fail(batch=b, actor=request.user, reason=reason),
-            "failed",
+            _("Failed and quarantined"),
         )
 
     @admin.action(description=_("Roll back (change reverted)"))
     def rollback(self, request, queryset):
         reason = f"rolled back from the admin console by {request.user}"
-        _run_each(
+        run_each(
             self,
             request,
             queryset,
             lambda b: services.batch_rollback(batch=b, actor=request.user, reason=reason),
-            "rolled back",
+            _("Rolled back"),
         )
 
 
@@ -263,12 +252,12 @@ class UpgradeWaveAdmin(admin.ModelAdmin):
 
     @admin.action(description=_("Start the wave (refused before earlier layers passed)"))
     def start(self, request, queryset):
-        _run_each(
+        run_each(
             self,
             request,
             queryset,
             lambda w: services.upgrade_wave_start(wave=w, actor=request.user),
-            "started",
+            _("Wave started"),
         )
 
 
@@ -316,12 +305,12 @@ class AutoscalePolicyAdmin(_ServiceSaveMixin, admin.ModelAdmin):
 
     @admin.action(description=_("Evaluate now"))
     def evaluate(self, request, queryset):
-        _run_each(
+        run_each(
             self,
             request,
             queryset,
             lambda p: services.autoscale_evaluate(policy=p, actor=request.user),
-            "evaluated",
+            _("Evaluated"),
         )
 
 

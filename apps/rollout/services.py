@@ -29,6 +29,7 @@ from typing import Any
 from django.db import models, transaction
 from django.utils import timezone
 
+from apps.clusters.outbox import node_patch_enqueue
 from apps.core.audit import actor_fields, change_record_create, snapshot
 from apps.core.errors import ApplicationError, Conflict, InvalidTransition, ValidationFailed
 from apps.core.validation import validate, validate_and_save
@@ -127,23 +128,6 @@ def _in_service(node: Node) -> list[Device]:
 # node labels and taints
 
 
-def _node_push(node: Node, *, removed_labels: tuple[str, ...] = ()) -> None:
-    """Push the node's labels and taints. ``node_patch`` merges labels, so a label the ledger dropped
-    is sent as null (removed) in the same patch."""
-    if not removed_labels:
-        from apps.inventory.services.labels import node_push_enqueue
-
-        node_push_enqueue(node)
-        return
-    from apps.clusters.manifests import node_patch
-    from apps.clusters.outbox import push_object_enqueue
-
-    manifest = node_patch(node)
-    for key in removed_labels:
-        manifest["metadata"]["labels"][key] = None
-    push_object_enqueue(cluster=node.cluster, manifest=manifest, verb="patch")
-
-
 def _node_labels_record(node: Node, before: dict, actor, message: str) -> None:
     after = {"labels": node.labels, "taints": node.taints}
     DeviceEvent.objects.create(
@@ -172,7 +156,7 @@ def node_gray_mark(*, node: Node, batch: GrayBatch, actor) -> Node:
     locked.labels, locked.taints = labels, [*taints, dict(GRAY_TAINT)]
     locked.save(update_fields=["labels", "taints", "updated_at"])
     _node_labels_record(locked, before, actor, f"node {locked.name} joins gray batch {batch.name}")
-    _node_push(locked)
+    node_patch_enqueue(locked)
     return locked
 
 
@@ -191,7 +175,7 @@ def node_gray_clear(*, node: Node, batch: GrayBatch, actor) -> Node:
     locked.labels, locked.taints = labels, taints
     locked.save(update_fields=["labels", "taints", "updated_at"])
     _node_labels_record(locked, before, actor, f"node {locked.name} leaves gray batch {batch.name}")
-    _node_push(locked, removed_labels=(GRAY_KEY,))
+    node_patch_enqueue(locked, removed_labels=(GRAY_KEY,))
     return locked
 
 

@@ -10,16 +10,10 @@ from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_safe
 
 from apps.accounts.selectors import is_platform_staff
+from apps.core.permissions import staff_required
 from apps.rollout import charts, selectors
 from apps.rollout.filtersets import GrayBatchFilterSet
 from apps.rollout.models import GrayBatch, Layer, UpgradeWave
-
-
-def _staff_only(request: HttpRequest) -> None:
-    from django.core.exceptions import PermissionDenied
-
-    if not is_platform_staff(request.user):
-        raise PermissionDenied
 
 
 @login_required
@@ -36,10 +30,9 @@ def batch_list(request: HttpRequest) -> HttpResponse:
     )
 
 
-@login_required
+@staff_required
 @require_safe
 def batch_detail(request: HttpRequest, pk: int) -> HttpResponse:
-    _staff_only(request)
     batch = get_object_or_404(selectors.batch_list(user=request.user), pk=pk)
     results = list(batch.results.order_by("-computed_at", "-pk")[:20])
     latest = results[0] if results else None
@@ -60,10 +53,9 @@ def batch_detail(request: HttpRequest, pk: int) -> HttpResponse:
     )
 
 
-@login_required
+@staff_required
 @require_safe
 def wave_list(request: HttpRequest) -> HttpResponse:
-    _staff_only(request)
     plans = []
     for plan in selectors.plan_list(user=request.user).prefetch_related("waves__batch"):
         waves = sorted(plan.waves.all(), key=lambda w: (w.layer, w.pk))

@@ -8,10 +8,10 @@ from __future__ import annotations
 import json
 
 from django.contrib import admin
-from django.http import HttpRequest
 from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 
+from apps.core.admin import ReadOnlyAdminMixin
 from apps.jobs.models import Allocation
 from apps.scheduling.models import DecisionTrace
 
@@ -21,17 +21,6 @@ def _pretty(value) -> str:
         return "—"
     text = json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False, default=str)
     return format_html('<pre style="white-space: pre-wrap; margin: 0">{}</pre>', text)
-
-
-class _ReadOnlyAdmin(admin.ModelAdmin):
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj=None) -> bool:
-        return False
 
 
 class ActiveFilter(admin.SimpleListFilter):
@@ -50,7 +39,7 @@ class ActiveFilter(admin.SimpleListFilter):
 
 
 @admin.register(Allocation)
-class AllocationAdmin(_ReadOnlyAdmin):
+class AllocationAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = (
         "id",
         "job",
@@ -79,7 +68,7 @@ class AllocationAdmin(_ReadOnlyAdmin):
 
 
 @admin.register(DecisionTrace)
-class DecisionTraceAdmin(_ReadOnlyAdmin):
+class DecisionTraceAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = ("trace_id", "job", "outcome", "policy", "queue_position", "duration_us", "created_at")
     list_filter = ("outcome", "policy")
     search_fields = ("=trace_id", "job__name", "explanation")

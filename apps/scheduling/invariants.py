@@ -1,7 +1,7 @@
 """The capacity invariant over time: no card's overlapping allocations ever exceed it.
 
 The scheduler enforces the invariant for the allocations that are active *now* (``engine/model.py``,
-``services._fits``). History can still break it (rows written by hand, an import, a demo generator, a
+``allocations._fits``). History can still break it (rows written by hand, an import, a demo generator, a
 read-back correction), and a bill must never charge usage that could not have happened. This module
 checks a whole stretch of history with the same rules as the scheduler:
 

@@ -13,8 +13,8 @@ no transaction open), then walks the jobs Suanchi believes are scheduled or runn
 * a node Kubernetes reports NotReady, or a card the ledger marks lost, reschedules the jobs on it
   (without using a retry); a lost card is a confirmed hardware fault, so its node is quarantined.
 
-Every state change goes through the job services (conditional updates), so two reconcilers racing on
-one job change it once.
+Every state change goes through the job lifecycle (``lifecycle.py``: conditional updates), so two
+reconcilers racing on one job change it once.
 """
 
 from __future__ import annotations
@@ -24,8 +24,6 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import transaction
-
 from apps.clusters.backend import BackendError
 from apps.clusters.connections import backend_for
 from apps.clusters.manifests import HOSTNAME_LABEL, LABEL_ATTEMPT, LABEL_JOB
@@ -33,9 +31,8 @@ from apps.clusters.models import PushAction
 from apps.clusters.outbox import job_stream
 from apps.inventory.models import Cluster, Device, DeviceEvent, Node
 from apps.jobs.models import ACTIVE_STATES, Allocation, Job, JobState
-from apps.jobs.services import job_transition
 from apps.scheduling.faults import classify_failure, is_hardware_fault
-from apps.scheduling.preemption import job_retry_or_fail
+from apps.scheduling.lifecycle import job_finish, job_retry_or_fail, job_to_running
 
 logger = logging.getLogger(__name__)
 
@@ -76,6 +73,16 @@ def classify_pod_failure(pod: dict) -> tuple[str, str]:
         for cs in status.get("containerStatuses") or []
     ]
     return text, classify_failure(text, next((c for c in codes if c is not None), None))
+
+
+def _disruption(pod: dict) -> dict | None:
+    """The pod's ``DisruptionTarget`` condition (True) — set by the taint-eviction controller, the
+    eviction API and preemption before they delete a pod (Kubernetes docs: "Pod disruption
+    conditions", concepts/workloads/pods/disruptions) — or None."""
+    for cond in (pod.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "DisruptionTarget" and cond.get("status") == "True":
+            return cond
+    return None
 
 
 def pod_node(pod: dict) -> str:
@@ -150,8 +157,6 @@ def _failure(
 def reconcile_cluster(*, cluster: Cluster, actor: Any = "reconciler") -> ReconcileResult:
     """One pass over one cluster. Network reads first (no transaction), then one short transaction
     per job change."""
-    from apps.scheduling.services import job_finish
-
     result = ReconcileResult(cluster=cluster.slug)
     jobs = list(
         Job.objects.filter(
@@ -238,17 +243,54 @@ def reconcile_cluster(*, cluster: Cluster, actor: Any = "reconciler") -> Reconci
             continue
         # Job pods carry the attempt; a Deployment's pods do not (its name has no attempt either).
         job_pods = pods_by_job.get((str(job.pk), str(job.attempt))) or pods_by_job.get((str(job.pk), ""), [])
+        # A pod being deleted (Terminating: an old ReplicaSet's, a scaled-down replica, one the
+        # garbage collector removes) is never a failure of its own: it ends Failed before it goes
+        # (pkg/registry/core/pod/strategy.go). Only an eviction (DisruptionTarget) or the Job's own
+        # verdict below says the attempt failed.
+        evicted = [p for p in job_pods if _disruption(p)]
+        job_pods = [p for p in job_pods if not (p.get("metadata") or {}).get("deletionTimestamp")]
         phases = [(p.get("status") or {}).get("phase") for p in job_pods]
-        failed = [p for p in job_pods if (p.get("status") or {}).get("phase") == "Failed"]
-        complete = action.kind == "Job" and any(
-            c.get("type") == "Complete" and c.get("status") == "True"
+        failed = [
+            p for p in job_pods if (p.get("status") or {}).get("phase") == "Failed" and not _disruption(p)
+        ]
+        conditions = {
+            c.get("type"): c
             for c in (obj.get("status") or {}).get("conditions") or []
-        )
-        if complete or (action.kind == "Job" and phases and all(ph == "Succeeded" for ph in phases)):
+            if c.get("status") == "True"
+        }
+        spec = obj.get("spec") or {}
+        # batch/v1 Job: done when Complete (SuccessCriteriaMet precedes it), i.e. ``completions``
+        # pods succeeded (pkg/controller/job); one succeeded replica of several is not the job.
+        complete = action.kind == "Job" and ("Complete" in conditions or "SuccessCriteriaMet" in conditions)
+        completions = int(spec.get("completions") or spec.get("parallelism") or 1)
+        if complete or (
+            action.kind == "Job"
+            and phases.count("Succeeded") >= completions
+            and all(ph == "Succeeded" for ph in phases)
+        ):
             if job.state == JobState.SCHEDULED:
-                _to_running(job, actor)
+                job_to_running(job=job, actor=actor)
             if job_finish(job=job, succeeded=True, reason="completed", actor=actor):
                 result.succeeded += 1
+            continue
+        if evicted:
+            # pkg/controller/tainteviction (or the eviction API / preemption): the node, not the
+            # workload, ended this attempt — retried elsewhere without using up a retry.
+            cond = _disruption(evicted[0])
+            nodes = sorted({pod_node(p) for p in evicted} - {""})
+            _failure(
+                job,
+                cluster=cluster,
+                reason=(
+                    f"pod {evicted[0]['metadata']['name']} evicted from {', '.join(nodes) or 'its node'}: "
+                    f"{cond.get('reason') or 'DisruptionTarget'}: {cond.get('message') or ''}"
+                ).rstrip(": "),
+                nodes=nodes,
+                hardware=False,
+                infrastructure=True,
+                actor=actor,
+                result=result,
+            )
             continue
         if failed:
             reason, key = classify_pod_failure(failed[0])
@@ -265,16 +307,26 @@ def reconcile_cluster(*, cluster: Cluster, actor: Any = "reconciler") -> Reconci
                 result=result,
             )
             continue
-        if "Running" in phases and job.state == JobState.SCHEDULED and _to_running(job, actor):
+        verdict = conditions.get("FailureTarget") or conditions.get("Failed")
+        if action.kind == "Job" and verdict:
+            # The Job controller gave up (its pods may already be gone): BackoffLimitExceeded,
+            # DeadlineExceeded, PodFailurePolicy … — the Kubernetes reason goes into the job's event.
+            _failure(
+                job,
+                cluster=cluster,
+                reason=(
+                    f"Job {action.namespace}/{action.name} failed: "
+                    f"{verdict.get('reason') or verdict.get('type')}: {verdict.get('message') or ''}"
+                ).rstrip(": "),
+                nodes=[],
+                hardware=False,
+                actor=actor,
+                result=result,
+            )
+            continue
+        if "Running" in phases and job.state == JobState.SCHEDULED and job_to_running(job=job, actor=actor):
             result.running += 1
     return result
-
-
-def _to_running(job: Job, actor: Any) -> bool:
-    with transaction.atomic():
-        return job_transition(
-            job, to=JobState.RUNNING, actor=actor, reason="pods running", expected=(JobState.SCHEDULED,)
-        )
 
 
 def _note_not_ready(cluster: Cluster, name: str, actor: Any) -> None:

@@ -22,6 +22,7 @@ from apps.core.errors import InvalidTransition, ValidationFailed
 from apps.inventory.models import Node
 from apps.jobs.models import Allocation, Job, JobEvent, JobState
 from apps.jobs.services import job_event
+from apps.scheduling.allocations import allocation_row, claim_placement, device_usage, locked_device_caps
 from apps.scheduling.engine.engine import Engine
 from apps.scheduling.engine.policies import BEST
 from apps.scheduling.requests import job_requests
@@ -92,13 +93,6 @@ def _scale_down(job: Job, replicas: int, actor: Any, reason: str) -> int:
 
 
 def _scale_up(job: Job, current: int, replicas: int, actor: Any, reason: str) -> int:
-    from apps.scheduling.services import (
-        _device_usage,
-        allocation_row,
-        claim_placement,
-        locked_device_caps,
-    )
-
     snapshot = fleet_snapshot()
     engine = Engine(policy=BEST)
     catalog = list(DeviceModel.objects.all())
@@ -139,7 +133,7 @@ def _scale_up(job: Job, current: int, replicas: int, actor: Any, reason: str) ->
             {int(a.device_id) for d in decisions for part in d.placement.parts for a in part.devices}
         )
         caps = locked_device_caps(device_ids)
-        usage = _device_usage(device_ids)
+        usage = device_usage(device_ids)
         coef_now = coefficients_on({c[3] for c in caps.values() if c[3]})
         now = timezone.now()
         rows: list[Allocation] = []

@@ -323,6 +323,14 @@ SUANCHI = {
     "TELEMETRY_FIRST_LOOKBACK_MINUTES": env.int("SUANCHI_TELEMETRY_FIRST_LOOKBACK_MINUTES", default=15),
     "TELEMETRY_TEMP_LIMIT_C": env.float("SUANCHI_TELEMETRY_TEMP_LIMIT_C", default=90.0),
     "TELEMETRY_IDLE_UTIL_PCT": env.float("SUANCHI_TELEMETRY_IDLE_UTIL_PCT", default=5.0),
+    # First start (apps.clusters / apps.telemetry post_migrate): with no cluster yet, create the
+    # default one with this backend ("" = none; "simulated" | "kubernetes"), kubeconfig ($KUBECONFIG;
+    # empty = in-cluster service account) and metric source ($PROMETHEUS_URL).
+    "CLUSTER_BACKEND": env.str("SUANCHI_CLUSTER_BACKEND", default=""),
+    "KUBECONFIG": env.str("KUBECONFIG", default=""),
+    "PROMETHEUS_URL": env.str("PROMETHEUS_URL", default=""),
+    # Uploaded kubeconfigs are written here (mode 0600) and referenced by path from the Cluster row.
+    "SECRETS_DIR": env.str("SUANCHI_SECRETS_DIR", default=str(VAR_DIR / "secrets")),
 }
 
 LOGGING = {

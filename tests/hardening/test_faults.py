@@ -28,7 +28,7 @@ from apps.clusters.models import PushAction
 from apps.clusters.pusher import push_pending_run
 from apps.inventory.models import Cluster
 from apps.jobs.models import Allocation, Job, JobEvent, JobState
-from apps.jobs.services import job_submit
+from apps.scheduling.lifecycle import job_submit
 from apps.scheduling.models import DecisionTrace
 from apps.scheduling.services import scheduling_cycle_run
 from tests.kube.fake_apiserver import FakeApiServer, kubeconfig_for

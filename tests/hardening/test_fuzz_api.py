@@ -36,7 +36,7 @@ from schemathesis.specs.openapi.checks import content_type_conformance, response
 from apps.inventory.models import Cluster
 from apps.inventory.services.tokens import agent_token_create
 from apps.jobs.models import Job
-from apps.jobs.services import job_submit
+from apps.scheduling.lifecycle import job_submit
 from apps.scheduling.services import scheduling_cycle_run
 from tests.hardening.conftest import token_for
 

@@ -7,7 +7,7 @@ from drf_spectacular.generators import SchemaGenerator
 
 from apps.inventory.models import DeviceEvent
 from apps.jobs.models import Job
-from apps.jobs.services import job_submit
+from apps.scheduling.lifecycle import job_submit
 from apps.scheduling.services import scheduling_cycle_run
 
 pytestmark = pytest.mark.django_db

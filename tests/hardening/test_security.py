@@ -25,7 +25,7 @@ from apps.core.models import ChangeRecord
 from apps.inventory.models import AgentToken, Device, Node
 from apps.inventory.services.tokens import agent_token_create
 from apps.jobs.models import JobState
-from apps.jobs.services import job_submit
+from apps.scheduling.lifecycle import job_submit
 from tests.hardening.conftest import token_for
 
 pytestmark = pytest.mark.django_db

@@ -21,10 +21,11 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def fake_tool(bin_dir: Path, name: str, outputs: dict[str, Path]) -> None:
-    """A shell script that prints a fixture chosen by its first argument ("" = no argument)."""
+    """A shell script that prints a fixture chosen by its whole argument list ("" = no argument);
+    any other arguments (e.g. `npu-smi info -t topo`) exit 2, as a tool without that command would."""
     cases = "\n".join(f'  "{arg}") cat "{path}" ;;' for arg, path in outputs.items())
     script = bin_dir / name
-    script.write_text(f'#!/bin/sh\ncase "$1" in\n{cases}\n  *) echo "unsupported" >&2; exit 2 ;;\nesac\n')
+    script.write_text(f'#!/bin/sh\ncase "$*" in\n{cases}\n  *) echo "unsupported" >&2; exit 2 ;;\nesac\n')
     script.chmod(script.stat().st_mode | stat.S_IEXEC)
 
 

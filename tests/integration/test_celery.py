@@ -94,7 +94,7 @@ def test_a_submission_asks_for_a_cycle_and_the_worker_schedules_it(make_user, ma
     from apps.catalog.models import ComputeCoefficient, DeviceModel
     from apps.inventory.models import Device
     from apps.jobs.models import Job, JobState
-    from apps.jobs.services import job_submit
+    from apps.scheduling.lifecycle import job_submit
 
     model = DeviceModel.objects.create(vendor="nvidia", kind="gpu", name="T4", slug="t4", memory_mib=15360)
     ComputeCoefficient.objects.create(

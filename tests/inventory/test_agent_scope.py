@@ -25,8 +25,8 @@ from apps.inventory.models import AgentToken, Cluster, Device, DeviceEvent, Node
 from apps.inventory.services.discovery import node_approve, node_confirm_in_cluster, node_report_ingest
 from apps.inventory.services.tokens import agent_token_create
 from apps.jobs.models import Allocation
-from apps.jobs.services import job_submit
 from apps.scheduling import services as scheduling
+from apps.scheduling.lifecycle import job_submit
 from apps.scheduling.snapshot import fleet_snapshot
 from tests.inventory.test_discovery import gpu_csv, uuids
 

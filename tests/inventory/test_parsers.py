@@ -26,7 +26,22 @@ from apps.inventory.vendors.nvidia import parse_nvidia_smi_csv, parse_nvidia_smi
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
-REPORT_KINDS = {"nvidia-smi-xml", "nvidia-smi-csv", "nvidia-topo", "npu-smi", "rocm-smi-json", "hy-smi"}
+REPORT_KINDS = {
+    "nvidia-smi-xml",
+    "nvidia-smi-csv",
+    "nvidia-topo",
+    "npu-smi",
+    "rocm-smi-json",
+    "hy-smi",
+    # issue 19 item 3
+    "cnmon",
+    "cnmon-info",
+    "npu-smi-topo",
+    "rocm-smi-topo",
+    "hy-smi-topo",
+    "nvidia-smi-mig-lgip",
+    "nvidia-smi-mig-lgipp",
+}
 
 
 def fixture(name: str) -> str:
@@ -89,6 +104,13 @@ def test_every_report_kind_belongs_to_exactly_one_adapter():
         "npu-smi": ["huawei"],
         "rocm-smi-json": ["amd"],
         "hy-smi": ["hygon"],
+        "cnmon": ["cambricon"],
+        "cnmon-info": ["cambricon"],
+        "npu-smi-topo": ["huawei"],
+        "rocm-smi-topo": ["amd"],
+        "hy-smi-topo": ["hygon"],
+        "nvidia-smi-mig-lgip": ["nvidia"],
+        "nvidia-smi-mig-lgipp": ["nvidia"],
     }
     assert adapter_for_kind("npu-smi") is ADAPTERS["huawei"]
 
@@ -101,7 +123,7 @@ def test_parse_report_dispatches_on_the_kind():
 
 def test_parse_report_rejects_an_unknown_kind_listing_the_valid_ones():
     with pytest.raises(ParseFailed) as caught:
-        parse_report("cnmon", "whatever")
+        parse_report("dmesg", "whatever")
     for kind in REPORT_KINDS:
         assert kind in caught.value.message
     assert caught.value.details["valid_kinds"] == sorted(REPORT_KINDS)
@@ -250,57 +272,18 @@ def test_only_ascend_mounts_the_driver_read_only_from_the_host():
         assert get_adapter(vendor).mounts() == []
 
 
-@pytest.mark.parametrize(
-    ("vendor", "port", "utilization", "pod_label"),
-    [
-        ("nvidia", 9400, "DCGM_FI_DEV_GPU_UTIL", "pod"),
-        ("huawei", 8082, "npu_chip_info_utilization", "pod_name"),
-        ("amd", 5000, "gpu_gfx_activity", "pod"),
-        ("hygon", 16080, "dcu_utilizationrate", "dcu_pod_name"),
-        ("cambricon", 30108, "mlu_utilization", "pod"),
-    ],
-)
-def test_exporter_maps_follow_the_cross_vendor_cheat_sheet(vendor, port, utilization, pod_label):
-    exporter = get_adapter(vendor).exporter
-    for key in (
-        "utilization",
-        "memory_used",
-        "memory_total",
-        "temperature",
-        "power",
-        "device_id_labels",
-        "pod_labels",
-        "default_port",
-    ):
-        assert key in exporter
-    assert exporter["default_port"] == port
-    assert exporter["utilization"]["metrics"] == [utilization]
-    assert exporter["pod_labels"]["pod"] == pod_label
-    assert exporter["device_id_labels"]
-
-
-def test_the_dcgm_memory_total_is_the_sum_of_free_used_and_reserved():
-    total = get_adapter("nvidia").exporter["memory_total"]
-    assert total["combine"] == "sum"
-    assert total["metrics"] == ["DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_RESERVED"]
-    assert total["unit"] == "MiB"
-
-
-def test_exporter_units_keep_the_vendor_traps():
-    assert get_adapter("huawei").exporter["memory_used"]["unit"] == "MB"
-    assert get_adapter("hygon").exporter["memory_used"]["unit"] == "B"
-    assert get_adapter("amd").exporter["temperature"]["metrics"] == [
-        "gpu_junction_temperature",
-        "gpu_edge_temperature",
-    ]
-
-
 def test_report_kinds_list_the_parsers_of_each_vendor():
-    assert get_adapter("nvidia").report_kinds == ("nvidia-smi-xml", "nvidia-smi-csv", "nvidia-topo")
-    assert get_adapter("huawei").report_kinds == ("npu-smi",)
-    assert get_adapter("amd").report_kinds == ("rocm-smi-json",)
-    assert get_adapter("hygon").report_kinds == ("hy-smi",)
-    assert get_adapter("cambricon").report_kinds == ()
+    assert get_adapter("nvidia").report_kinds == (
+        "nvidia-smi-xml",
+        "nvidia-smi-csv",
+        "nvidia-topo",
+        "nvidia-smi-mig-lgip",
+        "nvidia-smi-mig-lgipp",
+    )
+    assert get_adapter("huawei").report_kinds == ("npu-smi", "npu-smi-topo")
+    assert get_adapter("amd").report_kinds == ("rocm-smi-json", "rocm-smi-topo")
+    assert get_adapter("hygon").report_kinds == ("hy-smi", "hy-smi-topo")
+    assert get_adapter("cambricon").report_kinds == ("cnmon", "cnmon-info")
 
 
 # ===================================================================================================

@@ -7,7 +7,7 @@ from django.utils import translation
 
 from apps.core.models import ChangeRecord
 from apps.jobs.models import Allocation, JobState
-from apps.jobs.services import job_submit
+from apps.scheduling.lifecycle import job_submit
 from apps.scheduling.models import DecisionTrace
 from apps.scheduling.services import scheduling_cycle_run
 

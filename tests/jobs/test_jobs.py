@@ -10,9 +10,9 @@ from django.db import connection
 
 from apps.core.errors import PermissionDenied, ValidationFailed
 from apps.jobs.models import Allocation, Job, JobEvent, JobState
-from apps.jobs.services import job_submit
+from apps.scheduling.lifecycle import job_finish, job_submit
 from apps.scheduling.models import DecisionTrace
-from apps.scheduling.services import job_finish, queue_position, scheduling_cycle_run
+from apps.scheduling.services import queue_position, scheduling_cycle_run
 from tests.jobs.conftest import set_role
 
 pytestmark = pytest.mark.django_db
@@ -292,7 +292,7 @@ def test_a_card_that_runs_a_job_cannot_be_retired_until_it_is_released(fleet, me
     from apps.core.errors import InvalidTransition
     from apps.inventory.models import Device
     from apps.inventory.services.ledger import device_retire
-    from apps.scheduling.services import allocations_release
+    from apps.scheduling.allocations import allocations_release
 
     user, project = member_project
     job = submit(project, user, name="busy", request_kind="whole_cards", device_model=a100, count=1)

@@ -10,7 +10,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import translation
 
 from apps.jobs.models import Allocation, Job, JobState
-from apps.jobs.services import job_submit
+from apps.scheduling.lifecycle import job_submit
 from apps.scheduling.services import scheduling_cycle_run
 from tests.jobs.conftest import set_role
 

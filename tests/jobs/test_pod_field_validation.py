@@ -7,8 +7,8 @@ import pytest
 
 from apps.core.errors import ValidationFailed
 from apps.jobs.models import Job
-from apps.jobs.services import job_submit
 from apps.jobs.validation import ENV_MAX_COUNT, ENV_MAX_TOTAL_BYTES, toleration_errors
+from apps.scheduling.lifecycle import job_submit
 
 pytestmark = pytest.mark.django_db
 

@@ -7,7 +7,9 @@ a generated kubeconfig (:func:`kubeconfig_for`).
 Implemented
 -----------
 Kinds: core/v1 ``namespaces``, ``nodes`` (cluster-scoped), ``pods``, ``resourcequotas`` (namespaced);
-batch/v1 ``jobs``; apps/v1 ``deployments``.
+batch/v1 ``jobs``; apps/v1 ``deployments``, ``daemonsets``; resource.k8s.io/v1 ``resourceslices``,
+``deviceclasses`` (cluster-scoped); authorization.k8s.io/v1 ``selfsubjectaccessreviews`` (create only,
+answered from :attr:`FakeApiServer.rbac_denied`); ``GET /version`` (:attr:`FakeApiServer.git_version`).
 
 Verbs:
 
@@ -92,13 +94,26 @@ RESOURCES = {
         Resource("resourcequotas", "ResourceQuota", "v1", True),
         Resource("jobs", "Job", "batch/v1", True),
         Resource("deployments", "Deployment", "apps/v1", True),
+        Resource("daemonsets", "DaemonSet", "apps/v1", True),
+        # Dynamic Resource Allocation, GA in Kubernetes 1.34 (resource.k8s.io/v1):
+        # https://kubernetes.io/docs/reference/kubernetes-api/workload-resources/resource-slice-v1/
+        Resource("resourceslices", "ResourceSlice", "resource.k8s.io/v1", False),
+        Resource("deviceclasses", "DeviceClass", "resource.k8s.io/v1", False),
+        # Create-only review: answered from FakeApiServer.rbac_denied, never stored.
+        Resource("selfsubjectaccessreviews", "SelfSubjectAccessReview", "authorization.k8s.io/v1", False),
     )
 }
 KIND_TO_PLURAL = {r.kind: r.plural for r in RESOURCES.values()}
-GROUP_PREFIX = {"v1": "/api/v1", "batch/v1": "/apis/batch/v1", "apps/v1": "/apis/apps/v1"}
+GROUP_PREFIX = {
+    "v1": "/api/v1",
+    "batch/v1": "/apis/batch/v1",
+    "apps/v1": "/apis/apps/v1",
+    "resource.k8s.io/v1": "/apis/resource.k8s.io/v1",
+    "authorization.k8s.io/v1": "/apis/authorization.k8s.io/v1",
+}
 
 _PATH_RE = re.compile(
-    r"^(?P<prefix>/api/v1|/apis/batch/v1|/apis/apps/v1)"
+    r"^(?P<prefix>/api/v1|/apis/batch/v1|/apis/apps/v1|/apis/resource\.k8s\.io/v1|/apis/authorization\.k8s\.io/v1)"
     r"(?:/namespaces/(?P<ns>[^/]+)(?=/))?"
     r"/(?P<plural>[a-z]+)(?:/(?P<name>[^/]+))?(?:/(?P<sub>status))?/?$"
 )
@@ -284,10 +299,14 @@ class _Handler(BaseHTTPRequestHandler):
             )
             self._send(fault, err.status())
             return
+        headers: dict[str, str] = {}
         try:
-            code, body = srv._handle(
+            answer = srv._handle(
                 self.command, url.path, parse_qs(url.query), raw, self.headers.get("Content-Type", "")
             )
+            code, body = answer[0], answer[1]
+            if len(answer) > 2:
+                headers = answer[2]
         except ApiError as e:
             code, body = e.code, e.status()
         except Exception as e:  # pragma: no cover - a bug in the fake server
@@ -295,12 +314,14 @@ class _Handler(BaseHTTPRequestHandler):
         if fault == "timeout":
             # The request took effect; the answer comes too late for the client.
             time.sleep(srv.timeout_delay)
-        self._send(code, body)
+        self._send(code, body, headers)
 
-    def _send(self, code: int, body: dict):
+    def _send(self, code: int, body: dict, headers: dict | None = None):
         data = json.dumps(body).encode()
         try:
             self.send_response(code)
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
@@ -326,6 +347,13 @@ class FakeApiServer(ThreadingHTTPServer):
         self._rv = 1000
         self._faults: list[_Fault] = []
         self._thread: threading.Thread | None = None
+        self._t = 0.0  # the fake's clock, seconds (moved by advance())
+        self._terminate_at: dict[tuple[str, str, str], float] = {}  # pod key -> end of its grace
+        self._taint_since: dict[tuple[str, str, str | None], float] = {}  # (node, key, value) -> t
+        self._removed_failed: dict[str, int] = {}  # Job uid -> its pods removed before success
+        # SelfSubjectAccessReview answers: (verb, group, resource) tuples that are denied.
+        self.rbac_denied: set[tuple[str, str, str]] = set()
+        self.git_version = "v1.34.1"
 
     # -- lifecycle -------------------------------------------------------------------------------
     @property
@@ -434,11 +462,22 @@ class FakeApiServer(ThreadingHTTPServer):
                 )
             status["containerStatuses"] = cstatuses
             self._bump(pod)
-            self._sync_job_status(namespace, pod)
+            self._run_controllers()
             return copy.deepcopy(pod)
 
-    def add_node(self, name: str, labels: dict | None = None, ready: bool = True) -> dict:
-        """Register a Node, as a kubelet would, with a Ready condition."""
+    def add_node(
+        self,
+        name: str,
+        labels: dict | None = None,
+        ready: bool = True,
+        *,
+        capacity: dict | None = None,
+        allocatable: dict | None = None,
+        taints: list | None = None,
+    ) -> dict:
+        """Register a Node, as a kubelet would, with a Ready condition. ``capacity`` /
+        ``allocatable`` (quantities as strings, e.g. {"nvidia.com/gpu": "8"}; allocatable defaults
+        to capacity) and ``taints`` go to ``status`` and ``spec.taints`` when given."""
         node = {
             "apiVersion": "v1",
             "kind": "Node",
@@ -446,27 +485,52 @@ class FakeApiServer(ThreadingHTTPServer):
             "spec": {},
             "status": {},
         }
+        if capacity is not None:
+            node["status"]["capacity"] = {k: str(v) for k, v in capacity.items()}
+            node["status"]["allocatable"] = {k: str(v) for k, v in (allocatable or capacity).items()}
+        if taints:
+            node["spec"]["taints"] = copy.deepcopy(taints)
         with self._lock:
             self._new_meta(node)
             self._bump(node)
             self._store[("nodes", "", name)] = node
         return self.set_node_ready(name, ready)
 
-    def set_node_ready(self, name: str, ready: bool) -> dict:
-        """The node controller's view: Ready True, or False with reason KubeletNotReady."""
+    def set_node_ready(self, name: str, ready: bool | None) -> dict:
+        """The node lifecycle controller's view (pkg/controller/nodelifecycle): Ready True; False
+        (reason KubeletNotReady) with the ``node.kubernetes.io/not-ready`` taints; ``None`` = the
+        kubelet stopped posting status (Ready Unknown) with the ``node.kubernetes.io/unreachable``
+        taints. Each is NoSchedule + NoExecute; pods tolerate the NoExecute one 300 s by default."""
         with self._lock:
             node = self._store.get(("nodes", "", name))
             if node is None:
                 raise KeyError(f"no node {name}")
+            status = {True: "True", False: "False", None: "Unknown"}[ready]
             node.setdefault("status", {})["conditions"] = [
                 {
                     "type": "Ready",
-                    "status": "True" if ready else "False",
-                    "reason": "KubeletReady" if ready else "KubeletNotReady",
+                    "status": status,
+                    "reason": {"True": "KubeletReady", "False": "KubeletNotReady"}.get(
+                        status, "NodeStatusUnknown"
+                    ),
                     "lastTransitionTime": _now(),
                 }
             ]
+            spec = node.setdefault("spec", {})
+            lifecycle = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+            taints = [t for t in spec.get("taints") or [] if t.get("key") not in lifecycle]
+            if ready is not True:
+                key = lifecycle[0] if ready is False else lifecycle[1]
+                taints += [
+                    {"key": key, "effect": "NoSchedule"},
+                    {"key": key, "effect": "NoExecute", "timeAdded": _now()},
+                ]
+            if taints:
+                spec["taints"] = taints
+            else:
+                spec.pop("taints", None)
             self._bump(node)
+            self._run_controllers()
             return copy.deepcopy(node)
 
     # -- internals -------------------------------------------------------------------------------
@@ -481,58 +545,354 @@ class FakeApiServer(ThreadingHTTPServer):
         meta["generation"] = 1
         self._bump(obj)
 
-    def _sync_job_status(self, namespace: str, pod: dict) -> None:
-        job_name = pod["metadata"].get("labels", {}).get("job-name")
-        job = self._store.get(("jobs", namespace, job_name)) if job_name else None
-        if job is None:
-            return
-        pods = [
-            p
-            for (pl, ns, _), p in self._store.items()
-            if pl == "pods"
-            and ns == namespace
-            and p["metadata"].get("labels", {}).get("job-name") == job_name
-        ]
-        phases = [p.get("status", {}).get("phase") for p in pods]
-        status = job.setdefault("status", {})
-        now = _now()
-        active = sum(ph in ("Pending", "Running") for ph in phases)
-        succeeded = phases.count("Succeeded")
-        failed = phases.count("Failed")
-        status.update({"active": active, "succeeded": succeeded, "failed": failed})
-        if "Running" in phases:
-            status.setdefault("startTime", now)
-        conditions = []
-        if succeeded:
-            conditions.append({"type": "Complete", "status": "True", "lastTransitionTime": now})
-            status["completionTime"] = now
-        elif failed and failed > job.get("spec", {}).get("backoffLimit", 6):
-            conditions.append(
-                {
-                    "type": "Failed",
-                    "status": "True",
-                    "reason": "BackoffLimitExceeded",
-                    "message": "Job has reached the specified backoff limit",
-                    "lastTransitionTime": now,
-                }
-            )
-        status["conditions"] = conditions
-        self._bump(job)
+    # -- controllers ------------------------------------------------------------------------------
+    # What kube-controller-manager, kube-scheduler and the kubelet do, run synchronously after every
+    # change and on :meth:`advance` (the fake's clock; real time is not used for deadlines).
 
-    def _spawn_pods(self, owner: dict, count: int, labels: dict) -> None:
+    def _owned_by(self, owner_uid: str, namespace: str) -> list[tuple[tuple[str, str, str], dict]]:
+        return [
+            (key, p)
+            for key, p in sorted(self._store.items())
+            if key[0] == "pods"
+            and key[1] == namespace
+            and any(ref.get("uid") == owner_uid for ref in p["metadata"].get("ownerReferences") or [])
+        ]
+
+    def _schedule_pod(self, pod: dict) -> None:
+        """kube-scheduler, reduced to what Suanchi uses: a pod pinned by ``nodeSelector``
+        ``kubernetes.io/hostname`` (or ``nodeName``) is bound to that node when it exists. Admission
+        plugin DefaultTolerationSeconds (plugin/pkg/admission/defaulttolerationseconds) adds the
+        300 s tolerations of ``node.kubernetes.io/not-ready`` and ``unreachable`` (NoExecute)."""
+        spec = pod.setdefault("spec", {})
+        tolerations = spec.setdefault("tolerations", [])
+        for key in ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"):
+            if not any(
+                t.get("key") == key and t.get("effect") in (None, "", "NoExecute") for t in tolerations
+            ):
+                tolerations.append(
+                    {"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}
+                )
+        host = spec.get("nodeName") or (spec.get("nodeSelector") or {}).get("kubernetes.io/hostname")
+        if host and ("nodes", "", host) in self._store:
+            spec["nodeName"] = host
+
+    def _delete_pod_gracefully(self, key: tuple[str, str, str], grace: int | None = None) -> None:
+        """Graceful deletion (pkg/registry/core/pod/strategy.go CheckGracefulDelete): a pod that was
+        never bound to a node, or that is already Succeeded/Failed, goes at once; otherwise it gets
+        ``deletionTimestamp`` and ``deletionGracePeriodSeconds`` (``terminationGracePeriodSeconds``,
+        default 30) and stays, Terminating, until the kubelet stopped it (:meth:`advance`)."""
+        pod = self._store.get(key)
+        if pod is None or pod["metadata"].get("deletionTimestamp"):
+            return
+        phase = (pod.get("status") or {}).get("phase")
+        if grace is None:
+            grace = (pod.get("spec") or {}).get("terminationGracePeriodSeconds", 30)
+        if grace == 0 or not (pod.get("spec") or {}).get("nodeName") or phase in ("Succeeded", "Failed"):
+            self._remove_pod(key)
+            return
+        pod["metadata"]["deletionTimestamp"] = _now()
+        pod["metadata"]["deletionGracePeriodSeconds"] = grace
+        self._terminate_at[key] = self._t + grace
+        self._bump(pod)
+
+    def _remove_pod(self, key: tuple[str, str, str]) -> None:
+        pod = self._store.pop(key, None)
+        self._terminate_at.pop(key, None)
+        if pod is None:
+            return
+        # Job tracking with finalizers (batch.kubernetes.io/job-tracking): a pod removed before it
+        # succeeded is counted as failed by its Job.
+        if (pod.get("status") or {}).get("phase") != "Succeeded":
+            for ref in pod["metadata"].get("ownerReferences") or []:
+                if ref.get("kind") == "Job":
+                    self._removed_failed[ref["uid"]] = self._removed_failed.get(ref["uid"], 0) + 1
+
+    def _kubelet_stop(self, pod: dict) -> None:
+        """The kubelet killed the containers of a deleted pod: SIGKILL after the grace period, exit
+        code 137; a pod with restartPolicy Never/OnFailure ends Failed (pkg/kubelet/status)."""
+        now = _now()
+        status = pod.setdefault("status", {})
+        status["phase"] = "Failed"
+        status.setdefault("startTime", now)
+        status["containerStatuses"] = [
+            {
+                "name": c.get("name", ""),
+                "image": c.get("image", ""),
+                "ready": False,
+                "restartCount": 0,
+                "state": {
+                    "terminated": {
+                        "exitCode": 137,
+                        "reason": "Error",
+                        "startedAt": status["startTime"],
+                        "finishedAt": now,
+                    }
+                },
+            }
+            for c in (pod.get("spec") or {}).get("containers", [])
+        ]
+        self._bump(pod)
+
+    @staticmethod
+    def _tolerates(toleration: dict, taint: dict) -> bool:
+        """k8s.io/api/core/v1 toleration.go ToleratesTaint."""
+        if toleration.get("effect") and toleration["effect"] != taint.get("effect"):
+            return False
+        if toleration.get("key") and toleration["key"] != taint.get("key"):
+            return False
+        if toleration.get("operator") == "Exists":
+            return True
+        if not toleration.get("key") and toleration.get("operator") != "Exists":
+            return False
+        return (toleration.get("value") or "") == (taint.get("value") or "")
+
+    def _taint_eviction(self) -> None:
+        """pkg/controller/tainteviction: a pod on a node with a NoExecute taint it does not tolerate
+        gets the ``DisruptionTarget`` condition (reason DeletionByTaintManager) and is deleted; one
+        that tolerates it for ``tolerationSeconds`` is deleted once that time since the taint passed."""
+        for (plural, _, name), node in list(self._store.items()):
+            if plural != "nodes":
+                continue
+            taints = [
+                t for t in (node.get("spec") or {}).get("taints") or [] if t.get("effect") == "NoExecute"
+            ]
+            seen = {(t.get("key"), t.get("value")) for t in taints}
+            for tkey in [k for k in self._taint_since if k[0] == name and k[1:] not in seen]:
+                del self._taint_since[tkey]
+            for t in taints:
+                self._taint_since.setdefault((name, t.get("key"), t.get("value")), self._t)
+            if not taints:
+                continue
+            for key, pod in list(self._store.items()):
+                if key[0] != "pods" or (pod.get("spec") or {}).get("nodeName") != name:
+                    continue
+                if pod["metadata"].get("deletionTimestamp") or pod["status"].get("phase") in (
+                    "Succeeded",
+                    "Failed",
+                ):
+                    continue
+                tolerations = (pod.get("spec") or {}).get("tolerations") or []
+                evict = False
+                for t in taints:
+                    matching = [tol for tol in tolerations if self._tolerates(tol, t)]
+                    if not matching:
+                        evict = True
+                        break
+                    limits = [
+                        tol["tolerationSeconds"]
+                        for tol in matching
+                        if tol.get("tolerationSeconds") is not None
+                    ]
+                    if len(limits) == len(matching):
+                        since = self._taint_since[(name, t.get("key"), t.get("value"))]
+                        if self._t >= since + max(0, min(limits)):
+                            evict = True
+                            break
+                if evict:
+                    pod["status"].setdefault("conditions", []).append(
+                        {
+                            "type": "DisruptionTarget",
+                            "status": "True",
+                            "reason": "DeletionByTaintManager",
+                            "message": "Taint manager: deleting due to NoExecute taint",
+                            "lastTransitionTime": _now(),
+                        }
+                    )
+                    self._bump(pod)
+                    self._delete_pod_gracefully(key)
+
+    def _garbage_collect(self) -> None:
+        """pkg/controller/garbagecollector: dependents whose owner is gone are deleted (Background);
+        an owner deleted with Foreground (finalizer ``foregroundDeletion``) goes once its dependents
+        are gone."""
+        uids = {o["metadata"]["uid"]: key for key, o in self._store.items()}
+        for key, pod in list(self._store.items()):
+            if key[0] != "pods":
+                continue
+            refs = pod["metadata"].get("ownerReferences") or []
+            if refs and all(ref.get("uid") not in uids for ref in refs):
+                self._delete_pod_gracefully(key)
+        for key, obj in list(self._store.items()):
+            meta = obj["metadata"]
+            if "foregroundDeletion" in (meta.get("finalizers") or []) and not self._owned_by(
+                meta["uid"], key[1]
+            ):
+                del self._store[key]
+
+    def _sync_jobs(self) -> None:
+        """pkg/controller/job (Kubernetes 1.31+): ``parallelism`` pods; ``succeeded`` / ``failed``
+        (a pod removed before it succeeded counts as failed) / ``terminating``; more than
+        ``backoffLimit`` failures → ``FailureTarget`` (reason BackoffLimitExceeded), active pods
+        deleted, ``Failed`` once none is left terminating; ``completions`` successes →
+        ``SuccessCriteriaMet``, then ``Complete``. A failed pod is replaced while the limit allows."""
+        for key, job in list(self._store.items()):
+            if key[0] != "jobs" or job["metadata"].get("deletionTimestamp"):
+                continue
+            spec, status = job.get("spec") or {}, job.setdefault("status", {})
+            conditions = list(status.get("conditions") or [])
+            types = {c["type"] for c in conditions if c.get("status") == "True"}
+            if types & {"Complete", "Failed"}:
+                continue
+            pods = [p for _, p in self._owned_by(job["metadata"]["uid"], key[1])]
+            terminating = [
+                p
+                for p in pods
+                if p["metadata"].get("deletionTimestamp")
+                and p["status"].get("phase") not in ("Succeeded", "Failed")
+            ]
+            active = [
+                p
+                for p in pods
+                if not p["metadata"].get("deletionTimestamp")
+                and p["status"].get("phase") in ("Pending", "Running")
+            ]
+            succeeded = sum(p["status"].get("phase") == "Succeeded" for p in pods)
+            failed = sum(p["status"].get("phase") == "Failed" for p in pods) + self._removed_failed.get(
+                job["metadata"]["uid"], 0
+            )
+            before = copy.deepcopy(status)
+            status.update(
+                active=len(active), succeeded=succeeded, failed=failed, terminating=len(terminating)
+            )
+            if any(p["status"].get("phase") == "Running" for p in pods):
+                status.setdefault("startTime", _now())
+            completions = spec.get("completions", spec.get("parallelism", 1))
+            now = _now()
+            if "FailureTarget" not in types and "SuccessCriteriaMet" not in types:
+                if failed > spec.get("backoffLimit", 6):
+                    conditions.append(
+                        {
+                            "type": "FailureTarget",
+                            "status": "True",
+                            "reason": "BackoffLimitExceeded",
+                            "message": "Job has reached the specified backoff limit",
+                            "lastTransitionTime": now,
+                        }
+                    )
+                    types.add("FailureTarget")
+                    for pkey, p in self._owned_by(job["metadata"]["uid"], key[1]):
+                        if p["status"].get("phase") in ("Pending", "Running"):
+                            self._delete_pod_gracefully(pkey)
+                elif succeeded >= completions:
+                    conditions.append(
+                        {
+                            "type": "SuccessCriteriaMet",
+                            "status": "True",
+                            "reason": "CompletionsReached",
+                            "message": "Reached expected number of succeeded pods",
+                            "lastTransitionTime": now,
+                        }
+                    )
+                    types.add("SuccessCriteriaMet")
+                else:
+                    missing = (
+                        min(spec.get("parallelism", 1), completions - succeeded)
+                        - len(active)
+                        - len(terminating)
+                    )
+                    if missing > 0 and pods:  # replacements for failed pods (creation is _after_create's)
+                        self._spawn_pods(job, missing, self._job_pod_labels(job))
+            pods = [p for _, p in self._owned_by(job["metadata"]["uid"], key[1])]
+            still = any(p["status"].get("phase") not in ("Succeeded", "Failed") for p in pods)
+            if "FailureTarget" in types and not still:
+                target = next(c for c in conditions if c["type"] == "FailureTarget")
+                conditions.append({**target, "type": "Failed", "lastTransitionTime": now})
+            elif "SuccessCriteriaMet" in types and not still:
+                conditions.append(
+                    {
+                        "type": "Complete",
+                        "status": "True",
+                        "reason": "CompletionsReached",
+                        "message": "Reached expected number of succeeded pods",
+                        "lastTransitionTime": now,
+                    }
+                )
+                status["completionTime"] = now
+            status["active"] = sum(
+                1
+                for p in pods
+                if not p["metadata"].get("deletionTimestamp")
+                and p["status"].get("phase") in ("Pending", "Running")
+            )
+            status["terminating"] = sum(
+                1
+                for p in pods
+                if p["metadata"].get("deletionTimestamp")
+                and p["status"].get("phase") not in ("Succeeded", "Failed")
+            )
+            if conditions:
+                status["conditions"] = conditions
+            for field in ("active", "succeeded", "failed", "terminating"):  # omitempty
+                if not status.get(field):
+                    status.pop(field, None)
+            if status != before:
+                self._bump(job)
+
+    def _run_controllers(self) -> None:
+        if not self.controllers:
+            return
+        for _ in range(5):  # until nothing changes (each pass may enable the next)
+            rv = self._rv
+            self._taint_eviction()
+            self._garbage_collect()
+            self._sync_jobs()
+            if self._rv == rv:
+                break
+
+    def advance(self, seconds: float = 0.0) -> None:
+        """Move the fake's clock: the kubelet stops pods whose grace period ran out (they end
+        Failed, still Terminating) and removes pods that are Terminating and already stopped (its
+        final delete, grace 0); tolerations with ``tolerationSeconds`` expire; controllers run."""
+        if seconds < 0:
+            raise ValueError("time only moves forward")
+        with self._lock:
+            self._t += seconds
+            for key, pod in list(self._store.items()):
+                if (
+                    key[0] == "pods"
+                    and pod["metadata"].get("deletionTimestamp")
+                    and pod["status"].get("phase") in ("Succeeded", "Failed")
+                ):
+                    self._remove_pod(key)
+            for key, due in sorted(self._terminate_at.items()):
+                pod = self._store.get(key)
+                if (
+                    pod is not None
+                    and self._t >= due
+                    and pod["status"].get("phase") not in ("Succeeded", "Failed")
+                ):
+                    self._kubelet_stop(pod)
+            self._run_controllers()
+
+    def _job_pod_labels(self, job: dict) -> dict:
+        meta = job["metadata"]
+        return {
+            "job-name": meta["name"],
+            "batch.kubernetes.io/job-name": meta["name"],
+            "controller-uid": meta["uid"],
+            "batch.kubernetes.io/controller-uid": meta["uid"],
+        }
+
+    def _spawn_pods(self, owner: dict, count: int, labels: dict, indexes: list[int] | None = None) -> None:
         template = owner.get("spec", {}).get("template", {})
         owner_meta = owner["metadata"]
-        for _ in range(count):
+        for i in range(count):
             suffix = "".join(secrets.choice("bcdfghjklmnpqrstvwxz2456789") for _ in range(5))
             name = f"{owner_meta['name']}-{suffix}"
+            annotations = dict(template.get("metadata", {}).get("annotations", {}))
+            pod_labels = {**template.get("metadata", {}).get("labels", {}), **labels}
+            if indexes is not None:
+                # pkg/controller/job/indexed_job_utils.go: the completion index annotation and label.
+                annotations["batch.kubernetes.io/job-completion-index"] = str(indexes[i])
+                pod_labels["batch.kubernetes.io/job-completion-index"] = str(indexes[i])
             pod = {
                 "apiVersion": "v1",
                 "kind": "Pod",
                 "metadata": {
                     "name": name,
                     "namespace": owner_meta["namespace"],
-                    "labels": {**template.get("metadata", {}).get("labels", {}), **labels},
-                    "annotations": dict(template.get("metadata", {}).get("annotations", {})),
+                    "labels": pod_labels,
+                    "annotations": annotations,
                     "ownerReferences": [
                         {
                             "apiVersion": owner["apiVersion"],
@@ -540,6 +900,7 @@ class FakeApiServer(ThreadingHTTPServer):
                             "name": owner_meta["name"],
                             "uid": owner_meta["uid"],
                             "controller": True,
+                            "blockOwnerDeletion": True,
                         }
                     ],
                 },
@@ -547,27 +908,35 @@ class FakeApiServer(ThreadingHTTPServer):
                 "status": {"phase": "Pending"},
             }
             self._new_meta(pod)
+            self._schedule_pod(pod)
             self._store[("pods", owner_meta["namespace"], name)] = pod
 
     def _after_create(self, res: Resource, obj: dict) -> None:
+        if res.plural == "pods":
+            self._schedule_pod(obj)
         if not self.controllers:
             return
         meta = obj["metadata"]
         if res.plural == "jobs":
-            labels = {
-                "job-name": meta["name"],
-                "batch.kubernetes.io/job-name": meta["name"],
-                "controller-uid": meta["uid"],
-                "batch.kubernetes.io/controller-uid": meta["uid"],
-            }
-            self._spawn_pods(obj, 1, labels)
-            obj["status"] = {"active": 1}
+            spec = obj.get("spec") or {}
+            count = min(spec.get("parallelism", 1), spec.get("completions", spec.get("parallelism", 1)))
+            indexes = list(range(count)) if spec.get("completionMode") == "Indexed" else None
+            self._spawn_pods(obj, count, self._job_pod_labels(obj), indexes)
+            obj["status"] = {"active": count}
         elif res.plural == "deployments":
             replicas = obj.get("spec", {}).get("replicas", 1)
             self._spawn_pods(obj, replicas, {"pod-template-hash": meta["uid"][:10]})
             obj["status"] = {"replicas": replicas, "observedGeneration": 1}
 
     def _handle(self, method: str, path: str, query: dict, raw: bytes, content_type: str):
+        if path.rstrip("/") == "/version":  # the client asks for /version/; https://kubernetes.io/docs/reference/using-api/ (version.Info)
+            major, minor = self.git_version.lstrip("v").split(".")[:2]
+            return 200, {
+                "major": major,
+                "minor": minor,
+                "gitVersion": self.git_version,
+                "platform": "linux/amd64",
+            }
         if path in ("/api", "/apis", "/version"):
             return 200, {"kind": "APIVersions", "versions": ["v1"]} if path == "/api" else {}
         m = _PATH_RE.match(path)
@@ -594,12 +963,16 @@ class FakeApiServer(ThreadingHTTPServer):
                 body = json.loads(raw)
             except ValueError as e:
                 raise ApiError(400, "BadRequest", f"the body of the request was in an unknown format: {e}")
+        if res.plural == "selfsubjectaccessreviews":
+            return self._access_review(method, name, body)
         with self._lock:
             if name is None:
                 if method == "GET":
                     return 200, self._list(res, ns, query)
                 if method == "POST":
-                    return 201, self._create(res, ns, body, query)
+                    created = self._create(res, ns, body, query)
+                    self._run_controllers()
+                    return 201, created
                 raise ApiError(
                     405,
                     "MethodNotAllowed",
@@ -608,16 +981,61 @@ class FakeApiServer(ThreadingHTTPServer):
             if method == "GET":
                 return 200, copy.deepcopy(self._get(res, ns, name))
             if method == "DELETE":
-                return 200, self._delete(res, ns, name)
+                return self._delete(res, ns, name, query, body)
             if method == "PATCH":
-                return 200, self._patch(res, ns, name, body, content_type, status_only=bool(sub))
+                patched = self._patch(res, ns, name, body, content_type, status_only=bool(sub))
+                self._run_controllers()
+                return 200, patched
             if method == "PUT":
-                return 200, self._replace(res, ns, name, body, status_only=bool(sub))
+                replaced = self._replace(res, ns, name, body, status_only=bool(sub))
+                self._run_controllers()
+                return 200, replaced
             raise ApiError(
                 405,
                 "MethodNotAllowed",
                 f"the server does not allow this method on the requested resource ({method})",
             )
+
+    def _access_review(self, method: str, name: str | None, body) -> tuple[int, dict]:
+        """POST a SelfSubjectAccessReview: status.allowed unless (verb, group, resource) is in
+        ``rbac_denied`` (https://kubernetes.io/docs/reference/access-authn-authz/authorization/
+        #checking-api-access)."""
+        if method != "POST" or name is not None:
+            raise ApiError(405, "MethodNotAllowed", "selfsubjectaccessreviews only support create")
+        attrs = ((body or {}).get("spec") or {}).get("resourceAttributes")
+        if not isinstance(attrs, dict) or not attrs.get("verb"):
+            raise ApiError(400, "BadRequest", "spec.resourceAttributes.verb is required")
+        key = (attrs.get("verb", ""), attrs.get("group", ""), attrs.get("resource", ""))
+        allowed = key not in self.rbac_denied
+        review = copy.deepcopy(body)
+        review.update(apiVersion="authorization.k8s.io/v1", kind="SelfSubjectAccessReview")
+        review.setdefault("metadata", {})
+        review["status"] = {"allowed": allowed}
+        if not allowed:
+            review["status"]["reason"] = "denied by the fake API server's rbac_denied"
+        return 201, review
+
+    def add_resource_slice(
+        self, name: str, node: str, driver: str, devices: list[dict], pool: str | None = None
+    ) -> dict:
+        """Publish a ResourceSlice as a DRA driver's kubelet plugin would (spec.driver, nodeName,
+        pool {name, generation, resourceSliceCount}, devices [{name, attributes, capacity}])."""
+        obj = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceSlice",
+            "metadata": {"name": name},
+            "spec": {
+                "driver": driver,
+                "nodeName": node,
+                "pool": {"name": pool or node, "generation": 1, "resourceSliceCount": 1},
+                "devices": copy.deepcopy(devices),
+            },
+        }
+        with self._lock:
+            self._new_meta(obj)
+            self._bump(obj)
+            self._store[("resourceslices", "", name)] = obj
+            return copy.deepcopy(obj)
 
     def _get(self, res: Resource, ns: str, name: str) -> dict:
         obj = self._store.get((res.plural, ns, name))
@@ -729,26 +1147,87 @@ class FakeApiServer(ThreadingHTTPServer):
         self._after_create(res, obj)
         return copy.deepcopy(obj)
 
-    def _delete(self, res: Resource, ns: str, name: str) -> dict:
+    def _delete(self, res: Resource, ns: str, name: str, query: dict, body) -> tuple:
+        """DELETE with ``propagationPolicy`` (query or DeleteOptions body) and ``gracePeriodSeconds``.
+
+        Without a policy each kind uses its registry's DefaultGarbageCollectionPolicy: batch/v1 Jobs
+        orphan their pods, with a Warning header (pkg/registry/batch/job/strategy.go), everything else
+        deletes dependents in the background. Orphan removes the owner reference from the pods;
+        Background removes the object now and the garbage collector deletes the pods gracefully;
+        Foreground keeps the object (``deletionTimestamp``, finalizer ``foregroundDeletion``) until its
+        pods are gone. A pod itself is deleted gracefully (see ``_delete_pod_gracefully``)."""
         obj = self._get(res, ns, name)
-        del self._store[(res.plural, ns, name)]
+        options = body if isinstance(body, dict) else {}
+        policy = query.get("propagationPolicy", [None])[0] or options.get("propagationPolicy")
+        if options.get("orphanDependents") is True and not policy:
+            policy = "Orphan"
+        grace = query.get("gracePeriodSeconds", [None])[0]
+        grace = options.get("gracePeriodSeconds") if grace is None else int(grace)
+        if policy not in (None, "Orphan", "Background", "Foreground"):
+            raise ApiError(
+                422,
+                "Invalid",
+                f'DeleteOptions.meta.k8s.io "" is invalid: propagationPolicy: Unsupported value: "{policy}": '
+                'supported values: "Foreground", "Background", "Orphan"',
+            )
+        headers: dict[str, str] = {}
+        if policy is None and res.plural == "jobs":
+            policy = "Orphan"
+            headers["Warning"] = (
+                '299 - "child pods are preserved by default when jobs are deleted; set '
+                "propagationPolicy=Background to remove them or set propagationPolicy=Orphan to "
+                'suppress this warning"'
+            )
+        policy = policy or "Background"
         if res.plural == "namespaces":
+            del self._store[(res.plural, ns, name)]
             for key in [k for k in self._store if k[1] == name]:
                 del self._store[key]
+                self._terminate_at.pop(key, None)
             obj = copy.deepcopy(obj)
             obj["metadata"]["deletionTimestamp"] = _now()
             obj["status"] = {"phase": "Terminating"}
-            return obj
-        if res.plural == "jobs":
-            pass  # pods of a deleted Job stay (propagationPolicy is not implemented: orphan)
+            return 200, obj, headers
+        if res.plural == "pods":
+            self._delete_pod_gracefully((res.plural, ns, name), grace)
+            self._run_controllers()
+            live = self._store.get((res.plural, ns, name))
+            if live is not None:  # graceful: the pod is returned, Terminating
+                return 200, copy.deepcopy(live), headers
+        elif policy == "Foreground":
+            meta = obj["metadata"]
+            meta.setdefault("deletionTimestamp", _now())
+            if "foregroundDeletion" not in (meta.get("finalizers") or []):
+                meta.setdefault("finalizers", []).append("foregroundDeletion")
+            self._bump(obj)
+            for key, _pod in self._owned_by(meta["uid"], ns):
+                self._delete_pod_gracefully(key, grace)
+            self._run_controllers()
+            if (res.plural, ns, name) in self._store:
+                return 200, copy.deepcopy(obj), headers
+        else:
+            del self._store[(res.plural, ns, name)]
+            if policy == "Orphan":
+                for _key, pod in self._owned_by(obj["metadata"]["uid"], ns):
+                    pod["metadata"]["ownerReferences"] = [
+                        r
+                        for r in pod["metadata"]["ownerReferences"]
+                        if r.get("uid") != obj["metadata"]["uid"]
+                    ]
+                    self._bump(pod)
+            self._run_controllers()
         group = res.api_version.split("/")[0] if "/" in res.api_version else ""
-        return {
-            "kind": "Status",
-            "apiVersion": "v1",
-            "metadata": {},
-            "status": "Success",
-            "details": {"name": name, "group": group, "kind": res.plural, "uid": obj["metadata"]["uid"]},
-        }
+        return (
+            200,
+            {
+                "kind": "Status",
+                "apiVersion": "v1",
+                "metadata": {},
+                "status": "Success",
+                "details": {"name": name, "group": group, "kind": res.plural, "uid": obj["metadata"]["uid"]},
+            },
+            headers,
+        )
 
     def _store_update(self, res: Resource, ns: str, name: str, old: dict, new: dict) -> dict:
         meta = new.setdefault("metadata", {})

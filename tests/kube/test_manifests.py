@@ -16,7 +16,7 @@ from apps.accounts.models import Project
 from apps.clusters import manifests as m
 from apps.inventory.models import Cluster, Device, Node
 from apps.jobs.models import Allocation, Job, JobState
-from apps.jobs.services import job_submit
+from apps.scheduling.lifecycle import job_submit
 from apps.scheduling.services import scheduling_cycle_run
 from tests.jobs.conftest import a100, ascend, fleet, member_project  # noqa: F401  (fixtures)
 

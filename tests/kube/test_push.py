@@ -13,7 +13,7 @@ from apps.clusters.models import PushAction
 from apps.clusters.pusher import backoff_delay, push_due_streams, push_job_run
 from apps.inventory.models import Cluster
 from apps.jobs.models import Allocation, JobState
-from apps.jobs.services import job_submit
+from apps.scheduling.lifecycle import job_submit
 from apps.scheduling.services import scheduling_cycle_run
 from tests.jobs import conftest as jobs_fixtures
 from tests.kube.fake_apiserver import FakeApiServer, kubeconfig_for

@@ -14,8 +14,7 @@ from apps.clusters.pusher import push_due_streams, push_job_run, push_stream_run
 from apps.inventory.models import Cluster, Device, DeviceEvent, Node
 from apps.inventory.services.labels import node_labels_apply
 from apps.jobs.models import Allocation, Job, JobEvent, JobState
-from apps.jobs.services import job_cancel, job_submit
-from apps.scheduling.preemption import job_preempt
+from apps.scheduling.lifecycle import job_cancel, job_preempt, job_submit
 from apps.scheduling.reconcile import classify_pod_failure, reconcile_all, reconcile_cluster
 from apps.scheduling.services import scheduling_cycle_run
 from tests.jobs import conftest as jobs_fixtures
@@ -442,3 +441,69 @@ def test_a_push_landing_during_the_cluster_read_is_not_taken_for_a_deletion(flee
     assert job.state == JobState.SCHEDULED
     backend_for(cluster).advance(6)
     assert reconcile_cluster(cluster=cluster).running == 1
+
+
+def test_quarantine_evicts_the_other_job_on_the_node_and_both_retry_elsewhere(
+    kube_cluster, server, member_project, a100
+):
+    """Two jobs on one node; one hits a hardware fault. The quarantine taint (NoExecute) makes the
+    taint-eviction controller evict the other job's pod too: both go to the other node, and the
+    evicted one keeps its retries and the Kubernetes reason."""
+    user, project = member_project
+    first = schedule_and_push(submit(project, user, a100, name="a", max_retries=0))
+    second = schedule_and_push(submit(project, user, a100, name="b", max_retries=0))
+    node = node_of(first)
+    assert node_of(second) == node  # binpacked on one node
+    for job in (first, second):
+        (pod,) = pods_for(server, workload(job))
+        server.set_pod_phase(workload(job).namespace, pod["metadata"]["name"], "Running")
+    assert reconcile_cluster(cluster=kube_cluster).running == 2
+
+    w = workload(first)
+    (pod,) = pods_for(server, w)
+    server.set_pod_phase(w.namespace, pod["metadata"]["name"], "Failed", exit_code=1, reason="DeviceLost")
+    result = reconcile_cluster(cluster=kube_cluster)
+    assert result.quarantined == [node] and result.retried == 1
+    push_everything()  # the quarantine taint reaches the Node; the failed attempt is deleted
+    second_pod = pods_for(server, workload(second))[0]
+    assert [c["reason"] for c in second_pod["status"]["conditions"] if c["type"] == "DisruptionTarget"] == [
+        "DeletionByTaintManager"
+    ]
+    result = reconcile_cluster(cluster=kube_cluster)
+    assert result.retried == 1 and result.failed == 0
+    second.refresh_from_db()
+    assert second.state == JobState.PENDING and second.attempt == 1  # max_retries=0: not counted
+    event = second.events.filter(kind=JobEvent.Kind.RETRY).latest("pk")
+    assert "DeletionByTaintManager" in event.message and node in event.message
+
+    Job.objects.filter(pk__in=[first.pk, second.pk]).update(retry_not_before=None)
+    result = scheduling_cycle_run()
+    assert {first.pk, second.pk} <= set(result.placed_job_ids)
+    for job in (first, second):
+        job.refresh_from_db()
+        assert node_of(job) != node
+
+
+def test_terminating_pods_of_a_deleted_attempt_are_not_a_failure(kube_cluster, server, member_project, a100):
+    """A retried attempt's Job is deleted with Background propagation: its pod lingers Terminating,
+    then Failed (exit 137) before it is removed — never taken for a failure of the next attempt."""
+    user, project = member_project
+    job = schedule_and_push(submit(project, user, a100, max_retries=2))
+    w0 = workload(job)
+    (pod,) = pods_for(server, w0)
+    server.set_pod_phase(w0.namespace, pod["metadata"]["name"], "Running")
+    server.set_node_ready(node_of(job), False)
+    assert reconcile_cluster(cluster=kube_cluster).retried == 1
+    push_job_run(job_id=job.pk)
+    assert server.objects("Job", w0.namespace) == []
+    (old,) = pods_for(server, w0)
+    assert old["metadata"]["deletionTimestamp"]  # Terminating, still labelled with the job
+    server.set_node_ready(node_of(job), True)
+    Job.objects.filter(pk=job.pk).update(retry_not_before=None)
+    job = schedule_and_push(job)
+    server.advance(30)  # the old pod ends Failed, still listed
+    assert pods_for(server, w0)[0]["status"]["phase"] == "Failed"
+    result = reconcile_cluster(cluster=kube_cluster)
+    assert result.retried == result.failed == 0
+    job.refresh_from_db()
+    assert job.state == JobState.SCHEDULED and job.attempt == 1

@@ -8,9 +8,9 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
-from apps.jobs.services import job_submit
 from apps.migration import services
 from apps.migration.models import ServiceMetric
+from apps.scheduling.lifecycle import job_submit
 from apps.scheduling.services import scheduling_cycle_run
 from tests.jobs.conftest import a100, ascend, fleet, member_project  # noqa: F401  (fixtures)
 

@@ -8,8 +8,8 @@ from decimal import Decimal
 import pytest
 
 from apps.accounts.models import Department, Membership
-from apps.jobs.services import job_submit
 from apps.quotas.services import quota_create
+from apps.scheduling.lifecycle import job_submit
 from tests.jobs.conftest import a100, ascend, fleet, half_a100, member_project  # noqa: F401  (fixtures)
 
 

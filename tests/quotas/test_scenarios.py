@@ -13,8 +13,9 @@ import pytest
 
 from apps.core.errors import Conflict
 from apps.jobs.models import Allocation, Job, JobEvent, JobState
-from apps.quotas.selectors import fair_share_order, queue_positions, why_pending
+from apps.quotas.selectors import fair_share_order, queue_positions
 from apps.scheduling.models import DecisionTrace
+from apps.scheduling.selectors import why_pending
 from apps.scheduling.services import scheduling_cycle_run
 from tests.quotas.conftest import cards, quota, submit
 

@@ -9,8 +9,8 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
-from apps.jobs.services import job_submit
 from apps.rollout import services
+from apps.scheduling.lifecycle import job_submit
 from apps.scheduling.services import scheduling_cycle_run
 from apps.telemetry.samples import Sample
 from apps.telemetry.services import samples_ingest

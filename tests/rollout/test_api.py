@@ -7,9 +7,9 @@ from decimal import Decimal
 
 import pytest
 
-from apps.jobs.services import job_submit
 from apps.rollout import services
 from apps.rollout.models import AutoscalePolicy, GrayBatch, UpgradeWave
+from apps.scheduling.lifecycle import job_submit
 from tests.rollout.conftest import ingest_soak
 
 pytestmark = pytest.mark.django_db

@@ -22,7 +22,8 @@ from apps.scheduling.invariants import (
     project_cu_limits,
     project_cu_overruns,
 )
-from apps.scheduling.services import job_finish, scheduling_cycle_run
+from apps.scheduling.lifecycle import job_finish
+from apps.scheduling.services import scheduling_cycle_run
 from tests.quotas import conftest as quota_fixtures
 from tests.quotas.conftest import quota, submit
 

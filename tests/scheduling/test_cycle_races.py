@@ -5,9 +5,8 @@ from __future__ import annotations
 import pytest
 
 from apps.jobs.models import Allocation, Job, JobState
-from apps.jobs.services import job_submit
 from apps.scheduling import services
-from apps.scheduling.preemption import job_preempt
+from apps.scheduling.lifecycle import job_preempt, job_submit
 from tests.jobs import conftest as jobs_fixtures
 
 pytestmark = pytest.mark.django_db

@@ -8,8 +8,8 @@ from apps.core.errors import ValidationFailed
 from apps.inventory.models import Device, DeviceEvent
 from apps.inventory.services.ledger import device_cordon, device_pool_status_set
 from apps.jobs.models import Allocation, JobState
-from apps.jobs.services import job_submit
 from apps.scheduling.faults import classify_failure, is_hardware_fault, runbook, runbook_entry
+from apps.scheduling.lifecycle import job_submit
 from apps.scheduling.services import scheduling_cycle_run
 from tests.jobs import conftest as jobs_fixtures
 

@@ -8,7 +8,7 @@ from apps.clusters.models import PushAction
 from apps.clusters.pusher import push_job_run
 from apps.core.errors import ValidationFailed
 from apps.jobs.models import Allocation, JobEvent, JobState
-from apps.jobs.services import job_submit
+from apps.scheduling.lifecycle import job_submit
 from apps.scheduling.scaling import inference_scale
 from apps.scheduling.services import scheduling_cycle_run
 from tests.jobs import conftest as jobs_fixtures

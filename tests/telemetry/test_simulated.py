@@ -8,7 +8,7 @@ import pytest
 from django.utils import timezone
 
 from apps.jobs.models import Allocation, Job, JobState
-from apps.jobs.services import job_submit
+from apps.scheduling.lifecycle import job_submit
 from apps.scheduling.services import scheduling_cycle_run
 from apps.telemetry.models import DeviceRollup, JobUtilization
 from apps.telemetry.simulated import simulated_telemetry_emit

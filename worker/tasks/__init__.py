@@ -1,6 +1,7 @@
 """Celery tasks: thin wrappers that look rows up again and call one service."""
 
 from worker.tasks.billing import metering_task, month_close_task
+from worker.tasks.clusters import cluster_sync_task
 from worker.tasks.inventory import ledger_import_task, node_staleness_check_task
 from worker.tasks.migration import gates_evaluate_task
 from worker.tasks.push import push_pending_task, push_stream_task
@@ -11,6 +12,7 @@ from worker.tasks.telemetry import telemetry_ingest_task
 
 __all__ = [
     "autoscale_task",
+    "cluster_sync_task",
     "gates_evaluate_task",
     "ledger_import_task",
     "metering_task",

@@ -19,7 +19,7 @@ from apps.billing.filtersets import (
     UsageEntryFilterSet,
 )
 from apps.core.api.permissions import IsStaff, IsStaffOrReadOnly
-from apps.core.errors import PermissionDenied
+from apps.core.permissions import require_staff
 
 FORMAT_PARAMETER = OpenApiParameter("format", OpenApiTypes.STR, enum=["csv", "xlsx", "pdf"])
 
@@ -87,8 +87,7 @@ class BillViewSet(mixins.UpdateModelMixin, viewsets.ReadOnlyModelViewSet):
 
     def update(self, request, *args, **kwargs):
         bill = self.get_object()
-        if not request.user.is_staff:
-            raise PermissionDenied("Only platform staff may change bills.")
+        require_staff(request.user, message="Only platform staff may change bills.")
         services.bill_update(bill=bill, actor=request.user, **dict(request.data))
         return Response(status=status.HTTP_409_CONFLICT)  # pragma: no cover - bill_update always raises
 

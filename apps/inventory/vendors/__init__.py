@@ -1,6 +1,7 @@
 """Vendor adapters and SMI output parsers (pure Python: no Django models, no database).
 
-* ``ADAPTERS``: vendor slug -> ``VendorAdapter`` (resource name, labels, taints, exporter metrics).
+* ``ADAPTERS``: vendor slug -> ``VendorAdapter`` (resource name, labels, taints, mounts; exporter
+  metrics are apps/telemetry/metric_maps.py's).
 * ``PARSERS``: report kind (``NodeReport.Kind`` value) -> ``parse(text) -> ParsedReport``.
 * ``parse_report(kind, text)``: dispatch; raises ``ParseFailed`` for unknown kinds and bad output.
   ``kind="auto"`` recognises the tool by its content (``detect_kind``) and says which kind it took

@@ -1,8 +1,8 @@
 """The vendor adapter base class and the small parsing toolkit every SMI parser shares.
 
 Pure Python: no Django, no database. A vendor module (``nvidia.py``, ``huawei.py``, ...) subclasses
-``VendorAdapter`` with its facts (resource name, labels, exporter metric names) and lists its parsers
-in ``parsers``; the registry in ``__init__`` picks both up.
+``VendorAdapter`` with its facts (resource name, labels, taints, mounts) and lists its parsers in
+``parsers``; the registry in ``__init__`` picks both up.
 
 Parsers raise ``ParseFailed`` through ``fail_line`` / ``fail_element`` so every message starts with
 the 1-based line number (``"line 7: ..."``) or the XML element path (``"element gpu[1]/uuid: ..."``).
@@ -72,10 +72,7 @@ class VendorAdapter:
     # hostPath volumes a workload container needs: [{"name", "hostPath", "mountPath", "readOnly"}].
     driver_mounts: ClassVar[tuple[Mapping[str, Any], ...]] = ()
 
-    # Prometheus exporter facts (hardware-telemetry.md §1.6). Metric entries are
-    # {"metrics": [...], "unit": "...", "combine": "first" | "sum"}: "first" = use the first metric
-    # that is present (alternatives), "sum" = add them (e.g. DCGM FB free+used+reserved).
-    exporter: ClassVar[Mapping[str, Any]] = {}
+    # The vendors' exporter metrics are not here: apps/telemetry/metric_maps.py maps them.
 
     # report kind -> parser. ``report_kinds`` is derived from it.
     parsers: ClassVar[Mapping[str, Parser]] = {}
@@ -101,11 +98,6 @@ class VendorAdapter:
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.vendor}>"
-
-
-def metric(*names: str, unit: str, combine: str = "first") -> dict[str, Any]:
-    """An exporter metric entry (see ``VendorAdapter.exporter``)."""
-    return {"metrics": list(names), "unit": unit, "combine": combine}
 
 
 # ---------------------------------------------------------------------------------------------------

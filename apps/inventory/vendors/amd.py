@@ -25,7 +25,6 @@ from .adapter import (
     fail_element,
     fail_line,
     hex_id,
-    metric,
     na,
     normalise_pci_bus_id,
     parse_number,
@@ -464,19 +463,4 @@ class AmdAdapter(VendorAdapter):
     accelerator_label = "amd-gpu"
     brand_label = "amd"
     model_label_key = "gpu-model"
-    exporter = {
-        "name": "device-metrics-exporter",
-        "utilization": metric("gpu_gfx_activity", unit="%"),
-        "memory_used": metric("gpu_used_vram", unit="MB"),
-        "memory_total": metric("gpu_total_vram", unit="MB"),
-        # MI3xx report junction, MI2xx edge.
-        "temperature": metric("gpu_junction_temperature", "gpu_edge_temperature", unit="C"),
-        "power": metric("gpu_package_power", "gpu_average_package_power", unit="W"),
-        "device_id_labels": ["serial_number", "gpu_id", "gpu_uuid"],
-        "pod_labels": {"pod": "pod", "namespace": "namespace", "container": "container"},
-        "pod_labels_metric": None,
-        "default_port": 5000,
-        "path": "/metrics",
-        "metric_prefix": "",  # CommonConfig.MetricsFieldPrefix, e.g. "amd_" in the example config
-    }
     parsers = {KIND: parse_rocm_smi_json, KIND_TOPO: parse_rocm_smi_topo}

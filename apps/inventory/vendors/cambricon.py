@@ -44,7 +44,6 @@ from typing import Any
 from .adapter import (
     VendorAdapter,
     fail_line,
-    metric,
     na,
     normalise_pci_bus_id,
     parse_int,
@@ -442,18 +441,4 @@ class CambriconAdapter(VendorAdapter):
     accelerator_label = "cambricon-mlu"
     brand_label = "cambricon"
     model_label_key = "mlu-model"
-    exporter = {
-        "name": "mlu-exporter",
-        # Names with the default --metrics-prefix=mlu.
-        "utilization": metric("mlu_utilization", unit="%"),
-        "memory_used": metric("mlu_memory_used", unit="B"),
-        "memory_total": metric("mlu_memory_total", unit="B"),
-        "temperature": metric("mlu_temperature", unit="C"),
-        "power": metric("mlu_power_usage", unit="W"),
-        "device_id_labels": ["uuid", "mlu", "sn"],
-        "pod_labels": {"pod": "pod", "namespace": "namespace", "container": "container"},
-        "pod_labels_metric": "mlu_container",  # pod labels appear on this metric only
-        "default_port": 30108,
-        "path": "/metrics",
-    }
     parsers = {KIND: parse_cnmon, KIND_INFO: parse_cnmon_info}

@@ -33,7 +33,6 @@ from .adapter import (
     VendorAdapter,
     fail_line,
     looks_like_pci_bus_id,
-    metric,
     na,
     normalise_pci_bus_id,
     parse_number,
@@ -469,17 +468,4 @@ class HuaweiAdapter(VendorAdapter):
             "readOnly": True,
         },
     )
-    exporter = {
-        "name": "npu-exporter",
-        "utilization": metric("npu_chip_info_utilization", unit="%"),
-        "memory_used": metric("npu_chip_info_hbm_used_memory", unit="MB"),
-        "memory_total": metric("npu_chip_info_hbm_total_memory", unit="MB"),
-        "temperature": metric("npu_chip_info_temperature", unit="C"),
-        "power": metric("npu_chip_info_power", unit="W"),
-        "device_id_labels": ["vdie_id", "id", "pcie_bus_info"],
-        "pod_labels": {"pod": "pod_name", "namespace": "namespace", "container": "container_name"},
-        "pod_labels_metric": None,  # on all chip metrics since the MindCluster refactor
-        "default_port": 8082,
-        "path": "/metrics",
-    }
     parsers = {KIND: parse_npu_smi, KIND_TOPO: parse_npu_smi_topo}

@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from .adapter import VendorAdapter, fail_line, metric, na, parse_number, text_lines
+from .adapter import VendorAdapter, fail_line, na, parse_number, text_lines
 from .amd import parse_smi_topology_text
 from .base import ParsedDevice, ParsedReport
 
@@ -173,18 +173,4 @@ class HygonAdapter(VendorAdapter):
     accelerator_label = "hygon-dcu"
     brand_label = "hygon"
     model_label_key = "dcu-model"
-    exporter = {
-        "name": "dcu-exporter",
-        "utilization": metric("dcu_utilizationrate", unit="%"),
-        "memory_used": metric("dcu_usedmemory_bytes", unit="B"),
-        "memory_total": metric("dcu_memorycap_bytes", unit="B"),
-        "temperature": metric("dcu_temp", unit="C"),
-        "power": metric("dcu_power_usage", unit="W"),
-        # device_id is the serial number.
-        "device_id_labels": ["device_id", "minor_number"],
-        "pod_labels": {"pod": "dcu_pod_name", "namespace": "dcu_pod_namespace", "container": "container"},
-        "pod_labels_metric": "dcu_containers",  # pod labels appear on this metric only
-        "default_port": 16080,
-        "path": "/metrics",
-    }
     parsers = {KIND: parse_hy_smi, KIND_TOPO: parse_hy_smi_topo}

@@ -28,7 +28,6 @@ from .adapter import (
     fail_element,
     fail_line,
     hex_id,
-    metric,
     na,
     normalise_pci_bus_id,
     parse_int,
@@ -851,22 +850,6 @@ class NvidiaAdapter(VendorAdapter):
     brand_label = "nvidia"
     model_label_key = "gpu-model"
     taint_optional = True  # seed 004: "NVIDIA 节点也打污点（可选）"; we taint by default
-    exporter = {
-        "name": "dcgm-exporter",
-        "utilization": metric("DCGM_FI_DEV_GPU_UTIL", unit="%"),
-        "memory_used": metric("DCGM_FI_DEV_FB_USED", unit="MiB"),
-        # No FB_TOTAL in the default counters: total = free + used + reserved.
-        "memory_total": metric(
-            "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_RESERVED", unit="MiB", combine="sum"
-        ),
-        "temperature": metric("DCGM_FI_DEV_GPU_TEMP", unit="C"),
-        "power": metric("DCGM_FI_DEV_POWER_USAGE", unit="W"),
-        "device_id_labels": ["UUID", "gpu", "pci_bus_id"],
-        "pod_labels": {"pod": "pod", "namespace": "namespace", "container": "container"},
-        "pod_labels_metric": None,  # on every metric when a pod holds the GPU
-        "default_port": 9400,
-        "path": "/metrics",
-    }
     parsers = {
         KIND_XML: parse_nvidia_smi_xml,
         KIND_CSV: parse_nvidia_smi_csv,

@@ -4,7 +4,6 @@ from apps.accounts.models import Project
 from apps.catalog.models import ComputeTemplate, DeviceModel, DeviceRequestTemplate
 from apps.jobs import validation
 from apps.jobs.models import SUBMIT_FIELDS, Allocation, Job, JobEvent
-from apps.scheduling.models import DecisionTrace
 
 _AFTER_PRIORITY_CLASS = SUBMIT_FIELDS.index("priority_class") + 1
 
@@ -151,22 +150,6 @@ class AllocationSerializer(serializers.ModelSerializer):
             "started_at",
             "released_at",
             "release_reason",
-        ]
-
-
-class DecisionTraceSerializer(serializers.ModelSerializer):
-    class Meta:
-        model = DecisionTrace
-        fields = [
-            "trace_id",
-            "created_at",
-            "policy",
-            "outcome",
-            "explanation",
-            "queue_position",
-            "steps",
-            "candidates",
-            "placement",
         ]
 
 

@@ -1,8 +1,14 @@
 """Server-rendered job pages: the list, the submit form with its live placement preview, the detail.
 
+They live in scheduling, not in jobs, because they show what scheduling knows (allocations, decision
+traces, "why pending?", the live placement preview); they are mounted at /jobs/ under the URL
+namespace "jobs" (``apps.scheduling.job_urls``). What they show from the layers above — the
+utilization curve (telemetry) and the cost per hour (billing) — comes through the slots in
+``apps.scheduling.extensions``, filled by those apps' ``AppConfig.ready()``.
+
 Every read goes through ``apps.jobs.selectors.job_list`` (scoped by membership); another project's
-job is a 404, never a 403. Writes go through ``apps.jobs.services`` (submit, cancel); their
-ApplicationErrors become form errors or messages, never a 500.
+job is a 404, never a 403. Writes go through the lifecycle (``apps.scheduling.lifecycle``: submit,
+cancel); their ApplicationErrors become form errors or messages, never a 500.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from apps.core.errors import ApplicationError, ValidationFailed
 from apps.core.templatetags.suanchi import DEVICE_KIND_BY_VENDOR
 from apps.inventory import selectors as inventory_selectors
 from apps.inventory.models import Device, Node
-from apps.jobs import selectors, services
+from apps.jobs import selectors
 from apps.jobs.forms import REQUEST_FIELDS, JobFilterForm, JobSubmitForm, submittable_projects
 from apps.jobs.models import (
     ACTIVE_STATES,
@@ -38,9 +44,13 @@ from apps.jobs.models import (
     JobState,
 )
 from apps.quotas.selectors import queue_positions as quota_queue_positions
-from apps.quotas.selectors import why_pending
+from apps.quotas.selectors import quota_usage
+from apps.scheduling import lifecycle
 from apps.scheduling import services as scheduling
 from apps.scheduling.engine.engine import Engine
+from apps.scheduling.extensions import JOB_COST_PER_HOUR, JOB_UTILIZATION_CHART
+from apps.scheduling.faults import runbook as runbook_entries
+from apps.scheduling.faults import runbook_entry
 from apps.scheduling.models import DecisionTrace
 from apps.scheduling.requests import (
     job_requests,
@@ -48,6 +58,7 @@ from apps.scheduling.requests import (
     request_feasible_anywhere,
     request_validate,
 )
+from apps.scheduling.selectors import why_pending
 from apps.scheduling.snapshot import fleet_snapshot
 
 PAGE_SIZE = 50
@@ -149,7 +160,7 @@ def job_submit(request: HttpRequest) -> HttpResponse:
     form = JobSubmitForm(request.POST if request.method == "POST" else None, user=user, initial=initial)
     if request.method == "POST" and form.is_valid():
         try:
-            job = services.job_submit(
+            job = lifecycle.job_submit(
                 project=form.cleaned_data["project"], actor=user, **form.service_values()
             )
         except ApplicationError as exc:
@@ -475,7 +486,7 @@ def job_cancel(request: HttpRequest, pk: int) -> HttpResponse:
     job = get_object_or_404(selectors.job_list(user=request.user), pk=pk)
     reason = (request.POST.get("reason") or "").strip()[:300]
     try:
-        services.job_cancel(job=job, actor=request.user, reason=reason)
+        lifecycle.job_cancel(job=job, actor=request.user, reason=reason)
     except ApplicationError as exc:
         messages.error(request, exc.message)
     else:
@@ -485,8 +496,6 @@ def job_cancel(request: HttpRequest, pk: int) -> HttpResponse:
 
 def _runbook_card(key: str, request: HttpRequest) -> dict | None:
     """The fault runbook entry a failure points at, in the page's language."""
-    from apps.scheduling.faults import runbook_entry
-
     entry = runbook_entry(key) if key else None
     if entry is None:
         return None
@@ -500,8 +509,6 @@ def _runbook_card(key: str, request: HttpRequest) -> dict | None:
 @login_required
 def runbook(request: HttpRequest) -> HttpResponse:
     """The fault runbook (seed 000 §4.3): symptom, likely causes, checks, fixes."""
-    from apps.scheduling.faults import runbook as entries
-
     language = getattr(request, "LANGUAGE_CODE", "en")
     rows = [
         {
@@ -509,39 +516,21 @@ def runbook(request: HttpRequest) -> HttpResponse:
             "hardware": e.hardware,
             **{f: e.text(f, language) for f in ("symptom", "causes", "checks", "fixes")},
         }
-        for e in entries()
+        for e in runbook_entries()
     ]
     return render(request, "jobs/runbook.html", {"entries": rows})
 
 
 def _cost_per_hour(job: Job, cu) -> str | None:
-    """What an hour of this request costs at the rate card in force today (after the project's
-    discount), e.g. "12.50 CNY"; None when the compute units or the price are unknown."""
-    from django.conf import settings
-    from django.utils import timezone
-
-    from apps.billing.services import RateBook
-
+    """What an hour of this request costs, e.g. "12.50 CNY" (billing's provider: the rate card in force
+    today, after the project's discount); None when the compute units or the price are unknown."""
     if cu is None:
         return None
-    model_id = job.device_model_id or (job.template.device_model_id if job.template_id else None)
-    card, price, discount = RateBook().price(
-        day=timezone.localdate(),
-        template_id=job.template_id,
-        device_model_id=model_id,
-        pool_id=None,
-        project_id=job.project_id,
-    )
-    if card is None:
-        return None
-    amount = (Decimal(cu) * price * (100 - discount) / 100).quantize(Decimal("0.01"))
-    return f"{amount} {card.currency or settings.SUANCHI.get('BILLING_CURRENCY', 'CNY')}"
+    return JOB_COST_PER_HOUR.first(job, Decimal(cu))
 
 
 def _quota_left(job: Job, user) -> str | None:
     """The project's guarantee still free now (and how far it may borrow), in compute units."""
-    from apps.quotas.selectors import quota_usage
-
     rows = [u for u in quota_usage(user=user)[0] if u.quota.project_id == job.project_id]
     if not rows:
         return None
@@ -555,15 +544,5 @@ def _quota_left(job: Job, user) -> str | None:
 
 
 def _utilization_chart(job: Job, user) -> str:
-    """The job's utilization curve (busy ÷ allocated per 5-minute window) from telemetry, or ""."""
-    from django.utils.safestring import mark_safe
-
-    from apps.inventory.charts import figure_html
-    from apps.telemetry import charts, selectors
-
-    report = selectors.job_utilization(user=user, pk=job.pk)
-    if not report["points"]:
-        return ""
-    fig = charts.curve_figure(report["points"], name=report["name"])
-    # Plotly escapes the data it embeds; the name is stripped of markup (charts._plain).
-    return mark_safe(figure_html(fig, div_id="job-utilization-chart"))  # noqa: S308
+    """The job's utilization curve (telemetry's provider: busy ÷ allocated per 5-minute window), or ""."""
+    return JOB_UTILIZATION_CHART.first(job, user) or ""

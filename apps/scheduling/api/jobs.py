@@ -1,15 +1,24 @@
+"""The job API (/api/jobs/jobs/): list, retrieve, submit, cancel, events, allocations, the latest trace.
+
+It lives in scheduling because it answers with what scheduling knows (allocations, decision traces,
+"why pending?") and writes through the job lifecycle (``apps.scheduling.lifecycle``); the plain job
+serializers stay with the model (``apps.jobs.api.serializers``).
+"""
+
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
 from apps.accounts.selectors import project_list
-from apps.jobs import selectors, services
+from apps.jobs import selectors
 from apps.jobs.api import serializers as s
 from apps.jobs.filtersets import JobFilterSet
 from apps.jobs.models import Allocation
-from apps.quotas.selectors import why_pending
+from apps.scheduling import lifecycle
+from apps.scheduling.api.serializers import DecisionTraceSerializer
 from apps.scheduling.models import DecisionTrace
+from apps.scheduling.selectors import why_pending
 
 
 class JobViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
@@ -29,7 +38,7 @@ class JobViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
         data.is_valid(raise_exception=True)
         values = dict(data.validated_data)
         project = values.pop("project")
-        job = services.job_submit(project=project, actor=request.user, **values)
+        job = lifecycle.job_submit(project=project, actor=request.user, **values)
         return Response(
             s.JobSerializer(self.get_queryset().get(pk=job.pk)).data, status=status.HTTP_201_CREATED
         )
@@ -40,7 +49,7 @@ class JobViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
         job = self.get_object()
         data = s.CancelSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        services.job_cancel(job=job, actor=request.user, reason=data.validated_data["reason"])
+        lifecycle.job_cancel(job=job, actor=request.user, reason=data.validated_data["reason"])
         return Response(s.JobSerializer(self.get_queryset().get(pk=job.pk)).data)
 
     @extend_schema(responses=s.JobEventSerializer(many=True))
@@ -58,13 +67,13 @@ class JobViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
 
     # Not named ``trace``: DRF dispatches the HTTP method TRACE to a view attribute of that name
     # (APIView.dispatch), which ran this detail action without a pk (issue 15, finding 5b).
-    @extend_schema(responses=s.DecisionTraceSerializer, operation_id="jobs_jobs_trace_retrieve")
+    @extend_schema(responses=DecisionTraceSerializer, operation_id="jobs_jobs_trace_retrieve")
     @action(detail=True, methods=["get"], url_path="trace", url_name="trace")
     def decision_trace(self, request, pk=None):
         """The latest decision: "why this card?" or "why pending?" with the queue position."""
         job = self.get_object()
         trace = DecisionTrace.objects.filter(job=job).order_by("-created_at", "-id").first()
-        body = s.DecisionTraceSerializer(trace).data if trace else {}
+        body = DecisionTraceSerializer(trace).data if trace else {}
         answer = why_pending(job)  # quota + device fit + queue position
         body["queue_position"] = answer["queue_position"]
         body["why_pending"] = answer["text"] if answer["queued"] else ""

@@ -1,8 +1,8 @@
-"""Job pages, mounted at /jobs/ (namespace "jobs")."""
+"""Job pages, mounted at /jobs/ (namespace "jobs"; the views are ``apps.scheduling.job_views``)."""
 
 from django.urls import path
 
-from apps.jobs import views
+from apps.scheduling import job_views as views
 
 app_name = "jobs"
 

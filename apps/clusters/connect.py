@@ -1,0 +1,290 @@
+"""Connecting a cluster: save its connection (kubeconfig path, uploaded kubeconfig, context or
+in-cluster), **Test connection**, and the default cluster of the first start.
+
+The test asks the API server, through the official client and with no database transaction open:
+
+* its version (``GET /version``);
+* which of Suanchi's verbs RBAC allows, one ``SelfSubjectAccessReview`` per verb
+  (kubernetes.io/docs/reference/access-authn-authz/authorization/#checking-api-access);
+* which device plugins, DRA drivers and exporters run: DaemonSets by well-known names (the vendors'
+  deployment manifests) and ``resource.k8s.io/v1`` DeviceClasses
+  (kubernetes.io/docs/concepts/scheduling-eviction/dynamic-resource-allocation/#deviceclass).
+
+The answer is in plain words (``lines``) and stored on the Cluster (``last_check``).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+from django.utils.text import slugify
+from django.utils.translation import gettext as _
+
+from apps.core.audit import change_record_create
+from apps.core.errors import ValidationFailed
+from apps.inventory.models import Cluster
+
+# (verb, API group, resource): what the pusher, reconcile and cluster sync do.
+VERBS: tuple[tuple[str, str, str], ...] = (
+    ("list", "", "nodes"),
+    ("patch", "", "nodes"),
+    ("list", "", "pods"),
+    ("create", "", "namespaces"),
+    ("create", "", "resourcequotas"),
+    ("create", "batch", "jobs"),
+    ("delete", "batch", "jobs"),
+    ("create", "apps", "deployments"),
+    ("delete", "apps", "deployments"),
+    ("list", "resource.k8s.io", "resourceslices"),
+    ("create", "resource.k8s.io", "resourceclaims"),
+)
+# DaemonSet name fragment -> what it is (names from the vendors' manifests / Helm charts:
+# NVIDIA k8s-device-plugin and GPU Operator (nvidia-device-plugin-daemonset, nvidia-dcgm-exporter),
+# NVIDIA dra-driver-gpu, Ascend MindCluster (ascend-device-plugin, npu-exporter), ROCm
+# k8s-device-plugin (amdgpu-device-plugin), AMD device-metrics-exporter, Hygon dcu-device-plugin /
+# dcu-exporter, Cambricon cambricon-device-plugin / mlu-exporter, HAMi hami-device-plugin).
+KNOWN_DAEMONSETS: tuple[tuple[str, str], ...] = (
+    ("nvidia-dra-driver", "NVIDIA DRA driver"),
+    ("nvidia-device-plugin", "NVIDIA device plugin"),
+    ("dcgm-exporter", "NVIDIA DCGM exporter"),
+    ("hami-device-plugin", "HAMi device plugin"),
+    ("ascend-device-plugin", "Ascend device plugin"),
+    ("npu-exporter", "Ascend NPU exporter"),
+    ("amdgpu-device-plugin", "AMD GPU device plugin"),
+    ("amd-gpu-device-plugin", "AMD GPU device plugin"),
+    ("device-metrics-exporter", "AMD device metrics exporter"),
+    ("dcu-device-plugin", "Hygon DCU device plugin"),
+    ("dcu-exporter", "Hygon DCU exporter"),
+    ("cambricon-device-plugin", "Cambricon device plugin"),
+    ("mlu-exporter", "Cambricon MLU exporter"),
+)
+KUBECONFIG_MAX_BYTES = 256 * 1024
+
+
+def _verb_text(verb: str, group: str, resource: str) -> str:
+    return f"{verb} {resource}" + (f" ({group})" if group else "")
+
+
+def cluster_probe(cluster: Cluster) -> dict[str, Any]:
+    """Ask the cluster (network only, no database). Never raises for an answer the cluster gives:
+    each failure becomes a problem line."""
+    from kubernetes import client
+
+    from apps.clusters.backend import BackendError, KubernetesBackend
+
+    result: dict[str, Any] = {
+        "ok": False,
+        "server_version": "",
+        "verbs": {},
+        "plugins": [],
+        "device_classes": [],
+        "problems": [],
+    }
+    if cluster.backend != Cluster.Backend.KUBERNETES:
+        result.update(ok=True, server_version="simulated")
+        return result
+    try:
+        backend = KubernetesBackend(cluster, timeout=10)
+    except BackendError as e:
+        result["problems"].append(e.message)
+        return result
+    try:
+        api = backend.api_client
+        try:
+            version = backend._call("get /version", client.VersionApi(api).get_code)
+        except BackendError as e:
+            result["problems"].append(_("The API server did not answer: %(error)s") % {"error": e.message})
+            return result
+        result["server_version"] = version.get("gitVersion") or f"{version.get('major')}.{version.get('minor')}"
+        auth = client.AuthorizationV1Api(api)
+        for verb, group, resource in VERBS:
+            body = {
+                "apiVersion": "authorization.k8s.io/v1",
+                "kind": "SelfSubjectAccessReview",
+                "spec": {"resourceAttributes": {"verb": verb, "group": group, "resource": resource}},
+            }
+            try:
+                review = backend._call("access review", auth.create_self_subject_access_review, body)
+                result["verbs"][_verb_text(verb, group, resource)] = bool((review.get("status") or {}).get("allowed"))
+            except BackendError as e:
+                result["verbs"][_verb_text(verb, group, resource)] = False
+                result["problems"].append(e.message)
+        try:
+            daemonsets = backend._call(
+                "list daemonsets", client.AppsV1Api(api).list_daemon_set_for_all_namespaces
+            ).get("items") or []
+        except BackendError as e:
+            daemonsets = []
+            result["problems"].append(e.message)
+        for ds in daemonsets:
+            meta = ds.get("metadata") or {}
+            name = meta.get("name", "")
+            what = next((label for fragment, label in KNOWN_DAEMONSETS if fragment in name), None)
+            if what:
+                status = ds.get("status") or {}
+                result["plugins"].append(
+                    {
+                        "what": what,
+                        "daemonset": f"{meta.get('namespace', '')}/{name}",
+                        "ready": int(status.get("numberReady") or 0),
+                        "desired": int(status.get("desiredNumberScheduled") or 0),
+                    }
+                )
+        try:
+            classes = backend._call("list deviceclasses", client.ResourceV1Api(api).list_device_class)
+            result["device_classes"] = sorted((c.get("metadata") or {}).get("name", "") for c in classes.get("items") or [])
+        except BackendError as e:
+            if e.status != 404:
+                result["problems"].append(e.message)
+            result["device_classes"] = None  # no resource.k8s.io/v1: no DRA
+    finally:
+        backend.close()
+    result["ok"] = not result["problems"] and all(result["verbs"].values())
+    return result
+
+
+def check_lines(result: dict[str, Any]) -> list[str]:
+    """The probe's answer in plain words."""
+    lines: list[str] = []
+    if result.get("server_version") == "simulated":
+        return [_("Simulated cluster: nothing to connect to.")]
+    if result.get("server_version"):
+        lines.append(_("Connected: Kubernetes %(version)s.") % {"version": result["server_version"]})
+    verbs = result.get("verbs") or {}
+    denied = [v for v, ok in verbs.items() if not ok]
+    if verbs and not denied:
+        lines.append(_("RBAC allows every verb Suanchi uses."))
+    elif denied:
+        lines.append(_("RBAC denies: %(verbs)s.") % {"verbs": ", ".join(denied)})
+    for p in result.get("plugins") or []:
+        lines.append(
+            _("%(what)s runs as DaemonSet %(ds)s (%(ready)d of %(desired)d ready).")
+            % {"what": p["what"], "ds": p["daemonset"], "ready": p["ready"], "desired": p["desired"]}
+        )
+    if result.get("server_version") and not result.get("plugins"):
+        lines.append(_("No known device plugin or exporter DaemonSet was found."))
+    classes = result.get("device_classes")
+    if classes is None:
+        lines.append(_("The API server does not serve resource.k8s.io/v1: no Dynamic Resource Allocation."))
+    elif classes:
+        lines.append(_("DRA DeviceClasses: %(names)s.") % {"names": ", ".join(classes)})
+    elif result.get("server_version"):
+        lines.append(_("DRA is served but no DeviceClass exists."))
+    lines += [str(p) for p in result.get("problems") or []]
+    return lines
+
+
+def cluster_connection_test(*, cluster: Cluster, actor: Any) -> dict[str, Any]:
+    """Probe the cluster (outside any transaction), then store the answer on the row."""
+    result = cluster_probe(cluster)
+    result["lines"] = check_lines(result)
+    with transaction.atomic():
+        Cluster.objects.filter(pk=cluster.pk).update(
+            last_checked_at=timezone.now(), last_check=result, updated_at=timezone.now()
+        )
+        change_record_create(actor=actor, action="cluster.test_connection", obj=cluster, after={"ok": result["ok"]})
+    cluster.last_check = result
+    return result
+
+
+# --------------------------------------------------------------------------------------------------
+# saving a connection
+
+
+def kubeconfig_check(data: bytes, context: str = "") -> dict:
+    """An uploaded kubeconfig, checked: a ``kind: Config`` with clusters, users and contexts (and
+    ``context`` among them when given). ``ValidationFailed`` naming the problem."""
+    if len(data) > KUBECONFIG_MAX_BYTES:
+        raise ValidationFailed(_("A kubeconfig is at most %(n)d KiB.") % {"n": KUBECONFIG_MAX_BYTES // 1024})
+    try:
+        doc = yaml.safe_load(data)
+    except yaml.YAMLError as e:
+        raise ValidationFailed(_("The kubeconfig is not YAML: %(error)s") % {"error": e}) from e
+    if not isinstance(doc, dict) or doc.get("kind") != "Config":
+        raise ValidationFailed(_("The kubeconfig must be a kind: Config document."))
+    for key in ("clusters", "contexts"):
+        if not isinstance(doc.get(key), list) or not doc[key]:
+            raise ValidationFailed(_("The kubeconfig has no %(key)s.") % {"key": key})
+    names = [c.get("name") for c in doc["contexts"] if isinstance(c, dict)]
+    if context and context not in names:
+        raise ValidationFailed(
+            _("The kubeconfig has no context %(context)s (it has: %(names)s).")
+            % {"context": context, "names": ", ".join(map(str, names))}
+        )
+    return doc
+
+
+def kubeconfig_secret_path(slug: str) -> Path:
+    return Path(settings.SUANCHI["SECRETS_DIR"]) / f"kubeconfig-{slugify(slug) or 'cluster'}.yaml"
+
+
+def kubeconfig_store(*, slug: str, data: bytes) -> str:
+    """Write an uploaded kubeconfig as a secret file (mode 0600, in ``SUANCHI_SECRETS_DIR``);
+    returns its path, which the Cluster row references."""
+    path = kubeconfig_secret_path(slug)
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    tmp = path.with_suffix(".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+    os.replace(tmp, path)
+    return str(path)
+
+
+def cluster_save(
+    *, cluster: Cluster | None = None, fields: dict[str, Any], kubeconfig: bytes | None = None, actor: Any
+) -> Cluster:
+    """Create or edit a Cluster's connection. An uploaded ``kubeconfig`` is checked, stored as a
+    secret file and referenced by path. Model validation errors → ``ValidationFailed``."""
+    from django.core.exceptions import ValidationError
+
+    creating = cluster is None
+    cluster = cluster or Cluster()
+    before = {} if creating else {f: getattr(cluster, f) for f in fields}
+    for name, value in fields.items():
+        setattr(cluster, name, value)
+    if kubeconfig:
+        kubeconfig_check(kubeconfig, cluster.kube_context)
+        cluster.kubeconfig_path = str(kubeconfig_secret_path(cluster.slug or ""))
+        cluster.in_cluster = False
+    try:
+        cluster.full_clean()
+    except ValidationError as e:
+        raise ValidationFailed(
+            "; ".join(f"{k}: {' '.join(v)}" for k, v in e.message_dict.items()), details=e.message_dict
+        ) from e
+    with transaction.atomic():
+        cluster.save()
+        if kubeconfig:  # last: a failed save leaves no file behind
+            cluster.kubeconfig_path = kubeconfig_store(slug=cluster.slug, data=kubeconfig)
+        change_record_create(
+            actor=actor,
+            action="cluster.create" if creating else "cluster.update",
+            obj=cluster,
+            before=before,
+            after={f: getattr(cluster, f) for f in fields},
+        )
+    return cluster
+
+
+def default_cluster_ensure(*, actor: Any = "first-start") -> Cluster | None:
+    """First start: with no cluster at all, ``SUANCHI_CLUSTER_BACKEND`` (+ ``KUBECONFIG``, else the
+    in-cluster service account) creates the default cluster. Returns it, or None when nothing was done."""
+    backend = (settings.SUANCHI.get("CLUSTER_BACKEND") or "").strip()
+    if not backend or Cluster.objects.exists():
+        return None
+    if backend not in Cluster.Backend.values:
+        raise ValidationFailed(
+            _("SUANCHI_CLUSTER_BACKEND=%(value)s: use simulated or kubernetes") % {"value": backend}
+        )
+    kubeconfig = (settings.SUANCHI.get("KUBECONFIG") or "").strip()
+    fields: dict[str, Any] = {"name": "default", "slug": "default", "backend": backend}
+    if backend == Cluster.Backend.KUBERNETES:
+        fields.update(kubeconfig_path=kubeconfig, in_cluster=not kubeconfig)
+    return cluster_save(fields=fields, actor=actor)

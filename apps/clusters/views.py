@@ -1,0 +1,106 @@
+"""Cluster pages (staff): the list, one cluster with "Test connection" and "Sync now", create / edit.
+
+Every write goes through a service (``apps.clusters.connect``, ``apps.clusters.sync``); network calls
+happen outside any transaction.
+"""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.admin.views.decorators import staff_member_required
+from django.db.models import Count
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils.translation import gettext as _
+from django.views.decorators.http import require_POST
+
+from apps.clusters.backend import BackendError
+from apps.clusters.connect import check_lines, cluster_connection_test, cluster_save
+from apps.clusters.forms import CONNECTION_FIELDS, ClusterConnectionForm
+from apps.clusters.sync import cluster_sync
+from apps.core.errors import ApplicationError
+from apps.inventory.models import Cluster, DeviceEvent
+
+
+@staff_member_required
+def cluster_list(request: HttpRequest) -> HttpResponse:
+    clusters = Cluster.objects.annotate(node_count=Count("nodes")).order_by("name")
+    return render(request, "clusters/cluster_list.html", {"clusters": clusters})
+
+
+@staff_member_required
+def cluster_detail(request: HttpRequest, slug: str) -> HttpResponse:
+    cluster = get_object_or_404(Cluster.objects.annotate(node_count=Count("nodes")), slug=slug)
+    events = (
+        DeviceEvent.objects.filter(node__cluster=cluster, after__has_key="drift")
+        .select_related("node")
+        .order_by("-created_at", "-id")[:30]
+    )
+    return render(
+        request,
+        "clusters/cluster_detail.html",
+        {
+            "cluster": cluster,
+            "check_lines": check_lines(cluster.last_check) if cluster.last_check else [],
+            "events": events,
+        },
+    )
+
+
+def _edit(request: HttpRequest, cluster: Cluster | None) -> HttpResponse:
+    form = ClusterConnectionForm(request.POST or None, request.FILES or None, instance=cluster)
+    if request.method == "POST" and form.is_valid():
+        upload = form.cleaned_data.get("kubeconfig_upload")
+        fields = {f: form.cleaned_data[f] for f in CONNECTION_FIELDS}
+        if upload:
+            fields.pop("kubeconfig_path")
+        try:
+            saved = cluster_save(
+                cluster=cluster if cluster is not None else None,
+                fields=fields,
+                kubeconfig=upload.read() if upload else None,
+                actor=request.user,
+            )
+        except ApplicationError as e:
+            form.add_error(None, e.message)
+        else:
+            messages.success(request, _("Cluster %(name)s saved.") % {"name": saved.name})
+            return redirect("clusters:detail", slug=saved.slug)
+    status = 400 if request.method == "POST" else 200
+    return render(request, "clusters/cluster_form.html", {"form": form, "cluster": cluster}, status=status)
+
+
+@staff_member_required
+def cluster_create(request: HttpRequest) -> HttpResponse:
+    return _edit(request, None)
+
+
+@staff_member_required
+def cluster_edit(request: HttpRequest, slug: str) -> HttpResponse:
+    return _edit(request, get_object_or_404(Cluster, slug=slug))
+
+
+@staff_member_required
+@require_POST
+def cluster_test(request: HttpRequest, slug: str) -> HttpResponse:
+    cluster = get_object_or_404(Cluster, slug=slug)
+    result = cluster_connection_test(cluster=cluster, actor=request.user)
+    (messages.success if result["ok"] else messages.warning)(request, " ".join(result["lines"]))
+    return redirect("clusters:detail", slug=slug)
+
+
+@staff_member_required
+@require_POST
+def cluster_sync_now(request: HttpRequest, slug: str) -> HttpResponse:
+    cluster = get_object_or_404(Cluster, slug=slug)
+    try:
+        report = cluster_sync(cluster=cluster, actor=request.user)
+    except (ApplicationError, BackendError) as e:
+        messages.error(request, _("Sync failed: %(error)s") % {"error": e.message})
+    else:
+        messages.success(
+            request,
+            _("Synced %(nodes)d nodes: %(created)d new, %(drift)d drift, %(events)d events.")
+            % {"nodes": len(report.nodes), "created": len(report.created_nodes), "drift": len(report.drift), "events": report.events},
+        )
+    return redirect("clusters:detail", slug=slug)

@@ -1,7 +1,0 @@
-from rest_framework.routers import DefaultRouter
-
-from apps.jobs.api import views
-
-router = DefaultRouter()
-router.register("jobs", views.JobViewSet, basename="job")
-urlpatterns = router.urls

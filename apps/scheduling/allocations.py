@@ -1,0 +1,176 @@
+"""Allocation rows: what a placement claims on each card, re-checked under row locks, and releases.
+
+The scheduling cycle (``services._persist``), scaling (``scaling._scale_up``) and the job lifecycle
+(``lifecycle``: finish, cancel, preempt, retry) all write or release Allocation rows through these
+helpers, so the capacity rules live in one place: a whole card excludes every other allocation,
+memory is never overcommitted, and compute share stays within 100 % × the pool's overcommit factor
+(shared slices only). Locks are taken in primary-key order (CONVENTIONS "Allocation").
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import defaultdict
+from decimal import Decimal
+
+from django.db import transaction
+from django.utils import timezone
+
+from apps.core.audit import actor_fields
+from apps.inventory.models import Device
+from apps.jobs.models import Allocation, Job, JobEvent
+from apps.scheduling.engine.model import WHOLE, Decision
+
+CU_QUANTUM = Decimal("0.0001")
+
+
+def allocation_compute_units(coefficient: Decimal | None, compute_milli: int) -> Decimal:
+    """Compute units of one allocation row; 0 for a card model without a coefficient (unknown)."""
+    if coefficient is None:
+        return Decimal(0)
+    return (coefficient * Decimal(compute_milli) / Decimal(WHOLE)).quantize(CU_QUANTUM)
+
+
+def device_usage(device_ids: list[int]) -> dict[int, list[int]]:
+    """Active totals per device: [memory, hard milli, shared milli, whole count]."""
+    usage: dict[int, list[int]] = defaultdict(lambda: [0, 0, 0, 0])
+    rows = Allocation.objects.filter(device_id__in=device_ids, released_at__isnull=True).values_list(
+        "device_id", "memory_mib", "compute_milli", "isolation", "whole_card"
+    )
+    for device_id, memory, compute, isolation, whole in rows:
+        u = usage[device_id]
+        u[0] += memory
+        if whole:
+            u[3] += 1
+        elif isolation == "shared":
+            u[2] += compute
+        else:
+            u[1] += compute
+    return usage
+
+
+def locked_device_caps(device_ids: list[int]) -> dict[int, tuple]:
+    """Lock the devices (``SELECT … FOR UPDATE``, primary-key order) and return, per device: memory
+    capacity (MiB), overcommit factor (%), node id, device model id, vendor, pool id."""
+    if not device_ids:
+        return {}
+    rows = (
+        Device.objects.select_for_update(of=("self",))
+        .filter(pk__in=device_ids)
+        .order_by("pk")
+        .values_list(
+            "pk",
+            "memory_mib",
+            "device_model__memory_mib",
+            "node__pool__overcommit_factor",
+            "node_id",
+            "device_model_id",
+            "vendor",
+            "node__pool_id",
+        )
+    )
+    return {
+        pk: (model_memory or memory or 0, int((factor or 1) * 100), node_id, model_id, vendor, pool_id)
+        for pk, memory, model_memory, factor, node_id, model_id, vendor, pool_id in rows
+    }
+
+
+def allocation_row(
+    job: Job,
+    pk: int,
+    a,
+    *,
+    caps: dict[int, tuple],
+    replica: int,
+    coefficients: dict[int, Decimal],
+    trace_id: str,
+    now,
+    borrowed: bool = False,
+) -> Allocation:
+    """The Allocation for one claimed card assignment (``a``) of a placement (unsaved)."""
+    compute = WHOLE if a.whole else a.compute
+    return Allocation(
+        job=job,
+        device_id=pk,
+        node_id=caps[pk][2],
+        replica=replica,
+        attempt=job.attempt,
+        whole_card=a.whole,
+        memory_mib=caps[pk][0] if a.whole else a.memory_mib,
+        compute_milli=compute,
+        isolation=a.isolation,
+        partition_profile=(job.template.partition_profile if job.template_id else ""),
+        compute_units=allocation_compute_units(coefficients.get(caps[pk][3]), compute),
+        borrowed=borrowed,
+        trace_id=uuid.UUID(trace_id),
+        started_at=now,
+    )
+
+
+def claim_placement(decision: Decision, usage: dict[int, list[int]], caps: dict[int, tuple]):
+    """Re-check every card of a placement against locked, current totals (``usage`` from
+    ``device_usage``; ``caps`` per device: memory capacity, overcommit factor, …). Returns the
+    totals with the placement added and its ``(replica, device pk, assignment)`` rows, or None when a
+    card no longer has room (another cycle took it first). ``usage`` itself is left unchanged."""
+    trial = {pk: list(u) for pk, u in usage.items()}
+    rows = []
+    for part in decision.placement.parts:
+        for a in part.devices:
+            pk = int(a.device_id)
+            if pk not in caps:
+                return None
+            cap, factor = caps[pk][0], caps[pk][1]
+            u = trial.setdefault(pk, [0, 0, 0, 0])
+            if not _fits(
+                u,
+                memory_cap=cap,
+                whole=a.whole,
+                memory=a.memory_mib,
+                compute=a.compute,
+                isolation=a.isolation,
+                factor=factor,
+            ):
+                return None
+            u[0] += cap if a.whole else a.memory_mib
+            if a.whole:
+                u[3] += 1
+            elif a.isolation == "shared":
+                u[2] += a.compute
+            else:
+                u[1] += a.compute
+            rows.append((part.replica, pk, a))
+    return trial, rows
+
+
+def _fits(
+    u: list[int], *, memory_cap: int, whole: bool, memory: int, compute: int, isolation: str, factor: int
+) -> bool:
+    if u[3]:
+        return False
+    if whole:
+        return u[0] == 0 and u[1] == 0 and u[2] == 0
+    if u[0] + memory > memory_cap:
+        return False
+    hard, shared = u[1], u[2]
+    if isolation == "shared":
+        shared += compute
+    else:
+        hard += compute
+    return hard * factor + shared * 100 <= WHOLE * factor
+
+
+@transaction.atomic
+def allocations_release(*, job: Job, reason: str, actor) -> int:
+    """Release the job's active allocations (completion, cancel, preemption). Idempotent."""
+    now = timezone.now()
+    count = Allocation.objects.filter(job=job, released_at__isnull=True).update(
+        released_at=now, release_reason=reason[:200]
+    )
+    if count:
+        JobEvent.objects.create(
+            job=job,
+            kind=JobEvent.Kind.RELEASED,
+            message=f"{count} allocation(s) released: {reason}",
+            actor_label=actor_fields(actor)["actor_label"],
+        )
+    return count
