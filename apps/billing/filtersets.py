@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import django_filters
+from django import forms
 from django.db.models import Q
+from django.utils.translation import gettext_lazy as _
 
+from apps.billing.forms import MONTH_WIDGET
 from apps.billing.models import Adjustment, Bill, BillingPeriod, RateCard, UsageEntry
 from apps.billing.services import parse_month
 from apps.core.filters import FilterSet, IsoDateTimeFilter
@@ -19,17 +22,28 @@ class MonthFilter(django_filters.CharFilter):
         return qs.filter(**{self.field_name: parse_month(value)})
 
 
+# The pages' filter bars render these FilterSets' forms (apps.core.filters.page_filter).
+class LateSelect(forms.NullBooleanSelect):
+    """``late``: all / late only / on time; the values stay NullBooleanSelect's ("true", "false")."""
+
+    def __init__(self, attrs=None):
+        super().__init__(attrs)
+        self.choices = [("", _("all")), ("true", _("late only")), ("false", _("on time"))]
+
+
 class UsageEntryFilterSet(FilterSet):
-    project = django_filters.CharFilter(field_name="project__slug")
-    month = MonthFilter(field_name="month")
+    project = django_filters.CharFilter(field_name="project__slug", label=_("Project (slug)"))
+    month = MonthFilter(field_name="month", label=_("Month"), widget=MONTH_WIDGET)
     job = django_filters.NumberFilter(field_name="job_id")
     allocation = django_filters.NumberFilter(field_name="allocation_id")
     device_model = django_filters.CharFilter(field_name="device_model__slug")
     template = django_filters.CharFilter(field_name="template__slug")
-    late = django_filters.BooleanFilter(field_name="late")
+    late = django_filters.BooleanFilter(field_name="late", label=_("Late entries"), widget=LateSelect)
     since = IsoDateTimeFilter(field_name="slice_start", lookup_expr="gte")
     until = IsoDateTimeFilter(field_name="slice_start", lookup_expr="lt")
-    q = django_filters.CharFilter(method="filter_q", label="search")
+    q = django_filters.CharFilter(
+        method="filter_q", label=_("Search"), help_text=_("job, project, model or id")
+    )
 
     class Meta:
         model = UsageEntry
@@ -48,8 +62,8 @@ class UsageEntryFilterSet(FilterSet):
 
 
 class BillFilterSet(FilterSet):
-    project = django_filters.CharFilter(field_name="project__slug")
-    month = MonthFilter(field_name="month")
+    project = django_filters.CharFilter(field_name="project__slug", label=_("Project (slug)"))
+    month = MonthFilter(field_name="month", label=_("Month"), widget=MONTH_WIDGET)
     state = django_filters.ChoiceFilter(choices=Bill.State.choices)
 
     class Meta:

@@ -1,5 +1,6 @@
-"""Forms of the billing pages: filters (read) and the staff console's inputs (adjustments, rate cards,
-month close). Writes go through apps.billing.services; their errors become form errors."""
+"""Forms of the billing pages: the staff console's inputs (adjustments, rate cards, month close);
+the filter bars are the FilterSets' forms (apps.billing.filtersets). Writes go through
+apps.billing.services; their errors become form errors."""
 
 from __future__ import annotations
 
@@ -12,22 +13,6 @@ from apps.catalog.models import ComputeTemplate, DeviceModel
 from apps.inventory.models import Pool
 
 MONTH_WIDGET = forms.TextInput(attrs={"type": "month", "placeholder": "YYYY-MM"})
-
-
-class LedgerFilterForm(forms.Form):
-    q = forms.CharField(label=_("Search"), required=False, help_text=_("job, project, model or id"))
-    project = forms.CharField(label=_("Project (slug)"), required=False)
-    month = forms.CharField(label=_("Month"), required=False, widget=MONTH_WIDGET)
-    late = forms.NullBooleanField(
-        label=_("Late entries"),
-        required=False,
-        widget=forms.Select(choices=[("", _("all")), ("true", _("late only")), ("false", _("on time"))]),
-    )
-
-
-class BillFilterForm(forms.Form):
-    month = forms.CharField(label=_("Month"), required=False, widget=MONTH_WIDGET)
-    project = forms.CharField(label=_("Project (slug)"), required=False)
 
 
 class AdjustmentForm(forms.Form):

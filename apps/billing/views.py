@@ -21,13 +21,17 @@ from django.views.decorators.http import require_http_methods, require_POST, req
 from apps.accounts.selectors import is_platform_staff, user_project_ids
 from apps.billing import charts, exports, selectors, services
 from apps.billing.filtersets import BillFilterSet, UsageEntryFilterSet
-from apps.billing.forms import AdjustmentForm, BillFilterForm, LedgerFilterForm, MonthCloseForm, RateCardForm
+from apps.billing.forms import AdjustmentForm, MonthCloseForm, RateCardForm
 from apps.billing.models import Bill, BillingPeriod, BillLine
 from apps.core.errors import ApplicationError
+from apps.core.filters import page_filter
 from apps.core.permissions import staff_required
 from apps.core.runs import run_progress_read
 
 PAGE_SIZE = 50
+# The filters each page's bar shows (the API's FilterSets take more).
+BILL_FILTERS = ("month", "project")
+LEDGER_FILTERS = ("q", "project", "month", "late")
 
 
 def _query_without_page(request: HttpRequest) -> str:
@@ -36,21 +40,23 @@ def _query_without_page(request: HttpRequest) -> str:
     return query.urlencode()
 
 
-def _filtered(filterset_class, request: HttpRequest, queryset):
-    """Apply a FilterSet to GET data; a bad value (e.g. month "2026-13") becomes a message."""
+def _filtered(filterset_class, request: HttpRequest, queryset, *, fields: tuple[str, ...]):
+    """Apply the FilterSet the API uses to GET data: ``(rows, error, filter bar showing fields)``; a
+    bad value (e.g. month "2026-13") becomes a message."""
+    filterset, form = page_filter(filterset_class, request, queryset, fields=fields)
     try:
-        filterset = filterset_class(request.GET, queryset=queryset)
-        return filterset.qs, ""
+        return filterset.qs, "", form
     except ApplicationError as exc:
-        return queryset.none(), exc.message
+        return queryset.none(), exc.message, form
 
 
 @login_required
 @require_safe
 def bill_list(request: HttpRequest) -> HttpResponse:
     user = request.user
-    form = BillFilterForm(request.GET)
-    bills, error = _filtered(BillFilterSet, request, selectors.bill_list(user=user))
+    bills, error, form = _filtered(
+        BillFilterSet, request, selectors.bill_list(user=user), fields=BILL_FILTERS
+    )
     if error:
         messages.error(request, error)
     page = Paginator(bills.order_by("-month", "project__name"), PAGE_SIZE).get_page(request.GET.get("page"))
@@ -119,7 +125,7 @@ def job_costs(request: HttpRequest) -> HttpResponse:
     context = {
         "rows": rows,
         "month": month,
-        "form": BillFilterForm(request.GET),
+        "form": page_filter(BillFilterSet, request, Bill.objects.none(), fields=("month",))[1],
         "currency": services.default_currency(),
     }
     return render(request, "billing/job_costs.html", context)
@@ -197,8 +203,9 @@ def period_export(request: HttpRequest, pk: int) -> HttpResponse:
 @staff_required(hide=True)
 @require_safe
 def ledger(request: HttpRequest) -> HttpResponse:
-    form = LedgerFilterForm(request.GET)
-    entries, error = _filtered(UsageEntryFilterSet, request, selectors.usage_entry_list(user=request.user))
+    entries, error, form = _filtered(
+        UsageEntryFilterSet, request, selectors.usage_entry_list(user=request.user), fields=LEDGER_FILTERS
+    )
     if error:
         messages.error(request, error)
     page = Paginator(entries.order_by("-slice_start", "-id"), PAGE_SIZE).get_page(request.GET.get("page"))

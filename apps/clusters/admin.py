@@ -15,7 +15,13 @@ from apps.inventory.models import Cluster
 
 
 class ClusterConnectionAdmin(ClusterAdmin):
-    readonly_fields = (*getattr(ClusterAdmin, "readonly_fields", ()), "last_checked_at", "last_check", "last_synced_at", "last_sync")
+    readonly_fields = (
+        *getattr(ClusterAdmin, "readonly_fields", ()),
+        "last_checked_at",
+        "last_check",
+        "last_synced_at",
+        "last_sync",
+    )
     actions = [*(getattr(ClusterAdmin, "actions", None) or []), "test_connection", "sync_now"]
 
     @admin.action(description=_("Test connection"))

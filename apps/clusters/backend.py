@@ -183,6 +183,65 @@ def _validate_taints(taints: list) -> None:
             )
 
 
+NODE_PATCH_ATTEMPTS = 5
+
+
+def owned_taint(taint: dict) -> bool:
+    """A taint Suanchi manages on Nodes: its own (``suanchi.io/*``: quarantine, maintenance, gray)
+    and the vendor accelerator taints the ledger sets (``accelerator=<vendor>``). Everything else
+    (``node.kubernetes.io/*``, autoscaler, operators) belongs to someone else."""
+    from apps.inventory.vendors import ADAPTERS
+
+    key = str((taint or {}).get("key", ""))
+    if key.startswith("suanchi.io/"):
+        return True
+    return any(key == t["key"] for adapter in ADAPTERS.values() for t in adapter.taints())
+
+
+def _taint_id(taint: dict) -> tuple:
+    return (taint.get("key"), taint.get("value") or "", taint.get("effect"))
+
+
+def merge_owned_taints(live: list, desired: list) -> list:
+    """The live taints with Suanchi's replaced by ``desired``; foreign ones kept, in place. A taint
+    already there keeps its server fields (``timeAdded``)."""
+    live = [t for t in live or [] if isinstance(t, dict)]
+    live_by_id = {_taint_id(t): t for t in live}
+    kept = [t for t in live if not owned_taint(t)]
+    ours = [copy.deepcopy(live_by_id.get(_taint_id(t), t)) for t in desired]
+    seen: set[tuple] = set()
+    result = []
+    for t in kept + ours:
+        ident = (t.get("key"), t.get("effect"))  # Kubernetes: key + effect unique per Node
+        if ident not in seen:
+            seen.add(ident)
+            result.append(t)
+    return result
+
+
+def node_merge_patch(live: dict, labels: dict | None, taints: list | None) -> dict | None:
+    """The RFC 7386 merge patch (with ``resourceVersion``) that brings ``live`` to the wanted labels
+    and owned taints, or None when nothing changes."""
+    meta = live.get("metadata") or {}
+    live_labels = meta.get("labels") or {}
+    label_patch = {
+        k: v
+        for k, v in (labels or {}).items()
+        if (v is None and k in live_labels) or (v is not None and live_labels.get(k) != v)
+    }
+    patch: dict = {"metadata": {"resourceVersion": meta.get("resourceVersion")}}
+    if label_patch:
+        patch["metadata"]["labels"] = label_patch
+    if taints is not None:
+        current = (live.get("spec") or {}).get("taints") or []
+        merged = merge_owned_taints(current, taints)
+        if [_taint_id(t) for t in merged] != [_taint_id(t) for t in current]:
+            patch["spec"] = {"taints": merged or None}
+    if len(patch) == 1 and len(patch["metadata"]) == 1:
+        return None
+    return patch
+
+
 # -- the interface ------------------------------------------------------------------------------------
 
 
@@ -211,7 +270,8 @@ class ClusterBackend(abc.ABC):
     @abc.abstractmethod
     def patch_node(self, name: str, labels: dict | None = None, taints: list | None = None) -> dict:
         """Merge ``labels`` into the node's labels (a value of None removes the label) and, when
-        ``taints`` is not None, set ``spec.taints`` to exactly that list. Returns the node."""
+        ``taints`` is not None, make the taints Suanchi owns (``owned_taint``) exactly that list,
+        keeping every other taint. Returns the node."""
 
 
 # -- Kubernetes --------------------------------------------------------------------------------------
@@ -383,16 +443,38 @@ class KubernetesBackend(ClusterBackend):
         return items
 
     def patch_node(self, name: str, labels: dict | None = None, taints: list | None = None) -> dict:
-        patch: dict = {}
-        if labels:
-            patch["metadata"] = {"labels": labels}
+        """Read-modify-write of the labels and taints Suanchi owns, guarded by the Node's
+        ``resourceVersion`` and retried on 409 Conflict. ``Node.spec.taints`` has no patch strategy
+        (a patch replaces the whole list, k8s.io/api core/v1 NodeSpec), so the list sent is the live
+        one with only Suanchi's taints swapped: cordon (``node.kubernetes.io/unschedulable``),
+        not-ready, autoscaler and operator taints survive. A merge patch carrying
+        ``metadata.resourceVersion`` is refused with 409 when the Node changed since it was read
+        (Kubernetes API concepts, "Resource versions" / optimistic concurrency)."""
         if taints is not None:
             _validate_taints(taints)
-            # Node.spec.taints has no patch strategy in Kubernetes: a strategic merge replaces it.
-            patch["spec"] = {"taints": taints or None}
         func, _ = self._method("patch", "Node")
-        return self._call(
-            f"patch Node {name}", func, name, patch, _content_type="application/strategic-merge-patch+json"
+        last: BackendError | None = None
+        for _attempt in range(NODE_PATCH_ATTEMPTS):
+            live = self.get("Node", None, name)
+            if live is None:
+                raise PermanentBackendError(
+                    f'patch Node {name}: 404 NotFound: nodes "{name}" not found', 404, "NotFound"
+                )
+            patch = node_merge_patch(live, labels, taints)
+            if patch is None:
+                return live
+            try:
+                return self._call(
+                    f"patch Node {name}", func, name, patch, _content_type="application/merge-patch+json"
+                )
+            except TransientBackendError as e:
+                if e.status != 409:
+                    raise
+                last = e  # the Node changed under us (a kubelet, an operator): read it again
+        raise TransientBackendError(
+            f"patch Node {name}: still conflicting after {NODE_PATCH_ATTEMPTS} attempts ({last})",
+            409,
+            "Conflict",
         )
 
 
@@ -569,10 +651,11 @@ class SimulatedBackend(ClusterBackend):
                     node_labels.pop(key, None)
                 else:
                     node_labels[key] = value
-            if taints is not None:
+            if taints is not None:  # only Suanchi's taints are replaced, as on a real cluster
                 spec = node.setdefault("spec", {})
-                if taints:
-                    spec["taints"] = copy.deepcopy(taints)
+                merged = merge_owned_taints(spec.get("taints") or [], taints)
+                if merged:
+                    spec["taints"] = merged
                 else:
                     spec.pop("taints", None)
             self._bump(node)

@@ -101,7 +101,9 @@ def cluster_probe(cluster: Cluster) -> dict[str, Any]:
         except BackendError as e:
             result["problems"].append(_("The API server did not answer: %(error)s") % {"error": e.message})
             return result
-        result["server_version"] = version.get("gitVersion") or f"{version.get('major')}.{version.get('minor')}"
+        result["server_version"] = (
+            version.get("gitVersion") or f"{version.get('major')}.{version.get('minor')}"
+        )
         auth = client.AuthorizationV1Api(api)
         for verb, group, resource in VERBS:
             body = {
@@ -111,14 +113,19 @@ def cluster_probe(cluster: Cluster) -> dict[str, Any]:
             }
             try:
                 review = backend._call("access review", auth.create_self_subject_access_review, body)
-                result["verbs"][_verb_text(verb, group, resource)] = bool((review.get("status") or {}).get("allowed"))
+                result["verbs"][_verb_text(verb, group, resource)] = bool(
+                    (review.get("status") or {}).get("allowed")
+                )
             except BackendError as e:
                 result["verbs"][_verb_text(verb, group, resource)] = False
                 result["problems"].append(e.message)
         try:
-            daemonsets = backend._call(
-                "list daemonsets", client.AppsV1Api(api).list_daemon_set_for_all_namespaces
-            ).get("items") or []
+            daemonsets = (
+                backend._call(
+                    "list daemonsets", client.AppsV1Api(api).list_daemon_set_for_all_namespaces
+                ).get("items")
+                or []
+            )
         except BackendError as e:
             daemonsets = []
             result["problems"].append(e.message)
@@ -138,7 +145,9 @@ def cluster_probe(cluster: Cluster) -> dict[str, Any]:
                 )
         try:
             classes = backend._call("list deviceclasses", client.ResourceV1Api(api).list_device_class)
-            result["device_classes"] = sorted((c.get("metadata") or {}).get("name", "") for c in classes.get("items") or [])
+            result["device_classes"] = sorted(
+                (c.get("metadata") or {}).get("name", "") for c in classes.get("items") or []
+            )
         except BackendError as e:
             if e.status != 404:
                 result["problems"].append(e.message)
@@ -188,7 +197,9 @@ def cluster_connection_test(*, cluster: Cluster, actor: Any) -> dict[str, Any]:
         Cluster.objects.filter(pk=cluster.pk).update(
             last_checked_at=timezone.now(), last_check=result, updated_at=timezone.now()
         )
-        change_record_create(actor=actor, action="cluster.test_connection", obj=cluster, after={"ok": result["ok"]})
+        change_record_create(
+            actor=actor, action="cluster.test_connection", obj=cluster, after={"ok": result["ok"]}
+        )
     cluster.last_check = result
     return result
 

@@ -8,7 +8,15 @@ from django.utils.translation import gettext_lazy as _
 from apps.clusters.connect import KUBECONFIG_MAX_BYTES
 from apps.inventory.models import Cluster
 
-CONNECTION_FIELDS = ("name", "slug", "backend", "kubeconfig_path", "kube_context", "in_cluster", "description")
+CONNECTION_FIELDS = (
+    "name",
+    "slug",
+    "backend",
+    "kubeconfig_path",
+    "kube_context",
+    "in_cluster",
+    "description",
+)
 
 
 class ClusterConnectionForm(forms.ModelForm):
@@ -25,7 +33,9 @@ class ClusterConnectionForm(forms.ModelForm):
     def clean_kubeconfig_upload(self):
         upload = self.cleaned_data.get("kubeconfig_upload")
         if upload and upload.size > KUBECONFIG_MAX_BYTES:
-            raise forms.ValidationError(_("A kubeconfig is at most %(n)d KiB.") % {"n": KUBECONFIG_MAX_BYTES // 1024})
+            raise forms.ValidationError(
+                _("A kubeconfig is at most %(n)d KiB.") % {"n": KUBECONFIG_MAX_BYTES // 1024}
+            )
         return upload
 
     def _post_clean(self):

@@ -152,36 +152,47 @@ def nodes_parse(items: list[Any]) -> list[NodeView]:
         name = meta.get("name") if isinstance(meta, dict) else None
         if not isinstance(name, str) or not name:
             raise ValidationFailed(
-                _("%(where)s: metadata.name is missing") % {"where": where}, details={"field": f"{where}.metadata.name"}
+                _("%(where)s: metadata.name is missing") % {"where": where},
+                details={"field": f"{where}.metadata.name"},
             )
         problem = node_name_problem(name)
         if problem:
             raise ValidationFailed(f"{where}: {problem}", details={"field": f"{where}.metadata.name"})
         if name in seen:
-            raise ValidationFailed(_("%(where)s: node %(name)s is listed twice") % {"where": where, "name": name})
+            raise ValidationFailed(
+                _("%(where)s: node %(name)s is listed twice") % {"where": where, "name": name}
+            )
         seen.add(name)
         where = f"{where} ({name})"
         labels = meta.get("labels") or {}
         spec = item.get("spec") or {}
         status = item.get("status") or {}
         if not isinstance(labels, dict) or not isinstance(spec, dict) or not isinstance(status, dict):
-            raise ValidationFailed(_("%(where)s: metadata.labels, spec and status must be objects") % {"where": where})
+            raise ValidationFailed(
+                _("%(where)s: metadata.labels, spec and status must be objects") % {"where": where}
+            )
         taints = spec.get("taints") or []
         if not isinstance(taints, list) or any(not isinstance(t, dict) or not t.get("key") for t in taints):
-            raise ValidationFailed(_("%(where)s: spec.taints must be a list of taints with a key") % {"where": where})
+            raise ValidationFailed(
+                _("%(where)s: spec.taints must be a list of taints with a key") % {"where": where}
+            )
         conditions = status.get("conditions") or []
-        ready_cond = next(
-            (c for c in conditions if isinstance(c, dict) and c.get("type") == "Ready"), None
-        )
+        ready_cond = next((c for c in conditions if isinstance(c, dict) and c.get("type") == "Ready"), None)
         # Node conditions: kubernetes.io/docs/reference/node/node-status/#condition — Ready is
         # "True", "False" (unhealthy) or "Unknown" (the node controller lost contact).
         ready = bool(ready_cond and ready_cond.get("status") == "True")
-        reason = "" if ready else str((ready_cond or {}).get("reason") or ("NoReadyCondition" if not ready_cond else ""))
+        reason = (
+            ""
+            if ready
+            else str((ready_cond or {}).get("reason") or ("NoReadyCondition" if not ready_cond else ""))
+        )
         resources: dict[str, dict[str, int]] = {}
         for key in ("capacity", "allocatable"):
             raw = status.get(key) or {}
             if not isinstance(raw, dict):
-                raise ValidationFailed(_("%(where)s: status.%(key)s must be an object") % {"where": where, "key": key})
+                raise ValidationFailed(
+                    _("%(where)s: status.%(key)s must be an object") % {"where": where, "key": key}
+                )
             resources[key] = {
                 res: _count(value, f"{where}: status.{key}.{res}")
                 for res, value in sorted(raw.items())
@@ -219,7 +230,8 @@ def slices_parse(items: list[Any]) -> list[SliceDevice]:
         spec = item.get("spec")
         if not isinstance(spec, dict) or not spec.get("driver"):
             raise ValidationFailed(
-                _("%(where)s: spec.driver is missing") % {"where": where}, details={"field": f"{where}.spec.driver"}
+                _("%(where)s: spec.driver is missing") % {"where": where},
+                details={"field": f"{where}.spec.driver"},
             )
         devices = spec.get("devices") or []
         if not isinstance(devices, list):
@@ -259,7 +271,9 @@ def sync_input_load(text: str | bytes, *, source: str = "input") -> dict[str, li
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as e:
-        raise ValidationFailed(_("%(source)s is not YAML or JSON: %(error)s") % {"source": source, "error": e}) from e
+        raise ValidationFailed(
+            _("%(source)s is not YAML or JSON: %(error)s") % {"source": source, "error": e}
+        ) from e
     if not isinstance(doc, dict) or not doc.get("kind"):
         raise ValidationFailed(
             _("%(source)s: expected a NodeList, ResourceSliceList or List with a kind") % {"source": source}
@@ -487,9 +501,16 @@ def _sync_labels(s: _Sync, node: Node, view: NodeView) -> None:
             actor_label=s.actor_label,
         )
         s.report.events += 1
-        s.report.drift.append({"node": node.name, "drift": "labels-kept", "keys": sorted({k for k, _v in changed})})
-        change_record_create(actor=s.actor, action="node.sync_labels", obj=node, before=before,
-                             after={"labels": node.labels, "taints": node.taints})
+        s.report.drift.append(
+            {"node": node.name, "drift": "labels-kept", "keys": sorted({k for k, _v in changed})}
+        )
+        change_record_create(
+            actor=s.actor,
+            action="node.sync_labels",
+            obj=node,
+            before=before,
+            after={"labels": node.labels, "taints": node.taints},
+        )
 
     wrong = sorted(k for k in set(ours) | set(live_ours) if ours.get(k) != live_ours.get(k))
     taints_wrong = list(map(_taint_key, our_taints)) != list(map(_taint_key, live_our_taints))
@@ -501,7 +522,9 @@ def _sync_labels(s: _Sync, node: Node, view: NodeView) -> None:
         {"keys": [], "taints": False},
         kind=DeviceEvent.Kind.UPDATED,
         message=(
-            _("Suanchi's labels or taints on node %(name)s were changed outside Suanchi (%(keys)s); restoring them")
+            _(
+                "Suanchi's labels or taints on node %(name)s were changed outside Suanchi (%(keys)s); restoring them"
+            )
             % {"name": node.name, "keys": ", ".join(wrong) or _("taints")}
         )
         if wrong or taints_wrong
@@ -527,7 +550,8 @@ def _sync_node(s: _Sync, node: Node, view: NodeView, created: bool) -> None:
         {"ready": True, "reason": ""},
         kind=DeviceEvent.Kind.NOT_READY if not view.ready else DeviceEvent.Kind.STATUS_CHANGED,
         message=(
-            _("Kubernetes reports node %(name)s NotReady (%(reason)s)") % {"name": node.name, "reason": view.ready_reason}
+            _("Kubernetes reports node %(name)s NotReady (%(reason)s)")
+            % {"name": node.name, "reason": view.ready_reason}
             if not view.ready
             else _("Kubernetes reports node %(name)s Ready again") % {"name": node.name}
         ),
@@ -541,7 +565,9 @@ def _sync_node(s: _Sync, node: Node, view: NodeView, created: bool) -> None:
         message=_("node %(name)s is listed by Kubernetes again") % {"name": node.name},
     )
     healthy: dict[str, int] = {}
-    for vendor in Device.objects.filter(node=node, health=Device.Health.HEALTHY).values_list("vendor", flat=True):
+    for vendor in Device.objects.filter(node=node, health=Device.Health.HEALTHY).values_list(
+        "vendor", flat=True
+    ):
         healthy[vendor] = healthy.get(vendor, 0) + 1
     for res, vendor in sorted(WHOLE_DEVICE_RESOURCES.items()):
         if res not in view.capacity and res not in view.allocatable:
@@ -562,7 +588,8 @@ def _sync_node(s: _Sync, node: Node, view: NodeView, created: bool) -> None:
                 )
                 % {"name": node.name, "alloc": allocatable, "res": res, "have": have, "short": short}
                 if short
-                else _("node %(name)s: %(res)s allocatable matches the ledger again") % {"name": node.name, "res": res}
+                else _("node %(name)s: %(res)s allocatable matches the ledger again")
+                % {"name": node.name, "res": res}
             ),
         )
     if not created:
@@ -592,7 +619,9 @@ def _sync_slices(s: _Sync, nodes: dict[str, Node], devices: list[SliceDevice]) -
             seen_uuids.add(d.uuid)
             match = next((c for c in cards if c.uuid == d.uuid), None)
             if match is None and d.index is not None:
-                match = next((c for c in cards if c.vendor == vendor and c.index == d.index and not c.uuid), None)
+                match = next(
+                    (c for c in cards if c.vendor == vendor and c.index == d.index and not c.uuid), None
+                )
                 if match is not None and not Device.objects.filter(uuid=d.uuid).exists():
                     before = {"uuid": match.uuid}
                     match.uuid = d.uuid
@@ -619,10 +648,13 @@ def _sync_slices(s: _Sync, nodes: dict[str, Node], devices: list[SliceDevice]) -
                 {"in_ledger": True},
                 kind=DeviceEvent.Kind.CONFLICT,
                 message=(
-                    _("ResourceSlice %(slice)s of driver %(driver)s publishes device %(uuid)s on node %(name)s; the ledger lacks it")
+                    _(
+                        "ResourceSlice %(slice)s of driver %(driver)s publishes device %(uuid)s on node %(name)s; the ledger lacks it"
+                    )
                     % {"slice": d.slice, "driver": d.driver, "uuid": d.uuid, "name": name}
                     if match is None
-                    else _("device %(uuid)s of node %(name)s is in the ledger") % {"uuid": d.uuid, "name": name}
+                    else _("device %(uuid)s of node %(name)s is in the ledger")
+                    % {"uuid": d.uuid, "name": name}
                 ),
             )
         for card in cards:
@@ -640,7 +672,8 @@ def _sync_slices(s: _Sync, nodes: dict[str, Node], devices: list[SliceDevice]) -
                     _("card %(uuid)s of node %(name)s is in the ledger but in no ResourceSlice of its driver")
                     % {"uuid": card.uuid, "name": name}
                     if not present
-                    else _("card %(uuid)s of node %(name)s is published again") % {"uuid": card.uuid, "name": name}
+                    else _("card %(uuid)s of node %(name)s is published again")
+                    % {"uuid": card.uuid, "name": name}
                 ),
             )
 
@@ -663,7 +696,9 @@ def cluster_sync_apply(
     with transaction.atomic():
         locked = Cluster.objects.select_for_update().get(pk=cluster.pk)
         s = _Sync(locked, report, actor)
-        ledger = {n.name: n for n in Node.objects.filter(cluster=locked).select_related("pool").order_by("pk")}
+        ledger = {
+            n.name: n for n in Node.objects.filter(cluster=locked).select_related("pool").order_by("pk")
+        }
         seen: dict[str, Node] = {}
         for view in views:
             node = ledger.get(view.name)
@@ -692,11 +727,14 @@ def cluster_sync_apply(
                 {"present": False},
                 {"present": True},
                 kind=DeviceEvent.Kind.STATUS_CHANGED,
-                message=_("node %(name)s is in the ledger but Kubernetes no longer lists it") % {"name": name},
+                message=_("node %(name)s is in the ledger but Kubernetes no longer lists it")
+                % {"name": name},
             )
         if slice_devices is not None:
             _sync_slices(s, seen, slice_devices)
-        report.confirmed = [n.name for n in node_confirm_in_cluster(cluster=locked, node_names=list(seen), actor=actor)]
+        report.confirmed = [
+            n.name for n in node_confirm_in_cluster(cluster=locked, node_names=list(seen), actor=actor)
+        ]
         if dry_run:
             transaction.set_rollback(True)
         else:
@@ -713,7 +751,8 @@ def cluster_sync(*, cluster: Cluster, actor: Any = "cluster-sync") -> SyncReport
 
     if cluster.backend != Cluster.Backend.KUBERNETES:
         raise ValidationFailed(
-            _("cluster %(slug)s is simulated: there is no Kubernetes API to sync from") % {"slug": cluster.slug}
+            _("cluster %(slug)s is simulated: there is no Kubernetes API to sync from")
+            % {"slug": cluster.slug}
         )
     try:
         nodes, slices = cluster_read(cluster)

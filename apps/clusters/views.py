@@ -101,6 +101,11 @@ def cluster_sync_now(request: HttpRequest, slug: str) -> HttpResponse:
         messages.success(
             request,
             _("Synced %(nodes)d nodes: %(created)d new, %(drift)d drift, %(events)d events.")
-            % {"nodes": len(report.nodes), "created": len(report.created_nodes), "drift": len(report.drift), "events": report.events},
+            % {
+                "nodes": len(report.nodes),
+                "created": len(report.created_nodes),
+                "drift": len(report.drift),
+                "events": report.events,
+            },
         )
     return redirect("clusters:detail", slug=slug)

@@ -139,6 +139,9 @@ class PageFilterForm:
         form = self.filterset.form
         return (form[name] for name in self.names)
 
+    def __getitem__(self, name: str):
+        return self.filterset.form[name]
+
     @property
     def active(self) -> bool:
         form = self.filterset.form

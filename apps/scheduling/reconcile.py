@@ -9,6 +9,11 @@ no transaction open), then walks the jobs Suanchi believes are scheduled or runn
   a backoff, avoiding the node, resuming from the checkpoint; or ``failed`` once the retries are used
   up. A hardware fault (device lost, XID / ECC errors, the device plugin refusing the card) does not
   use up a retry, and quarantines the node — its taint is pushed through the outbox;
+* a pod evicted (``DisruptionTarget``: a NoExecute taint such as Suanchi's quarantine, a NotReady
+  node) → retried elsewhere without using a retry, the Kubernetes reason in the job's event; the
+  Job controller's ``FailureTarget`` / ``Failed`` (its pods may be gone already) → a failure; a
+  Terminating pod (an old attempt or replica being deleted) is never a failure by itself; a
+  multi-replica Job finishes only when ``completions`` pods succeeded;
 * our object gone although it was applied → deleted behind our back: handled as a failure;
 * a node Kubernetes reports NotReady, or a card the ledger marks lost, reschedules the jobs on it
   (without using a retry); a lost card is a confirmed hardware fault, so its node is quarantined.

@@ -32,7 +32,9 @@ def default_metric_source_ensure(*, actor: Any = "first-start") -> MetricSource 
     try:
         source.full_clean()
     except ValidationError as e:
-        raise ValidationFailed(f"PROMETHEUS_URL={url!r}: {'; '.join(e.messages)}", details=e.message_dict) from e
+        raise ValidationFailed(
+            f"PROMETHEUS_URL={url!r}: {'; '.join(e.messages)}", details=e.message_dict
+        ) from e
     with transaction.atomic():
         source.save()
         change_record_create(actor=actor, action="metric_source.create", obj=source, after={"url": url})

@@ -195,6 +195,27 @@ def test_the_console_is_for_staff_only(client, closed_september, staff_user):
     assert "their-job" in ledger and "mine-job" not in ledger
 
 
+def test_the_page_filter_bars_are_the_api_filtersets_forms(client, closed_september, staff_user):
+    """One filtering idiom: the bills page and the ledger filter with the API's FilterSets and
+    render their forms, with the same query parameters as before."""
+    alice, mine, theirs = closed_september
+    client.force_login(staff_user)
+    ledger = client.get(reverse("billing:ledger") + "?late=true&project=" + theirs.project.slug)
+    html = ledger.content.decode()
+    for name in ("q", "project", "month", "late"):
+        assert f'name="{name}"' in html
+    assert 'name="allocation"' not in html  # an API-only filter is not on the page
+    assert 'value="true" selected' in html and "their-job" not in html  # no late entries
+    on_time = client.get(reverse("billing:ledger") + "?late=false&project=" + theirs.project.slug)
+    assert "their-job" in on_time.content.decode() and "Reset" in on_time.content.decode()
+    bills = client.get(reverse("billing:bills") + "?month=2026-13").content.decode()
+    assert "2026-13" in bills and reverse("billing:bill-detail", args=[mine.pk]) not in bills
+    september = client.get(reverse("billing:bills") + "?month=2026-09&project=" + mine.project.slug)
+    html = september.content.decode()
+    assert reverse("billing:bill-detail", args=[mine.pk]) in html
+    assert reverse("billing:bill-detail", args=[theirs.pk]) not in html
+
+
 def test_the_console_records_an_adjustment_and_shows_precise_errors(client, staff_user, closed_september):
     _alice, mine, _theirs = closed_september
     client.force_login(staff_user)

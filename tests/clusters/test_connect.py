@@ -47,7 +47,10 @@ def test_test_connection_answers_version_rbac_plugins_and_device_classes(server,
     assert result["ok"] is False
     text = " ".join(result["lines"])
     assert "RBAC denies: patch nodes" in text
-    assert "NVIDIA device plugin runs as DaemonSet gpu-operator/nvidia-device-plugin-daemonset (2 of 3 ready)" in text
+    assert (
+        "NVIDIA device plugin runs as DaemonSet gpu-operator/nvidia-device-plugin-daemonset (2 of 3 ready)"
+        in text
+    )
     assert "gpu.nvidia.com" in text
     cluster.refresh_from_db()
     assert cluster.last_checked_at is not None and cluster.last_check["verbs"]["patch nodes"] is False
@@ -64,7 +67,9 @@ def test_an_uploaded_kubeconfig_is_stored_as_a_secret_file(server, tmp_path, set
     settings.SUANCHI = {**settings.SUANCHI, "SECRETS_DIR": str(tmp_path / "secrets")}
     data = kubeconfig_for(server, tmp_path).read_bytes()
     cluster = cluster_save(
-        fields={"name": "Up", "slug": "up", "backend": "kubernetes", "kube_context": "fake"}, kubeconfig=data, actor="t"
+        fields={"name": "Up", "slug": "up", "backend": "kubernetes", "kube_context": "fake"},
+        kubeconfig=data,
+        actor="t",
     )
     path = cluster.kubeconfig_path
     assert path.startswith(str(tmp_path / "secrets")) and stat.S_IMODE(os.stat(path).st_mode) == 0o600
@@ -79,7 +84,11 @@ def test_a_bad_kubeconfig_is_refused_and_nothing_saved(server, tmp_path, setting
     settings.SUANCHI = {**settings.SUANCHI, "SECRETS_DIR": str(tmp_path / "secrets")}
     data = data or kubeconfig_for(server, tmp_path).read_bytes()
     with pytest.raises(ValidationFailed, match=problem):
-        cluster_save(fields={"name": "B", "slug": "b", "backend": "kubernetes", "kube_context": context}, kubeconfig=data, actor="t")
+        cluster_save(
+            fields={"name": "B", "slug": "b", "backend": "kubernetes", "kube_context": context},
+            kubeconfig=data,
+            actor="t",
+        )
     assert not Cluster.objects.exists() and not (tmp_path / "secrets").exists()
 
 
@@ -91,7 +100,11 @@ def test_first_start_creates_the_default_cluster_and_its_metric_source(settings,
         "PROMETHEUS_URL": "http://prometheus.monitoring:9090",
     }
     cluster = default_cluster_ensure()
-    assert (cluster.slug, cluster.backend, cluster.kubeconfig_path) == ("default", "kubernetes", str(tmp_path / "kubeconfig"))
+    assert (cluster.slug, cluster.backend, cluster.kubeconfig_path) == (
+        "default",
+        "kubernetes",
+        str(tmp_path / "kubeconfig"),
+    )
     source = default_metric_source_ensure()
     assert source.cluster == cluster and source.url == "http://prometheus.monitoring:9090"
     # Second start: nothing more.

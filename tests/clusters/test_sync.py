@@ -51,7 +51,10 @@ def cluster_for(srv, tmp_path) -> Cluster:
 
 def slice_devices():
     return [
-        {"name": f"gpu-{i}", "attributes": {"uuid": {"string": u}, "index": {"int": i}, "productName": {"string": "A100"}}}
+        {
+            "name": f"gpu-{i}",
+            "attributes": {"uuid": {"string": u}, "index": {"int": i}, "productName": {"string": "A100"}},
+        }
         for i, u in enumerate(NV_UUIDS)
     ]
 
@@ -194,12 +197,16 @@ def test_a_simulated_cluster_is_refused(db):
 
 def dump(srv, kind, tmp_path, name, as_list=False) -> str:
     items = srv.objects(kind)
-    doc = {"apiVersion": "v1", "kind": "List", "items": items} if as_list else {
-        "apiVersion": "v1" if kind == "nodes" else "resource.k8s.io/v1",
-        "kind": "NodeList" if kind == "nodes" else "ResourceSliceList",
-        "metadata": {"resourceVersion": "1"},
-        "items": [{k: v for k, v in i.items() if k not in ("kind", "apiVersion")} for i in items],
-    }
+    doc = (
+        {"apiVersion": "v1", "kind": "List", "items": items}
+        if as_list
+        else {
+            "apiVersion": "v1" if kind == "nodes" else "resource.k8s.io/v1",
+            "kind": "NodeList" if kind == "nodes" else "ResourceSliceList",
+            "metadata": {"resourceVersion": "1"},
+            "items": [{k: v for k, v in i.items() if k not in ("kind", "apiVersion")} for i in items],
+        }
+    )
     path = tmp_path / name
     path.write_text(yaml.safe_dump(doc))
     return str(path)
@@ -240,8 +247,14 @@ def test_from_file_gives_the_same_result_offline_as_json(server, tmp_path):
         ("kind: PodList\nitems: []\n", "PodList is not a NodeList"),
         ("kind: List\nitems:\n- kind: Pod\n  metadata: {name: x}\n", "is a Pod"),
         ("kind: NodeList\nitems:\n- metadata: {}\n", "metadata.name is missing"),
-        ("kind: NodeList\nitems:\n- metadata: {name: a}\n  status: {capacity: {nvidia.com/gpu: lots}}\n", "not a whole number"),
-        ("kind: ResourceSliceList\nitems:\n- metadata: {name: s}\n  spec: {nodeName: a}\n", "spec.driver is missing"),
+        (
+            "kind: NodeList\nitems:\n- metadata: {name: a}\n  status: {capacity: {nvidia.com/gpu: lots}}\n",
+            "not a whole number",
+        ),
+        (
+            "kind: ResourceSliceList\nitems:\n- metadata: {name: s}\n  spec: {nodeName: a}\n",
+            "spec.driver is missing",
+        ),
         ("kind: NodeList\nitems: 3\n", "items must be a list"),
     ],
 )
@@ -263,7 +276,9 @@ def test_an_unknown_cluster_names_the_known_ones(db):
 
 
 def test_sync_input_load_reads_a_node_list_as_the_api_returns_it():
-    loaded = sync_input_load('{"kind": "NodeList", "apiVersion": "v1", "items": [{"metadata": {"name": "a"}}]}')
+    loaded = sync_input_load(
+        '{"kind": "NodeList", "apiVersion": "v1", "items": [{"metadata": {"name": "a"}}]}'
+    )
     assert loaded == {"nodes": [{"metadata": {"name": "a"}}], "slices": []}
 
 

@@ -446,3 +446,27 @@ def test_the_command_refuses_a_wrong_vendor_file_naming_the_line(db, tmp_path):
     path.write_text(fixture("nvidia_topo_h100_8gpu_nics.txt"))
     with pytest.raises(CommandError, match="line 1: .*npu-smi info -t topo"):
         call_command("ingest_node_report", str(path), node="npu-01", kind="npu-smi-topo", dry_run=True)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_agent_runs_the_topology_tool_when_present_and_the_links_reach_the_ledger(live_server, tmp_path):
+    from apps.inventory.services.tokens import agent_token_create
+    from tests.integration.test_agent import fake_tool, run_agent
+
+    cluster = Cluster.objects.create(name="Prod", slug="prod")
+    _, key = agent_token_create(cluster=cluster, name="agent", actor="test")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake_tool(
+        bin_dir,
+        "npu-smi",
+        {
+            "info": FIXTURES / "npu_smi_910b3_8chip.txt",
+            "info -t topo": FIXTURES / "npu_smi_topo_910b_8npu.txt",
+        },
+    )
+    done = run_agent(live_server, bin_dir, key, "ascend-01")
+    assert done.returncode == 0, done.stderr
+    assert "npu-smi-topo:" in done.stderr
+    assert DeviceLink.objects.filter(node__name="ascend-01", kind="HCCS").count() == 28
+    assert set(NodeReport.objects.values_list("kind", flat=True)) == {"npu-smi", "npu-smi-topo"}

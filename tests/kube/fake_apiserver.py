@@ -24,8 +24,14 @@ Verbs:
   namespaced object does not exist; 400 ``BadRequest`` when the body is not an object of that kind or
   the namespace in the body disagrees with the path; 422 ``Invalid`` when ``metadata.name`` is
   missing / not a DNS-1123 name (``generateName`` is honoured).
-- delete: ``DELETE``; 200 with a ``Success`` Status (namespaces: the namespace object, marked
-  ``Terminating`` and removed together with its contents at once); 404 when absent.
+- delete: ``DELETE`` with ``propagationPolicy`` (query or DeleteOptions body) and
+  ``gracePeriodSeconds``: Background removes the object and the garbage collector deletes its pods;
+  Foreground keeps it (``deletionTimestamp``, finalizer ``foregroundDeletion``) until they are gone;
+  Orphan (the batch/v1 Job default, answered with a ``Warning`` header) strips their owner
+  reference. Pods are deleted gracefully: Terminating (``deletionTimestamp``, grace 30 s), then
+  Failed (exit 137) when the grace ran out, then removed (:meth:`FakeApiServer.advance`); unbound or
+  finished pods go at once. Namespaces: the object, marked ``Terminating``, removed with their
+  contents at once. 404 when absent.
 - patch: ``PATCH`` with ``application/merge-patch+json`` (RFC 7386) or
   ``application/strategic-merge-patch+json``. The strategic merge is implemented as a JSON merge
   patch, with the difference that lists whose Go type has a merge key are merged by that key:
@@ -41,18 +47,26 @@ Metadata: ``uid`` (uuid4), ``resourceVersion`` (one increasing counter for the w
 ``creationTimestamp``, ``generation`` (1 on create, +1 when ``spec`` changes on patch/replace).
 Namespaces get the ``kubernetes.io/metadata.name`` label and ``status.phase: Active``.
 
-A small controller (on by default, ``controllers=False`` to switch off): a Job gets one Pod
+Controllers (on by default, ``controllers=False`` to switch off), run after every write and on
+:meth:`~FakeApiServer.advance` (the fake's clock): the scheduler binds a pod pinned by
+``kubernetes.io/hostname`` to that node (``spec.nodeName``) and DefaultTolerationSeconds adds the
+300 s not-ready / unreachable tolerations; the Job controller creates ``parallelism`` pods
 ``<job>-<5 chars>`` (labels ``job-name``, ``batch.kubernetes.io/job-name``, ``controller-uid``, the
-template's labels; ``ownerReferences``; phase ``Pending``), a Deployment gets ``spec.replicas`` Pods;
-:meth:`FakeApiServer.set_pod_phase` updates the owning Job's ``status`` (``active`` / ``succeeded`` /
-``failed``, ``Complete`` / ``Failed`` conditions, ``startTime`` / ``completionTime``).
+template's; Indexed: the completion-index annotation), keeps ``active`` / ``succeeded`` / ``failed``
+/ ``terminating``, replaces failed pods within ``backoffLimit``, and sets ``FailureTarget`` →
+``Failed`` or ``SuccessCriteriaMet`` → ``Complete`` (the terminal condition only once no pod is
+left running); a Deployment gets ``spec.replicas`` pods; the garbage collector deletes pods whose
+owner is gone; the taint-eviction controller marks pods on a node with an untolerated NoExecute
+taint ``DisruptionTarget`` (DeletionByTaintManager) and deletes them; :meth:`set_node_ready` adds and
+removes the node lifecycle controller's not-ready / unreachable taints.
 
 Not implemented: watch, other kinds/API groups, discovery (``/api``, ``/apis``) beyond a minimal
-answer, authentication/authorization, admission/defaulting, finalizers and graceful deletion,
-``dryRun``, server-side apply, pagination (``limit`` / ``continue`` are ignored: everything comes in one
+answer, authentication/authorization, admission/defaulting (beyond the tolerations above), finalizers other than foregroundDeletion,
+``dryRun``, server-side apply, ReplicaSets and rollouts, pagination (``limit`` / ``continue`` are ignored: everything comes in one
 page), json-patch, schema validation beyond the checks listed above.
 
-Test controls: :meth:`~FakeApiServer.set_pod_phase`, :meth:`~FakeApiServer.objects`,
+Test controls: :meth:`~FakeApiServer.set_pod_phase`, :meth:`~FakeApiServer.set_node_ready`,
+:meth:`~FakeApiServer.advance`, :meth:`~FakeApiServer.objects`,
 :meth:`~FakeApiServer.inject` (fault injection), :attr:`~FakeApiServer.requests` (a log of
 ``(method, path)``).
 """
@@ -294,7 +308,9 @@ class _Handler(BaseHTTPRequestHandler):
         if isinstance(fault, int):
             err = ApiError(
                 fault,
-                "InternalError" if fault >= 500 else "BadRequest",
+                "InternalError"
+                if fault >= 500
+                else {409: "Conflict", 429: "TooManyRequests"}.get(fault, "BadRequest"),
                 f"injected fault {fault} on {url.path}",
             )
             self._send(fault, err.status())
@@ -929,7 +945,9 @@ class FakeApiServer(ThreadingHTTPServer):
             obj["status"] = {"replicas": replicas, "observedGeneration": 1}
 
     def _handle(self, method: str, path: str, query: dict, raw: bytes, content_type: str):
-        if path.rstrip("/") == "/version":  # the client asks for /version/; https://kubernetes.io/docs/reference/using-api/ (version.Info)
+        if (
+            path.rstrip("/") == "/version"
+        ):  # the client asks for /version/; https://kubernetes.io/docs/reference/using-api/ (version.Info)
             major, minor = self.git_version.lstrip("v").split(".")[:2]
             return 200, {
                 "major": major,

@@ -411,3 +411,53 @@ def test_simulated_deployment_pods_run_until_deleted(sim):
     assert [p["status"]["phase"] for p in pods] == ["Running", "Running"]
     sim.delete("Deployment", "proj-a", "svc")
     assert sim.list_owned("Pod", "proj-a", "app=svc") == []
+
+
+FOREIGN_TAINTS = [
+    {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"},  # kubectl cordon
+    {"key": "cluster-autoscaler.kubernetes.io/scale-down", "value": "true", "effect": "PreferNoSchedule"},
+]
+
+
+def test_node_patches_replace_only_suanchis_taints(backend):
+    body = node()
+    body["spec"] = {"taints": FOREIGN_TAINTS}
+    backend.apply(body)
+    quarantine = {"key": "suanchi.io/quarantine", "value": "true", "effect": "NoExecute"}
+    vendor = {"key": "accelerator", "value": "nvidia-gpu", "effect": "NoSchedule"}
+    live = backend.patch_node("gpu-node-1", labels={"suanchi.io/pool": "a"}, taints=[vendor, quarantine])
+    assert live["spec"]["taints"] == [*FOREIGN_TAINTS, vendor, quarantine]
+    live = backend.patch_node("gpu-node-1", labels={"suanchi.io/pool": "b"}, taints=[vendor])
+    assert live["spec"]["taints"] == [*FOREIGN_TAINTS, vendor]  # quarantine lifted, cordon kept
+    live = backend.patch_node("gpu-node-1", taints=[])
+    assert live["spec"]["taints"] == FOREIGN_TAINTS
+    assert live["metadata"]["labels"]["suanchi.io/pool"] == "b"
+
+
+def test_node_patch_reads_again_and_retries_on_a_conflict(server, kube):
+    kube.apply(node())
+    server.set_node_ready("gpu-node-1", False)  # the node lifecycle controller taints it meanwhile
+    server.inject(r"/nodes/gpu-node-1$", status=409, times=2, method="PATCH")
+    taint = {"key": "suanchi.io/maintenance", "effect": "NoSchedule"}
+    live = kube.patch_node("gpu-node-1", labels={"suanchi.io/pool": "a"}, taints=[taint])
+    assert [m for m, p in server.requests if p.endswith("/nodes/gpu-node-1")].count("PATCH") == 3
+    keys = [t["key"] for t in live["spec"]["taints"]]
+    assert keys == ["node.kubernetes.io/not-ready", "node.kubernetes.io/not-ready", "suanchi.io/maintenance"]
+
+
+def test_a_stale_node_write_is_refused_not_lost(server, kube):
+    """A merge patch carrying an old resourceVersion gets 409 Conflict (optimistic concurrency)."""
+    kube.apply(node())
+    stale = kube.get("Node", None, "gpu-node-1")["metadata"]["resourceVersion"]
+    server.set_node_ready("gpu-node-1", False)
+    func, _ = kube._method("patch", "Node")
+    with pytest.raises(TransientBackendError) as exc:
+        kube._call(
+            "patch",
+            func,
+            "gpu-node-1",
+            {"metadata": {"resourceVersion": stale}, "spec": {"taints": None}},
+            _content_type="application/merge-patch+json",
+        )
+    assert exc.value.status == 409
+    assert kube.get("Node", None, "gpu-node-1")["spec"]["taints"]  # the not-ready taints survived

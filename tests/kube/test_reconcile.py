@@ -507,3 +507,31 @@ def test_terminating_pods_of_a_deleted_attempt_are_not_a_failure(kube_cluster, s
     assert result.retried == result.failed == 0
     job.refresh_from_db()
     assert job.state == JobState.SCHEDULED and job.attempt == 1
+
+
+def test_foreign_taints_survive_every_label_push(kube_cluster, server):
+    """Cordon, not-ready and operator taints on a Node are not the ledger's: label pushes and a
+    quarantine leave them in place."""
+    from apps.inventory.services.ledger import node_status_set
+
+    cordon = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
+    operator = {"key": "nvidia.com/gpu-driver-upgrade", "value": "pending", "effect": "NoSchedule"}
+    server.set_node_ready("gpu-01", False)
+    with server._lock:
+        server._store[("nodes", "", "gpu-01")]["spec"]["taints"] += [cordon, operator]
+    node = Node.objects.get(name="gpu-01")
+    node_labels_apply(node=node, actor="ledger")
+    push_everything()
+    node.refresh_from_db()
+    node_status_set(node=node, status=Node.Status.QUARANTINED, reason="xid 79", actor="ops")
+    push_everything()
+    (live,) = [n for n in server.objects("Node") if n["metadata"]["name"] == "gpu-01"]
+    keys = {(t["key"], t["effect"]) for t in live["spec"]["taints"]}
+    assert {
+        ("node.kubernetes.io/not-ready", "NoExecute"),
+        ("node.kubernetes.io/unschedulable", "NoSchedule"),
+        ("nvidia.com/gpu-driver-upgrade", "NoSchedule"),
+        ("accelerator", "NoSchedule"),
+        ("suanchi.io/quarantine", "NoExecute"),
+    } <= keys
+    assert live["metadata"]["labels"]["suanchi.io/cluster"] == "prod"

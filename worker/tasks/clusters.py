@@ -24,7 +24,9 @@ def cluster_sync_task(cluster_id: int | None = None) -> list[dict]:
     out = []
     for cluster in clusters:
         try:
-            out.append({"cluster": cluster.slug, **cluster_sync(cluster=cluster, actor="cluster-sync").summary()})
+            out.append(
+                {"cluster": cluster.slug, **cluster_sync(cluster=cluster, actor="cluster-sync").summary()}
+            )
         except PermanentBackendError as e:  # recorded on the row (last_sync.error); the others go on
             out.append({"cluster": cluster.slug, "error": e.message})
     return out

@@ -4,30 +4,29 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('inventory', '0007_device_pcie_switch_mig_profiles_and_topology_report_kinds'),
+        ("inventory", "0007_device_pcie_switch_mig_profiles_and_topology_report_kinds"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='cluster',
-            name='last_check',
+            model_name="cluster",
+            name="last_check",
             field=models.JSONField(blank=True, default=dict),
         ),
         migrations.AddField(
-            model_name='cluster',
-            name='last_checked_at',
+            model_name="cluster",
+            name="last_checked_at",
             field=models.DateTimeField(blank=True, null=True),
         ),
         migrations.AddField(
-            model_name='cluster',
-            name='last_sync',
+            model_name="cluster",
+            name="last_sync",
             field=models.JSONField(blank=True, default=dict),
         ),
         migrations.AddField(
-            model_name='cluster',
-            name='last_synced_at',
+            model_name="cluster",
+            name="last_synced_at",
             field=models.DateTimeField(blank=True, null=True),
         ),
     ]

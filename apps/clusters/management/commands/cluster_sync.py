@@ -32,7 +32,9 @@ class Command(BaseCommand):
             metavar="FILE",
             help="a NodeList / ResourceSliceList / kind: List (YAML or JSON) instead of the live API; repeatable",
         )
-        parser.add_argument("--dry-run", action="store_true", help="report what a sync would do; write nothing")
+        parser.add_argument(
+            "--dry-run", action="store_true", help="report what a sync would do; write nothing"
+        )
         parser.add_argument("--json", action="store_true", help="print the report as JSON")
 
     def handle(self, *args, **options):
@@ -58,7 +60,11 @@ class Command(BaseCommand):
                 if not nodes:
                     raise CommandError("no Node in the files: give the NodeList (kubectl get nodes -o yaml)")
                 report = cluster_sync_apply(
-                    cluster=cluster, nodes=nodes, slices=slices, dry_run=options["dry_run"], actor="cluster-sync"
+                    cluster=cluster,
+                    nodes=nodes,
+                    slices=slices,
+                    dry_run=options["dry_run"],
+                    actor="cluster-sync",
                 )
             else:
                 if options["dry_run"]:
@@ -66,7 +72,11 @@ class Command(BaseCommand):
 
                     live_nodes, live_slices = cluster_read(cluster)
                     report = cluster_sync_apply(
-                        cluster=cluster, nodes=live_nodes, slices=live_slices, dry_run=True, actor="cluster-sync"
+                        cluster=cluster,
+                        nodes=live_nodes,
+                        slices=live_slices,
+                        dry_run=True,
+                        actor="cluster-sync",
                     )
                 else:
                     report = cluster_sync(cluster=cluster, actor="cluster-sync")
