@@ -30,6 +30,12 @@ class LateSelect(forms.NullBooleanSelect):
         super().__init__(attrs)
         self.choices = [("", _("all")), ("true", _("late only")), ("false", _("on time"))]
 
+    def format_value(self, value):
+        # NullBooleanSelect gives one string, which the option matching reads as a substring test
+        # ("" is in "true"): a list selects exactly the option of the value.
+        value = super().format_value(value)
+        return [value if value in ("true", "false") else ""]
+
 
 class UsageEntryFilterSet(FilterSet):
     project = django_filters.CharFilter(field_name="project__slug", label=_("Project (slug)"))

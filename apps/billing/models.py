@@ -32,7 +32,6 @@ from apps.jobs.models import Allocation, Job
 HOURS_QUANTUM = Decimal("0.000001")
 CU_HOURS_QUANTUM = Decimal("0.000001")
 ENTRY_AMOUNT_QUANTUM = Decimal("0.000001")
-PRICE_QUANTUM = Decimal("0.0001")
 MONEY_QUANTUM = Decimal("0.01")
 
 

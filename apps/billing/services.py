@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
@@ -1163,10 +1163,6 @@ def adjustment_create(
         after=snapshot(adjustment, ["project", "month", "amount", "reason", "corrects_bill"]),
     )
     return adjustment
-
-
-def projects_of(items: Iterable) -> set[int]:
-    return {item.project_id for item in items}
 
 
 # The billing worker's task that finishes a close, sent by name (worker/ sits above every app).

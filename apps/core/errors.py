@@ -60,7 +60,3 @@ class InvalidTransition(Conflict):
 
 class InsufficientCapacity(Conflict):
     code = "insufficient_capacity"
-
-
-class IncompatibleRuntime(Conflict):
-    code = "incompatible_runtime"

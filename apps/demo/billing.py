@@ -31,7 +31,6 @@ RATE_CARDS = [
     ("A100 80GB SXM4 list price", "A100 80GB SXM4", Decimal("15.0000")),
     ("Ascend 910B3 domestic incentive 国产化优惠", "Ascend 910B3", Decimal("9.5000")),
 ]
-HISTORY_PREFIX = "last-month"
 # (project, job name, kind, device model, template profile or None, cards, days of the month
 #  [(first day, hours per day, days)])
 HISTORY = [

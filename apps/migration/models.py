@@ -52,9 +52,6 @@ class Track(models.TextChoices):
     TARGET = "target", _("target (domestic)")
 
 
-DOMESTIC_VENDORS = (Vendor.HUAWEI, Vendor.HYGON, Vendor.CAMBRICON)
-
-
 def _vendor_list_errors(value, field: str) -> dict[str, list[str]]:
     if not isinstance(value, list) or not value:
         return {field: [_("Give at least one vendor.")]}

@@ -162,11 +162,6 @@ def vendor_share_by_month(*, user, months: int = 12, today: date | None = None) 
     return out
 
 
-def ledger_month_total(*, user, month: date) -> Decimal:
-    """The month's ledger total in cents (what vendor shares must add up to)."""
-    return to_cents(_ledger(user).filter(month=month).aggregate(t=Sum("amount"))["t"] or Decimal(0))
-
-
 # ------------------------------------------------------------------ footprint
 
 
@@ -400,11 +395,6 @@ def plan_forecast(*, plan: MigrationPlan, services: list[MigratedService]) -> li
             row["on_track"] = timezone.localtime(row["eta"]).date() <= row["target_end"]
         out.append(row)
     return out
-
-
-def tracks_of(services: list[MigratedService]) -> dict[int, dict[str, int]]:
-    """Replica counts per service and track, read once."""
-    return {s.pk: {"source": s.source_job.replicas, "target": s.target_job.replicas} for s in services}
 
 
 __all__ = [

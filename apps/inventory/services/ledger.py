@@ -142,7 +142,6 @@ _DEVICE_IMPORT_FIELDS = (
     "model_unrecognized",
     *_DEVICE_FIELD_COLUMNS,
 )
-_NODE_IMPORT_FIELDS = ("pool", *_NODE_TEXT_COLUMNS)
 # Slots of cards out of service may be taken by a replacement (see Device's unique index).
 _OUT_OF_SERVICE = (Device.Health.RETIRED, Device.Health.LOST)
 _FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")

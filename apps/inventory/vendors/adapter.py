@@ -16,7 +16,7 @@ from typing import Any, ClassVar, NoReturn
 
 from apps.core.errors import ParseFailed
 
-from .base import ParsedDevice, ParsedReport
+from .base import ParsedReport
 
 Parser = Callable[[str], ParsedReport]
 
@@ -212,14 +212,6 @@ def single_int(raw: str | None) -> int | None:
     if value is None or not re.fullmatch(r"-?\d+", value):
         return None
     return int(value)
-
-
-def check_unique_indices(devices: Iterable[ParsedDevice], *, kind: str) -> None:
-    seen: set[int] = set()
-    for device in devices:
-        if device.index in seen:
-            fail(f"device index {device.index} appears twice", kind=kind, index=device.index)
-        seen.add(device.index)
 
 
 def text_lines(text: str | bytes, *, kind: str) -> list[str]:

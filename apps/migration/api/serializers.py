@@ -10,7 +10,6 @@ from apps.migration.models import (
     MigrationPlan,
     PlanPhase,
     ServiceMetric,
-    Track,
 )
 
 
@@ -177,18 +176,6 @@ class ServiceMetricSerializer(serializers.ModelSerializer):
             "ingested_at",
         ]
         read_only_fields = fields
-
-
-class MetricSampleSerializer(serializers.Serializer):
-    """Shape only; values are checked by the service (one bad sample refuses the batch)."""
-
-    track = serializers.ChoiceField(choices=Track.choices)
-    window_start = serializers.CharField()
-    window_seconds = serializers.JSONField(required=False)
-    requests = serializers.JSONField()
-    errors = serializers.JSONField(required=False)
-    p99_latency_ms = serializers.JSONField(required=False, allow_null=True)
-    source = serializers.CharField(max_length=300)
 
 
 class MetricIngestSerializer(serializers.Serializer):

@@ -65,8 +65,3 @@ class ScrapeInputSerializer(serializers.Serializer):
     cluster = serializers.SlugRelatedField(slug_field="slug", queryset=Cluster.objects.all(), required=False)
     source = serializers.CharField(max_length=200, required=False, default="api")
     dry_run = serializers.BooleanField(required=False, default=False)
-
-
-class ReportQuerySerializer(serializers.Serializer):
-    start = serializers.DateTimeField(required=False)
-    end = serializers.DateTimeField(required=False)
