@@ -49,13 +49,15 @@ API_VERSIONS = {
 
 
 class BackendError(Exception):
-    """A backend call failed. ``status`` is the HTTP code when there was an answer."""
+    """A backend call failed. ``status`` is the HTTP code when there was an answer; ``causes`` the
+    Status body's ``details.causes`` ({reason, message, field}) when the server gave them."""
 
-    def __init__(self, message: str, status: int | None = None, reason: str = ""):
+    def __init__(self, message: str, status: int | None = None, reason: str = "", causes: list | None = None):
         super().__init__(message)
         self.message = message
         self.status = status
         self.reason = reason
+        self.causes = list(causes or [])
 
 
 class TransientBackendError(BackendError):
@@ -64,6 +66,30 @@ class TransientBackendError(BackendError):
 
 class PermanentBackendError(BackendError):
     """Not retryable: 4xx other than 404/409 (400, 401, 403, 422, ...), objects that cannot be sent."""
+
+
+class ImmutableFieldError(PermanentBackendError):
+    """The live object differs from the desired one in a field the server does not let change
+    (422 Invalid, ``field is immutable``: a Job's ``spec.template``, a Deployment's ``spec.selector``
+    …). The object cannot be updated in place: it has to be deleted and created again.
+    ``fields`` are the refused paths (``spec.template``)."""
+
+    def __init__(self, message: str, fields: list[str], live: dict | None = None, **kwargs: Any):
+        super().__init__(message, **kwargs)
+        self.fields = fields
+        self.live = live or {}  # the object that refused the update (its uid, its pod selector)
+
+
+def immutable_fields(error: BackendError) -> list[str]:
+    """The fields a 422 refused as immutable (apimachinery ValidateImmutableField's detail
+    ``field is immutable``, reported in the Status ``details.causes``)."""
+    if error.status != 422:
+        return []
+    return [
+        c.get("field") or ""
+        for c in error.causes
+        if isinstance(c, dict) and "field is immutable" in (c.get("message") or "")
+    ]
 
 
 @dataclass
@@ -365,18 +391,21 @@ class KubernetesBackend(ClusterBackend):
     @staticmethod
     def _map_api_exception(what: str, e) -> BackendError:
         status = e.status or 0
-        reason, message = e.reason or "", ""
+        reason, message, causes = e.reason or "", "", []
         try:
             body = json.loads(e.body or "{}")
             if isinstance(body, dict):
                 message = body.get("message") or ""
                 reason = body.get("reason") or reason
+                details = body.get("details")
+                if isinstance(details, dict) and isinstance(details.get("causes"), list):
+                    causes = details["causes"]
         except ValueError:
             message = (e.body or "")[:500]
         text = f"{what}: {status} {reason}: {message}".rstrip(": ")
         if status >= 500 or status in (0, 408, 429) or (status == 409 and reason == "Conflict"):
-            return TransientBackendError(text, status, reason)
-        return PermanentBackendError(text, status, reason)
+            return TransientBackendError(text, status, reason, causes)
+        return PermanentBackendError(text, status, reason, causes)
 
     def get(self, kind: str, namespace: str | None, name: str) -> dict | None:
         func, namespaced = self._method("read", kind)
@@ -409,8 +438,23 @@ class KubernetesBackend(ClusterBackend):
         patch["metadata"]["resourceVersion"] = live["metadata"]["resourceVersion"]
         func, _ = self._method("patch", kind)
         args = (name, namespace, patch) if namespaced else (name, patch)
-        live = self._call(f"update {ref}", func, *args, _content_type="application/merge-patch+json")
-        return self._result("updated", kind, namespace, name, live)
+        try:
+            updated = self._call(f"update {ref}", func, *args, _content_type="application/merge-patch+json")
+        except PermanentBackendError as e:
+            fields = immutable_fields(e)
+            if fields:
+                # pkg/apis/batch/validation ValidateJobSpecUpdate, pkg/apis/apps/validation
+                # ValidateDeploymentUpdate: the object must be replaced, not patched.
+                raise ImmutableFieldError(
+                    e.message,
+                    fields,
+                    live=live,
+                    status=e.status,
+                    reason=e.reason,
+                    causes=e.causes,
+                ) from e
+            raise
+        return self._result("updated", kind, namespace, name, updated)
 
     @staticmethod
     def _result(action: str, kind: str, namespace: str, name: str, live: dict) -> ApplyResult:

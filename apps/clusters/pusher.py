@@ -10,6 +10,11 @@
   transaction that marks it failed; the scheduling app's receiver returns the job to pending with
   the reason, releases its allocations and advances its ``attempt`` (the allocation slot and the
   workload name include the attempt, so the next placement cannot collide with this one).
+* An apply refused with 422 ``field is immutable`` (a Job's ``spec.template``, a Deployment's
+  ``spec.selector``: ``ImmutableFieldError``) is neither retried as a patch (it would loop) nor
+  failed (that releases the cards while the live object runs): the live object is deleted
+  (Background) and the action waits, checked every ``REPLACE_POLL_SECONDS``, until the object and
+  the pods of its selector are gone, then creates the desired object (result ``replaced``: old uid).
 * ``PushSession``: what a batch of pushes shares (one backend per cluster, namespaces applied).
 """
 
@@ -24,7 +29,12 @@ from django.db import transaction
 from django.db.models import Max
 from django.utils import timezone
 
-from apps.clusters.backend import BackendError, PermanentBackendError, TransientBackendError
+from apps.clusters.backend import (
+    BackendError,
+    ImmutableFieldError,
+    PermanentBackendError,
+    TransientBackendError,
+)
 from apps.clusters.connections import backend_for
 from apps.clusters.models import PushAction
 from apps.clusters.outbox import job_stream
@@ -36,6 +46,8 @@ logger = logging.getLogger(__name__)
 BACKOFF_BASE_SECONDS = 2.0
 BACKOFF_CAP_SECONDS = 300.0
 DEFAULT_MAX_ATTEMPTS = 5
+# How often a replaced object (see ImmutableFieldError) is checked for being gone.
+REPLACE_POLL_SECONDS = 5.0
 
 
 def backoff_delay(
@@ -82,6 +94,34 @@ def _namespace_missing(action: PushAction, error: BackendError) -> bool:
         and "namespaces" in message
         and "not found" in message
     )
+
+
+def _replacing(error: ImmutableFieldError) -> dict:
+    """What to wait for before the object is created again: the refused object's uid and the
+    selector of its pods (a Job's generated ``batch.kubernetes.io/controller-uid`` selector)."""
+    live = error.live
+    selector = ((live.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+    return {
+        "uid": (live.get("metadata") or {}).get("uid", ""),
+        "selector": ",".join(f"{k}={v}" for k, v in sorted(selector.items())),
+        "fields": error.fields,
+    }
+
+
+def _replacement_wait(backend, action: PushAction) -> str:
+    """Why a replaced object cannot be created yet ("" once it can): the old object is still there
+    (a finalizer holds it), or pods it owned are still terminating. A Background delete removes the
+    object at once but its pods end gracefully (terminationGracePeriodSeconds, then SIGKILL —
+    Kubernetes docs "Pod Lifecycle", termination of pods); their cards stay in use until then."""
+    replacing = (action.result or {}).get("replacing") or {}
+    live = backend.get(action.kind, action.namespace or None, action.name)
+    if live is not None and (live.get("metadata") or {}).get("uid") == replacing.get("uid"):
+        return f"{_describe(action)}: the replaced object is still being deleted"
+    if replacing.get("selector") and action.namespace:
+        pods = backend.list_owned("Pod", action.namespace, selector=replacing["selector"])
+        if pods:
+            return f"{_describe(action)}: {len(pods)} pod(s) of the replaced object still terminating"
+    return ""
 
 
 def _call(backend, action: PushAction) -> dict:
@@ -168,6 +208,16 @@ def push_stream_run(
             namespace = (action.cluster_id, action.name)
             is_namespace = action.kind == "Namespace" and action.verb == PushAction.Verb.APPLY
             try:
+                if action.verb == PushAction.Verb.APPLY and (action.result or {}).get("replacing"):
+                    wait = _replacement_wait(session.backend(action.cluster), action)
+                    if wait:
+                        # Not an error and not a try: the old object's pods are ending.
+                        PushAction.objects.filter(pk=action.pk, state=PushAction.State.PENDING).update(
+                            last_error=wait[:2000],
+                            next_attempt_at=now + dt.timedelta(seconds=REPLACE_POLL_SECONDS),
+                        )
+                        summary["waiting"] += 1
+                        break
                 if is_namespace and namespace in session.namespaces:
                     # Every job of a project applies its namespace; once per batch is enough.
                     result = {"action": "unchanged", "note": "applied earlier in this batch"}
@@ -194,6 +244,33 @@ def push_stream_run(
                 )
                 summary["retry"] += 1
                 break  # later actions of this job wait for this one
+            except ImmutableFieldError as e:
+                # 422 "field is immutable" (pkg/apis/batch/validation ValidateJobSpecUpdate, apps
+                # ValidateDeploymentUpdate): patching again would loop on 422, and failing the push
+                # would release the cards while the live object still runs. Delete it (Background),
+                # create the desired one once it and its pods are confirmed gone (a later round).
+                summary["errors"].append(f"{_describe(action)}: {e.message}")
+                replacing = _replacing(e)
+                try:
+                    session.backend(action.cluster).delete(action.kind, action.namespace or None, action.name)
+                except BackendError as delete_error:
+                    summary["errors"].append(f"delete for replacement: {delete_error.message}")
+                    PushAction.objects.filter(pk=action.pk, state=PushAction.State.PENDING).update(
+                        attempts=attempts,
+                        last_error=delete_error.message[:2000],
+                        next_attempt_at=now + dt.timedelta(seconds=backoff_delay(attempts)),
+                    )
+                    summary["retry"] += 1
+                    break
+                PushAction.objects.filter(pk=action.pk, state=PushAction.State.PENDING).update(
+                    last_error=(
+                        f"{e.message}; the live object was deleted and is created again once it is gone"
+                    )[:2000],
+                    result={"replacing": replacing},
+                    next_attempt_at=now + dt.timedelta(seconds=REPLACE_POLL_SECONDS),
+                )
+                summary["retry"] += 1
+                break
             except (PermanentBackendError, BackendError) as e:
                 summary["errors"].append(f"{_describe(action)}: {e.message}")
                 if _namespace_missing(action, e) and attempts < max_attempts:
@@ -209,6 +286,8 @@ def push_stream_run(
                 _fail(action, error=e.message, attempts=attempts, actor=actor, now=now)
                 summary["failed"] += 1
                 break
+            if (action.result or {}).get("replacing"):
+                result["replaced"] = action.result["replacing"]["uid"]
             done = PushAction.objects.filter(pk=action.pk, state=PushAction.State.PENDING).update(
                 state=PushAction.State.APPLIED,
                 attempts=attempts,

@@ -2,8 +2,8 @@
 
 Environment variables (see README): DATABASE_URL, CELERY_BROKER_URL, REDIS_URL, DJANGO_SECRET_KEY,
 DJANGO_DEBUG, DJANGO_ALLOWED_HOSTS. Secrets may come from ``<NAME>_FILE`` (a path whose content is the
-value). Clusters (backend, kubeconfig, context) and metric sources (Prometheus URLs) are rows in the
-database, configured in the app, not settings.
+value). Clusters and metric sources are rows configured in the app; SUANCHI_CLUSTER_BACKEND,
+KUBECONFIG and PROMETHEUS_URL only seed the default ones on the first start (see SUANCHI below).
 """
 
 from __future__ import annotations

@@ -423,6 +423,7 @@ def test_a_build_simulated_from_the_dockerfile_collects_static_files_and_serves_
         "DATABASE_URL": "postgres://postgres@127.0.0.1:5432/postgres",
         "CELERY_BROKER_URL": "redis://127.0.0.1:6379/15",
         "REDIS_URL": "redis://127.0.0.1:6379/15",
+        "SUANCHI_CLUSTER_BACKEND": "simulated",  # the configmap's "kubernetes" needs a real cluster
     }
     check = subprocess.run(
         [*cmd, "--check-config"], cwd=app, env=run_env, capture_output=True, text=True, timeout=120

@@ -42,6 +42,12 @@ Verbs:
   ``application/json-patch+json`` are not implemented (415 Status).
 - replace: ``PUT``; a ``metadata.resourceVersion`` in the body that is not the current one gives
   409 ``Conflict``; an absent item gives 404.
+- update validation (patch and replace): a change of an immutable field is 422 ``Invalid`` with
+  ``details.causes[].field`` — a Job's ``spec.template`` / ``selector`` / ``completionMode`` /
+  ``podFailurePolicy`` / ``backoffLimitPerIndex`` / ``completions`` (except an Indexed Job's
+  elastic resize; a suspended, never started Job may change its template's scheduling directives),
+  a Deployment's ``spec.selector``. A created Job gets its generated ``spec.selector``
+  (controller-uid) and template labels, as kube-apiserver's Job strategy gives them.
 
 Metadata: ``uid`` (uuid4), ``resourceVersion`` (one increasing counter for the whole server),
 ``creationTimestamp``, ``generation`` (1 on create, +1 when ``spec`` changes on patch/replace).
@@ -1122,6 +1128,98 @@ class FakeApiServer(ThreadingHTTPServer):
             },
         )
 
+    # -- update validation: immutable fields ------------------------------------------------------
+    # What the registries' ValidateUpdate refuses (ValidateImmutableField: field.Invalid(path, new
+    # value, "field is immutable")). batch/v1 Job: pkg/apis/batch/validation/validation.go
+    # ValidateJobSpecUpdate — spec.selector, spec.template (validatePodTemplateUpdate: only a Job that
+    # is suspended and never started may change the template's scheduling directives),
+    # spec.completionMode, spec.podFailurePolicy, spec.backoffLimitPerIndex, and spec.completions
+    # (validateCompletions: only an Indexed Job may change it, together with parallelism — "elastic
+    # Indexed Jobs"). apps/v1 Deployment: pkg/apis/apps/validation/validation.go
+    # ValidateDeploymentUpdate — spec.selector.
+    _JOB_IMMUTABLE = ("selector", "completionMode", "podFailurePolicy", "backoffLimitPerIndex")
+    _SCHEDULING_DIRECTIVES = ("nodeSelector", "affinity", "tolerations", "schedulingGates")
+
+    def _immutable_errors(self, res: Resource, old: dict, new: dict) -> list[str]:
+        old_spec, new_spec = old.get("spec") or {}, new.get("spec") or {}
+        fields: list[str] = []
+        if res.plural == "deployments":
+            if new_spec.get("selector") != old_spec.get("selector"):
+                fields.append("selector")
+            return fields
+        if res.plural != "jobs":
+            return fields
+        for key in self._JOB_IMMUTABLE:
+            if new_spec.get(key) != old_spec.get(key):
+                fields.append(key)
+        if new_spec.get("completions") != old_spec.get("completions") and not (
+            new_spec.get("completionMode") == "Indexed"
+            and new_spec.get("completions") == new_spec.get("parallelism")
+        ):
+            fields.append("completions")
+        old_t, new_t = copy.deepcopy(old_spec.get("template")), copy.deepcopy(new_spec.get("template"))
+        suspended_never_started = old_spec.get("suspend") is True and not (old.get("status") or {}).get(
+            "startTime"
+        )
+        if suspended_never_started:  # AllowMutableSchedulingDirectives
+            for tpl in (old_t, new_t):
+                if isinstance(tpl, dict):
+                    (tpl.get("metadata") or {}).pop("labels", None)
+                    (tpl.get("metadata") or {}).pop("annotations", None)
+                    for key in self._SCHEDULING_DIRECTIVES:
+                        (tpl.get("spec") or {}).pop(key, None)
+        if new_t != old_t:
+            fields.append("template")
+        return sorted(fields)
+
+    def _validate_update(self, res: Resource, name: str, old: dict, new: dict) -> None:
+        """422 Invalid, as kube-apiserver answers (apimachinery errors.NewInvalid): message
+        ``Job.batch "x" is invalid: spec.template: Invalid value: …: field is immutable`` (several
+        errors in ``[…, …]``), ``details.causes[]`` {reason FieldValueInvalid, message, field}."""
+        fields = self._immutable_errors(res, old, new)
+        if not fields:
+            return
+        group = res.api_version.split("/")[0] if "/" in res.api_version else ""
+        qualified = f"{res.kind}.{group}" if group else res.kind
+        causes = []
+        for f in fields:
+            value = json.dumps((new.get("spec") or {}).get(f), sort_keys=True)
+            if len(value) > 120:
+                value = value[:117] + "..."
+            causes.append(
+                {
+                    "reason": "FieldValueInvalid",
+                    "message": f"Invalid value: {value}: field is immutable",
+                    "field": f"spec.{f}",
+                }
+            )
+        text = ", ".join(f"{c['field']}: {c['message']}" for c in causes)
+        raise ApiError(
+            422,
+            "Invalid",
+            f'{qualified} "{name}" is invalid: ' + (text if len(causes) == 1 else f"[{text}]"),
+            {"name": name, "group": group, "kind": res.kind, "causes": causes},
+        )
+
+    def _default_job(self, obj: dict) -> None:
+        """pkg/registry/batch/job/strategy.go PrepareForCreate → generateSelector: unless
+        ``manualSelector``, the Job gets ``spec.selector`` {matchLabels: controller-uid} and its pod
+        template the controller-uid and job-name labels (both plain and ``batch.kubernetes.io/``)."""
+        spec = obj.setdefault("spec", {})
+        if spec.get("manualSelector") is True:
+            return
+        meta = obj["metadata"]
+        labels = spec.setdefault("template", {}).setdefault("metadata", {}).setdefault("labels", {})
+        labels.update(
+            {
+                "batch.kubernetes.io/controller-uid": meta["uid"],
+                "controller-uid": meta["uid"],
+                "batch.kubernetes.io/job-name": meta["name"],
+                "job-name": meta["name"],
+            }
+        )
+        spec["selector"] = {"matchLabels": {"batch.kubernetes.io/controller-uid": meta["uid"]}}
+
     def _create(self, res: Resource, ns: str, body, query: dict) -> dict:
         obj = self._check_body(res, ns, copy.deepcopy(body))
         meta = obj["metadata"]
@@ -1161,6 +1259,8 @@ class FakeApiServer(ThreadingHTTPServer):
             obj["status"] = {"phase": "Pending"}
         else:
             obj.pop("status", None)
+        if res.plural == "jobs":
+            self._default_job(obj)
         self._store[(res.plural, ns, name)] = obj
         self._after_create(res, obj)
         return copy.deepcopy(obj)
@@ -1284,6 +1384,8 @@ class FakeApiServer(ThreadingHTTPServer):
         new = func(old, body)
         if not isinstance(new.get("metadata"), dict):
             raise self._invalid(res, name, "metadata", "Required value")
+        if not status_only:
+            self._validate_update(res, name, old, new)
         return self._store_update(res, ns, name, old, new)
 
     def _conflict(self, res: Resource, name: str) -> ApiError:
@@ -1309,6 +1411,8 @@ class FakeApiServer(ThreadingHTTPServer):
             new = merged
         elif "status" in old:
             new["status"] = copy.deepcopy(old["status"])
+        if not status_only:
+            self._validate_update(res, name, old, new)
         return self._store_update(res, ns, name, old, new)
 
 

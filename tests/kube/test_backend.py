@@ -10,6 +10,7 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
 from apps.clusters.backend import (
+    ImmutableFieldError,
     KubernetesBackend,
     PermanentBackendError,
     SimulatedBackend,
@@ -159,18 +160,76 @@ def test_duplicate_apply_is_unchanged(backend):
 
 
 def test_changed_object_is_updated(backend):
+    """Labels and a mutable spec field (a Job's activeDeadlineSeconds) are patched in place."""
     backend.apply(namespace())
     first = backend.apply(job())
     changed = job(labels={"suanchi.io/priority": "high"})
-    changed["spec"]["template"]["spec"]["containers"][0]["image"] = "pytorch:2.5"
+    changed["spec"]["activeDeadlineSeconds"] = 3600
     updated = backend.apply(changed)
     assert updated.action == "updated" and updated.uid == first.uid
     assert int(updated.resource_version) > int(first.resource_version)
     live = backend.get("Job", "proj-a", "train-1")
     assert live["metadata"]["labels"]["suanchi.io/priority"] == "high"
-    assert live["spec"]["template"]["spec"]["containers"][0]["image"] == "pytorch:2.5"
+    assert live["spec"]["activeDeadlineSeconds"] == 3600
     assert live["metadata"]["generation"] == 2
     assert backend.apply(changed).action == "unchanged"
+
+
+@pytest.mark.parametrize(
+    ("field", "change"),
+    [
+        ("spec.template", lambda spec: spec["template"]["spec"]["containers"][0].update(image="pytorch:2.5")),
+        ("spec.completionMode", lambda spec: spec.update(completionMode="Indexed")),
+        ("spec.podFailurePolicy", lambda spec: spec.update(podFailurePolicy={"rules": []})),
+        ("spec.selector", lambda spec: spec.update(selector={"matchLabels": {"a": "b"}})),
+    ],
+)
+def test_an_immutable_job_field_is_refused_with_422_and_nothing_changes(server, kube, field, change):
+    """pkg/apis/batch/validation ValidateJobSpecUpdate: the API server refuses the patch (422
+    Invalid, ``details.causes[].field``); the backend says which field, and the Job is untouched."""
+    kube.apply(namespace())
+    first = kube.apply(job())
+    changed = job()
+    change(changed["spec"])
+    with pytest.raises(ImmutableFieldError) as exc:
+        kube.apply(changed)
+    assert exc.value.status == 422 and exc.value.fields == [field]
+    assert f'Job.batch "train-1" is invalid: {field}: Invalid value: ' in exc.value.message
+    assert "field is immutable" in exc.value.message
+    assert exc.value.live["metadata"]["uid"] == first.uid
+    live = kube.get("Job", "proj-a", "train-1")
+    assert live["metadata"]["resourceVersion"] == first.resource_version
+    assert live["spec"]["template"]["spec"]["containers"][0]["image"] == "pytorch:2.4"
+
+
+def test_a_deployments_selector_is_immutable_but_its_template_is_not(server, kube):
+    """pkg/apis/apps/validation ValidateDeploymentUpdate: apps/v1 spec.selector is immutable."""
+    kube.apply(namespace())
+    dep = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "svc", "namespace": "proj-a", "labels": MANAGED},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"suanchi.io/job": "svc"}},
+            "template": {
+                "metadata": {"labels": {"suanchi.io/job": "svc"}},
+                "spec": {"containers": [{"name": "main", "image": "vllm:0.5"}]},
+            },
+        },
+    }
+    kube.apply(dep)
+    dep["spec"]["template"]["spec"]["containers"][0]["image"] = "vllm:0.6"
+    assert kube.apply(dep).action == "updated"
+    dep["spec"]["selector"]["matchLabels"]["suanchi.io/attempt"] = "1"
+    with pytest.raises(ImmutableFieldError) as exc:
+        kube.apply(dep)
+    assert exc.value.fields == ["spec.selector"]
+    assert exc.value.message.endswith(
+        'Deployment.apps "svc" is invalid: spec.selector: Invalid value: '
+        '{"matchLabels": {"suanchi.io/attempt": "1", "suanchi.io/job": "svc"}}: '
+        "field is immutable"
+    )
 
 
 def test_list_by_label_selector(backend):

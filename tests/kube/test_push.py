@@ -269,3 +269,76 @@ def test_an_object_whose_namespace_is_not_there_yet_waits_for_it(server, kube_cl
     later = timezone.now() + dt.timedelta(hours=1)
     assert push_stream_run(stream=action.stream, now=later)["applied"] == 1
     assert [q["metadata"]["name"] for q in server.objects("ResourceQuota", "late")] == ["suanchi-quota"]
+
+
+def test_a_changed_job_gets_422_and_suanchi_never_releases_the_cards_of_a_live_job(
+    server, kube_cluster, member_project, a100
+):
+    """A Job's spec.template is immutable (pkg/apis/batch/validation ValidateJobSpecUpdate): an
+    apply of the same Job name with another template gets 422 Invalid. The pusher must not loop on
+    the 422 nor fail the push (which releases the cards while the live Job runs): it deletes the live
+    Job (Background), waits until the Job and its terminating pods are gone, then creates the new one."""
+    from apps.clusters.outbox import push_actions_enqueue
+    from apps.jobs.models import Job
+    from apps.scheduling.reconcile import reconcile_cluster
+
+    for name in ("gpu-01", "gpu-02", "npu-01"):
+        server.add_node(name)
+    user, project = member_project
+    job = schedule_one(project, user, a100)
+    assert push_job_run(job_id=job.pk)["failed"] == 0
+    (old,) = server.objects("Job", project.slug)
+    (pod,) = server.objects("Pod", project.slug)
+    server.set_pod_phase(project.slug, pod["metadata"]["name"], "Running")
+    cards = set(Allocation.objects.filter(job=job, released_at__isnull=True).values_list("pk", flat=True))
+    assert cards
+
+    # The same attempt rendered again, differently (e.g. after an upgrade of Suanchi's manifests).
+    Job.objects.filter(pk=job.pk).update(image="pytorch:2.5")
+    job.refresh_from_db()
+    allocations = list(
+        Allocation.objects.filter(job=job, attempt=job.attempt).select_related("device", "node")
+    )
+    push_actions_enqueue(job=job, allocations=allocations, cluster=kube_cluster)
+    server.requests.clear()
+
+    def unchanged():
+        job.refresh_from_db()
+        assert job.state == JobState.SCHEDULED and job.attempt == 0
+        assert (
+            set(Allocation.objects.filter(job=job, released_at__isnull=True).values_list("pk", flat=True))
+            == cards
+        )
+
+    summary = push_job_run(job_id=job.pk)
+    assert summary["failed"] == 0 and summary["retry"] == 1
+    assert "422" in summary["errors"][0] and "field is immutable" in summary["errors"][0]
+    unchanged()
+    workload = PushAction.objects.filter(job=job, kind="Job").latest("seq")
+    assert workload.state == PushAction.State.PENDING and "spec.template" in workload.last_error
+    assert server.objects("Job", project.slug) == []  # deleted with Background …
+    (terminating,) = server.objects("Pod", project.slug)  # … its pod ends gracefully
+    assert terminating["metadata"]["deletionTimestamp"]
+
+    later = timezone.now() + dt.timedelta(seconds=10)
+    summary = push_job_run(job_id=job.pk, now=later)
+    assert summary["waiting"] == 1 and summary["failed"] == 0
+    assert server.objects("Job", project.slug) == []  # not created while the old pod holds the card
+    unchanged()
+    assert reconcile_cluster(cluster=kube_cluster).failed == 0  # nor "deleted behind our back"
+    unchanged()
+
+    server.advance(30)  # the kubelet stops the old pod (grace period) …
+    server.advance(0)  # … and removes it
+    summary = push_job_run(job_id=job.pk, now=later + dt.timedelta(seconds=10))
+    assert summary["applied"] == 1 and summary["failed"] == 0
+    (new,) = server.objects("Job", project.slug)
+    assert new["metadata"]["uid"] != old["metadata"]["uid"]
+    assert new["spec"]["template"]["spec"]["containers"][0]["image"] == "pytorch:2.5"
+    workload.refresh_from_db()
+    assert (
+        workload.state == PushAction.State.APPLIED and workload.result["replaced"] == old["metadata"]["uid"]
+    )
+    unchanged()
+    patches = [p for m, p in server.requests if m == "PATCH" and "/jobs/" in p]
+    assert len(patches) == 1  # one refused patch, no loop

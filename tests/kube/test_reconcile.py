@@ -535,3 +535,32 @@ def test_foreign_taints_survive_every_label_push(kube_cluster, server):
         ("suanchi.io/quarantine", "NoExecute"),
     } <= keys
     assert live["metadata"]["labels"]["suanchi.io/cluster"] == "prod"
+
+
+def test_a_two_replica_job_with_one_pod_succeeded_is_not_finished(kube_cluster, server, member_project, a100):
+    """Issue 17 item 6: a batch/v1 Job with ``completions: 2`` is done only when both pods
+    succeeded (pkg/controller/job: SuccessCriteriaMet once ``succeeded >= completions``). One
+    replica finishing early must neither finish the Suanchi job nor release its cards."""
+    user, project = member_project
+    job = schedule_and_push(submit(project, user, a100, replicas=2, count=1))
+    w = workload(job)
+    two = pods_for(server, w)
+    assert len(two) == 2
+    for pod in two:
+        server.set_pod_phase(w.namespace, pod["metadata"]["name"], "Running")
+    assert reconcile_cluster(cluster=kube_cluster).running == 1
+
+    server.set_pod_phase(w.namespace, two[0]["metadata"]["name"], "Succeeded")
+    result = reconcile_cluster(cluster=kube_cluster)
+    assert result.succeeded == result.failed == result.retried == 0
+    job.refresh_from_db()
+    assert job.state == JobState.RUNNING
+    assert Allocation.objects.filter(job=job, released_at__isnull=True).count() == 2
+    (live,) = server.objects("Job", w.namespace)
+    assert live["status"]["succeeded"] == 1 and "conditions" not in live["status"]
+
+    server.set_pod_phase(w.namespace, two[1]["metadata"]["name"], "Succeeded")
+    assert reconcile_cluster(cluster=kube_cluster).succeeded == 1
+    job.refresh_from_db()
+    assert job.state == JobState.SUCCEEDED
+    assert not Allocation.objects.filter(job=job, released_at__isnull=True).exists()
