@@ -287,3 +287,21 @@ def test_bad_input_to_the_service_writes_nothing(db):
     with pytest.raises(ValidationFailed, match="listed twice"):
         cluster_sync_apply(cluster=cluster, nodes=[{"metadata": {"name": "a"}}, {"metadata": {"name": "a"}}])
     assert not Node.objects.exists()
+
+
+def test_the_admin_sync_action_writes_the_audit_record_of_each_node_it_creates(server, tmp_path, client, staff_user):
+    from django.contrib.admin import helpers
+    from django.urls import reverse
+
+    from apps.core.models import ChangeRecord
+
+    fill(server)
+    cluster = cluster_for(server, tmp_path)
+    client.force_login(staff_user)
+    url = reverse("admin:inventory_cluster_changelist")
+    response = client.post(url, {"action": "sync_now", helpers.ACTION_CHECKBOX_NAME: [cluster.pk]})
+
+    assert response.status_code == 302
+    records = ChangeRecord.objects.filter(action="node.sync_create")
+    assert records.count() == 3
+    assert {r.actor_id for r in records} == {staff_user.pk}

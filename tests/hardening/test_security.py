@@ -196,7 +196,8 @@ def test_production_sets_secure_cookies_and_headers(tmp_path):
 
 # ---------------------------------------------------------------------------------------------- audit
 # Every admin action that changes state, run through the admin as staff, writes a ChangeRecord.
-READ_ONLY_ACTIONS = {"export_csv", "export_xlsx", "delete_selected"}
+# test_connection only probes the cluster and records the answer on the row (tests/clusters/test_connect.py).
+READ_ONLY_ACTIONS = {"export_csv", "export_xlsx", "delete_selected", "test_connection"}
 # Audited through their services and tested by their own apps (tests/billing, tests/telemetry,
 # tests/rollout); listed so that a new action cannot slip through unnoticed.
 AUDITED_ELSEWHERE = {
@@ -210,6 +211,8 @@ AUDITED_ELSEWHERE = {
     ("rollout", "graybatch", "rollback"),
     ("rollout", "upgradewave", "start"),
     ("rollout", "autoscalepolicy", "evaluate"),
+    # tests/clusters/test_sync.py::test_the_admin_sync_action_writes_the_audit_record_of_each_node_it_creates
+    ("inventory", "cluster", "sync_now"),
 }
 AUDITED_HERE = {
     ("accounts", "apitoken", "revoke"),
