@@ -1,4 +1,5 @@
-"""Admin console for jobs (staff only, as Django's admin is).
+"""Admin console for jobs (staff only, as Django's admin is). It lives with the job lifecycle it
+calls (scheduling), a layer above the jobs app; ``apps/scheduling/admin.py`` registers it.
 
 A job's state never changes here by editing: state, reason, attempts and timestamps are read-only,
 and the only state change offered is the "cancel" action, which calls the job lifecycle
