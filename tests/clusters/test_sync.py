@@ -289,7 +289,9 @@ def test_bad_input_to_the_service_writes_nothing(db):
     assert not Node.objects.exists()
 
 
-def test_the_admin_sync_action_writes_the_audit_record_of_each_node_it_creates(server, tmp_path, client, staff_user):
+def test_the_admin_sync_action_writes_the_audit_record_of_each_node_it_creates(
+    server, tmp_path, client, staff_user
+):
     from django.contrib.admin import helpers
     from django.urls import reverse
 
