@@ -201,7 +201,7 @@ def naive_close(month) -> int:
 
     period = BillingPeriod.objects.create(month=month, state="closing")
     seen = 0
-    for project in Project.objects.all():
+    for project in Project.objects.select_related("department"):
         by_model: dict = {}
         by_job: dict = {}
         total = Decimal(0)
@@ -227,6 +227,9 @@ def naive_close(month) -> int:
         from django.utils import timezone
 
         bill.finalized_at = timezone.now()
+        # A finalized bill carries the names its documents print (as the real close writes them).
+        bill.project_name, bill.project_slug = project.name, project.slug
+        bill.department_name = project.department.name
         bill.save()
     period.state = "closed"
     period.save()

@@ -1,6 +1,14 @@
-"""One FilterSet per model, shared by the API and the pages."""
+"""One FilterSet per model, shared by the API and the pages.
+
+A page filters with its model's FilterSet through ``apps.core.filters.page_filter``. Where the page's
+query parameters differ in kind from the API's (one vendor in a select, not a list; a model picked
+by id), a ``...PageFilterSet`` subclass redefines those few filters under the page's names and the
+rest stays the API's. The API never uses the page subclasses, so its contract does not change.
+"""
 
 import django_filters
+from django import forms
+from django.utils.translation import gettext_lazy as _
 
 from apps.catalog.models import (
     ComputeCoefficient,
@@ -13,7 +21,7 @@ from apps.catalog.models import (
     RequestApiVersion,
     Vendor,
 )
-from apps.core.filters import FilterSet
+from apps.core.filters import FilterSet, Int64ModelChoiceField
 
 FEATURE_CHOICES = [
     (f, f) for f in ("mig", "vnpu", "memory_slicing", "nvlink", "hccs", "xgmi", "mlulink", "rdma")
@@ -36,6 +44,23 @@ class DeviceModelFilterSet(FilterSet):
     def filter_feature(self, queryset, name, value):
         # Text match on the JSON list ('"mig"'): portable to SQLite, where JSON containment is missing.
         return queryset.filter(features__icontains=f'"{value}"')
+
+
+class DeviceModelPageFilterSet(DeviceModelFilterSet):
+    """The device-model page: a name search and single selects (``?vendor=nvidia&kind=gpu``)."""
+
+    search = django_filters.CharFilter(
+        field_name="name",
+        lookup_expr="icontains",
+        label=_("Search"),
+        max_length=100,
+        widget=forms.TextInput(attrs={"placeholder": _("Model name"), "type": "search"}),
+    )
+    vendor = django_filters.ChoiceFilter(choices=Vendor.choices, label=_("Vendor"), empty_label=_("All"))
+    kind = django_filters.ChoiceFilter(choices=DeviceKind.choices, label=_("Type"), empty_label=_("All"))
+    feature = django_filters.ChoiceFilter(
+        choices=FEATURE_CHOICES, method="filter_feature", label=_("Feature"), empty_label=_("All")
+    )
 
 
 class ComputeCoefficientFilterSet(FilterSet):
@@ -95,3 +120,50 @@ class DeviceRequestTemplateFilterSet(FilterSet):
     class Meta:
         model = DeviceRequestTemplate
         fields = ["name", "api_version"]
+
+
+class _DeviceModelField(Int64ModelChoiceField):
+    def label_from_instance(self, obj: DeviceModel) -> str:
+        return f"{obj.get_vendor_display()} · {obj.name}"
+
+
+class _DeviceModelChoiceFilter(django_filters.ModelChoiceFilter):
+    field_class = _DeviceModelField
+
+
+class _IncludeRetiredFilter(django_filters.BooleanFilter):
+    """A checkbox read by ``ComputeTemplatePageFilterSet.qs``; filtering nothing by itself."""
+
+    def filter(self, qs, value):
+        return qs
+
+
+class ComputeTemplatePageFilterSet(ComputeTemplateFilterSet):
+    """The compute-template page: single selects, the device model picked by id, and retired
+    templates hidden unless ``retired`` is ticked (also when nothing is submitted)."""
+
+    vendor = django_filters.ChoiceFilter(
+        field_name="device_model__vendor", choices=Vendor.choices, label=_("Vendor"), empty_label=_("All")
+    )
+    device_model = _DeviceModelChoiceFilter(
+        queryset=DeviceModel.objects.order_by("vendor", "name"), label=_("Device model"), empty_label=_("All")
+    )
+    isolation = django_filters.ChoiceFilter(
+        choices=Isolation.choices, label=_("Isolation"), empty_label=_("All")
+    )
+    partition = django_filters.ChoiceFilter(
+        choices=[
+            (value, _("soft slice") if value == "none" else label) for value, label in PARTITION_CHOICES
+        ],
+        method="filter_partition",
+        label=_("Partition"),
+        empty_label=_("All"),
+    )
+    retired = _IncludeRetiredFilter(label=_("Include retired"), widget=forms.CheckboxInput)
+
+    @property
+    def qs(self):
+        queryset = super().qs  # validates a bound form first
+        if self.is_bound and self.form.cleaned_data.get("retired"):
+            return queryset
+        return queryset.filter(is_retired=False)

@@ -1,4 +1,5 @@
-"""Forms for the catalog pages: GET filters, the compute-template editor and the request-template import.
+"""Forms for the catalog pages: the compute-template editor and the request-template import (the
+list pages filter with apps.catalog.filtersets).
 
 The editor form only shapes input (memory in whole GiB); the rules are the model's and the
 services' (ComputeTemplate.clean via compute_template_create / _update), whose field errors the
@@ -8,102 +9,18 @@ view puts back on the form.
 from __future__ import annotations
 
 from django import forms
-from django.db.models import QuerySet
 from django.utils.translation import gettext_lazy as _
 
-from apps.catalog.filtersets import FEATURE_CHOICES, PARTITION_CHOICES, filter_by_partition
-from apps.catalog.models import ComputeTemplate, DeviceKind, DeviceModel, Isolation, Vendor
+from apps.catalog.models import ComputeTemplate, DeviceModel, Isolation
 from apps.catalog.request_spec import MAX_TEXT_BYTES
 
 # Service / model field names -> editor field names.
 FIELD_MAP = {"memory_mib": "memory_gib", "non_field_errors": None, "__all__": None, "slug": "name"}
 
 
-def _with_blank(choices) -> list[tuple[str, str]]:
-    return [("", _("All")), *choices]
-
-
-class _FilterForm(forms.Form):
-    """A GET form that filters with whatever of its fields are valid."""
-
-    def __init__(self, data=None, **kwargs):
-        super().__init__(data if data else None, **kwargs)
-
-    @property
-    def values(self) -> dict:
-        if not self.is_bound:
-            return {}
-        self.is_valid()
-        return {key: value for key, value in self.cleaned_data.items() if value not in (None, "", False)}
-
-    @property
-    def active(self) -> bool:
-        return bool(self.values)
-
-
 class _ModelChoiceField(forms.ModelChoiceField):
     def label_from_instance(self, obj: DeviceModel) -> str:
         return f"{obj.get_vendor_display()} · {obj.name}"
-
-
-class DeviceModelFilterForm(_FilterForm):
-    search = forms.CharField(
-        label=_("Search"),
-        required=False,
-        max_length=100,
-        widget=forms.TextInput(attrs={"placeholder": _("Model name"), "type": "search"}),
-    )
-    vendor = forms.ChoiceField(label=_("Vendor"), required=False, choices=_with_blank(Vendor.choices))
-    kind = forms.ChoiceField(label=_("Type"), required=False, choices=_with_blank(DeviceKind.choices))
-    feature = forms.ChoiceField(label=_("Feature"), required=False, choices=_with_blank(FEATURE_CHOICES))
-
-    def filter(self, qs: QuerySet[DeviceModel]) -> QuerySet[DeviceModel]:
-        values = self.values
-        if "search" in values:
-            qs = qs.filter(name__icontains=values["search"].strip())
-        if "vendor" in values:
-            qs = qs.filter(vendor=values["vendor"])
-        if "kind" in values:
-            qs = qs.filter(kind=values["kind"])
-        if "feature" in values:
-            qs = qs.filter(features__icontains=f'"{values["feature"]}"')
-        return qs
-
-
-class ComputeTemplateFilterForm(_FilterForm):
-    vendor = forms.ChoiceField(label=_("Vendor"), required=False, choices=_with_blank(Vendor.choices))
-    device_model = _ModelChoiceField(
-        label=_("Device model"), queryset=DeviceModel.objects.none(), required=False, empty_label=_("All")
-    )
-    isolation = forms.ChoiceField(
-        label=_("Isolation"), required=False, choices=_with_blank(Isolation.choices)
-    )
-    partition = forms.ChoiceField(
-        label=_("Partition"),
-        required=False,
-        choices=_with_blank(
-            [(value, _("soft slice") if value == "none" else label) for value, label in PARTITION_CHOICES]
-        ),
-    )
-    retired = forms.BooleanField(label=_("Include retired"), required=False)
-
-    def __init__(self, data=None, **kwargs):
-        super().__init__(data, **kwargs)
-        self.fields["device_model"].queryset = DeviceModel.objects.order_by("vendor", "name")
-
-    def filter(self, qs: QuerySet[ComputeTemplate]) -> QuerySet[ComputeTemplate]:
-        values = self.values
-        if not values.get("retired"):
-            qs = qs.filter(is_retired=False)
-        if "vendor" in values:
-            qs = qs.filter(device_model__vendor=values["vendor"])
-        if "device_model" in values:
-            qs = qs.filter(device_model=values["device_model"])
-        if "isolation" in values:
-            qs = qs.filter(isolation=values["isolation"])
-        if "partition" in values:
-            qs = filter_by_partition(qs, values["partition"])
-        return qs
 
 
 class ComputeTemplateForm(forms.Form):

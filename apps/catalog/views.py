@@ -19,18 +19,18 @@ from django.views.decorators.http import require_http_methods, require_POST, req
 
 from apps.accounts.selectors import is_platform_staff
 from apps.catalog import request_spec, selectors, services
-from apps.catalog.forms import (
-    ComputeTemplateFilterForm,
-    ComputeTemplateForm,
-    DeviceModelFilterForm,
-    RequestTemplateImportForm,
-)
+from apps.catalog.filtersets import ComputeTemplatePageFilterSet, DeviceModelPageFilterSet
+from apps.catalog.forms import ComputeTemplateForm, RequestTemplateImportForm
 from apps.catalog.models import ComputeCoefficient, ComputeTemplate, DeviceModel
 from apps.catalog.partitions import ProfileError, partition_profile, partition_profiles
 from apps.core.errors import ApplicationError
+from apps.core.filters import page_filter
 from apps.core.permissions import staff_required
 
 PAGE_SIZE = 50
+# The filters each page's bar shows (apps.core.filters.page_filter).
+MODEL_FILTERS = ("search", "vendor", "kind", "feature")
+TEMPLATE_FILTERS = ("vendor", "device_model", "isolation", "partition", "retired")
 REQUEST_TEMPLATES_ON_LIST = 50
 
 
@@ -50,8 +50,10 @@ def _query_without_page(request: HttpRequest) -> str:
 @login_required
 @require_safe
 def model_list(request: HttpRequest) -> HttpResponse:
-    form = DeviceModelFilterForm(request.GET)
-    models = form.filter(selectors.device_model_catalog_list()).order_by("vendor", "name")
+    filterset, form = page_filter(
+        DeviceModelPageFilterSet, request, selectors.device_model_catalog_list(), fields=MODEL_FILTERS
+    )
+    models = filterset.qs.order_by("vendor", "name")
     page = _paginate(request, models, 100)
     basis_labels = dict(ComputeCoefficient.Basis.choices)
     for model in page.object_list:
@@ -66,8 +68,10 @@ def model_list(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_safe
 def template_list(request: HttpRequest) -> HttpResponse:
-    form = ComputeTemplateFilterForm(request.GET)
-    templates = form.filter(selectors.compute_template_list())
+    filterset, form = page_filter(
+        ComputeTemplatePageFilterSet, request, selectors.compute_template_list(), fields=TEMPLATE_FILTERS
+    )
+    templates = filterset.qs
     page = _paginate(request, templates)
     for template in page.object_list:
         template.cu = template.compute_units(template.current_coefficient)

@@ -1,11 +1,21 @@
-"""One FilterSet per model, shared by the API and the pages."""
+"""One FilterSet per model, shared by the API and the pages.
+
+A page filters with its model's FilterSet through ``apps.core.filters.page_filter``. The node and
+device pages pick clusters, pools, nodes and models by id from selects whose choices come from the
+user's scoped selectors (a filter never reveals what the user cannot see; an invisible id is a field
+error), where the API takes slugs, names and lists: the ``...PageFilterSet`` subclasses redefine
+those filters under the page's parameter names and the API's FilterSets stay as they are.
+"""
 
 import django_filters
+from django import forms
 from django.db.models import Q
+from django.utils.translation import gettext_lazy as _
 
-from apps.catalog.models import Vendor
-from apps.core.filters import FilterSet, IsoDateTimeFilter
-from apps.inventory.models import Device, DeviceEvent, Node, NodeReport, Pool
+from apps.catalog.models import DeviceModel, Vendor
+from apps.core.filters import FilterSet, Int64ModelChoiceField, IsoDateTimeFilter
+from apps.inventory import selectors
+from apps.inventory.models import Cluster, Device, DeviceEvent, Node, NodeReport, Pool
 
 
 class PoolFilterSet(FilterSet):
@@ -28,12 +38,83 @@ class NodeFilterSet(FilterSet):
         fields = ["cluster", "pool", "status", "cpu_arch", "driver_version", "cann_version", "rack", "switch"]
 
     def filter_vendor(self, queryset, name, value):
-        return queryset.filter(devices__vendor=value).distinct()
+        # Nodes carrying at least one card of that vendor that the user can see: a card in another
+        # project's pool on a shared node does not make the node match (nor reveal its vendor).
+        user = getattr(self.request, "user", None)
+        devices = selectors.device_list(user=user) if user is not None else Device.objects.all()
+        return queryset.filter(pk__in=devices.filter(vendor=value).values("node_id"))
 
     def filter_q(self, queryset, name, value):
         return queryset.filter(
             Q(name__icontains=value) | Q(devices__uuid__iexact=value) | Q(devices__serial__iexact=value)
         ).distinct()
+
+
+def _user(request):
+    return getattr(request, "user", None)
+
+
+def _visible_clusters(request):
+    user = _user(request)
+    return selectors.cluster_list(user=user) if user is not None else Cluster.objects.none()
+
+
+def _visible_pools(request):
+    user = _user(request)
+    return selectors.pool_list(user=user) if user is not None else Pool.objects.none()
+
+
+def _visible_nodes(request):
+    user = _user(request)
+    if user is None:
+        return Node.objects.none()
+    return (
+        selectors.node_list(user=user)
+        .select_related(None)
+        .select_related("cluster")
+        .only("pk", "name", "cluster__name")
+    )
+
+
+def _visible_device_models(request):
+    user = _user(request)
+    if user is None:
+        return DeviceModel.objects.none()
+    visible = selectors.device_list(user=user).filter(device_model__isnull=False)
+    return DeviceModel.objects.filter(pk__in=visible.values("device_model_id")).order_by("vendor", "name")
+
+
+class _NodeField(Int64ModelChoiceField):
+    def label_from_instance(self, obj: Node) -> str:
+        return f"{obj.cluster.name} / {obj.name}"
+
+
+class _NodeChoiceFilter(django_filters.ModelChoiceFilter):
+    field_class = _NodeField
+
+
+def _search(placeholder):
+    return forms.TextInput(attrs={"placeholder": placeholder, "type": "search"})
+
+
+class NodePageFilterSet(NodeFilterSet):
+    """The node list page: name search, the user's clusters and pools by id, one status."""
+
+    search = django_filters.CharFilter(
+        field_name="name",
+        lookup_expr="icontains",
+        label=_("Search"),
+        max_length=100,
+        widget=_search(_("Node name")),
+    )
+    cluster = django_filters.ModelChoiceFilter(
+        queryset=_visible_clusters, label=_("Cluster"), empty_label=_("All")
+    )
+    pool = django_filters.ModelChoiceFilter(queryset=_visible_pools, label=_("Pool"), empty_label=_("All"))
+    status = django_filters.ChoiceFilter(choices=Node.Status.choices, label=_("Status"), empty_label=_("All"))
+    vendor = django_filters.ChoiceFilter(
+        choices=Vendor.choices, method="filter_vendor", label=_("Vendor"), empty_label=_("All")
+    )
 
 
 class DeviceFilterSet(FilterSet):
@@ -71,6 +152,30 @@ class DeviceFilterSet(FilterSet):
             | Q(node__name__icontains=value)
             | Q(pci_bus_id__icontains=value)
         )
+
+
+class DevicePageFilterSet(DeviceFilterSet):
+    """The device list page: search, one vendor / health / pool status, the user's nodes and models
+    by id, and a checkbox for unrecognized models. Its query string also suits the export endpoint
+    (``search`` is the API's search parameter there)."""
+
+    search = django_filters.CharFilter(
+        method="filter_q", label=_("Search"), max_length=100, widget=_search(_("UUID, serial or node"))
+    )
+    vendor = django_filters.ChoiceFilter(choices=Vendor.choices, label=_("Vendor"), empty_label=_("All"))
+    device_model = django_filters.ModelChoiceFilter(
+        queryset=_visible_device_models, label=_("Model"), empty_label=_("All")
+    )
+    health = django_filters.ChoiceFilter(
+        choices=Device.Health.choices, label=_("Health"), empty_label=_("All")
+    )
+    pool_status = django_filters.ChoiceFilter(
+        choices=Device.PoolStatus.choices, label=_("Pool status"), empty_label=_("All")
+    )
+    node = _NodeChoiceFilter(queryset=_visible_nodes, label=_("Node"), empty_label=_("All"))
+    unrecognized = django_filters.BooleanFilter(
+        method="filter_unrecognized", label=_("Unrecognized models only"), widget=forms.CheckboxInput
+    )
 
 
 class DeviceEventFilterSet(FilterSet):

@@ -18,9 +18,10 @@ from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_safe
 
 from apps.accounts.selectors import is_platform_staff, user_project_ids
+from apps.core.filters import page_filter
 from apps.core.templatetags.suanchi import link_tone
 from apps.inventory import charts, selectors
-from apps.inventory.forms import DeviceFilterForm, NodeFilterForm
+from apps.inventory.filtersets import DevicePageFilterSet, NodePageFilterSet
 from apps.inventory.models import Device, DeviceLink, Node
 
 PAGE_SIZE = 50
@@ -28,6 +29,9 @@ FLEET_EVENT_COUNT = 20
 NODE_EVENT_COUNT = 50
 # The export endpoint belongs to the REST API; the page only links to it with its own filters.
 DEVICE_EXPORT_PATH = "/api/inventory/devices/export/"
+# The filters each page's bar shows (apps.core.filters.page_filter).
+NODE_FILTERS = ("search", "cluster", "pool", "status", "vendor")
+DEVICE_FILTERS = ("search", "vendor", "device_model", "health", "pool_status", "node", "unrecognized")
 
 
 def _paginate(request: HttpRequest, qs: QuerySet) -> Page:
@@ -107,7 +111,9 @@ def _card_models_by_node(user, node_ids: list[int]) -> dict[int, list[dict]]:
 @require_safe
 def node_list(request: HttpRequest) -> HttpResponse:
     user = request.user
-    form = NodeFilterForm(request.GET, user=user)
+    filterset, form = page_filter(
+        NodePageFilterSet, request, selectors.node_list(user=user), fields=NODE_FILTERS
+    )
     card_count = (
         selectors.device_list(user=user)
         .exclude(health=Device.Health.RETIRED)
@@ -117,7 +123,7 @@ def node_list(request: HttpRequest) -> HttpResponse:
         .annotate(n=Count("pk"))
         .values("n")
     )
-    nodes = form.filter(selectors.node_list(user=user)).annotate(
+    nodes = filterset.qs.annotate(
         card_count=Coalesce(Subquery(card_count, output_field=IntegerField()), Value(0))
     )
     page = _paginate(request, nodes)
@@ -181,8 +187,10 @@ def _link_legend() -> list[tuple[str, str, str]]:
 @require_safe
 def device_list(request: HttpRequest) -> HttpResponse:
     user = request.user
-    form = DeviceFilterForm(request.GET, user=user)
-    devices = form.filter(selectors.device_list(user=user))
+    filterset, form = page_filter(
+        DevicePageFilterSet, request, selectors.device_list(user=user), fields=DEVICE_FILTERS
+    )
+    devices = filterset.qs
     page = _paginate(request, devices)
     context = {
         "form": form,

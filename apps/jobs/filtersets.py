@@ -1,5 +1,16 @@
-import django_filters
+"""One FilterSet per model, shared by the API and the pages.
 
+The job list page filters with ``JobPageFilterSet`` through ``apps.core.filters.page_filter``: the
+API's FilterSet with the page's own parameters where they differ in kind (a project picked by id
+among the user's projects, one state, a name ``search``); the API keeps ``JobFilterSet``.
+"""
+
+import django_filters
+from django import forms
+from django.utils.translation import gettext_lazy as _
+
+from apps.accounts.models import Project
+from apps.accounts.selectors import project_list
 from apps.core.filters import FilterSet
 from apps.jobs.models import Job, JobState
 
@@ -13,3 +24,25 @@ class JobFilterSet(FilterSet):
     class Meta:
         model = Job
         fields = ["project", "state", "kind", "priority_class", "request_kind"]
+
+
+def _visible_projects(request):
+    user = getattr(request, "user", None)
+    return project_list(user=user).order_by("name") if user is not None else Project.objects.none()
+
+
+class JobPageFilterSet(JobFilterSet):
+    """The job list page: a project the user can see (an invisible one is a field error), one state."""
+
+    search = django_filters.CharFilter(
+        field_name="name",
+        lookup_expr="icontains",
+        label=_("Search"),
+        max_length=100,
+        widget=forms.TextInput(attrs={"placeholder": _("Job name"), "type": "search"}),
+    )
+    project = django_filters.ModelChoiceFilter(
+        queryset=_visible_projects, label=_("Project"), empty_label=_("All")
+    )
+    state = django_filters.ChoiceFilter(choices=JobState.choices, label=_("State"), empty_label=_("All"))
+    kind = django_filters.ChoiceFilter(choices=Job.Kind.choices, label=_("Kind"), empty_label=_("All"))

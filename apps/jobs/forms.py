@@ -1,4 +1,4 @@
-"""Forms for the job pages: the list's GET filters and the submit form.
+"""Forms for the job pages: the submit form (the list filters with apps.jobs.filtersets).
 
 Every choice list comes from the user's scoped selectors, so a form never offers a project the user
 cannot see. The submit form turns the page's friendly inputs (a command line, KEY=VALUE lines, GiB,
@@ -22,7 +22,7 @@ from apps.catalog.models import ComputeTemplate, DeviceModel, DeviceRequestTempl
 from apps.core.errors import ValidationFailed
 from apps.inventory import compat
 from apps.inventory.models import Device
-from apps.jobs.models import Job, JobState, PriorityClass
+from apps.jobs.models import Job, PriorityClass
 
 SUBMIT_ROLES = (Membership.Role.MEMBER, Membership.Role.ADMIN)
 ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -46,54 +46,6 @@ def submittable_projects(user) -> QuerySet[Project]:
         return qs.order_by("name")
     roles = Membership.objects.filter(user=user, role__in=SUBMIT_ROLES).values("project_id")
     return qs.filter(pk__in=roles).order_by("name")
-
-
-def _with_blank(label, choices) -> list[tuple[str, str]]:
-    return [("", label), *choices]
-
-
-class JobFilterForm(forms.Form):
-    """The list's GET filters; invalid values are ignored (the field shows its error)."""
-
-    search = forms.CharField(
-        label=_("Search"),
-        required=False,
-        max_length=100,
-        widget=forms.TextInput(attrs={"placeholder": _("Job name"), "type": "search"}),
-    )
-    project = forms.ModelChoiceField(label=_("Project"), queryset=None, required=False, empty_label=_("All"))
-    state = forms.ChoiceField(label=_("State"), required=False, choices=())
-    kind = forms.ChoiceField(label=_("Kind"), required=False, choices=())
-
-    def __init__(self, data=None, *, user, **kwargs):
-        super().__init__(data if data else None, **kwargs)
-        self.user = user
-        self.fields["project"].queryset = project_list(user=user).order_by("name")
-        self.fields["state"].choices = _with_blank(_("All"), JobState.choices)
-        self.fields["kind"].choices = _with_blank(_("All"), Job.Kind.choices)
-
-    @property
-    def values(self) -> dict:
-        if not self.is_bound:
-            return {}
-        self.is_valid()
-        return {key: value for key, value in self.cleaned_data.items() if value not in (None, "")}
-
-    @property
-    def active(self) -> bool:
-        return bool(self.values)
-
-    def filter(self, qs: QuerySet[Job]) -> QuerySet[Job]:
-        values = self.values
-        if "search" in values:
-            qs = qs.filter(name__icontains=values["search"].strip())
-        if "project" in values:
-            qs = qs.filter(project=values["project"])
-        if "state" in values:
-            qs = qs.filter(state=values["state"])
-        if "kind" in values:
-            qs = qs.filter(kind=values["kind"])
-        return qs
 
 
 class _TemplateChoiceField(forms.ModelChoiceField):

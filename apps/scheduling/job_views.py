@@ -29,11 +29,13 @@ from django.views.decorators.http import require_http_methods, require_POST, req
 from apps.accounts.models import Membership
 from apps.accounts.selectors import project_list, user_role
 from apps.core.errors import ApplicationError, ValidationFailed
+from apps.core.filters import page_filter
 from apps.core.templatetags.suanchi import DEVICE_KIND_BY_VENDOR
 from apps.inventory import selectors as inventory_selectors
 from apps.inventory.models import Device, Node
 from apps.jobs import selectors
-from apps.jobs.forms import REQUEST_FIELDS, JobFilterForm, JobSubmitForm, submittable_projects
+from apps.jobs.filtersets import JobPageFilterSet
+from apps.jobs.forms import REQUEST_FIELDS, JobSubmitForm, submittable_projects
 from apps.jobs.models import (
     ACTIVE_STATES,
     FINAL_STATES,
@@ -62,6 +64,8 @@ from apps.scheduling.selectors import why_pending
 from apps.scheduling.snapshot import fleet_snapshot
 
 PAGE_SIZE = 50
+# The filters the job list's bar shows (apps.core.filters.page_filter).
+JOB_FILTERS = ("search", "project", "state", "kind")
 PREVIEW_POLICY = "bestfit"
 PREVIEW_TOP_K = 5
 PREVIEW_REJECTIONS = 12
@@ -106,8 +110,10 @@ def queue_positions(jobs: list[Job]) -> dict[int, int]:
 @require_safe
 def job_list(request: HttpRequest) -> HttpResponse:
     user = request.user
-    form = JobFilterForm(request.GET, user=user)
-    page = _paginate(request, form.filter(selectors.job_list(user=user)))
+    filterset, form = page_filter(
+        JobPageFilterSet, request, selectors.job_list(user=user), fields=JOB_FILTERS
+    )
+    page = _paginate(request, filterset.qs)
     jobs = list(page.object_list)
     positions = queue_positions(jobs)
     for job in jobs:

@@ -15,6 +15,7 @@ from django.utils import translation
 
 from apps.catalog import services
 from apps.catalog.models import ComputeTemplate, DeviceModel, DeviceRequestTemplate
+from apps.core.filters import PageFilterForm
 from tests.catalog.test_request_templates import SEED_YAML
 
 pytestmark = pytest.mark.django_db
@@ -124,6 +125,27 @@ def test_retired_templates_are_hidden_unless_asked_for(member_client, catalog):
     t4 = catalog["t4"].pk
     assert "T4 · quarter (shared)" not in _text(member_client.get(url, {"device_model": t4}))
     assert "T4 · quarter (shared)" in _text(member_client.get(url, {"device_model": t4, "retired": "on"}))
+
+
+def test_template_filters_are_the_filtersets_form_and_bad_values_leave_the_rest(member_client, catalog):
+    """The page filters with ComputeTemplatePageFilterSet (apps.core.filters.page_filter): a value
+    that does not validate is a field error, the other filters still apply, and retired templates
+    stay hidden with no query string at all and next to a bad value."""
+    ComputeTemplate.objects.filter(slug="t4-quarter-shared").update(is_retired=True)
+    url = reverse("catalog:template-list")
+    bare = member_client.get(url)
+    assert isinstance(bare.context["form"], PageFilterForm)
+    assert "T4 · quarter (shared)" not in _text(bare)
+    bad = member_client.get(url, {"isolation": "bogus", "device_model": catalog["t4"].pk})
+    assert bad.context["form"]["isolation"].errors
+    listed = {t.device_model_id for t in bad.context["page"].object_list}
+    assert listed == {catalog["t4"].pk}  # the valid filter still applied
+    assert "T4 · quarter (shared)" not in _text(bad)
+    huge = member_client.get(url, {"device_model": "9" * 30})
+    assert huge.status_code == 200 and huge.context["form"]["device_model"].errors
+    models = member_client.get(reverse("catalog:model-list"), {"vendor": "nvidia", "kind": "bogus"})
+    assert models.context["form"]["kind"].errors
+    assert {m.vendor for m in models.context["page"].object_list} == {"nvidia"}
 
 
 def test_template_list_query_count_is_flat(member_client, catalog):

@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from apps.accounts.models import Department, Membership, Project
 from apps.catalog.models import DeviceModel
+from apps.core.filters import PageFilterForm
 from apps.inventory.models import Cluster, Device, DeviceEvent, DeviceLink, Node, Pool
 
 _seq = itertools.count(1)
@@ -310,6 +311,32 @@ def test_node_list_filters_by_vendor_and_pool(client, world):
 
 
 @pytest.mark.django_db
+def test_node_vendor_filter_only_counts_cards_the_user_can_see(client, world):
+    """A shared node matches ``vendor`` only through a card the user can see, on the page and in
+    the API (which share NodeFilterSet.filter_vendor): bravo's card does not reveal its vendor to
+    alpha's member."""
+    Device.objects.filter(pk=world["b_card"].pk).update(vendor="amd")
+    client.force_login(world["member_a"])
+    page = client.get(reverse("inventory:node-list"), {"vendor": "amd"}).content.decode()
+    assert "gpu-shared-01" not in page
+    api = client.get("/api/inventory/nodes/", {"vendor": "amd"}).json()["results"]
+    assert api == []
+    assert client.get("/api/inventory/nodes/", {"vendor": "nvidia"}).json()["results"]
+    client.force_login(world["staff"])
+    api = client.get("/api/inventory/nodes/", {"vendor": "amd"}).json()["results"]
+    assert [node["name"] for node in api] == ["gpu-shared-01"]
+
+
+@pytest.mark.django_db
+def test_node_list_bad_filter_is_a_field_error_and_the_rest_applies(client, world):
+    client.force_login(world["staff"])
+    response = client.get(reverse("inventory:node-list"), {"status": "bogus", "search": "bravo"})
+    assert response.status_code == 200 and isinstance(response.context["form"], PageFilterForm)
+    assert response.context["form"]["status"].errors
+    assert [node.name for node in response.context["page"].object_list] == ["gpu-bravo-only-01"]
+
+
+@pytest.mark.django_db
 def test_node_list_shows_card_counts_models_and_platform_time(client, world):
     node = world["shared_node"]
     Node.objects.filter(pk=node.pk).update(last_report_at=datetime(2025, 3, 1, 0, 30, tzinfo=UTC))
@@ -427,7 +454,7 @@ def test_device_list_does_not_offer_invisible_nodes_as_filters(client, world):
     # Asking for an invisible node by id is a form error, not a leak.
     response = client.get(reverse("inventory:device-list"), {"node": world["b_node"].pk})
     assert "GPU-bravopool-0000" not in response.content.decode()
-    assert response.context["form"].errors["node"]
+    assert response.context["form"]["node"].errors
 
 
 @pytest.mark.django_db

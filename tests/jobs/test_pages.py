@@ -9,6 +9,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import translation
 
+from apps.core.filters import PageFilterForm
 from apps.jobs.models import Allocation, Job, JobState
 from apps.scheduling.lifecycle import job_submit
 from apps.scheduling.services import scheduling_cycle_run
@@ -124,6 +125,24 @@ def test_list_filters_and_search_are_kept_in_the_form(client, fleet, member, a10
     assert '<option value="inference" selected>' in body
     empty = client.get("/jobs/", {"state": "running"}).content.decode()
     assert "No job matches these filters." in empty
+
+
+def test_list_filter_refuses_an_invisible_project_and_keeps_the_others(
+    client, fleet, member, a100, make_project, make_user
+):
+    """The job list filters with JobPageFilterSet: another project's id is a field error (its jobs
+    never show), and the other valid filters still apply."""
+    user, project = member
+    submit(project, user, name="alpha", request_kind="whole_cards", device_model=a100, kind="training")
+    submit(project, user, name="beta", request_kind="whole_cards", device_model=a100, kind="inference")
+    stranger = make_user("mallory")
+    other = make_project("other", members=[stranger])
+    submit(other, stranger, name="secret-run", request_kind="whole_cards", device_model=a100)
+    response = client.get("/jobs/", {"project": other.pk, "kind": "inference"})
+    assert isinstance(response.context["form"], PageFilterForm)
+    assert response.context["form"]["project"].errors
+    body = response.content.decode()
+    assert "secret-run" not in body and "beta" in body and "alpha" not in body
 
 
 def test_empty_list_says_how_to_submit(client, member):
