@@ -124,10 +124,20 @@ def allocations(
         batch_size=2000,
     )
     rows = []
+    # Each card's allocations follow one another (gaps of up to 6 h, 1–6 h long), so no card is ever
+    # over-booked: month close replays the capacity invariant and refuses a month that breaks it.
+    cursor = {d.pk: month_start for d in devices}
+    month_end = month_start + timedelta(days=30)
     for i in range(count):
         device = devices[rng.randrange(len(devices))]
         milli = rng.choice([1000, 1000, 500, 250])
-        start = month_start + timedelta(minutes=rng.randrange(30 * 24 * 60 - 60))
+        start = cursor[device.pk] + timedelta(minutes=rng.randrange(0, 6 * 60))
+        end = start + timedelta(minutes=rng.randrange(60, 6 * 60))
+        if end > month_end:  # this card's month is full: take the emptiest card instead
+            device = min(devices, key=lambda d: cursor[d.pk])
+            start = cursor[device.pk]
+            end = start + timedelta(minutes=60)
+        cursor[device.pk] = end
         rows.append(
             Allocation(
                 job=jobs[i % len(jobs)],
@@ -140,7 +150,7 @@ def allocations(
                 compute_units=(coef_of[device.device_model_id] * milli / 1000).quantize(Decimal("0.0001")),
                 trace_id=uuid.uuid4(),
                 started_at=start,
-                released_at=start + timedelta(minutes=rng.randrange(60, 6 * 60)),
+                released_at=end,
             )
         )
     Allocation.objects.bulk_create(rows, batch_size=5000)
