@@ -37,6 +37,7 @@ KINDS: dict[str, tuple[str, str, bool]] = {
     "ResourceQuota": ("CoreV1Api", "resource_quota", True),
     "Job": ("BatchV1Api", "job", True),
     "Deployment": ("AppsV1Api", "deployment", True),
+    "Event": ("CoreV1Api", "event", True),
 }
 API_VERSIONS = {
     "Namespace": "v1",
@@ -45,6 +46,7 @@ API_VERSIONS = {
     "ResourceQuota": "v1",
     "Job": "batch/v1",
     "Deployment": "apps/v1",
+    "Event": "v1",
 }
 
 
@@ -157,8 +159,129 @@ def owned_patch(desired: dict) -> dict:
     return patch
 
 
+# What Suanchi last applied to an object (its owned fields, JSON), as kubectl's client-side apply
+# keeps ``kubectl.kubernetes.io/last-applied-configuration`` (Kubernetes docs "Declarative Management
+# of Kubernetes Objects Using Configuration Files" → "How apply calculates differences and merges
+# changes"): a key that was applied and is no longer desired is sent as null, because a JSON merge
+# patch (RFC 7386 §2) keeps every key the patch does not mention.
+LAST_APPLIED_ANNOTATION = "suanchi.io/last-applied"
+
+_BINARY_SUFFIXES = {"Ki": 1, "Mi": 2, "Gi": 3, "Ti": 4, "Pi": 5, "Ei": 6}
+_DECIMAL_SUFFIXES = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
+_QUANTITY = re.compile(r"^([+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+))([eE][+-]?[0-9]+|[KMGTPE]i|[numkMGTPE]?)$")
+
+
+def canonical_quantity(value: Any) -> Any:
+    """A resource Quantity as kube-apiserver stores it (k8s.io/apimachinery/pkg/api/resource
+    Quantity.String: ``1000m`` → ``1``, ``0.5`` → ``500m``, ``1024Mi`` → ``1Gi``, ``1000`` → ``1k``);
+    anything that is not a quantity is returned as it is (the server will say what is wrong)."""
+    from decimal import ROUND_CEILING, Decimal
+
+    m = _QUANTITY.match(str(value).strip()) if isinstance(value, str | int) else None
+    if m is None or isinstance(value, bool):
+        return value
+    number, suffix = Decimal(m.group(1)), m.group(2)
+    binary = suffix in _BINARY_SUFFIXES
+    if binary:
+        amount = number * 1024 ** _BINARY_SUFFIXES[suffix]
+    elif suffix[:1] in ("e", "E"):
+        amount = number * Decimal(10) ** int(suffix[1:])
+    else:
+        amount = number * Decimal(10) ** _DECIMAL_SUFFIXES[suffix]
+    if amount == 0:
+        return "0"
+    if binary and amount == amount.to_integral_value():
+        for suffix, power in sorted(_BINARY_SUFFIXES.items(), key=lambda kv: -kv[1]):
+            if abs(amount) >= 1024**power and amount % 1024**power == 0:
+                return f"{int(amount // 1024**power)}{suffix}"
+        return str(int(amount))
+    nanos = (amount * Decimal(10) ** 9).to_integral_value(rounding=ROUND_CEILING)
+    for suffix, exp in sorted(_DECIMAL_SUFFIXES.items(), key=lambda kv: -kv[1]):
+        scale = Decimal(10) ** (exp + 9)
+        if nanos % scale == 0:
+            return f"{int(nanos // scale)}{suffix}"
+    return f"{int(nanos)}n"
+
+
+def normalised(obj: Any, key: str = "") -> Any:
+    """``obj`` as the API server would store and return it, for comparison: quantities of
+    ``resources.limits`` / ``requests`` and a ResourceQuota's ``hard`` canonical, an empty
+    ``env[].value`` dropped (k8s.io/api core/v1 EnvVar ``value,omitempty``)."""
+    if isinstance(obj, dict):
+        if key in ("limits", "requests", "hard"):
+            return {k: canonical_quantity(v) for k, v in obj.items()}
+        return {k: normalised(v, k) for k, v in obj.items()}
+    if isinstance(obj, list):
+        items = [normalised(v) for v in obj]
+        if key == "env":
+            items = [
+                {k: v for k, v in item.items() if not (k == "value" and v == "")}
+                if isinstance(item, dict)
+                else item
+                for item in items
+            ]
+        return items
+    return obj
+
+
+def _removals(last: Any, desired: Any, live: Any) -> dict:
+    """Null for each key Suanchi applied before (``last``), no longer desires, and the live object
+    still has; nested maps recurse (lists are replaced whole by a merge patch anyway)."""
+    out: dict = {}
+    if not (isinstance(last, dict) and isinstance(live, dict)):
+        return out
+    desired = desired if isinstance(desired, dict) else {}
+    for k, v in last.items():
+        if k not in live:
+            continue
+        if k not in desired:
+            out[k] = None
+        elif isinstance(v, dict) and isinstance(desired[k], dict):
+            inner = _removals(v, desired[k], live[k])
+            if inner:
+                out[k] = inner
+    return out
+
+
+def _deep_merge(a: dict, b: dict) -> dict:
+    out = copy.deepcopy(a)
+    for k, v in b.items():
+        out[k] = _deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def with_last_applied(desired: dict) -> dict:
+    """``desired`` (normalised) with the last-applied annotation recording its owned fields."""
+    body = normalised(copy.deepcopy(desired))
+    owned = owned_patch(body)
+    record = json.dumps(owned, sort_keys=True, separators=(",", ":"))
+    body.setdefault("metadata", {}).setdefault("annotations", {})
+    body["metadata"]["annotations"] = {
+        **(body["metadata"]["annotations"] or {}),
+        LAST_APPLIED_ANNOTATION: record,
+    }
+    return body
+
+
+def apply_patch(desired: dict, live: dict) -> dict | None:
+    """The merge patch that brings ``live`` to ``desired`` for the fields Suanchi owns, or None when
+    it is already there (compared after normalisation; nothing is written for a no-op). Keys of the
+    last applied configuration that are no longer desired are removed (null)."""
+    body = with_last_applied(desired)
+    patch = owned_patch(body)
+    annotations = (live.get("metadata") or {}).get("annotations") or {}
+    try:
+        last = json.loads(annotations.get(LAST_APPLIED_ANNOTATION) or "{}")
+    except ValueError:
+        last = {}
+    removals = _removals(last, patch, live) if isinstance(last, dict) else {}
+    if not removals and is_subset(patch, live):
+        return None
+    return _deep_merge(patch, removals)
+
+
 def differs(desired: dict, live: dict) -> bool:
-    return not is_subset(owned_patch(desired), live)
+    return apply_patch(desired, live) is not None
 
 
 def parse_selector(selector: str | None) -> list[tuple[str, str, str | None]]:
@@ -293,6 +416,11 @@ class ClusterBackend(abc.ABC):
     def list_owned(self, kind: str, namespace: str | None = None, selector: str = MANAGED_BY) -> list[dict]:
         """Objects of ``kind`` (in ``namespace``, or in all namespaces) matching the label selector."""
 
+    def list_events(self, *, field_selector: str = "") -> list[dict]:
+        """core/v1 Events in all namespaces matching a field selector (``reason=FailedCreate``).
+        Nothing where the backend has no admission that could refuse a pod (the simulated one)."""
+        return []
+
     @abc.abstractmethod
     def patch_node(self, name: str, labels: dict | None = None, taints: list | None = None) -> dict:
         """Merge ``labels`` into the node's labels (a value of None removes the label) and, when
@@ -420,7 +548,7 @@ class KubernetesBackend(ClusterBackend):
     def apply(self, obj: dict) -> ApplyResult:
         kind, namespace, name = _key(obj)
         ref = _ref(kind, namespace, name)
-        body = copy.deepcopy(obj)
+        body = with_last_applied(obj)
         body.setdefault("apiVersion", API_VERSIONS[kind])
         func, namespaced = self._method("create", kind)
         try:
@@ -432,10 +560,10 @@ class KubernetesBackend(ClusterBackend):
         live = self.get(kind, namespace, name)
         if live is None:
             raise TransientBackendError(f"create {ref}: 409 AlreadyExists, but it was gone when read back")
-        if not differs(obj, live):
+        patch = apply_patch(obj, live)
+        if patch is None:
             return self._result("unchanged", kind, namespace, name, live)
-        patch = owned_patch(obj)
-        patch["metadata"]["resourceVersion"] = live["metadata"]["resourceVersion"]
+        patch.setdefault("metadata", {})["resourceVersion"] = live["metadata"]["resourceVersion"]
         func, _ = self._method("patch", kind)
         args = (name, namespace, patch) if namespaced else (name, patch)
         try:
@@ -485,6 +613,14 @@ class KubernetesBackend(ClusterBackend):
             item.setdefault("kind", kind)
             item.setdefault("apiVersion", API_VERSIONS[kind])
         return items
+
+    def list_events(self, *, field_selector: str = "") -> list[dict]:
+        """Events carry no labels of ours: they are selected by field (Kubernetes docs "Field
+        Selectors"; Event fields: pkg/registry/core/event/strategy.go, e.g. ``reason``,
+        ``involvedObject.uid``)."""
+        func, _ = self._method("list", "Event", all_namespaces=True)
+        result = self._call(f"list Event ({field_selector})", func, field_selector=field_selector or None)
+        return result.get("items") or []
 
     def patch_node(self, name: str, labels: dict | None = None, taints: list | None = None) -> dict:
         """Read-modify-write of the labels and taints Suanchi owns, guarded by the Node's
@@ -620,7 +756,7 @@ class SimulatedBackend(ClusterBackend):
                 )
             live = self._store.get((kind, namespace, name))
             if live is None:
-                live = copy.deepcopy(obj)
+                live = with_last_applied(obj)
                 live["apiVersion"] = API_VERSIONS[kind]
                 meta = live["metadata"]
                 meta.update(uid=self._uid(), creationTimestamp=self._ts(), generation=1)
@@ -633,13 +769,13 @@ class SimulatedBackend(ClusterBackend):
                 self._store[(kind, namespace, name)] = live
                 self._after_create(kind, live)
                 return KubernetesBackend._result("created", kind, namespace, name, copy.deepcopy(live))
-            if not differs(obj, live):
+            patch = apply_patch(obj, live)
+            if patch is None:
                 return KubernetesBackend._result("unchanged", kind, namespace, name, copy.deepcopy(live))
-            patch = owned_patch(obj)
             old_spec = copy.deepcopy(live.get("spec"))
             for key in ("labels", "annotations"):
-                if key in patch["metadata"]:
-                    live["metadata"].setdefault(key, {}).update(patch["metadata"][key])
+                if key in patch.get("metadata", {}):
+                    live["metadata"][key] = _merge(live["metadata"].get(key) or {}, patch["metadata"][key])
             for key in ("spec", "data"):
                 if key in patch:
                     live[key] = _merge(live.get(key), patch[key])
@@ -894,11 +1030,15 @@ class SimulatedBackend(ClusterBackend):
 
 
 def _merge(live: Any, desired: Any) -> Any:
-    """Merge-patch semantics for the simulated update (dicts merge, everything else replaces)."""
+    """RFC 7386 merge-patch semantics for the simulated update (dicts merge, null removes,
+    everything else replaces)."""
     if isinstance(live, dict) and isinstance(desired, dict):
         out = dict(live)
         for key, value in desired.items():
-            out[key] = _merge(live.get(key), value)
+            if value is None:
+                out.pop(key, None)
+            else:
+                out[key] = _merge(live.get(key), value)
         return out
     return copy.deepcopy(desired)
 

@@ -35,6 +35,7 @@ VERBS: tuple[tuple[str, str, str], ...] = (
     ("list", "", "nodes"),
     ("patch", "", "nodes"),
     ("list", "", "pods"),
+    ("list", "", "events"),
     ("create", "", "namespaces"),
     ("create", "", "resourcequotas"),
     ("create", "batch", "jobs"),

@@ -135,8 +135,12 @@ _STANDARD_QUOTA_KEYS = re.compile(r"^(requests\.|limits\.|count/)|^(pods|service
 
 
 def resource_quota_manifest(project: Any, hard: Mapping[str, Any]) -> dict[str, Any]:
-    """v1 ResourceQuota (seed 004 §5): each vendor resource becomes ``requests.<r>`` and ``limits.<r>``.
+    """v1 ResourceQuota (seed 004 §5): each vendor resource becomes ``requests.<r>`` only.
 
+    Kubernetes counts an extended resource against a quota only as ``requests.<name>`` (docs
+    "Resource Quotas" → "Resource quota for extended resources": overcommit is not allowed for
+    them, so only the ``requests.`` prefix is meaningful; pkg/quota/v1/evaluator/core/pods.go never
+    counts ``limits.<extended>``, a ``limits.`` entry would never be enforced).
     ``hard`` maps resource names (``nvidia.com/gpu``) to counts; keys already qualified
     (``requests.cpu``, ``count/jobs.batch``, ``pods``) are kept as given.
     """
@@ -147,7 +151,6 @@ def resource_quota_manifest(project: Any, hard: Mapping[str, Any]) -> dict[str, 
             spec[resource] = value
         else:
             spec[f"requests.{resource}"] = value
-            spec[f"limits.{resource}"] = value
     return {
         "apiVersion": "v1",
         "kind": "ResourceQuota",

@@ -14,6 +14,13 @@ no transaction open), then walks the jobs Suanchi believes are scheduled or runn
   Job controller's ``FailureTarget`` / ``Failed`` (its pods may be gone already) → a failure; a
   Terminating pod (an old attempt or replica being deleted) is never a failure by itself; a
   multi-replica Job finishes only when ``completions`` pods succeeded;
+* a batch Job with no pod at all and ``FailedCreate`` Warning events (a namespace ResourceQuota
+  refused the pods: 403 ``exceeded quota``) → the Kubernetes message as a job event and the state
+  reason at once; after ``POD_CREATE_REFUSED_TIMEOUT_S`` without a pod the attempt ends (retried
+  per policy, failed once the retries are used up);
+* a pod in CrashLoopBackOff restarted ``CRASH_LOOP_RESTARTS`` times → flagged (a job event, once per
+  pod) while the job stays running; the old ReplicaSet's pods of a rolled-out Deployment (a scale
+  or template change) terminate, which is never a failure;
 * our object gone although it was applied → deleted behind our back: handled as a failure;
 * a node Kubernetes reports NotReady, or a card the ledger marks lost, reschedules the jobs on it
   (without using a retry); a lost card is a confirmed hardware fault, so its node is quarantined.
@@ -24,10 +31,15 @@ reconcilers racing on one job change it once.
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
+import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
+
+from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from apps.clusters.backend import BackendError
 from apps.clusters.connections import backend_for
@@ -35,11 +47,18 @@ from apps.clusters.manifests import HOSTNAME_LABEL, LABEL_ATTEMPT, LABEL_JOB
 from apps.clusters.models import PushAction
 from apps.clusters.outbox import job_stream
 from apps.inventory.models import Cluster, Device, DeviceEvent, Node
-from apps.jobs.models import ACTIVE_STATES, Allocation, Job, JobState
+from apps.jobs.models import ACTIVE_STATES, Allocation, Job, JobEvent, JobState
+from apps.jobs.services import job_event
 from apps.scheduling.faults import classify_failure, is_hardware_fault
 from apps.scheduling.lifecycle import job_finish, job_retry_or_fail, job_to_running
 
 logger = logging.getLogger(__name__)
+
+# A Job whose pods Kubernetes keeps refusing (FailedCreate: a ResourceQuota, a webhook, Pod
+# Security admission) is surfaced at once (a job event and the state reason, with Kubernetes'
+# message) and, when no pod was created for this long, its attempt ends: retried per the job's
+# policy (a quota may have room again later), failed once its retries are used up.
+POD_CREATE_REFUSED_TIMEOUT_S = 300
 
 
 @dataclass
@@ -50,6 +69,8 @@ class ReconcileResult:
     succeeded: int = 0
     retried: int = 0
     failed: int = 0
+    refused: int = 0  # jobs whose pods Kubernetes refused (newly surfaced this pass)
+    crash_looping: int = 0  # pods newly flagged as crash-looping this pass
     quarantined: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
@@ -159,9 +180,120 @@ def _failure(
             _quarantine(node, f"hardware fault confirmed while running job {job.pk}: {reason}", actor, result)
 
 
-def reconcile_cluster(*, cluster: Cluster, actor: Any = "reconciler") -> ReconcileResult:
+def _podless(obj: dict) -> bool:
+    """A batch/v1 Job that has no pod at all: nothing active, succeeded, failed or terminating, and
+    no condition (the Job controller's status fields are omitempty)."""
+    status = obj.get("status") or {}
+    return obj.get("kind") == "Job" and not any(
+        status.get(k) for k in ("active", "succeeded", "failed", "terminating", "conditions")
+    )
+
+
+# A container restarted this often and waiting in CrashLoopBackOff is flagged (a job event); the
+# service keeps running — the kubelet keeps restarting it (restartPolicy Always, back-off up to 5
+# minutes: Kubernetes docs "Pod Lifecycle" → "Container restarts").
+CRASH_LOOP_RESTARTS = 5
+
+
+def _flag_crash_loops(job: Job, pods: list[dict], actor: Any) -> int:
+    """One job event per crash-looping pod (``state.waiting.reason`` CrashLoopBackOff with
+    ``restartCount`` ≥ ``CRASH_LOOP_RESTARTS``). Never a failure: a Deployment's pod is restarted
+    in place. Recorded as a retry that does not count against the job's policy (the kubelet's)."""
+    flagged = 0
+    for pod in pods:
+        name = pod["metadata"]["name"]
+        for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+            waiting = (cs.get("state") or {}).get("waiting") or {}
+            restarts = int(cs.get("restartCount") or 0)
+            if waiting.get("reason") != "CrashLoopBackOff" or restarts < CRASH_LOOP_RESTARTS:
+                continue
+            if job.events.filter(
+                kind=JobEvent.Kind.RETRY, data__kubernetes="CrashLoopBackOff", data__pod=name
+            ).exists():
+                break
+            last = ((cs.get("lastState") or {}).get("terminated") or {}).get("exitCode")
+            job_event(
+                job,
+                kind=JobEvent.Kind.RETRY,
+                message=_(
+                    "container %(container)s of pod %(pod)s is crash-looping (CrashLoopBackOff, "
+                    "%(restarts)s restarts, last exit code %(code)s); the kubelet keeps restarting it"
+                )
+                % {"container": cs.get("name") or "?", "pod": name, "restarts": restarts, "code": last},
+                actor=actor,
+                data={
+                    "kubernetes": "CrashLoopBackOff",
+                    "pod": name,
+                    "restarts": restarts,
+                    "counted": False,
+                },
+            )
+            flagged += 1
+            break
+    return flagged
+
+
+_POD_NAME = re.compile(r'^Error creating: pods "[^"]*" is forbidden: ')
+
+
+def _pod_create_refused(
+    job: Job,
+    *,
+    cluster: Cluster,
+    action: PushAction,
+    events: list[dict],
+    actor: Any,
+    now: dt.datetime,
+    result: ReconcileResult,
+) -> None:
+    """The Job controller could not create the pods (FailedCreate Warning events: pkg/controller/
+    controller_utils.go CreatePods, "Error creating: …"): surface Kubernetes' message as a job event
+    (again whenever it changes) and as the state reason; after ``POD_CREATE_REFUSED_TIMEOUT_S``
+    since the first one of this attempt, end the attempt (retry per policy, or fail)."""
+    latest = max(
+        events, key=lambda e: (e.get("lastTimestamp") or "", e["metadata"].get("resourceVersion", ""))
+    )
+    why = _POD_NAME.sub("", latest.get("message") or "") or latest.get("reason") or "FailedCreate"
+    message = _("Kubernetes refused the pods of Job %(workload)s: %(why)s") % {
+        "workload": f"{action.namespace}/{action.name}",
+        "why": why,
+    }
+    seen = list(
+        job.events.filter(
+            kind=JobEvent.Kind.PENDING, data__kubernetes="FailedCreate", data__attempt=job.attempt
+        ).order_by("created_at", "id")
+    )
+    if not seen or seen[-1].message != message[:1000]:
+        job_event(
+            job,
+            kind=JobEvent.Kind.PENDING,
+            message=message,
+            actor=actor,
+            data={"kubernetes": "FailedCreate", "attempt": job.attempt, "workload": action.name},
+        )
+        Job.objects.filter(pk=job.pk, state=job.state, attempt=job.attempt).update(state_reason=message[:500])
+        result.refused += 1
+    first = seen[0].created_at if seen else now
+    if now - first >= dt.timedelta(seconds=POD_CREATE_REFUSED_TIMEOUT_S):
+        _failure(
+            job,
+            cluster=cluster,
+            reason=_("no pod could be created for %(seconds)s s: %(why)s")
+            % {"seconds": POD_CREATE_REFUSED_TIMEOUT_S, "why": why},
+            nodes=[],
+            hardware=False,
+            failure_class="pod_create_refused",
+            actor=actor,
+            result=result,
+        )
+
+
+def reconcile_cluster(
+    *, cluster: Cluster, actor: Any = "reconciler", now: dt.datetime | None = None
+) -> ReconcileResult:
     """One pass over one cluster. Network reads first (no transaction), then one short transaction
     per job change."""
+    now = now or timezone.now()
     result = ReconcileResult(cluster=cluster.slug)
     jobs = list(
         Job.objects.filter(
@@ -184,6 +316,18 @@ def reconcile_cluster(*, cluster: Cluster, actor: Any = "reconciler") -> Reconci
         }
         pods = backend.list_owned("Pod")
         k8s_nodes = backend.list_owned("Node", selector="")
+        # Why a Job has no pod at all is only in its Events (one more list, only when needed).
+        refusals: dict[str, list[dict]] = defaultdict(list)
+        if any(_podless(o) for o in workloads.values()):
+            try:
+                events = backend.list_events(field_selector="reason=FailedCreate")
+            except BackendError as e:  # e.g. no RBAC for events yet: the rest of the pass still runs
+                result.errors.append(f"list events: {e.message}")
+                events = []
+            for event in events:
+                uid = (event.get("involvedObject") or {}).get("uid")
+                if uid and event.get("type") == "Warning":
+                    refusals[uid].append(event)
     except BackendError as e:
         result.errors.append(f"list: {e.message}")
         return result
@@ -327,6 +471,13 @@ def reconcile_cluster(*, cluster: Cluster, actor: Any = "reconciler") -> Reconci
                 hardware=False,
                 actor=actor,
                 result=result,
+            )
+            continue
+        result.crash_looping += _flag_crash_loops(job, job_pods, actor)
+        refused = refusals.get((obj.get("metadata") or {}).get("uid", ""))
+        if refused and not job_pods and _podless(obj):
+            _pod_create_refused(
+                job, cluster=cluster, action=action, events=refused, actor=actor, now=now, result=result
             )
             continue
         if "Running" in phases and job.state == JobState.SCHEDULED and job_to_running(job=job, actor=actor):

@@ -6,7 +6,7 @@ a generated kubeconfig (:func:`kubeconfig_for`).
 
 Implemented
 -----------
-Kinds: core/v1 ``namespaces``, ``nodes`` (cluster-scoped), ``pods``, ``resourcequotas`` (namespaced);
+Kinds: core/v1 ``namespaces``, ``nodes`` (cluster-scoped), ``pods``, ``resourcequotas``, ``events`` (namespaced);
 batch/v1 ``jobs``; apps/v1 ``deployments``, ``daemonsets``; resource.k8s.io/v1 ``resourceslices``,
 ``deviceclasses`` (cluster-scoped); authorization.k8s.io/v1 ``selfsubjectaccessreviews`` (create only,
 answered from :attr:`FakeApiServer.rbac_denied`); ``GET /version`` (:attr:`FakeApiServer.git_version`).
@@ -42,6 +42,8 @@ Verbs:
   ``application/json-patch+json`` are not implemented (415 Status).
 - replace: ``PUT``; a ``metadata.resourceVersion`` in the body that is not the current one gives
   409 ``Conflict``; an absent item gives 404.
+- normalisation (create, patch, replace): quantities canonical, empty ``env[].value`` dropped
+  (:func:`server_normalise`); an update that changes nothing is not written (same resourceVersion).
 - update validation (patch and replace): a change of an immutable field is 422 ``Invalid`` with
   ``details.causes[].field`` — a Job's ``spec.template`` / ``selector`` / ``completionMode`` /
   ``podFailurePolicy`` / ``backoffLimitPerIndex`` / ``completions`` (except an Indexed Job's
@@ -61,14 +63,27 @@ Controllers (on by default, ``controllers=False`` to switch off), run after ever
 template's; Indexed: the completion-index annotation), keeps ``active`` / ``succeeded`` / ``failed``
 / ``terminating``, replaces failed pods within ``backoffLimit``, and sets ``FailureTarget`` →
 ``Failed`` or ``SuccessCriteriaMet`` → ``Complete`` (the terminal condition only once no pod is
-left running); a Deployment gets ``spec.replicas`` pods; the garbage collector deletes pods whose
+left running); a Deployment gets a ReplicaSet per pod template (``pod-template-hash``; a template change → a new
+one, the old scaled to 0 — Recreate waits for the old pods) and each ReplicaSet ``spec.replicas``
+pods; :meth:`set_pod_crash_loop` shows a restarting container (CrashLoopBackOff, restartCount); the garbage collector deletes pods whose
 owner is gone; the taint-eviction controller marks pods on a node with an untolerated NoExecute
 taint ``DisruptionTarget`` (DeletionByTaintManager) and deletes them; :meth:`set_node_ready` adds and
 removes the node lifecycle controller's not-ready / unreachable taints.
 
+Admission: ResourceQuota (plugin/resourcequota + pkg/quota/v1/evaluator/core/pods.go): a pod create
+(direct, or by the Job / Deployment controllers) that would take a namespace quota's ``pods``,
+``cpu`` / ``memory`` (``requests.`` / ``limits.``) or ``requests.<extended>`` over ``hard`` is 403
+Forbidden ``pods "x" is forbidden: exceeded quota: <name>, requested: …, used: …, limited: …``;
+``limits.<extended>`` is accepted but never counted; ``status.hard`` / ``status.used`` are kept by
+the quota controller; ``spec.hard`` is stored canonical (:func:`canonical_quantity`). A controller
+whose pod was refused writes a ``FailedCreate`` Warning Event (``Error creating: <message>``) and
+tries again after :attr:`FakeApiServer.create_backoff` (fake clock). Events are listed with field
+selectors ``reason``, ``type``, ``involvedObject.{kind,name,namespace,uid}``.
+
 Not implemented: watch, other kinds/API groups, discovery (``/api``, ``/apis``) beyond a minimal
-answer, authentication/authorization, admission/defaulting (beyond the tolerations above), finalizers other than foregroundDeletion,
-``dryRun``, server-side apply, ReplicaSets and rollouts, pagination (``limit`` / ``continue`` are ignored: everything comes in one
+answer, authentication/authorization, other admission/defaulting (beyond the tolerations above, quota
+scopes and the "must specify requests" constraint), finalizers other than foregroundDeletion,
+``dryRun``, server-side apply, rollout surge/availability budgets and history, pagination (``limit`` / ``continue`` are ignored: everything comes in one
 page), json-patch, schema validation beyond the checks listed above.
 
 Test controls: :meth:`~FakeApiServer.set_pod_phase`, :meth:`~FakeApiServer.set_node_ready`,
@@ -90,6 +105,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass
+from decimal import ROUND_CEILING, Decimal
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
@@ -112,8 +128,10 @@ RESOURCES = {
         Resource("nodes", "Node", "v1", False),
         Resource("pods", "Pod", "v1", True),
         Resource("resourcequotas", "ResourceQuota", "v1", True),
+        Resource("events", "Event", "v1", True),
         Resource("jobs", "Job", "batch/v1", True),
         Resource("deployments", "Deployment", "apps/v1", True),
+        Resource("replicasets", "ReplicaSet", "apps/v1", True),
         Resource("daemonsets", "DaemonSet", "apps/v1", True),
         # Dynamic Resource Allocation, GA in Kubernetes 1.34 (resource.k8s.io/v1):
         # https://kubernetes.io/docs/reference/kubernetes-api/workload-resources/resource-slice-v1/
@@ -222,20 +240,163 @@ def labels_match(labels: dict, reqs) -> bool:
     return True
 
 
+# Event field selectors (pkg/registry/core/event/strategy.go ToSelectableFields, a subset).
+_EVENT_FIELDS = (
+    "involvedObject.kind",
+    "involvedObject.name",
+    "involvedObject.namespace",
+    "involvedObject.uid",
+    "reason",
+    "type",
+)
+
+
 def _field_match(obj: dict, selector: str) -> bool:
     for part in (p.strip() for p in selector.split(",")):
         if not part:
             continue
-        m = re.fullmatch(r"(metadata\.name|metadata\.namespace)\s*(==|!=|=)\s*(.*)", part)
-        if not m:
+        m = re.fullmatch(r"([A-Za-z.]+)\s*(==|!=|=)\s*(.*)", part)
+        field = m.group(1) if m else ""
+        if not m or not (
+            field in ("metadata.name", "metadata.namespace")
+            or (obj.get("kind") == "Event" and field in _EVENT_FIELDS)
+        ):
             raise ApiError(
                 400, "BadRequest", f'field label not supported: "{part.split("=")[0].rstrip("!")}"'
             )
         field, op, value = m.groups()
-        actual = obj["metadata"].get(field.split(".")[1], "")
+        if field.startswith("metadata."):
+            actual = obj["metadata"].get(field.split(".")[1], "")
+        else:
+            actual = obj
+            for bit in field.split("."):
+                actual = (actual or {}).get(bit, "") if isinstance(actual, dict) else ""
         if (actual == value) != (op != "!="):
             return False
     return True
+
+
+# -- quantities (k8s.io/apimachinery/pkg/api/resource) -----------------------------------------------
+_BINARY = {"Ki": 1, "Mi": 2, "Gi": 3, "Ti": 4, "Pi": 5, "Ei": 6}
+_DECIMAL = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
+_QUANTITY_RE = re.compile(r"^([+-]?[0-9.]+)([eE][+-]?[0-9]+|[KMGTPE]i|[numkMGTPE]?)$")
+
+
+def parse_quantity(text) -> tuple[Decimal, str]:
+    """A Quantity string → (value, "binary" | "decimal"); ValueError when it is not one."""
+    m = _QUANTITY_RE.match(str(text).strip())
+    if not m or m.group(1) in ("", ".", "+", "-"):
+        raise ValueError(
+            f"quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$': {text!r}"
+        )
+    number, suffix = Decimal(m.group(1)), m.group(2)
+    if suffix in _BINARY:
+        return number * (1024 ** _BINARY[suffix]), "binary"
+    if suffix[:1] in ("e", "E"):
+        return number * (Decimal(10) ** int(suffix[1:])), "decimal"
+    return number * (Decimal(10) ** _DECIMAL[suffix]), "decimal"
+
+
+def format_quantity(value: Decimal, fmt: str = "decimal") -> str:
+    """Quantity.String(): the canonical form — BinarySI integers with the largest exact power of
+    1024 (``1024Mi`` → ``1Gi``), everything else DecimalSI with the largest exact power of 1000
+    (``1000`` → ``1k``, ``0.5`` → ``500m``, ``1000m`` → ``1``), rounded up to nano units."""
+    if value == 0:
+        return "0"
+    if fmt == "binary" and value == value.to_integral_value() and abs(value) >= 1024:
+        for suffix, power in sorted(_BINARY.items(), key=lambda kv: -kv[1]):
+            if value % (1024**power) == 0:
+                return f"{int(value // (1024**power))}{suffix}"
+    if fmt == "binary" and value == value.to_integral_value():
+        return str(int(value))
+    nanos = (value * Decimal(10) ** 9).to_integral_value(rounding=ROUND_CEILING)
+    for suffix, exp in sorted(_DECIMAL.items(), key=lambda kv: -kv[1]):
+        scale = Decimal(10) ** (exp + 9)
+        if nanos % scale == 0:
+            return f"{int(nanos // scale)}{suffix}"
+    return f"{int(nanos)}n"  # pragma: no cover - n always divides
+
+
+def canonical_quantity(text) -> str:
+    value, fmt = parse_quantity(text)
+    return format_quantity(value, fmt)
+
+
+_NATIVE_COMPUTE = ("cpu", "memory", "ephemeral-storage")
+
+
+def _is_extended(name: str) -> bool:
+    """v1helper.IsExtendedResourceName: a domain-qualified name outside ``kubernetes.io`` that is not
+    a ``requests.`` quota name (``nvidia.com/gpu``, ``huawei.com/Ascend910``)."""
+    if "/" not in name or name.startswith("requests."):
+        return False
+    domain = name.split("/", 1)[0]
+    return not (domain == "kubernetes.io" or domain.endswith(".kubernetes.io"))
+
+
+def pod_quota_usage(pod: dict) -> dict[str, Decimal]:
+    """pkg/quota/v1/evaluator/core/pods.go PodUsageFunc: what one non-terminal pod counts against a
+    ResourceQuota — ``pods`` / ``count/pods``, ``requests.cpu`` (and ``cpu``), ``limits.cpu``, the same
+    for memory and ephemeral-storage, and ``requests.<extended>`` for extended resources (never
+    ``limits.<extended>``: Kubernetes docs "Resource Quotas" → "Resource quota for extended
+    resources"). Requests are the containers' sum or the largest init container's, whichever is
+    more (resourcehelper.PodRequests); a request left out defaults to its limit (SetDefaults_Pod)."""
+    spec = pod.get("spec") or {}
+
+    def totals(containers, field: str) -> dict[str, Decimal]:
+        out: dict[str, Decimal] = {}
+        for c in containers or []:
+            res = c.get("resources") or {}
+            values = dict(res.get("limits") or {}) if field == "requests" else {}
+            values.update(res.get(field) or {})
+            for name, q in values.items():
+                out[name] = out.get(name, Decimal(0)) + parse_quantity(q)[0]
+        return out
+
+    usage: dict[str, Decimal] = {"pods": Decimal(1), "count/pods": Decimal(1)}
+    for field in ("requests", "limits"):
+        summed = totals(spec.get("containers"), field)
+        for init in spec.get("initContainers") or []:
+            for name, q in totals([init], field).items():
+                summed[name] = max(summed.get(name, Decimal(0)), q)
+        for name, q in summed.items():
+            if name in _NATIVE_COMPUTE:
+                usage[f"{field}.{name}"] = q
+                if field == "requests":
+                    usage[name] = q
+            elif field == "requests" and _is_extended(name):
+                usage[f"requests.{name}"] = q
+    return usage
+
+
+def _quota_counts(pod: dict) -> bool:
+    """QuotaV1Pod: a Succeeded / Failed pod no longer counts."""
+    return (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+
+
+def server_normalise(obj, key: str = ""):
+    """What decoding into the Go types does to a body before it is stored: quantities under
+    ``resources.limits`` / ``requests`` and a ResourceQuota's ``hard`` become canonical
+    (Quantity.String), an empty ``env[].value`` disappears (EnvVar ``value,omitempty``)."""
+    if isinstance(obj, dict):
+        if key in ("limits", "requests", "hard"):
+            out = {}
+            for k, v in obj.items():
+                try:
+                    out[k] = canonical_quantity(v)
+                except (ValueError, ArithmeticError):
+                    out[k] = v  # left for validation to refuse
+            return out
+        return {k: server_normalise(v, k) for k, v in obj.items()}
+    if isinstance(obj, list):
+        items = [server_normalise(v) for v in obj]
+        if key == "env":
+            items = [
+                {k: v for k, v in i.items() if not (k == "value" and v == "")} if isinstance(i, dict) else i
+                for i in items
+            ]
+        return items
+    return obj
 
 
 def merge_patch(target, patch):
@@ -373,6 +534,10 @@ class FakeApiServer(ThreadingHTTPServer):
         self._terminate_at: dict[tuple[str, str, str], float] = {}  # pod key -> end of its grace
         self._taint_since: dict[tuple[str, str, str | None], float] = {}  # (node, key, value) -> t
         self._removed_failed: dict[str, int] = {}  # Job uid -> its pods removed before success
+        self._create_retry_at: dict[str, float] = {}  # owner uid -> when a refused pod create is retried
+        # The Job controller's backoff after a failed pod creation (pkg/controller/job
+        # DefaultJobPodFailureBackOff, 10 s), on the fake's clock.
+        self.create_backoff = 10.0
         # SelfSubjectAccessReview answers: (verb, group, resource) tuples that are denied.
         self.rbac_denied: set[tuple[str, str, str]] = set()
         self.git_version = "v1.34.1"
@@ -728,12 +893,15 @@ class FakeApiServer(ThreadingHTTPServer):
         an owner deleted with Foreground (finalizer ``foregroundDeletion``) goes once its dependents
         are gone."""
         uids = {o["metadata"]["uid"]: key for key, o in self._store.items()}
-        for key, pod in list(self._store.items()):
-            if key[0] != "pods":
+        for key, obj in list(self._store.items()):
+            refs = obj["metadata"].get("ownerReferences") or []
+            if not refs or any(ref.get("uid") in uids for ref in refs):
                 continue
-            refs = pod["metadata"].get("ownerReferences") or []
-            if refs and all(ref.get("uid") not in uids for ref in refs):
+            if key[0] == "pods":
                 self._delete_pod_gracefully(key)
+            elif key[0] != "events":  # a ReplicaSet whose Deployment is gone; then its pods
+                del self._store[key]
+                self._rv += 1  # a change: the next pass collects its pods
         for key, obj in list(self._store.items()):
             meta = obj["metadata"]
             if "foregroundDeletion" in (meta.get("finalizers") or []) and not self._owned_by(
@@ -812,7 +980,25 @@ class FakeApiServer(ThreadingHTTPServer):
                         - len(active)
                         - len(terminating)
                     )
-                    if missing > 0 and pods:  # replacements for failed pods (creation is _after_create's)
+                    retry_at = self._create_retry_at.get(job["metadata"]["uid"])
+                    if missing > 0 and retry_at is not None:
+                        if self._t >= retry_at:  # a refused creation, tried again after the backoff
+                            indexes = None
+                            if spec.get("completionMode") == "Indexed":
+                                taken = {
+                                    p["metadata"]
+                                    .get("annotations", {})
+                                    .get("batch.kubernetes.io/job-completion-index")
+                                    for p in pods
+                                }
+                                indexes = [i for i in range(completions) if str(i) not in taken][:missing]
+                            self._spawn_pods(
+                                job,
+                                len(indexes) if indexes is not None else missing,
+                                self._job_pod_labels(job),
+                                indexes,
+                            )
+                    elif missing > 0 and pods:  # replacements for failed pods (creation is _after_create's)
                         self._spawn_pods(job, missing, self._job_pod_labels(job))
             pods = [p for _, p in self._owned_by(job["metadata"]["uid"], key[1])]
             still = any(p["status"].get("phase") not in ("Succeeded", "Failed") for p in pods)
@@ -850,6 +1036,161 @@ class FakeApiServer(ThreadingHTTPServer):
             if status != before:
                 self._bump(job)
 
+    # -- Deployments and ReplicaSets -----------------------------------------------------------------
+    @staticmethod
+    def _template_hash(template: dict) -> str:
+        """pkg/controller/deployment/util ComputeHash: a stable hash of the pod template (FNV there,
+        sha256 here), the ``pod-template-hash`` label of the ReplicaSet and its pods."""
+        import hashlib
+
+        digest = hashlib.sha256(json.dumps(template, sort_keys=True).encode()).hexdigest()
+        return "".join("bcdfghjklmnpqrstvwxz2456789"[int(c, 16) % 27] for c in digest[:10])
+
+    def _live_pods(self, owner_uid: str, ns: str) -> list[tuple[tuple[str, str, str], dict]]:
+        return [
+            (k, p)
+            for k, p in self._owned_by(owner_uid, ns)
+            if not p["metadata"].get("deletionTimestamp")
+            and p["status"].get("phase") not in ("Succeeded", "Failed")
+        ]
+
+    def _sync_deployments(self) -> None:
+        """pkg/controller/deployment: a ReplicaSet per pod template (``<deployment>-<hash>``, owned by
+        the Deployment); a template change makes a new one and scales the old ones to 0 —
+        ``Recreate`` scales the new one up only once every old pod is gone (recreate.go),
+        ``RollingUpdate`` at once (surge and availability budgets are not modelled). A change of
+        ``replicas`` alone scales the current ReplicaSet. Status: replicas, updatedReplicas,
+        readyReplicas, availableReplicas (pods Running and ready), observedGeneration."""
+        for key, dep in list(self._store.items()):
+            if key[0] != "deployments" or dep["metadata"].get("deletionTimestamp"):
+                continue
+            ns, meta, spec = key[1], dep["metadata"], dep.get("spec") or {}
+            template = copy.deepcopy(spec.get("template") or {})
+            h = self._template_hash(template)
+            owned = [
+                (k, rs)
+                for k, rs in sorted(self._store.items())
+                if k[0] == "replicasets"
+                and k[1] == ns
+                and any(r.get("uid") == meta["uid"] for r in rs["metadata"].get("ownerReferences") or [])
+            ]
+            current = next(
+                (rs for _k, rs in owned if rs["metadata"]["labels"].get("pod-template-hash") == h), None
+            )
+            if current is None:
+                template.setdefault("metadata", {}).setdefault("labels", {})["pod-template-hash"] = h
+                selector = copy.deepcopy(spec.get("selector") or {})
+                selector.setdefault("matchLabels", {})["pod-template-hash"] = h
+                name = f"{meta['name']}-{h}"
+                current = {
+                    "apiVersion": "apps/v1",
+                    "kind": "ReplicaSet",
+                    "metadata": {
+                        "name": name,
+                        "namespace": ns,
+                        "labels": {**(template["metadata"].get("labels") or {})},
+                        "ownerReferences": [
+                            {
+                                "apiVersion": "apps/v1",
+                                "kind": "Deployment",
+                                "name": meta["name"],
+                                "uid": meta["uid"],
+                                "controller": True,
+                                "blockOwnerDeletion": True,
+                            }
+                        ],
+                    },
+                    "spec": {"replicas": 0, "selector": selector, "template": template},
+                    "status": {"replicas": 0},
+                }
+                self._new_meta(current)
+                self._store[("replicasets", ns, name)] = current
+            old = [rs for _k, rs in owned if rs is not current]
+            for rs in old:
+                if rs["spec"].get("replicas"):
+                    rs["spec"]["replicas"] = 0
+                    self._bump(rs)
+            recreate = (spec.get("strategy") or {}).get("type") == "Recreate"
+            old_pods = [p for rs in old for _k, p in self._owned_by(rs["metadata"]["uid"], ns)]
+            want = 0 if recreate and old_pods else spec.get("replicas", 1)
+            if current["spec"].get("replicas") != want:
+                current["spec"]["replicas"] = want
+                self._bump(current)
+            pods = [p for rs in [current, *old] for _k, p in self._live_pods(rs["metadata"]["uid"], ns)]
+            ready = [p for p in pods if p["status"].get("phase") == "Running"]
+            updated = self._live_pods(current["metadata"]["uid"], ns)
+            status = {
+                "observedGeneration": meta.get("generation", 1),
+                "replicas": len(pods),
+                "updatedReplicas": len(updated),
+                "readyReplicas": len(ready),
+                "availableReplicas": len(ready),
+            }
+            status = {k: v for k, v in status.items() if v}  # omitempty
+            if dep.get("status") != status:
+                dep["status"] = status
+                self._bump(dep)
+
+    def _sync_replicasets(self) -> None:
+        """pkg/controller/replicaset: keep ``spec.replicas`` live pods (not terminating, not ended);
+        extra pods are deleted (gracefully) — the newest first."""
+        for key, rs in list(self._store.items()):
+            if key[0] != "replicasets":
+                continue
+            live = self._live_pods(rs["metadata"]["uid"], key[1])
+            want = rs["spec"].get("replicas", 1)
+            if len(live) < want:
+                retry_at = self._create_retry_at.get(rs["metadata"]["uid"])
+                if retry_at is None or self._t >= retry_at:
+                    self._spawn_pods(rs, want - len(live), {})
+            elif len(live) > want:
+                newest = sorted(live, key=lambda kp: int(kp[1]["metadata"]["resourceVersion"]), reverse=True)
+                for pkey, _p in newest[: len(live) - want]:
+                    self._delete_pod_gracefully(pkey)
+            count = len(self._live_pods(rs["metadata"]["uid"], key[1]))
+            if (rs.get("status") or {}).get("replicas") != count:
+                rs["status"] = {"replicas": count}
+                self._bump(rs)
+
+    def set_pod_crash_loop(self, namespace: str, name: str, restarts: int, exit_code: int = 1) -> dict:
+        """The kubelet restarting a crashing container (restartPolicy Always): the pod stays
+        ``Running``, its container waits in ``CrashLoopBackOff`` with ``restartCount`` and the last
+        termination (pkg/kubelet/kuberuntime, "Container restart policy" in the Pod Lifecycle docs)."""
+        with self._lock:
+            pod = self._store.get(("pods", namespace, name))
+            if pod is None:
+                raise KeyError(f"no pod {namespace}/{name}")
+            now = _now()
+            status = pod.setdefault("status", {})
+            status["phase"] = "Running"
+            status.setdefault("startTime", now)
+            status["containerStatuses"] = [
+                {
+                    "name": c.get("name", ""),
+                    "image": c.get("image", ""),
+                    "ready": False,
+                    "restartCount": restarts,
+                    "state": {
+                        "waiting": {
+                            "reason": "CrashLoopBackOff",
+                            "message": f"back-off 5m0s restarting failed container={c.get('name', '')}",
+                        }
+                    },
+                    "lastState": {
+                        "terminated": {
+                            "exitCode": exit_code,
+                            "reason": "Error",
+                            "startedAt": now,
+                            "finishedAt": now,
+                        }
+                    },
+                }
+                for c in (pod.get("spec") or {}).get("containers", [])
+            ]
+            self._bump(pod)
+            self._run_controllers()
+            return copy.deepcopy(pod)
+
     def _run_controllers(self) -> None:
         if not self.controllers:
             return
@@ -858,6 +1199,9 @@ class FakeApiServer(ThreadingHTTPServer):
             self._taint_eviction()
             self._garbage_collect()
             self._sync_jobs()
+            self._sync_deployments()
+            self._sync_replicasets()
+            self._sync_quotas()
             if self._rv == rv:
                 break
 
@@ -895,8 +1239,13 @@ class FakeApiServer(ThreadingHTTPServer):
             "batch.kubernetes.io/controller-uid": meta["uid"],
         }
 
-    def _spawn_pods(self, owner: dict, count: int, labels: dict, indexes: list[int] | None = None) -> None:
+    def _spawn_pods(self, owner: dict, count: int, labels: dict, indexes: list[int] | None = None) -> int:
+        """Create ``count`` pods from the owner's template through admission; returns how many were
+        created. A refused pod (e.g. 403 exceeded quota) is a ``FailedCreate`` Warning event on the
+        owner — ``Error creating: <the API's message>`` (pkg/controller/controller_utils.go
+        CreatePods) — and the controller tries again after its backoff (:attr:`create_backoff`)."""
         template = owner.get("spec", {}).get("template", {})
+        created = 0
         owner_meta = owner["metadata"]
         for i in range(count):
             suffix = "".join(secrets.choice("bcdfghjklmnpqrstvwxz2456789") for _ in range(5))
@@ -929,26 +1278,35 @@ class FakeApiServer(ThreadingHTTPServer):
                 "spec": copy.deepcopy(template.get("spec", {})),
                 "status": {"phase": "Pending"},
             }
+            try:
+                self._admit_pod(pod)
+            except ApiError as e:
+                self._record_event(
+                    owner,
+                    "FailedCreate",
+                    f"Error creating: {e.message}",
+                    "job-controller" if owner["kind"] == "Job" else "replicaset-controller",
+                )
+                self._create_retry_at[owner_meta["uid"]] = self._t + self.create_backoff
+                return created
             self._new_meta(pod)
             self._schedule_pod(pod)
             self._store[("pods", owner_meta["namespace"], name)] = pod
+            created += 1
+        self._create_retry_at.pop(owner_meta["uid"], None)
+        return created
 
     def _after_create(self, res: Resource, obj: dict) -> None:
         if res.plural == "pods":
             self._schedule_pod(obj)
         if not self.controllers:
             return
-        meta = obj["metadata"]
         if res.plural == "jobs":
             spec = obj.get("spec") or {}
             count = min(spec.get("parallelism", 1), spec.get("completions", spec.get("parallelism", 1)))
             indexes = list(range(count)) if spec.get("completionMode") == "Indexed" else None
-            self._spawn_pods(obj, count, self._job_pod_labels(obj), indexes)
-            obj["status"] = {"active": count}
-        elif res.plural == "deployments":
-            replicas = obj.get("spec", {}).get("replicas", 1)
-            self._spawn_pods(obj, replicas, {"pod-template-hash": meta["uid"][:10]})
-            obj["status"] = {"replicas": replicas, "observedGeneration": 1}
+            created = self._spawn_pods(obj, count, self._job_pod_labels(obj), indexes)
+            obj["status"] = {"active": created} if created else {}
 
     def _handle(self, method: str, path: str, query: dict, raw: bytes, content_type: str):
         if (
@@ -1201,6 +1559,129 @@ class FakeApiServer(ThreadingHTTPServer):
             {"name": name, "group": group, "kind": res.kind, "causes": causes},
         )
 
+    # -- ResourceQuota admission (staging/src/k8s.io/apiserver/pkg/admission/plugin/resourcequota) ---
+    def _validate_quota(self, quota: dict) -> None:
+        """pkg/apis/core/validation ValidateResourceQuota: every ``spec.hard`` value is a Quantity;
+        kube-apiserver stores it canonicalised (``1000m`` → ``1``, ``1024Mi`` → ``1Gi``)."""
+        hard = (quota.get("spec") or {}).get("hard") or {}
+        name = quota["metadata"].get("name", "")
+        for key, value in list(hard.items()):
+            try:
+                hard[key] = canonical_quantity(value)
+            except (ValueError, ArithmeticError):
+                raise self._invalid(
+                    RESOURCES["resourcequotas"],
+                    name,
+                    f"spec.hard[{key}]",
+                    f"Invalid value: {json.dumps(value)}: quantities must be numbers with a unit",
+                ) from None
+
+    def _quota_used(self, namespace: str, skip: tuple | None = None) -> dict[str, Decimal]:
+        used: dict[str, Decimal] = {}
+        for key, pod in self._store.items():
+            if key[0] == "pods" and key[1] == namespace and key != skip and _quota_counts(pod):
+                for name, q in pod_quota_usage(pod).items():
+                    used[name] = used.get(name, Decimal(0)) + q
+        return used
+
+    def _admit_pod(self, pod: dict) -> None:
+        """The ResourceQuota admission plugin's checkRequest (controller.go): for each quota of the
+        namespace that constrains something the pod requests, used + requested must stay within
+        hard, else 403 Forbidden ``pods "x" is forbidden: exceeded quota: <name>, requested: …,
+        used: …, limited: …`` (only the exceeded resources, sorted, ``name=quantity``). Not
+        implemented: the "must specify requests/limits" constraint, scopes and scope selectors."""
+        meta = pod["metadata"]
+        ns = meta.get("namespace", "")
+        requested = pod_quota_usage(pod)
+        used = None
+        for (plural, qns, qname), quota in sorted(self._store.items()):
+            if plural != "resourcequotas" or qns != ns:
+                continue
+            hard = {k: parse_quantity(v)[0] for k, v in ((quota.get("spec") or {}).get("hard") or {}).items()}
+            restricted = sorted(set(hard) & set(requested))
+            if not restricted:
+                continue
+            if used is None:
+                used = self._quota_used(ns, skip=("pods", ns, meta.get("name", "")))
+            failed = [r for r in restricted if used.get(r, Decimal(0)) + requested[r] > hard[r]]
+            if failed:
+
+                def show(values: dict, failed: list[str] = failed) -> str:
+                    return ",".join(
+                        f"{r}={format_quantity(values.get(r, Decimal(0)), 'binary' if 'memory' in r or 'storage' in r else 'decimal')}"
+                        for r in failed
+                    )
+
+                raise ApiError(
+                    403,
+                    "Forbidden",
+                    f'pods "{meta.get("name", "")}" is forbidden: exceeded quota: {qname}, requested: {show(requested)}, '
+                    f"used: {show(used)}, limited: {show(hard)}",
+                    {"name": meta.get("name", ""), "kind": "pods"},
+                )
+
+    def _sync_quotas(self) -> None:
+        """pkg/controller/resourcequota: ``status.hard`` = ``spec.hard``, ``status.used`` = what the
+        namespace's non-terminal pods count against each constrained resource."""
+        for (plural, ns, _name), quota in list(self._store.items()):
+            if plural != "resourcequotas":
+                continue
+            hard = dict((quota.get("spec") or {}).get("hard") or {})
+            used_all = self._quota_used(ns)
+            used = {
+                k: format_quantity(used_all.get(k, Decimal(0)), parse_quantity(v)[1]) for k, v in hard.items()
+            }
+            status = {"hard": hard, "used": used}
+            if quota.get("status") != status:
+                quota["status"] = status
+                self._bump(quota)
+
+    def _record_event(
+        self, owner: dict, reason: str, message: str, component: str, type_: str = "Warning"
+    ) -> None:
+        """A core/v1 Event on ``owner`` as client-go's EventRecorder writes it (name
+        ``<object>.<hex>``; a repeat of the same reason and message bumps ``count`` and
+        ``lastTimestamp``, as the event correlator's aggregation does)."""
+        meta = owner["metadata"]
+        ns = meta.get("namespace", "")
+        for (plural, ens, _), ev in self._store.items():
+            inv = ev.get("involvedObject") or {}
+            if (
+                plural == "events"
+                and ens == ns
+                and inv.get("uid") == meta["uid"]
+                and ev.get("reason") == reason
+                and ev.get("message") == message
+            ):
+                ev["count"] = ev.get("count", 1) + 1
+                ev["lastTimestamp"] = _now()
+                self._bump(ev)
+                return
+        name = f"{meta['name']}.{secrets.token_hex(8)}"
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": name, "namespace": ns},
+            "involvedObject": {
+                "apiVersion": owner.get("apiVersion", ""),
+                "kind": owner.get("kind", ""),
+                "name": meta["name"],
+                "namespace": ns,
+                "uid": meta["uid"],
+                "resourceVersion": meta.get("resourceVersion", ""),
+            },
+            "reason": reason,
+            "message": message,
+            "type": type_,
+            "count": 1,
+            "firstTimestamp": _now(),
+            "lastTimestamp": _now(),
+            "source": {"component": component},
+            "reportingComponent": component,
+        }
+        self._new_meta(event)
+        self._store[("events", ns, name)] = event
+
     def _default_job(self, obj: dict) -> None:
         """pkg/registry/batch/job/strategy.go PrepareForCreate → generateSelector: unless
         ``manualSelector``, the Job gets ``spec.selector`` {matchLabels: controller-uid} and its pod
@@ -1221,7 +1702,7 @@ class FakeApiServer(ThreadingHTTPServer):
         spec["selector"] = {"matchLabels": {"batch.kubernetes.io/controller-uid": meta["uid"]}}
 
     def _create(self, res: Resource, ns: str, body, query: dict) -> dict:
-        obj = self._check_body(res, ns, copy.deepcopy(body))
+        obj = self._check_body(res, ns, server_normalise(copy.deepcopy(body)))
         meta = obj["metadata"]
         if not meta.get("name") and meta.get("generateName"):
             meta["name"] = meta["generateName"] + secrets.token_hex(3)[:5]
@@ -1257,10 +1738,13 @@ class FakeApiServer(ThreadingHTTPServer):
             obj["status"] = {"phase": "Active"}
         elif res.plural == "pods":
             obj["status"] = {"phase": "Pending"}
+            self._admit_pod(obj)
         else:
             obj.pop("status", None)
         if res.plural == "jobs":
             self._default_job(obj)
+        if res.plural == "resourcequotas":
+            self._validate_quota(obj)
         self._store[(res.plural, ns, name)] = obj
         self._after_create(res, obj)
         return copy.deepcopy(obj)
@@ -1355,6 +1839,11 @@ class FakeApiServer(ThreadingHTTPServer):
             else:
                 meta.pop(key, None)
         new["kind"], new["apiVersion"] = res.kind, res.api_version
+        meta["resourceVersion"] = old["metadata"].get("resourceVersion")
+        if new == old:
+            # A no-op update is not written: same resourceVersion, no watch event
+            # (staging/src/k8s.io/apiserver/pkg/storage/etcd3/store.go GuaranteedUpdate).
+            return copy.deepcopy(old)
         if new.get("spec") != old.get("spec"):
             meta["generation"] = old["metadata"].get("generation", 1) + 1
         self._bump(new)
@@ -1381,11 +1870,13 @@ class FakeApiServer(ThreadingHTTPServer):
             raise self._conflict(res, name)
         if status_only:
             body = {"status": body.get("status")}
-        new = func(old, body)
+        new = server_normalise(func(old, body))
         if not isinstance(new.get("metadata"), dict):
             raise self._invalid(res, name, "metadata", "Required value")
         if not status_only:
             self._validate_update(res, name, old, new)
+            if res.plural == "resourcequotas":
+                self._validate_quota(new)
         return self._store_update(res, ns, name, old, new)
 
     def _conflict(self, res: Resource, name: str) -> ApiError:
@@ -1399,7 +1890,7 @@ class FakeApiServer(ThreadingHTTPServer):
 
     def _replace(self, res: Resource, ns: str, name: str, body, status_only: bool) -> dict:
         old = self._get(res, ns, name)
-        new = self._check_body(res, ns, copy.deepcopy(body))
+        new = self._check_body(res, ns, server_normalise(copy.deepcopy(body)))
         if new["metadata"].get("name", name) != name:
             raise ApiError(400, "BadRequest", "the name of the object does not match the name on the URL")
         rv = new["metadata"].get("resourceVersion")

@@ -520,3 +520,85 @@ def test_a_stale_node_write_is_refused_not_lost(server, kube):
         )
     assert exc.value.status == 409
     assert kube.get("Node", None, "gpu-node-1")["spec"]["taints"]  # the not-ready taints survived
+
+
+# -- merge-patch removal and normalisation (issue 17 item 8) ------------------------------------------
+
+
+def quota_object(hard, labels=None):
+    return {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": "suanchi-quota", "namespace": "proj-a", "labels": {**MANAGED, **(labels or {})}},
+        "spec": {"hard": hard},
+    }
+
+
+def test_a_dropped_quota_entry_is_removed(backend):
+    """RFC 7386 keeps every key a merge patch leaves out: an entry (and a label) Suanchi applied and
+    no longer wants must be sent as null, and the comparison must see that it is still there."""
+    backend.apply(namespace())
+    backend.apply(
+        quota_object(
+            {"requests.nvidia.com/gpu": "8", "requests.huawei.com/Ascend910": "16"}, {"suanchi.io/tier": "a"}
+        )
+    )
+    # Someone else's label on our object is not ours to remove.
+    live = backend.get("ResourceQuota", "proj-a", "suanchi-quota")
+    if isinstance(backend, KubernetesBackend):
+        backend._call(
+            "label",
+            backend._method("patch", "ResourceQuota")[0],
+            "suanchi-quota",
+            "proj-a",
+            {"metadata": {"labels": {"team": "ops"}}},
+            _content_type="application/merge-patch+json",
+        )
+    else:
+        backend._store[("ResourceQuota", "proj-a", "suanchi-quota")]["metadata"]["labels"]["team"] = "ops"
+    updated = backend.apply(quota_object({"requests.nvidia.com/gpu": "8"}))
+    assert updated.action == "updated"
+    live = backend.get("ResourceQuota", "proj-a", "suanchi-quota")
+    assert live["spec"]["hard"] == {"requests.nvidia.com/gpu": "8"}
+    assert "suanchi.io/tier" not in live["metadata"]["labels"]
+    assert live["metadata"]["labels"]["team"] == "ops"
+    again = backend.apply(quota_object({"requests.nvidia.com/gpu": "8"}))
+    assert again.action == "unchanged" and again.resource_version == live["metadata"]["resourceVersion"]
+
+
+def test_what_the_server_normalises_is_unchanged_and_a_no_op_writes_nothing(server, kube):
+    """kube-apiserver stores quantities canonical (``1000m`` → ``1``, ``1024Mi`` → ``1Gi``) and drops
+    an empty env value (omitempty): Suanchi compares after the same normalisation, so a second apply
+    sends nothing; and a patch that changes nothing keeps the resourceVersion."""
+    kube.apply(namespace())
+    body = job()
+    container = body["spec"]["template"]["spec"]["containers"][0]
+    container["resources"] = {"limits": {"nvidia.com/gpu": "1", "cpu": "1000m", "memory": "1024Mi"}}
+    container["env"] = [{"name": "SUANCHI_RESUME_FROM", "value": ""}, {"name": "A", "value": "1"}]
+    first = kube.apply(body)
+    live = kube.get("Job", "proj-a", "train-1")
+    got = live["spec"]["template"]["spec"]["containers"][0]
+    assert got["resources"]["limits"] == {"nvidia.com/gpu": "1", "cpu": "1", "memory": "1Gi"}
+    assert got["env"] == [{"name": "SUANCHI_RESUME_FROM"}, {"name": "A", "value": "1"}]
+    server.requests.clear()
+    assert kube.apply(body).action == "unchanged"  # no 422 for an "immutable template change" either
+    assert [m for m, _p in server.requests if m == "PATCH"] == []
+    func = kube._method("patch", "Job")[0]
+    same = kube._call(
+        "noop",
+        func,
+        "train-1",
+        "proj-a",
+        {"spec": {"backoffLimit": 0}},
+        _content_type="application/merge-patch+json",
+    )
+    assert same["metadata"]["resourceVersion"] == first.resource_version
+
+
+def test_the_canonical_quantities_match_the_api_servers():
+    from apps.clusters.backend import canonical_quantity as ours
+    from tests.kube.fake_apiserver import canonical_quantity as servers
+
+    for q in ("1000m", "0.5", "1024Mi", "1536Mi", "1000", "1500", "8", "2e3", "0", "100Ki", "1.5Gi", "250m"):
+        assert ours(q) == servers(q), q
+    assert ours("not a quantity") == "not a quantity"

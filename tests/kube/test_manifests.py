@@ -298,10 +298,9 @@ def test_namespace_quota_and_node_patch():
         project(), {"nvidia.com/gpu": 8, "huawei.com/Ascend910": 16, "pods": 50}
     )
     validate(quota)
+    # Extended resources are quota'd as requests.<name> only (limits.<name> is never counted).
     assert quota["spec"]["hard"] == {
-        "limits.huawei.com/Ascend910": "16",
         "requests.huawei.com/Ascend910": "16",
-        "limits.nvidia.com/gpu": "8",
         "requests.nvidia.com/gpu": "8",
         "pods": "50",
     }

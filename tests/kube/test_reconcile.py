@@ -4,6 +4,7 @@ against the fake Kubernetes API server through the real client."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 
 import pytest
 from django.utils import timezone
@@ -564,3 +565,135 @@ def test_a_two_replica_job_with_one_pod_succeeded_is_not_finished(kube_cluster, 
     job.refresh_from_db()
     assert job.state == JobState.SUCCEEDED
     assert not Allocation.objects.filter(job=job, released_at__isnull=True).exists()
+
+
+def test_an_over_quota_job_is_surfaced_then_ends_within_a_bounded_time(
+    kube_cluster, server, member_project, a100
+):
+    """Issue 17 item 7: the namespace's ResourceQuota (here full because of a pod Suanchi does not
+    own) makes kube-apiserver refuse the Job's pod (403 exceeded quota); the Job controller reports
+    FailedCreate and the Job has no pods. Reconcile surfaces Kubernetes' message at once (job event,
+    state reason) and ends the attempt after POD_CREATE_REFUSED_TIMEOUT_S (max_retries=0: failed)."""
+    from apps.clusters.manifests import namespace_manifest, resource_quota_manifest
+    from apps.scheduling.reconcile import POD_CREATE_REFUSED_TIMEOUT_S
+
+    user, project = member_project
+    backend = backend_for(kube_cluster)
+    backend.apply(namespace_manifest(project))
+    backend.apply(resource_quota_manifest(project, {"nvidia.com/gpu": 1}))
+    ns = namespace_manifest(project)["metadata"]["name"]
+    foreign = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "notebook", "namespace": ns, "labels": {"app": "jupyter"}},
+        "spec": {
+            "containers": [
+                {"name": "c", "image": "jupyter", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
+            ]
+        },
+    }
+    server._handle(
+        "POST", f"/api/v1/namespaces/{ns}/pods", {}, json.dumps(foreign).encode(), "application/json"
+    )
+
+    job = schedule_and_push(submit(project, user, a100, max_retries=0))
+    w = workload(job)
+    assert pods_for(server, w) == []  # refused by the quota
+    result = reconcile_cluster(cluster=kube_cluster)
+    assert result.refused == 1 and result.failed == result.retried == 0
+    job.refresh_from_db()
+    assert job.state == JobState.SCHEDULED
+    event = job.events.get(kind=JobEvent.Kind.PENDING, data__kubernetes="FailedCreate")
+    assert event.message == (
+        f"Kubernetes refused the pods of Job {w.namespace}/{w.name}: exceeded quota: suanchi-quota, "
+        "requested: requests.nvidia.com/gpu=1, used: requests.nvidia.com/gpu=1, limited: requests.nvidia.com/gpu=1"
+    )
+    assert job.state_reason == event.message
+    assert Allocation.objects.filter(job=job, released_at__isnull=True).count() == 1
+
+    server.advance(10)  # the Job controller tries again: refused again, same reason
+    assert reconcile_cluster(cluster=kube_cluster).refused == 0  # nothing new to say
+    assert job.events.filter(kind=JobEvent.Kind.PENDING, data__kubernetes="FailedCreate").count() == 1
+
+    later = timezone.now() + dt.timedelta(seconds=POD_CREATE_REFUSED_TIMEOUT_S + 1)
+    assert reconcile_cluster(cluster=kube_cluster, now=later).failed == 1
+    job.refresh_from_db()
+    assert job.state == JobState.FAILED and job.failure_class == "pod_create_refused"
+    assert "exceeded quota: suanchi-quota" in job.state_reason
+    assert not Allocation.objects.filter(job=job, released_at__isnull=True).exists()
+
+
+def test_scaling_a_deployment_1_to_2_triggers_no_retry_while_a_crash_loop_is_flagged(
+    kube_cluster, server, member_project, a100
+):
+    """Issue 17 item 5: re-applying the service's Deployment (2 replicas, a new placement in its
+    template) rolls out a new ReplicaSet; the old pod terminates (Failed, exit 137, still listed)
+    — never a failure. A pod in CrashLoopBackOff past the threshold is flagged once; the service
+    stays running with its cards."""
+    from apps.clusters.manifests import LABEL_JOB
+    from apps.scheduling.reconcile import CRASH_LOOP_RESTARTS
+    from apps.scheduling.scaling import inference_scale
+
+    user, project = member_project
+    job = schedule_and_push(submit(project, user, a100, kind="inference", replicas=1))
+    w = workload(job)
+    assert w.kind == "Deployment"
+
+    def service_pods():
+        return [
+            p
+            for p in server.objects("Pod", w.namespace)
+            if p["metadata"]["labels"].get(LABEL_JOB) == str(job.pk)
+        ]
+
+    (first,) = service_pods()
+    server.set_pod_phase(w.namespace, first["metadata"]["name"], "Running")
+    assert reconcile_cluster(cluster=kube_cluster).running == 1
+
+    assert inference_scale(job=job, replicas=2, actor=user) == 2
+    assert push_job_run(job_id=job.pk)["failed"] == 0
+    (live,) = server.objects("Deployment", w.namespace)
+    assert live["spec"]["replicas"] == 2
+    # A new template: a new ReplicaSet, held at 0 (Recreate) until the old pod is gone.
+    assert [r["spec"]["replicas"] for r in server.objects("ReplicaSet", w.namespace)] == [0, 0]
+    for seconds in (0, 30):  # Terminating, then Failed (exit 137) while still listed
+        server.advance(seconds)
+        result = reconcile_cluster(cluster=kube_cluster)
+        assert result.retried == result.failed == 0, result
+    server.advance(0)
+    assert sorted(r["spec"]["replicas"] for r in server.objects("ReplicaSet", w.namespace)) == [0, 2]
+    current = [p for p in service_pods() if not p["metadata"].get("deletionTimestamp")]
+    assert len(current) == 2
+    for pod in current:
+        server.set_pod_phase(w.namespace, pod["metadata"]["name"], "Running")
+    server.set_pod_crash_loop(w.namespace, current[0]["metadata"]["name"], restarts=CRASH_LOOP_RESTARTS - 1)
+    assert reconcile_cluster(cluster=kube_cluster).crash_looping == 0  # under the threshold
+    server.set_pod_crash_loop(w.namespace, current[0]["metadata"]["name"], restarts=CRASH_LOOP_RESTARTS + 1)
+    result = reconcile_cluster(cluster=kube_cluster)
+    assert result.crash_looping == 1 and result.retried == result.failed == 0
+    assert reconcile_cluster(cluster=kube_cluster).crash_looping == 0  # flagged once
+    job.refresh_from_db()
+    assert job.state == JobState.RUNNING and job.attempt == 0
+    assert Allocation.objects.filter(job=job, released_at__isnull=True).count() == 2
+    (flag,) = job.events.filter(kind=JobEvent.Kind.RETRY, data__kubernetes="CrashLoopBackOff")
+    assert "CrashLoopBackOff" in flag.message and current[0]["metadata"]["name"] in flag.message
+    assert flag.data["counted"] is False
+
+
+def test_a_refused_event_list_does_not_stop_the_reconcile_pass(kube_cluster, server, member_project, a100):
+    """Without RBAC for events (403), a podless Job is simply not explained this pass; the other
+    jobs are still reconciled."""
+    user, project = member_project
+    waiting = schedule_and_push(submit(project, user, a100, name="podless"))
+    running = schedule_and_push(submit(project, user, a100, name="runs"))
+    for (plural, ns, name), obj in list(server._store.items()):
+        if plural == "pods" and obj["metadata"]["labels"].get("job-name") == workload(waiting).name:
+            server._store.pop((plural, ns, name))  # as if its pods were never created
+    with server._lock:
+        (live,) = [j for j in server._store.values() if j["metadata"].get("name") == workload(waiting).name]
+        live["status"] = {}
+    (pod,) = pods_for(server, workload(running))
+    server.set_pod_phase(workload(running).namespace, pod["metadata"]["name"], "Running")
+    server.inject(r"/events", status=403, times=1)
+    result = reconcile_cluster(cluster=kube_cluster)
+    assert result.running == 1 and any("list events" in e and "403" in e for e in result.errors)
