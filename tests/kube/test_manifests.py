@@ -380,7 +380,19 @@ def test_platform_rbac_grants_only_the_worker_verbs():
         ("batch", "jobs"): full,
         ("apps", "deployments"): full,
         ("", "nodes"): {"get", "list", "watch", "patch"},
+        ("", "events"): {"get", "list", "watch"},
+        ("apps", "daemonsets"): {"get", "list"},
+        ("resource.k8s.io", "resourceslices"): {"get", "list", "watch"},
+        ("resource.k8s.io", "deviceclasses"): {"get", "list", "watch"},
+        ("resource.k8s.io", "resourceclaims"): {"create", "get", "list", "watch", "delete"},
+        ("authorization.k8s.io", "selfsubjectaccessreviews"): {"create"},
     }
+    # Every verb Test connection asks the cluster about is one the shipped role grants.
+    from apps.clusters.connect import VERBS
+
+    assert [
+        (verb, group, res) for verb, group, res in VERBS if verb not in granted.get((group, res), ())
+    ] == []
     worker = yaml.safe_load((PLATFORM_DIR / "worker-deployment.yaml").read_text())
     assert worker["spec"]["template"]["spec"]["serviceAccountName"] == "suanchi-worker"
     web = yaml.safe_load((PLATFORM_DIR / "web-deployment.yaml").read_text())
