@@ -43,22 +43,29 @@ _TOPOLOGY = re.compile(
 _MIB = 1024 * 1024
 
 
-def parse_rocm_smi_json(text: str) -> ParsedReport:
-    text = ensure_text(text, kind=KIND)
-    if not text.strip():
-        fail("empty input", kind=KIND)
-    if too_deep(text):  # json.loads recurses per level (issue 15, finding 5a)
-        fail(f"JSON nested deeper than {MAX_JSON_DEPTH} levels", kind=KIND)
+def _load_json_object(text: str, *, kind: str) -> dict:
+    """rocm-smi's --json output as a dict, or a ParseFailed naming the line (or the nesting depth:
+    json.loads recurses once per level, issue 15 finding 5a)."""
+    if too_deep(text):
+        fail(f"JSON nested deeper than {MAX_JSON_DEPTH} levels", kind=kind)
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        fail_line(exc.lineno, f"invalid JSON at column {exc.colno}: {exc.msg}", kind=KIND, column=exc.colno)
+        fail_line(exc.lineno, f"invalid JSON at column {exc.colno}: {exc.msg}", kind=kind, column=exc.colno)
     if not isinstance(data, dict):
         fail_element(
             "<root>",
             f"expected a JSON object keyed card0..N and system, got {type(data).__name__}",
-            kind=KIND,
+            kind=kind,
         )
+    return data
+
+
+def parse_rocm_smi_json(text: str) -> ParsedReport:
+    text = ensure_text(text, kind=KIND)
+    if not text.strip():
+        fail("empty input", kind=KIND)
+    data = _load_json_object(text, kind=KIND)
 
     report = ParsedReport(vendor=VENDOR, kind=KIND)
     cards: list[tuple[int, str, dict[str, Any]]] = []
@@ -394,18 +401,7 @@ def _xgmi_links(report: ParsedReport, pairs: dict[tuple[int, int], dict[str, Any
 
 def _topo_json(text: str) -> ParsedReport:
     kind = KIND_TOPO
-    if too_deep(text):
-        fail(f"JSON nested deeper than {MAX_JSON_DEPTH} levels", kind=kind)
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        fail_line(exc.lineno, f"invalid JSON at column {exc.colno}: {exc.msg}", kind=kind, column=exc.colno)
-    if not isinstance(data, dict):
-        fail_element(
-            "<root>",
-            f"expected a JSON object keyed card0..N and system, got {type(data).__name__}",
-            kind=kind,
-        )
+    data = _load_json_object(text, kind=kind)
     report = ParsedReport(vendor=VENDOR, kind=kind, full_inventory=False)
     numa_affinity: dict[int, int | None] = {}
     for key, value in data.items():
