@@ -21,7 +21,7 @@ from apps.catalog.models import (
     RequestApiVersion,
     Vendor,
 )
-from apps.core.filters import FilterSet, Int64ModelChoiceField
+from apps.core.filters import FilterSet, Int64ModelChoiceField, name_search_filter
 
 FEATURE_CHOICES = [
     (f, f) for f in ("mig", "vnpu", "memory_slicing", "nvlink", "hccs", "xgmi", "mlulink", "rdma")
@@ -49,13 +49,7 @@ class DeviceModelFilterSet(FilterSet):
 class DeviceModelPageFilterSet(DeviceModelFilterSet):
     """The device-model page: a name search and single selects (``?vendor=nvidia&kind=gpu``)."""
 
-    search = django_filters.CharFilter(
-        field_name="name",
-        lookup_expr="icontains",
-        label=_("Search"),
-        max_length=100,
-        widget=forms.TextInput(attrs={"placeholder": _("Model name"), "type": "search"}),
-    )
+    search = name_search_filter(_("Model name"))
     vendor = django_filters.ChoiceFilter(choices=Vendor.choices, label=_("Vendor"), empty_label=_("All"))
     kind = django_filters.ChoiceFilter(choices=DeviceKind.choices, label=_("Type"), empty_label=_("All"))
     feature = django_filters.ChoiceFilter(

@@ -63,6 +63,15 @@ def _describe(action: PushAction) -> str:
     return f"{action.verb} {action.kind} {where}"
 
 
+def _retry_later(action: PushAction, *, attempts: int, error: str, now: dt.datetime) -> None:
+    """Keep a still-pending action for another round, after an exponential backoff."""
+    PushAction.objects.filter(pk=action.pk, state=PushAction.State.PENDING).update(
+        attempts=attempts,
+        last_error=error[:2000],
+        next_attempt_at=now + dt.timedelta(seconds=backoff_delay(attempts)),
+    )
+
+
 def _fail(action: PushAction, *, error: str, attempts: int, actor: Any, now: dt.datetime) -> bool:
     """Mark the action (and the later pending actions of its attempt) failed. A failed workload apply
     is reported with ``workload_push_failed`` inside the same transaction, so what the receivers do
@@ -237,11 +246,7 @@ def push_stream_run(
                     )
                     summary["failed"] += 1
                     break
-                PushAction.objects.filter(pk=action.pk, state=PushAction.State.PENDING).update(
-                    attempts=attempts,
-                    last_error=e.message[:2000],
-                    next_attempt_at=now + dt.timedelta(seconds=backoff_delay(attempts)),
-                )
+                _retry_later(action, attempts=attempts, error=e.message, now=now)
                 summary["retry"] += 1
                 break  # later actions of this job wait for this one
             except ImmutableFieldError as e:
@@ -255,11 +260,7 @@ def push_stream_run(
                     session.backend(action.cluster).delete(action.kind, action.namespace or None, action.name)
                 except BackendError as delete_error:
                     summary["errors"].append(f"delete for replacement: {delete_error.message}")
-                    PushAction.objects.filter(pk=action.pk, state=PushAction.State.PENDING).update(
-                        attempts=attempts,
-                        last_error=delete_error.message[:2000],
-                        next_attempt_at=now + dt.timedelta(seconds=backoff_delay(attempts)),
-                    )
+                    _retry_later(action, attempts=attempts, error=delete_error.message, now=now)
                     summary["retry"] += 1
                     break
                 PushAction.objects.filter(pk=action.pk, state=PushAction.State.PENDING).update(
@@ -276,11 +277,7 @@ def push_stream_run(
                 if _namespace_missing(action, e) and attempts < max_attempts:
                     # Its namespace is being created by another stream (e.g. a ResourceQuota pushed
                     # beside a project's first job): wait for it instead of failing.
-                    PushAction.objects.filter(pk=action.pk, state=PushAction.State.PENDING).update(
-                        attempts=attempts,
-                        last_error=e.message[:2000],
-                        next_attempt_at=now + dt.timedelta(seconds=backoff_delay(attempts)),
-                    )
+                    _retry_later(action, attempts=attempts, error=e.message, now=now)
                     summary["retry"] += 1
                     break
                 _fail(action, error=e.message, attempts=attempts, actor=actor, now=now)

@@ -156,3 +156,16 @@ def page_filter(filterset_class, request, queryset, *, fields: tuple[str, ...], 
     ``FilterSet.qs`` applies ``form.cleaned_data``) and the filter bar showing ``fields``."""
     filterset = filterset_class(request.GET or None, queryset=queryset, request=request, **kwargs)
     return filterset, PageFilterForm(filterset, fields)
+
+
+def name_search_filter(placeholder, *, field_name: str = "name") -> django_filters.CharFilter:
+    """A list page's search box: a case-insensitive match on ``field_name``, at most 100 characters."""
+    from django import forms
+
+    return django_filters.CharFilter(
+        field_name=field_name,
+        lookup_expr="icontains",
+        label=_("Search"),
+        max_length=100,
+        widget=forms.TextInput(attrs={"placeholder": placeholder, "type": "search"}),
+    )

@@ -13,7 +13,7 @@ from django.db.models import Q
 from django.utils.translation import gettext_lazy as _
 
 from apps.catalog.models import DeviceModel, Vendor
-from apps.core.filters import FilterSet, Int64ModelChoiceField, IsoDateTimeFilter
+from apps.core.filters import FilterSet, Int64ModelChoiceField, IsoDateTimeFilter, name_search_filter
 from apps.inventory import selectors
 from apps.inventory.models import Cluster, Device, DeviceEvent, Node, NodeReport, Pool
 
@@ -100,13 +100,7 @@ def _search(placeholder):
 class NodePageFilterSet(NodeFilterSet):
     """The node list page: name search, the user's clusters and pools by id, one status."""
 
-    search = django_filters.CharFilter(
-        field_name="name",
-        lookup_expr="icontains",
-        label=_("Search"),
-        max_length=100,
-        widget=_search(_("Node name")),
-    )
+    search = name_search_filter(_("Node name"))
     cluster = django_filters.ModelChoiceFilter(
         queryset=_visible_clusters, label=_("Cluster"), empty_label=_("All")
     )

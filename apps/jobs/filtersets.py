@@ -6,12 +6,11 @@ among the user's projects, one state, a name ``search``); the API keeps ``JobFil
 """
 
 import django_filters
-from django import forms
 from django.utils.translation import gettext_lazy as _
 
 from apps.accounts.models import Project
 from apps.accounts.selectors import project_list
-from apps.core.filters import FilterSet
+from apps.core.filters import FilterSet, name_search_filter
 from apps.jobs.models import Job, JobState
 
 
@@ -34,13 +33,7 @@ def _visible_projects(request):
 class JobPageFilterSet(JobFilterSet):
     """The job list page: a project the user can see (an invisible one is a field error), one state."""
 
-    search = django_filters.CharFilter(
-        field_name="name",
-        lookup_expr="icontains",
-        label=_("Search"),
-        max_length=100,
-        widget=forms.TextInput(attrs={"placeholder": _("Job name"), "type": "search"}),
-    )
+    search = name_search_filter(_("Job name"))
     project = django_filters.ModelChoiceFilter(
         queryset=_visible_projects, label=_("Project"), empty_label=_("All")
     )
