@@ -28,6 +28,10 @@ ENV PATH=/opt/venv/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     DJANGO_SETTINGS_MODULE=config.settings.production \
     SUANCHI_VAR_DIR=/var/lib/suanchi
+# The PDF bill embeds a CJK font (apps/billing/exports.py looks for Debian's fonts-wqy-microhei).
+RUN apt-get update \
+    && apt-get install --yes --no-install-recommends fonts-wqy-microhei=0.2.0-beta-3.1 \
+    && rm -rf /var/lib/apt/lists/*
 RUN groupadd --system --gid 10001 suanchi \
     && useradd --system --no-log-init --uid 10001 --gid suanchi --home-dir /app --shell /usr/sbin/nologin suanchi \
     && install -d -o suanchi -g suanchi -m 0750 /var/lib/suanchi

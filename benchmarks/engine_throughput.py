@@ -12,7 +12,10 @@ on, as in production) and every ``place`` call is timed: decisions per second an
 A naive baseline measured in the same run — first fit scanning every node with the same filters and
 no caches — gives the ratio. Figures only: nothing is asserted.
 
-    python benchmarks/engine_throughput.py [--nodes 1000] [--requests 5000] [--policies a,b]
+    python benchmarks/engine_throughput.py [--nodes 1000,5000,10000] [--requests 5000] [--policies a,b]
+
+``--nodes`` takes one size or several (default: 1,000, 5,000 and 10,000 in one run, then the ratio of
+the largest to the smallest fleet's rate per scheduler).
 """
 
 from __future__ import annotations
@@ -192,46 +195,66 @@ def measure(label: str, fleet_seed: int, n_nodes: int, queue: list[Request], pla
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--nodes", type=int, default=1000)
-    parser.add_argument("--requests", type=int, default=5000)
-    parser.add_argument("--policies", default=",".join(policy_names()))
-    parser.add_argument("--seed", type=int, default=7)
-    args = parser.parse_args(argv)
-
-    queue = build_queue(args.requests, random.Random(args.seed))
-    fleet = build_fleet(args.nodes, random.Random(args.seed))
+def run_size(n_nodes: int, queue: list[Request], policies: list[str], seed: int) -> list[dict]:
+    fleet = build_fleet(n_nodes, random.Random(seed))
     n_dev = sum(len(n.devices) for n in fleet.nodes)
-    print(
-        f"fleet: {len(fleet.nodes)} nodes, {n_dev} devices; queue: {len(queue)} requests; one core, pure Python"
-    )
-
-    rows = []
-    base = measure("baseline: naive first fit", args.seed, args.nodes, queue, naive_first_fit)
-    rows.append(base)
-    for name in [p for p in args.policies.split(",") if p]:
-        engine = Engine(name, seed=args.seed, workload=queue)
+    print(f"fleet: {len(fleet.nodes)} nodes, {n_dev} devices; queue: {len(queue)} requests", flush=True)
+    rows = [measure("baseline: naive first fit", seed, n_nodes, queue, naive_first_fit)]
+    for name in policies:
+        engine = Engine(name, seed=seed, workload=queue)
         rows.append(
-            measure(
-                f"engine: {name}", args.seed, args.nodes, queue, lambda s, r, e=engine: e.place(s, r).placed
-            )
+            measure(f"engine: {name}", seed, n_nodes, queue, lambda s, r, e=engine: e.place(s, r).placed)
         )
-
+    base = rows[0]
     print(
         f"{'scheduler':<28} {'decisions/s':>12} {'p50 ms':>8} {'p99 ms':>8} {'placed':>7} {'alloc %':>8} {'× baseline':>11} {'violations':>10}"
     )
     for row in rows:
+        row["nodes"] = n_nodes
         ratio = row["decisions_per_s"] / base["decisions_per_s"]
         print(
             f"{row['label']:<28} {row['decisions_per_s']:>12.0f} {row['p50_ms']:>8.3f} {row['p99_ms']:>8.3f} "
-            f"{row['placed']:>7} {row['allocated_pct']:>8.1f} {ratio:>11.1f} {row['invariant_violations']:>10}"
+            f"{row['placed']:>7} {row['allocated_pct']:>8.1f} {ratio:>11.1f} {row['invariant_violations']:>10}",
+            flush=True,
         )
     engine_rates = [r["decisions_per_s"] for r in rows[1:]]
     if engine_rates:
         print(
             f"engine decisions/s: min {min(engine_rates):.0f}, median {statistics.median(engine_rates):.0f}"
         )
+    print()
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--nodes",
+        default="1000,5000,10000",
+        help="fleet sizes, comma-separated (default 1000,5000,10000: all in one run)",
+    )
+    parser.add_argument("--requests", type=int, default=5000)
+    parser.add_argument("--policies", default=",".join(policy_names()))
+    parser.add_argument("--seed", type=int, default=7)
+    args = parser.parse_args(argv)
+
+    sizes = [int(x) for x in str(args.nodes).split(",") if x.strip()]
+    policies = [p for p in args.policies.split(",") if p]
+    queue = build_queue(args.requests, random.Random(args.seed))
+    print("one core, pure Python; every place() call timed (explanations and top candidates on)")
+    print()
+    by_size = {n: run_size(n, queue, policies, args.seed) for n in sizes}
+    violations = sum(r["invariant_violations"] for rows in by_size.values() for r in rows)
+    if len(sizes) > 1:
+        first, last = sizes[0], sizes[-1]
+        print(f"scaling: decisions/s at {last:,} nodes ÷ at {first:,} nodes (same run)")
+        for i, row in enumerate(by_size[first]):
+            other = by_size[last][i]
+            print(
+                f"{row['label']:<28} {row['decisions_per_s']:>8.0f} → {other['decisions_per_s']:>8.0f}/s"
+                f"  ratio {other['decisions_per_s'] / row['decisions_per_s']:.2f}  p99 {other['p99_ms']:.2f} ms"
+            )
+    print(f"over-allocated cards / invariant violations after every run: {violations}")
     return 0
 
 

@@ -10,7 +10,11 @@ actions are pushed three ways, the API server emptied and the actions reset in b
 - batch: ``push_pending_run`` (the periodic catch-up), one client per cluster for the whole batch.
 
 Then the batch mode once more with 5 % of create calls answering 500, to show the retries and that
-no object is duplicated or lost. Prints actions/s and ratios; asserts nothing on time.
+no object is duplicated or lost. Last, device-plugin mode ``dra`` against ``plain`` in the same run
+(issue 18): the same placed jobs rendered in memory (``workload_objects``: a ResourceClaim selecting
+each card by UUID with CEL, vs a ``nvidia.com/gpu`` count; goal ≥ 200 jobs/s rendered), then
+rendered into the outbox (``push_actions_enqueue_many``) and pushed in one batch — jobs/s and the
+DRA / plain ratio. Prints actions/s and ratios; asserts nothing on time.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/suanchi_bench_push python benchmarks/push_throughput.py
 """
@@ -128,6 +132,60 @@ def batch() -> int:
     return PushAction.objects.filter(state=PushAction.State.APPLIED).count() - before
 
 
+RENDER_ROUNDS = int(os.environ.get("BENCH_RENDER_ROUNDS", 5))
+
+
+def dra_vs_plain(cluster, server) -> None:
+    """Render, and render + push, the same placed jobs in plain and in DRA mode (same run)."""
+    from django.db import transaction
+
+    from apps.clusters.manifests import workload_objects
+    from apps.clusters.models import PushAction
+    from apps.clusters.outbox import push_actions_enqueue_many
+    from apps.inventory.models import Cluster
+    from apps.jobs.models import Allocation, Job, JobState
+
+    jobs = list(Job.objects.filter(state=JobState.SCHEDULED).select_related("project").order_by("pk"))
+    allocations: dict[int, list] = {job.pk: [] for job in jobs}
+    for a in Allocation.objects.filter(job__in=jobs, released_at__isnull=True).select_related(
+        "device", "node"
+    ):
+        allocations[a.job_id].append(a)
+    figures: dict[str, dict[str, float]] = {}
+    for mode, modes in (("plain", {}), ("dra", {"nvidia": "dra"})):
+        Cluster.objects.filter(pk=cluster.pk).update(device_plugin_modes=modes)
+        cluster.refresh_from_db()
+        started = time.perf_counter()
+        objects = 0
+        for _ in range(RENDER_ROUNDS):
+            for job in jobs:
+                objects += len(workload_objects(job, allocations[job.pk], cluster, attempt=job.attempt))
+        render_s = time.perf_counter() - started
+        rendered = len(jobs) * RENDER_ROUNDS / render_s
+
+        PushAction.objects.all().delete()
+        with server._lock:
+            server._store.clear()
+        started = time.perf_counter()
+        with transaction.atomic():
+            actions = len(push_actions_enqueue_many((job, allocations[job.pk], cluster) for job in jobs))
+        PushAction.objects.update(next_attempt_at=dt.datetime(2000, 1, 1, tzinfo=dt.UTC))
+        applied = batch()
+        total_s = time.perf_counter() - started
+        claims = len(server.objects("ResourceClaim")) if mode == "dra" else 0
+        figures[mode] = {"render": rendered, "push": len(jobs) / total_s}
+        print(
+            f"{mode:5s}: rendered {rendered:8.1f} jobs/s ({objects // RENDER_ROUNDS} objects per round); "
+            f"render + push {len(jobs)} jobs ({actions} actions, {applied} applied, {claims} ResourceClaims) "
+            f"in {total_s:6.2f}s = {len(jobs) / total_s:7.1f} jobs/s"
+        )
+    print(
+        f"ratio dra / plain: render {figures['dra']['render'] / figures['plain']['render']:.2f}x, "
+        f"render + push {figures['dra']['push'] / figures['plain']['push']:.2f}x "
+        f"(goal: >= 200 jobs/s rendered in DRA mode: {figures['dra']['render']:.0f})"
+    )
+
+
 def main() -> None:
     ensure_database()
     django.setup()
@@ -194,6 +252,8 @@ def main() -> None:
             f"duplicates: {len(names) - len(set(names))}, failed actions: "
             f"{PushAction.objects.filter(state=PushAction.State.FAILED).count()}"
         )
+
+        dra_vs_plain(cluster, server)
 
 
 if __name__ == "__main__":

@@ -32,7 +32,8 @@ NODES = int(os.environ.get("BENCH_NODES", 1000))
 JOBS = int(os.environ.get("BENCH_JOBS", 5000))
 
 
-def build_fleet():
+def build_fleet(n_nodes: int | None = None):
+    n_nodes = NODES if n_nodes is None else n_nodes
     from apps.accounts.models import Department, Project
     from apps.catalog.models import ComputeCoefficient, ComputeTemplate, DeviceModel
     from apps.inventory.models import Cluster, Device, Node, Pool
@@ -92,7 +93,10 @@ def build_fleet():
     pool = Pool.objects.create(cluster=cluster, name="all", slug="all")
     mix = ["a100"] * 5 + ["t4"] * 2 + ["910b3"] * 2 + ["dcu"]
     nodes = Node.objects.bulk_create(
-        [Node(cluster=cluster, pool=pool, name=f"n{i:04d}", driver_version="550.54.15") for i in range(NODES)]
+        [
+            Node(cluster=cluster, pool=pool, name=f"n{i:05d}", driver_version="550.54.15")
+            for i in range(n_nodes)
+        ]
     )
     devices = []
     for i, node in enumerate(nodes):
@@ -118,9 +122,12 @@ def build_fleet():
     return models, templates, projects
 
 
-def queue_jobs(models, templates, projects, rng: random.Random) -> None:
+def queue_jobs(
+    models, templates, projects, rng: random.Random, n_jobs: int | None = None, prefix: str = "j"
+) -> None:
     from apps.jobs.models import PRIORITY_VALUES, Job
 
+    n_jobs = JOBS if n_jobs is None else n_jobs
     shapes = [
         ("whole", "a100", 1),
         ("whole", "a100", 2),
@@ -136,12 +143,12 @@ def queue_jobs(models, templates, projects, rng: random.Random) -> None:
         ("cu", "huawei", Decimal("0.4")),
     ]
     jobs = []
-    for i in range(JOBS):
+    for i in range(n_jobs):
         kind, what, n = shapes[rng.randrange(len(shapes))]
         prio = rng.choice(["low", "normal", "normal", "high"])
         common = dict(
             project=projects[i % len(projects)],
-            name=f"j{i}",
+            name=f"{prefix}{i}",
             image="x",
             priority_class=prio,
             priority=PRIORITY_VALUES[prio],
@@ -190,9 +197,8 @@ def run(batch: int) -> tuple[float, object]:
     return time.perf_counter() - started, result
 
 
-def main() -> None:
-    ensure_database()
-    django.setup()
+def reset_database() -> None:
+    """Migrate, then empty every table the benchmark fills."""
     from django.core.management import call_command
     from django.db import connection
 
@@ -203,6 +209,12 @@ def main() -> None:
             "inventory_node, inventory_pool, inventory_cluster, catalog_computetemplate, catalog_computecoefficient, "
             "catalog_devicemodel, accounts_project, accounts_department CASCADE"
         )
+
+
+def main() -> None:
+    ensure_database()
+    django.setup()
+    reset_database()
     rng = random.Random(42)
     models, templates, projects = build_fleet()
     queue_jobs(models, templates, projects, rng)

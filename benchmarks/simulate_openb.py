@@ -5,11 +5,17 @@ run, next to the figure the trace's authors published for the same method where 
 "published"), then the allocation curve. Figures only: nothing is asserted.
 
     python benchmarks/simulate_openb.py [--seeds 42-51] [--policies a,b] [--jobs 1] [--json out.json]
+        [--variant default|no-models] [--no-offline] [--hindsight-seconds 5]
+
+Then the offline references for the same arrived workload at 100 % (``engine/offline.py``): the LP
+bound no placement can beat and the best packing found with full hindsight, with the gap of the best
+online policy to each.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -40,11 +46,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--tie-break", dest="tie_break", choices=("order", "random"), default="order")
     parser.add_argument("--json", dest="json_out", default=None)
+    parser.add_argument(
+        "--variant",
+        choices=("default", "no-models"),
+        default="default",
+        help="no-models: the same pods without their GPU-model constraint (the 5-column variant)",
+    )
+    parser.add_argument(
+        "--no-offline", dest="offline", action="store_false", help="skip the offline references"
+    )
+    parser.add_argument("--hindsight-seconds", type=float, default=5.0)
     args = parser.parse_args(argv)
 
     policies = [p for p in args.policies.split(",") if p]
     nodes = simulate.load_nodes(args.nodes)
     pods = simulate.load_pods(args.pods)
+    if args.variant == "no-models":
+        pods = [dataclasses.replace(p, models=frozenset()) for p in pods]
     print(
         f"trace: {len(nodes)} nodes, {sum(n.gpus for n in nodes)} GPUs, {len(pods)} pods; "
         f"seeds {args.seeds}; exact score ties go to the {'first node in list order' if args.tie_break == 'order' else 'a random node'}"
@@ -87,8 +105,27 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"{name:<10} {f['frag_pct']['mean']:6.2f} % of capacity, {f['frag_rate']['mean']:6.2f} % of idle GPU"
             )
+    if args.offline:
+        t0 = time.perf_counter()
+        ref = simulate.offline_references(
+            nodes,
+            pods,
+            args.seeds,
+            results=results,
+            time_limit=args.hindsight_seconds,
+            jobs=max(1, args.jobs),
+        )
+        print()
+        print(simulate.format_offline(ref))
+        for seed, r in ref["per_seed"].items():
+            print(
+                f"  seed {seed}: bound {r['bound']:.2f} %, hindsight {r['hindsight']:.2f} % "
+                f"({r['hindsight_moves']} local-search moves), {r['seconds']:.1f} s"
+            )
+        print(f"offline references in {time.perf_counter() - t0:.0f} s")
+        results = {**results, "offline": ref}
     print()
-    print(f"{len(policies)} policies × {len(args.seeds)} seeds in {elapsed:.0f} s")
+    print(f"{len(policies)} policies × {len(args.seeds)} seeds in {elapsed:.0f} s (variant {args.variant})")
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(results, indent=2) + "\n")
         print(f"wrote {args.json_out}")

@@ -2,9 +2,13 @@
 
 from django.urls import include, path
 
+from apps.benchlib.api.views import RecommendationView
+
 urlpatterns = [
     path("accounts/", include("apps.accounts.api.urls")),
+    path("catalog/recommendations/", RecommendationView.as_view(), name="recommendations"),
     path("catalog/", include("apps.catalog.api.urls")),
+    path("benchlib/", include("apps.benchlib.api.urls")),
     path("inventory/", include("apps.inventory.api.urls")),
     path("jobs/", include("apps.scheduling.api.job_urls")),
     path("quotas/", include("apps.quotas.api.urls")),

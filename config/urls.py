@@ -22,6 +22,7 @@ urlpatterns = [
     path("api/docs/", SpectacularSwaggerSplitView.as_view(url_name="api-schema"), name="api-docs"),
     path("inventory/", include("apps.inventory.urls")),
     path("clusters/", include("apps.clusters.urls")),
+    path("catalog/library/", include("apps.benchlib.urls")),
     path("catalog/", include("apps.catalog.urls")),
     path("jobs/", include("apps.scheduling.job_urls")),
     path("quotas/", include("apps.quotas.urls")),
@@ -29,5 +30,7 @@ urlpatterns = [
     path("billing/", include("apps.billing.urls")),
     path("rollout/", include("apps.rollout.urls")),
     path("migration/", include("apps.migration.urls")),
+    path("notifications/", include("apps.notify.urls")),
+    path("account/", include("apps.accounts.urls")),
     path("runs/", include("apps.core.urls")),
 ]

@@ -8,8 +8,14 @@ PYTHON="${PYTHON:-python3}"
 if [ ! -x .venv/bin/python ]; then
     "$PYTHON" -m venv .venv
 fi
-.venv/bin/python -m pip install --quiet --upgrade pip
-.venv/bin/python -m pip install --quiet -e .
+# Install only when the dependencies changed since the last start (a stamp of pyproject.toml).
+STAMP=.venv/.suanchi-installed
+WANT="$(cksum pyproject.toml)"
+if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ]; then
+    .venv/bin/python -m pip install --quiet --upgrade pip
+    .venv/bin/python -m pip install --quiet -e .
+    echo "$WANT" > "$STAMP"
+fi
 .venv/bin/python manage.py migrate --noinput
 .venv/bin/python manage.py load_demo
 exec .venv/bin/python manage.py serve --host "${SUANCHI_HOST:-127.0.0.1}" --port "${SUANCHI_PORT:-8000}"

@@ -26,6 +26,9 @@ command -v prometheus >/dev/null 2>&1 || missing="$missing prometheus"
 [ -x /usr/bin/chromium ] || missing="$missing chromium"
 # A CJK font, so Chinese pages render in the browser tests' screenshots.
 [ -e /usr/share/fonts/truetype/wqy/wqy-microhei.ttc ] || missing="$missing fonts-wqy-microhei"
+# ... which the PDF bill also embeds (apps/billing/exports.py); the bill tests read PDFs with
+# poppler's pdffonts / pdftotext.
+command -v pdffonts >/dev/null 2>&1 || missing="$missing poppler-utils"
 if [ -n "$missing" ]; then
     echo "installing Debian packages:$missing"
     SUDO=""

@@ -26,6 +26,7 @@ app.conf.task_routes = {
     "worker.tasks.billing.*": {"queue": "billing"},
     "worker.tasks.rollout.*": {"queue": "default"},
     "worker.tasks.migration.*": {"queue": "default"},
+    "worker.tasks.notify.*": {"queue": "default"},
 }
 # (entry, task, every N seconds). A run not started within two periods is dropped (``expires``):
 # the next one does the same work, so a backlog after an outage never replays.
@@ -40,6 +41,9 @@ BEAT = [
     ("inventory-mark-stale-nodes", "worker.tasks.inventory.node_staleness_check_task", 300.0),
     ("billing-meter", "worker.tasks.billing.metering_task", 900.0),
     ("migration-gates", "worker.tasks.migration.gates_evaluate_task", 900.0),
+    # the outbox's safety net: deliveries whose after-commit task was lost, and retries that are due
+    ("notify-send", "worker.tasks.notify.deliveries_send_task", 30.0),
+    ("notify-quota-check", "worker.tasks.notify.quota_check_task", 600.0),
 ]
 app.conf.beat_schedule = {
     name: {"task": task, "schedule": every, "options": {"expires": 2 * every}} for name, task, every in BEAT

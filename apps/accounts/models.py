@@ -112,3 +112,19 @@ class ApiToken(BaseModel):
     @staticmethod
     def hash_key(key: str) -> str:
         return _hash_key(key)
+
+
+class UserPreference(models.Model):
+    """A user's own language and time zone (blank: the platform's). Applied to every page and chart by
+    ``apps.accounts.middleware.UserPreferenceMiddleware``."""
+
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="preference")
+    language = models.CharField(_("language"), max_length=10, blank=True, choices=settings.LANGUAGES)
+    time_zone = models.CharField(_("time zone"), max_length=64, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name = _("user preference")
+
+    def __str__(self) -> str:
+        return f"{self.user_id}: {self.language or '-'} {self.time_zone or '-'}"

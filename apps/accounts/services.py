@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import zoneinfo
 from datetime import datetime
 
+from django.conf import settings
 from django.db import transaction
+from django.utils.translation import gettext as _
 
-from apps.accounts.models import ApiToken, Department, Membership, Project
+from apps.accounts.models import ApiToken, Department, Membership, Project, UserPreference
 from apps.core.audit import change_record_create, snapshot
+from apps.core.errors import ValidationFailed
 
 
 @transaction.atomic
@@ -78,3 +82,24 @@ def api_token_revoke(*, token: ApiToken, actor) -> ApiToken:
         actor=actor, action="api_token.revoke", obj=token, before={"revoked": False}, after={"revoked": True}
     )
     return token
+
+
+@transaction.atomic
+def preference_set(*, user, language: str = "", time_zone: str = "", actor) -> UserPreference:
+    """Store the user's language and time zone (blank = the platform's); 400 for an unknown one."""
+    errors = {}
+    if language and language not in dict(settings.LANGUAGES):
+        errors["language"] = [_("Choose one of the platform's languages.")]
+    if time_zone and time_zone not in zoneinfo.available_timezones():
+        errors["time_zone"] = [
+            _("%(zone)s is not an IANA time zone (e.g. Asia/Shanghai).") % {"zone": time_zone[:64]}
+        ]
+    if errors:
+        raise ValidationFailed(next(iter(errors.values()))[0], details=errors)
+    pref, _created = UserPreference.objects.update_or_create(
+        user=user, defaults={"language": language, "time_zone": time_zone}
+    )
+    change_record_create(
+        actor=actor, action="preference.set", obj=pref, after={"language": language, "time_zone": time_zone}
+    )
+    return pref

@@ -1,8 +1,9 @@
 """Bill exports: CSV (UTF-8 with BOM, so Excel opens Chinese names), XLSX (openpyxl) and PDF
-(reportlab with its built-in CID font STSong-Light: Chinese renders with no font file and no network).
+(reportlab, embedding Debian's WenQuanYi Micro Hei: see PDF_FONT below).
 
 The layout is the same in every format: a header block, the lines by group, then the totals.
-Labels are fixed English words so the files parse back; amounts are plain decimals (cents).
+CSV and XLSX labels are fixed English words so the files parse back; the PDF is a document for people,
+in the reader's language. Amounts are plain decimals (cents).
 
 Names come from ``selectors.bill_names``: a finalized bill prints the names snapshotted when it was
 finalized. Every text cell of the CSV and XLSX goes through ``apps.core.exports`` (spreadsheet formula
@@ -14,12 +15,16 @@ from __future__ import annotations
 import csv
 import io
 import zipfile
+from datetime import timedelta
 from decimal import Decimal
 from pathlib import Path
+
+from django.utils.translation import gettext_noop
 
 from apps.billing.models import Bill, BillingPeriod, BillLine
 from apps.billing.selectors import bill_names
 from apps.core.exports import csv_row, xlsx_append
+from apps.core.formatting import format_datetime
 
 FORMATS = {
     "csv": "text/csv; charset=utf-8",
@@ -32,7 +37,6 @@ GROUP_TITLES = {
     BillLine.Group.ADJUSTMENT: "Adjustments",
     BillLine.Group.IDLE: "Idle-cost share",
 }
-CJK_FONT = "STSong-Light"
 NUMERIC_ROWS = {*BillLine.Group.values, "usage", "adjustments", "idle share", "total"}
 
 
@@ -130,28 +134,147 @@ def _is_number(text: str) -> bool:
     return True
 
 
+# The PDF embeds a CJK-capable TrueType font, subset to the characters used (pdffonts: "emb yes"): Debian's
+# fonts-wqy-microhei (installed by scripts/services.sh), looked up under the XDG data directories
+# (https://specifications.freedesktop.org/basedir-spec/latest/), or the file SUANCHI_PDF_FONT names.
+# Nothing is downloaded. ReportLab embeds TTF subsets: https://docs.reportlab.com/reportlab/userguide/ch3_fonts/
+PDF_FONT = "SuanchiCJK"
+PDF_FONT_FILES = ("fonts/truetype/wqy/wqy-microhei.ttc", "fonts/wqy-microhei/wqy-microhei.ttc")
+
+
+def pdf_font_path() -> Path:
+    """The font file the PDF bill embeds; ImproperlyConfigured when none is installed."""
+    import os
+
+    from django.core.exceptions import ImproperlyConfigured
+
+    configured = os.environ.get("SUANCHI_PDF_FONT")
+    if configured:
+        return Path(configured)
+    data_dirs = (os.environ.get("XDG_DATA_DIRS") or "/usr/local/share:/usr/share").split(":")
+    for folder in data_dirs:
+        for name in PDF_FONT_FILES:
+            candidate = Path(folder) / name
+            if candidate.is_file():
+                return candidate
+    raise ImproperlyConfigured(
+        "No CJK font for the PDF bill: install Debian's fonts-wqy-microhei (scripts/services.sh does) "
+        "or set SUANCHI_PDF_FONT to a TrueType file"
+    )
+
+
 def _register_font() -> None:
     from reportlab.pdfbase import pdfmetrics
-    from reportlab.pdfbase.cidfonts import UnicodeCIDFont
+    from reportlab.pdfbase.ttfonts import TTFont
 
-    if CJK_FONT not in pdfmetrics.getRegisteredFontNames():
-        pdfmetrics.registerFont(UnicodeCIDFont(CJK_FONT))
+    if PDF_FONT not in pdfmetrics.getRegisteredFontNames():
+        path = pdf_font_path()
+        # A .ttc holds several faces; WenQuanYi Micro Hei is the first.
+        pdfmetrics.registerFont(TTFont(PDF_FONT, str(path), subfontIndex=0))
+
+
+def bill_number(bill: Bill) -> str:
+    """A stable number: one bill per project and month (billing_bill_one_per_month)."""
+    return f"SC-{bill.month:%Y%m}-{bill.project_id:05d}"
+
+
+def _previous_bill(bill: Bill) -> Bill | None:
+    from apps.billing.services import previous_month
+
+    return Bill.objects.filter(project_id=bill.project_id, month=previous_month(bill.month)).first()
+
+
+def _rate(bill: Bill, line: BillLine) -> Decimal | None:
+    """Price per CU-hour of a resource or job line: what its usage entries were charged per CU-hour
+    (the rate card's price net of the project's discount; a blend when several rates applied)."""
+    from django.db.models import Sum
+
+    from apps.billing.models import UsageEntry
+
+    if line.group == BillLine.Group.RESOURCE:
+        entries = UsageEntry.objects.filter(
+            device_model_id=line.device_model_id, template_id=line.template_id
+        )
+    elif line.group == BillLine.Group.JOB and line.job_id:
+        entries = UsageEntry.objects.filter(job_id=line.job_id)
+    else:
+        return None
+    sums = entries.filter(project_id=bill.project_id, month=bill.month).aggregate(
+        amount=Sum("amount"), cu_hours=Sum("cu_hours")
+    )
+    if not sums["cu_hours"]:
+        return None
+    return (sums["amount"] / sums["cu_hours"]).quantize(Decimal("0.0001"))
+
+
+IDLE_POLICY_TEXT = {
+    "none": gettext_noop("Idle policy: unused capacity is not charged; the idle share is zero."),
+    "spread": gettext_noop(
+        "Idle policy: the cost of capacity nobody used is spread over the projects in proportion to their use."
+    ),
+    "platform": gettext_noop("Idle policy: the cost of capacity nobody used is carried by the platform."),
+}
+
+
+def _bar_chart(rows: list[tuple[str, Decimal]], unit: str):
+    """A small horizontal bar chart drawn straight on the page in the embedded font (ReportLab's
+    graphics renderer would start each drawing in its own, unembedded, Times-Roman)."""
+    from reportlab.lib import colors
+    from reportlab.lib.units import mm
+    from reportlab.platypus import Flowable
+
+    palette = ("#3b6ea5", "#2f855a", "#9aa5b1", "#d69e2e")
+    bar_h, gap, label_w, width = 5 * mm, 2.5 * mm, 52 * mm, 178 * mm
+    top = max((float(v) for _label, v in rows), default=0.0) or 1.0
+
+    class BarChart(Flowable):
+        def wrap(self, *_args):
+            return width, len(rows) * (bar_h + gap) + gap
+
+        def draw(self):
+            canvas = self.canv
+            height = len(rows) * (bar_h + gap) + gap
+            for i, (label, value) in enumerate(rows):
+                y = height - (i + 1) * (bar_h + gap)
+                length = max((width - label_w - 40 * mm) * float(value) / top, 0.5)
+                canvas.setFont(PDF_FONT, 8)
+                canvas.setFillColor(colors.black)
+                canvas.drawString(0, y + 1.4 * mm, label)
+                canvas.setFillColor(colors.HexColor(palette[i % len(palette)]))
+                canvas.rect(label_w, y, length, bar_h, stroke=0, fill=1)
+                canvas.setFillColor(colors.black)
+                canvas.drawString(label_w + length + 2 * mm, y + 1.4 * mm, f"{_text(value)} {unit}")
+
+    return BarChart()
 
 
 def bill_pdf(bill: Bill) -> bytes:
+    """A chargeback document in the reader's language: number, period, project and department, lines with
+    their rate (price per CU-hour × CU-hours = amount), guaranteed / used / idle with the idle policy, the
+    previous month for comparison and a small chart. One embedded font for every glyph."""
     from xml.sax.saxutils import escape
 
+    from django.utils import formats
+    from django.utils.translation import gettext as _
     from reportlab.lib import colors
     from reportlab.lib.pagesizes import A4
     from reportlab.lib.styles import ParagraphStyle
     from reportlab.lib.units import mm
     from reportlab.platypus import Paragraph, SimpleDocTemplate, Spacer, Table, TableStyle
 
+    from apps.billing.models import IdlePolicy
+    from apps.billing.services import month_bounds
+
     _register_font()
     names = bill_names(bill)
-    title = ParagraphStyle("title", fontName=CJK_FONT, fontSize=16, leading=22, spaceAfter=6)
-    body = ParagraphStyle("body", fontName=CJK_FONT, fontSize=9.5, leading=13)
+    number = bill_number(bill)
+    start, end = month_bounds(bill.month)
+    last_day = end - timedelta(days=1)
+    title = ParagraphStyle("title", fontName=PDF_FONT, fontSize=16, leading=22, spaceAfter=6)
+    body = ParagraphStyle("body", fontName=PDF_FONT, fontSize=9.5, leading=13)
+    small = ParagraphStyle("small", parent=body, fontSize=8, leading=11, textColor=colors.HexColor("#52606d"))
     heading = ParagraphStyle("heading", parent=body, fontSize=11, leading=16, spaceBefore=8, spaceAfter=4)
+    cur = bill.currency
     buffer = io.BytesIO()
     doc = SimpleDocTemplate(
         buffer,
@@ -160,25 +283,40 @@ def bill_pdf(bill: Bill) -> bytes:
         rightMargin=16 * mm,
         topMargin=16 * mm,
         bottomMargin=16 * mm,
-        title=f"Suanchi bill {names['project_slug']} {bill.month:%Y-%m}",
+        title=f"{number} {names['project_slug']} {bill.month:%Y-%m}",
         author="Suanchi",
+        # The canvas's own default font (Helvetica, never embedded) is replaced too: every font is embedded.
+        initialFontName=PDF_FONT,
     )
-    story: list = [
-        Paragraph(escape(f"Suanchi bill {bill.month:%Y-%m}"), title),
-        Paragraph(escape(f"Project: {names['project_name']} ({names['project_slug']})"), body),
-        Paragraph(escape(f"Department: {names['department_name']}"), body),
-        Paragraph(escape(f"State: {bill.state} · Currency: {bill.currency}"), body),
-        Paragraph(
-            escape(
-                f"Used CU-hours: {_text(bill.used_cu_hours)} · Guaranteed CU-hours: "
-                f"{_text(bill.guaranteed_cu_hours) or 'n/a'}"
-            ),
-            body,
-        ),
+
+    def para(text: str, style=body) -> Paragraph:
+        return Paragraph(escape(text), style)
+
+    policy = bill.period.idle_policy if bill.period_id else IdlePolicy.NONE
+    period_text = _("%(start)s to %(end)s (%(zone)s)") % {
+        "start": formats.date_format(start.date(), "SHORT_DATE_FORMAT"),
+        "end": formats.date_format(last_day.date(), "SHORT_DATE_FORMAT"),
+        "zone": str(start.tzinfo),
+    }
+    facts = [
+        [_("Bill number"), number],
+        [_("Billing period"), period_text],
+        [_("Project"), f"{names['project_name']} ({names['project_slug']})"],
+        [_("Department"), names["department_name"]],
+        [_("State"), str(Bill.State(bill.state).label)],
+        [_("Currency"), cur],
     ]
+    if bill.finalized_at:
+        facts.append([_("Finalized"), format_datetime(bill.finalized_at)])
+    story: list = [para(_("Suanchi chargeback bill %(month)s") % {"month": f"{bill.month:%Y-%m}"}, title)]
+    facts_table = Table([[para(k), para(v)] for k, v in facts], colWidths=[40 * mm, 138 * mm])
+    facts_table.setStyle(
+        TableStyle([("FONTNAME", (0, 0), (-1, -1), PDF_FONT), ("VALIGN", (0, 0), (-1, -1), "TOP")])
+    )
+    story.append(facts_table)
     table_style = TableStyle(
         [
-            ("FONTNAME", (0, 0), (-1, -1), CJK_FONT),
+            ("FONTNAME", (0, 0), (-1, -1), PDF_FONT),
             ("FONTSIZE", (0, 0), (-1, -1), 9),
             ("BACKGROUND", (0, 0), (-1, 0), colors.HexColor("#e4e7eb")),
             ("ALIGN", (1, 0), (-1, -1), "RIGHT"),
@@ -186,30 +324,92 @@ def bill_pdf(bill: Bill) -> bytes:
             ("VALIGN", (0, 0), (-1, -1), "TOP"),
         ]
     )
+    group_titles = {
+        BillLine.Group.RESOURCE: _("By device model / template"),
+        BillLine.Group.JOB: _("By job"),
+        BillLine.Group.ADJUSTMENT: _("Adjustments"),
+        BillLine.Group.IDLE: _("Idle-cost share"),
+    }
     lines = _lines(bill)
-    for group, group_title in GROUP_TITLES.items():
+    for group, group_title in group_titles.items():
         members = [line for line in lines if line.group == group]
         if not members:
             continue
-        story.append(Paragraph(escape(group_title), heading))
-        data = [["Item", "CU-hours", f"Amount ({bill.currency})"]]
+        story.append(para(group_title, heading))
+        data = [
+            [
+                _("Item"),
+                _("Price per CU-hour (%(currency)s)") % {"currency": cur},
+                _("CU-hours"),
+                _("Amount (%(currency)s)") % {"currency": cur},
+            ]
+        ]
         for line in members:
-            data.append([Paragraph(escape(line.label), body), _text(line.cu_hours), _text(line.amount)])
-        table = Table(data, colWidths=[110 * mm, 32 * mm, 36 * mm], repeatRows=1)
+            rate = _rate(bill, line)
+            data.append(
+                [
+                    para(line.label),
+                    "" if rate is None else f"{rate:f}",
+                    _text(line.cu_hours),
+                    _text(line.amount),
+                ]
+            )
+        table = Table(data, colWidths=[88 * mm, 32 * mm, 26 * mm, 32 * mm], repeatRows=1)
         table.setStyle(table_style)
         story.append(table)
+    story.append(para(_("Price per CU-hour: the rate card's price after any project discount."), small))
+
+    guaranteed = bill.guaranteed_cu_hours
+    used = Decimal(bill.used_cu_hours)
+    idle = max(Decimal(guaranteed) - used, Decimal(0)) if guaranteed is not None else None
+    story.append(para(_("Guaranteed, used and idle"), heading))
+    share = [
+        [_("Guaranteed CU-hours"), _text(guaranteed) or _("no guarantee")],
+        [_("Used CU-hours"), _text(used)],
+        [_("Unused guarantee (CU-hours)"), _text(idle) if idle is not None else "—"],
+        [_("Idle-cost share (%(currency)s)") % {"currency": cur}, _text(bill.idle_share_amount)],
+    ]
+    share_table = Table(share, colWidths=[146 * mm, 32 * mm])
+    share_table.setStyle(
+        TableStyle([("FONTNAME", (0, 0), (-1, -1), PDF_FONT), ("ALIGN", (1, 0), (1, -1), "RIGHT")])
+    )
+    story.append(share_table)
+    story.append(para(_(IDLE_POLICY_TEXT.get(policy, IDLE_POLICY_TEXT["none"])), small))
+
+    previous = _previous_bill(bill)
+    story.append(para(_("Compared with the previous month"), heading))
+    rows = [[_("Month"), _("CU-hours"), _("Total (%(currency)s)") % {"currency": cur}]]
+    if previous is not None:
+        rows.append([f"{previous.month:%Y-%m}", _text(previous.used_cu_hours), _text(previous.total)])
+    rows.append([f"{bill.month:%Y-%m}", _text(bill.used_cu_hours), _text(bill.total)])
+    compare = Table(rows, colWidths=[88 * mm, 45 * mm, 45 * mm])
+    compare.setStyle(table_style)
+    story.append(compare)
+    if previous is None:
+        story.append(para(_("No bill for the previous month."), small))
+    chart_rows = [(_("Guaranteed CU-hours"), Decimal(guaranteed or 0)), (_("Used CU-hours"), used)]
+    if previous is not None:
+        chart_rows.append(
+            (
+                _("Used CU-hours, %(month)s") % {"month": f"{previous.month:%Y-%m}"},
+                Decimal(previous.used_cu_hours),
+            )
+        )
+    story.append(Spacer(1, 3 * mm))
+    story.append(_bar_chart(chart_rows, _("CU-h")))
+
     story.append(Spacer(1, 6 * mm))
     totals = [
-        ["Usage", _text(bill.usage_amount)],
-        ["Adjustments", _text(bill.adjustments_amount)],
-        ["Idle share", _text(bill.idle_share_amount)],
-        ["Total", _text(bill.total)],
+        [_("Usage"), _text(bill.usage_amount)],
+        [_("Adjustments"), _text(bill.adjustments_amount)],
+        [_("Idle share"), _text(bill.idle_share_amount)],
+        [_("Total"), _text(bill.total)],
     ]
     totals_table = Table(totals, colWidths=[142 * mm, 36 * mm])
     totals_table.setStyle(
         TableStyle(
             [
-                ("FONTNAME", (0, 0), (-1, -1), CJK_FONT),
+                ("FONTNAME", (0, 0), (-1, -1), PDF_FONT),
                 ("ALIGN", (1, 0), (1, -1), "RIGHT"),
                 ("LINEABOVE", (0, -1), (-1, -1), 0.75, colors.black),
             ]
@@ -217,7 +417,9 @@ def bill_pdf(bill: Bill) -> bytes:
     )
     story.append(totals_table)
     story.append(Spacer(1, 4 * mm))
-    story.append(Paragraph(escape(f"Total: {_text(bill.total)} {bill.currency}"), heading))
+    story.append(
+        para(_("Total: %(amount)s %(currency)s") % {"amount": _text(bill.total), "currency": cur}, heading)
+    )
     doc.build(story)
     return buffer.getvalue()
 

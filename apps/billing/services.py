@@ -44,11 +44,13 @@ from apps.billing.models import (
     UsageBasis,
     UsageEntry,
 )
+from apps.billing.signals import bills_finalized
 from apps.catalog.models import ComputeTemplate, DeviceModel
 from apps.catalog.selectors import coefficients_on
 from apps.core import runs
 from apps.core.audit import actor_fields, change_record_create, snapshot
 from apps.core.errors import Conflict, ValidationFailed
+from apps.core.formatting import format_datetime
 from apps.core.locks import try_lock
 from apps.inventory.models import Device
 from apps.jobs.models import Allocation, Job
@@ -636,7 +638,7 @@ def _ensure_ended(month: date, now: datetime | None = None) -> None:
     _start, end = month_bounds(month)
     if end > (now or timezone.now()):
         raise ValidationFailed(
-            f"Month {month:%Y-%m} has not ended yet (it ends {end.isoformat()}); only a past month can be closed.",
+            f"Month {month:%Y-%m} has not ended yet (it ends {format_datetime(end)}); only a past month can be closed.",
             details={"month": ["not ended"]},
             code="month_not_ended",
         )
@@ -1053,13 +1055,17 @@ def month_close(
 def _bills_finalize(bills, *, now: datetime) -> int:
     """Finalize draft bills in one statement, snapshotting the names their documents print."""
     project = Project.objects.filter(pk=OuterRef("project_id"))
-    return bills.filter(state=Bill.State.DRAFT).update(
+    ids = list(bills.filter(state=Bill.State.DRAFT).values_list("pk", flat=True))
+    done = Bill.objects.filter(pk__in=ids, state=Bill.State.DRAFT).update(
         state=Bill.State.FINALIZED,
         finalized_at=now,
         project_name=Subquery(project.values("name")[:1]),
         project_slug=Subquery(project.values("slug")[:1]),
         department_name=Subquery(project.values("department__name")[:1]),
     )
+    if ids:  # layers above (notifications) hear about it; a queryset update sends no post_save
+        bills_finalized.send(sender=Bill, bill_ids=ids)
+    return done
 
 
 @transaction.atomic

@@ -20,7 +20,13 @@ from django.utils.translation import gettext_lazy as _
 
 from apps.catalog import selectors, services
 from apps.catalog.filtersets import filter_by_partition
-from apps.catalog.models import ComputeCoefficient, ComputeTemplate, DeviceModel, DeviceRequestTemplate
+from apps.catalog.models import (
+    ComputeCoefficient,
+    ComputeTemplate,
+    DeviceModel,
+    DeviceRequestTemplate,
+    WorkloadProfile,
+)
 from apps.core.admin import ReadOnlyAdminMixin
 from apps.core.errors import ApplicationError
 
@@ -409,3 +415,22 @@ class DeviceRequestTemplateAdmin(admin.ModelAdmin):
 
     def delete_model(self, request, obj):
         services.request_template_delete(template=obj, actor=request.user)
+
+
+@admin.register(WorkloadProfile)
+class WorkloadProfileAdmin(admin.ModelAdmin):
+    """Profiles are data: staff edit them here; the built-in ones come from workload-profiles.yaml."""
+
+    list_display = [
+        "key",
+        "name",
+        "unit",
+        "framework",
+        "precision",
+        "memory_mib",
+        "latency_bound",
+        "is_builtin",
+    ]
+    list_filter = ["latency_bound", "is_builtin"]
+    search_fields = ["key", "name"]
+    readonly_fields = ["is_builtin", "created_at", "updated_at"]

@@ -219,6 +219,14 @@ class ComputeTemplate(BaseModel):
         return self.name
 
     @property
+    def label(self) -> str:
+        """The name in the reader's language: a built-in's stored name ("A100 · whole card") is a
+        registered text (apps.catalog.services, apps.core.stored_text); a custom name is kept."""
+        from apps.core.stored_text import localize
+
+        return localize(self.name)
+
+    @property
     def memory_gib(self) -> int | None:
         return None if self.memory_mib is None else self.memory_mib // 1024
 
@@ -390,3 +398,45 @@ class DeviceRequestTemplate(BaseModel):
             spec_validate(self.spec)
         except SpecError as exc:
             raise ValidationError({"spec": [f"{path}: {msg}" for path, msg in exc.errors]})
+
+
+class WorkloadProfile(BaseModel):
+    """A named kind of work with a unit of useful output (工作负载画像), e.g. ``llm-serve-7b`` in tokens/s.
+
+    Profiles are data: seeded from ``apps/catalog/data/workload-profiles.yaml`` (each figure with its
+    basis) and editable in the admin. The benchmark library (``apps.benchlib``) keeps the measurements
+    of each profile on each device model and template; recommendations rank by cost per unit of work.
+    """
+
+    key = models.SlugField(_("key"), max_length=60, unique=True)
+    name = models.CharField(_("name"), max_length=120)
+    unit = models.CharField(_("unit of output"), max_length=40, help_text=_("e.g. tokens/s, images/s"))
+    framework = models.CharField(_("framework"), max_length=80, blank=True)
+    precision = models.CharField(_("precision"), max_length=20, blank=True)
+    memory_mib = models.PositiveIntegerField(
+        _("memory per instance (MiB)"),
+        null=True,
+        blank=True,
+        help_text=_("device memory one instance needs; blank when the work is sharded over cards"),
+    )
+    total_memory_mib = models.PositiveIntegerField(
+        _("memory in all (MiB)"),
+        null=True,
+        blank=True,
+        help_text=_("model state to spread over the cards of one instance (sharded training)"),
+    )
+    latency_bound = models.BooleanField(
+        _("measured at a latency bound"), default=False, help_text=_("serving profiles report p99 latency")
+    )
+    description = models.TextField(_("description"), blank=True)
+    basis = models.TextField(_("basis of the figures"), blank=True)
+    # How the simulated backend derives synthetic-but-plausible results ({"bound": "compute", ...}).
+    synthetic = models.JSONField(default=dict, blank=True)
+    is_builtin = models.BooleanField(default=False, help_text=_("loaded from the profile data file"))
+
+    class Meta:
+        ordering = ["key"]
+        verbose_name = _("workload profile")
+
+    def __str__(self) -> str:
+        return f"{self.key} ({self.unit})"

@@ -12,6 +12,9 @@ MIG (``mig_profiles``: profile name -> max instances per card, from NVIDIA mig-p
     the card (80 GB x 1024 MiB). Where the rounding makes instances x memory exceed the card
     (H100 NVL ``1g.24gb`` x 4 = 96 of 94 GiB, H200 ``3g.71gb`` x 2 = 142 of 141 GiB) the fitting
     count is lower than NVIDIA's: a template never promises more memory than the card has.
+    Where the instances may sit on the card (start slots of each profile, NVIDIA's -lgipp placements)
+    is ``apps.catalog.mig`` (data ``data/mig-geometry.yaml``): the engine places MIG slices only on
+    free placements there, and the template editor refuses counts or layouts no placement can carve.
 
 vNPU (``vnpu_templates``: name -> {aicore, aicpu, mem_gb?}, from Ascend MindCluster)
     Compute share = aicore / the model's ai_cores. Memory = mem_gb x 1024 MiB when the catalog

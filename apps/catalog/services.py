@@ -15,6 +15,7 @@ from django.db.models import ProtectedError
 from django.utils.text import slugify
 
 from apps.catalog import request_spec, selectors
+from apps.catalog.mig import carve, layout_problem_text, model_geometry
 from apps.catalog.models import (
     ComputeCoefficient,
     ComputeTemplate,
@@ -24,6 +25,7 @@ from apps.catalog.models import (
 )
 from apps.catalog.partitions import (
     MIB_PER_GIB,
+    MIG,
     PartitionProfile,
     ProfileError,
     partition_profile,
@@ -33,6 +35,7 @@ from apps.catalog.partitions import (
 )
 from apps.core.audit import change_record_create, snapshot
 from apps.core.errors import Conflict, ParseFailed, ValidationFailed
+from apps.core.stored_text import stored
 from apps.core.validation import validate, validate_and_save, validation_details, validation_message
 
 DEFAULT_CATALOG_PATH = Path(__file__).resolve().parent / "data" / "device_models.yaml"
@@ -434,10 +437,71 @@ def compute_template_build(
         .exists()
     ):
         errors["name"] = [f"{device_model.name} already has a template named {template.name!r}"]
+    if (
+        device_model is not None
+        and profile is not None
+        and profile.kind == MIG
+        and not {"partition_profile", "max_instances"} & errors.keys()
+    ):
+        # MIG geometry: max_instances x the profile must be carvable on one card (NVIDIA placements)
+        geometry = model_geometry(device_model.name)
+        if geometry is not None:
+            problem = layout_problem_text(geometry, [profile.name] * template.max_instances)
+            if problem:
+                errors["max_instances"] = [problem]
     if errors:
         raise _template_invalid(DjangoValidationError(errors))
     template.compute_share = template.compute_share.quantize(Decimal("0.01"))  # 25 -> 25.00, same value
     return template
+
+
+def mig_layout_check(device_model: DeviceModel, layout: Any) -> dict[str, Any]:
+    """Whether a per-card MIG layout (profile -> count, e.g. {"3g.40gb": 1, "4g.40gb": 1}) can be carved.
+
+    Returns {"model", "geometry", "instances": [{"profile", "start", "size"}]} with a start slot for
+    every instance; raises ValidationFailed (400) saying precisely why when no placement exists, the
+    model has no sourced geometry, or the input is malformed.
+    """
+    from django.utils.translation import gettext as _
+
+    if not isinstance(layout, dict) or not layout:
+        raise ValidationFailed(
+            _('Give the layout as profile -> count, e.g. {"3g.40gb": 1, "4g.40gb": 1}.'),
+            details={"layout": [_("a non-empty object of profile -> count")]},
+        )
+    names: list[str] = []
+    for name, count in layout.items():
+        if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= 64:
+            raise ValidationFailed(
+                _("Layout %(profile)s: the count must be a whole number from 1 to 64.") % {"profile": name},
+                details={"layout": [_("%(profile)s: count 1-64") % {"profile": name}]},
+            )
+        names.extend([str(name)] * count)
+    geometry = model_geometry(device_model.name)
+    if geometry is None:
+        message = _(
+            "The catalog has no sourced MIG placements for %(model)s, so a layout cannot be checked "
+            "(ingest the card's nvidia-smi mig -lgipp output)."
+        ) % {"model": device_model.name}
+        raise ValidationFailed(message, details={"layout": [message]})
+    problem = layout_problem_text(geometry, names)
+    if problem:
+        raise ValidationFailed(problem, details={"layout": [problem]})
+    starts = carve(geometry, names) or []
+    return {
+        "model": device_model.name,
+        "geometry": geometry.key,
+        "memory_slices": geometry.memory_slices,
+        "compute_slices": geometry.compute_slices,
+        "instances": sorted(
+            (
+                {"profile": n, "start": st, "size": geometry.profiles[n].size}
+                for n, st in zip(names, starts, strict=True)
+            ),
+            key=lambda item: item["start"],
+        ),
+        "source": list(geometry.source),
+    }
 
 
 def _save_template(template: ComputeTemplate) -> None:
@@ -569,6 +633,21 @@ def compute_template_delete(*, template: ComputeTemplate, actor) -> None:
     change_record_create(actor=actor, action="compute_template.delete", obj=locked, before=record)
 
 
+# Names and descriptions of the built-in templates: stored, shown in the reader's language
+# (ComputeTemplate.label, ``|localized``; apps.core.stored_text).
+WHOLE_NAME = stored("%(model)s · whole card")
+WHOLE_DESCRIPTION = stored("Built-in: the whole card, hard-isolated.")
+PROFILE_DESCRIPTION = stored("Built-in from the catalog's %(label)s profile %(profile)s.")
+SHARED_NAMES = {
+    "half": stored("%(model)s · half (shared)"),
+    "quarter": stored("%(model)s · quarter (shared)"),
+}
+SHARED_DESCRIPTION = stored(
+    "Built-in: a soft slice, 1/%(divisor)s of the card: %(gib)s GiB of memory "
+    "(rounded down to whole GiB) and %(share)s %% of the compute, shared."
+)
+
+
 def _builtin_specs(model: DeviceModel) -> tuple[list[dict[str, Any]], list[str]]:
     """The built-in templates of one card model (field values by slug) and why some were skipped."""
     specs: list[dict[str, Any]] = []
@@ -581,13 +660,13 @@ def _builtin_specs(model: DeviceModel) -> tuple[list[dict[str, Any]], list[str]]
     specs.append(
         {
             "slug": f"{model.slug}-whole",
-            "name": f"{model.name} · whole card",
+            "name": WHOLE_NAME % {"model": model.name},
             "memory_mib": whole,
             "compute_share": Decimal("100.00"),
             "isolation": Isolation.HARD,
             "partition_profile": "",
             "max_instances": 1,
-            "description": "Built-in: the whole card, hard-isolated.",
+            "description": WHOLE_DESCRIPTION,
         }
     )
     for profile in partition_profiles(model):
@@ -612,7 +691,7 @@ def _builtin_specs(model: DeviceModel) -> tuple[list[dict[str, Any]], list[str]]
                 "isolation": Isolation.HARD,
                 "partition_profile": profile.name,
                 "max_instances": profile.default_instances,
-                "description": f"Built-in from the catalog's {label} profile {profile.name}.",
+                "description": PROFILE_DESCRIPTION % {"label": label, "profile": profile.name},
             }
         )
     for divisor, word in ((2, "half"), (4, "quarter")):
@@ -623,16 +702,14 @@ def _builtin_specs(model: DeviceModel) -> tuple[list[dict[str, Any]], list[str]]
         specs.append(
             {
                 "slug": f"{model.slug}-{word}-shared",
-                "name": f"{model.name} · {word} (shared)",
+                "name": SHARED_NAMES[word] % {"model": model.name},
                 "memory_mib": memory,
                 "compute_share": share_percent(1, divisor),
                 "isolation": Isolation.SHARED,
                 "partition_profile": "",
                 "max_instances": divisor,
-                "description": (
-                    f"Built-in: a soft slice, 1/{divisor} of the card: {memory // MIB_PER_GIB} GiB of memory "
-                    f"(rounded down to whole GiB) and {share_percent(1, divisor)} % of the compute, shared."
-                ),
+                "description": SHARED_DESCRIPTION
+                % {"divisor": divisor, "gib": memory // MIB_PER_GIB, "share": share_percent(1, divisor)},
             }
         )
     return specs, skipped

@@ -8,13 +8,24 @@ from django.utils.translation import gettext_lazy as _
 
 from apps.clusters.backend import BackendError
 from apps.clusters.connect import cluster_connection_test
+from apps.clusters.models import ClusterPreference
 from apps.clusters.sync import cluster_sync
 from apps.core.errors import ApplicationError
 from apps.inventory.admin import ClusterAdmin
 from apps.inventory.models import Cluster
 
 
+class ClusterPreferenceInline(admin.StackedInline):
+    """The cluster's dispatch order for the engine (lower first; a job never spans clusters)."""
+
+    model = ClusterPreference
+    extra = 0
+    max_num = 1
+    can_delete = True
+
+
 class ClusterConnectionAdmin(ClusterAdmin):
+    inlines = [*getattr(ClusterAdmin, "inlines", ()), ClusterPreferenceInline]
     readonly_fields = (
         *getattr(ClusterAdmin, "readonly_fields", ()),
         "last_checked_at",

@@ -38,6 +38,13 @@ KINDS: dict[str, tuple[str, str, bool]] = {
     "Job": ("BatchV1Api", "job", True),
     "Deployment": ("AppsV1Api", "deployment", True),
     "Event": ("CoreV1Api", "event", True),
+    # A gang's rendezvous Service and an Ascend job's rank-table ConfigMap (apps.clusters.manifests).
+    "Service": ("CoreV1Api", "service", True),
+    "ConfigMap": ("CoreV1Api", "config_map", True),
+    # Dynamic Resource Allocation, resource.k8s.io/v1 (GA in Kubernetes 1.34).
+    "ResourceClaim": ("ResourceV1Api", "resource_claim", True),
+    "ResourceClaimTemplate": ("ResourceV1Api", "resource_claim_template", True),
+    "DeviceClass": ("ResourceV1Api", "device_class", False),
 }
 API_VERSIONS = {
     "Namespace": "v1",
@@ -47,6 +54,11 @@ API_VERSIONS = {
     "Job": "batch/v1",
     "Deployment": "apps/v1",
     "Event": "v1",
+    "Service": "v1",
+    "ConfigMap": "v1",
+    "ResourceClaim": "resource.k8s.io/v1",
+    "ResourceClaimTemplate": "resource.k8s.io/v1",
+    "DeviceClass": "resource.k8s.io/v1",
 }
 
 
@@ -333,6 +345,8 @@ def _validate_taints(taints: list) -> None:
 
 
 NODE_PATCH_ATTEMPTS = 5
+# Objects per list call (reconcile reads every owned Job, Deployment, Pod and Node of a cluster).
+LIST_PAGE_SIZE = 500
 
 
 def owned_taint(taint: dict) -> bool:
@@ -473,6 +487,7 @@ class KubernetesBackend(ClusterBackend):
             "CoreV1Api": client.CoreV1Api(self.api_client),
             "BatchV1Api": client.BatchV1Api(self.api_client),
             "AppsV1Api": client.AppsV1Api(self.api_client),
+            "ResourceV1Api": client.ResourceV1Api(self.api_client),
         }
 
     def close(self) -> None:
@@ -604,11 +619,31 @@ class KubernetesBackend(ClusterBackend):
             raise
 
     def list_owned(self, kind: str, namespace: str | None = None, selector: str = MANAGED_BY) -> list[dict]:
+        """Every matching object, read in pages of ``LIST_PAGE_SIZE`` (``limit`` / ``continue``: the
+        server answers from one consistent snapshot, so a page boundary never loses or repeats an
+        object; Kubernetes API concepts, "Retrieving large results sets in chunks"). A token that
+        expired (410 Gone: its snapshot was compacted) restarts the list once from the beginning."""
         func, namespaced = self._method("list", kind, all_namespaces=not namespace)
         args = (namespace,) if namespaced and namespace else ()
         where = f" in {namespace}" if namespace else ""
-        result = self._call(f"list {kind}{where} ({selector})", func, *args, label_selector=selector or None)
-        items = result.get("items") or []
+        what = f"list {kind}{where} ({selector})"
+        items: list[dict] = []
+        token, restarted = "", False
+        while True:
+            page = {"_continue": token} if token else {}
+            try:
+                result = self._call(
+                    what, func, *args, label_selector=selector or None, limit=LIST_PAGE_SIZE, **page
+                )
+            except PermanentBackendError as e:
+                if e.status == 410 and token and not restarted:
+                    items, token, restarted = [], "", True
+                    continue
+                raise
+            items.extend(result.get("items") or [])
+            token = (result.get("metadata") or {}).get("continue") or ""
+            if not token:
+                break
         for item in items:  # lists carry items without kind/apiVersion
             item.setdefault("kind", kind)
             item.setdefault("apiVersion", API_VERSIONS[kind])

@@ -8,25 +8,33 @@ dict ready for ``yaml.safe_dump`` or the ``kubernetes`` client, and every render
 Choices worth knowing:
 
 * **Node binding** uses ``nodeSelector: {kubernetes.io/hostname: <node>}`` rather than ``nodeName``:
-  the pod still goes through the scheduler (and HAMi / Volcano extenders), so the device plugin's
-  extended resources are accounted and taints are honoured. It assumes ``Node.name`` equals the
-  node's hostname label, which holds for kubeadm-style clusters.
-* **Cross-node replicas**: one pod template cannot pin each replica to a different node. When the
-  allocations span several nodes the pods get a required ``nodeAffinity`` ``In [nodes]`` and the
-  ``suanchi.io/cross-node`` annotation; the per-replica placement is kept in the
-  ``suanchi.io/placement`` annotation. The scheduler may then put two replicas on one of those
-  nodes (or a replica on a node whose devices differ from the ledger's choice) — a known limitation
-  until per-replica objects or DRA claims replace it. The visible-devices variable is only set when
-  every replica uses the same device indices (otherwise the device plugin's own assignment rules).
+  the pod still goes through the scheduler (and HAMi / Volcano extenders, and the DRA allocator),
+  so the device plugin's extended resources are accounted, claims allocated and taints honoured.
+  It assumes ``Node.name`` equals the node's hostname label, which holds for kubeadm-style clusters.
+* **No pod template spans nodes** (``workload_objects``): a multi-replica batch job becomes one
+  batch/v1 Job per replica, each pinned to its node, plus a headless Service for the rendezvous
+  (MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK, NODE_RANK); an inference service whose replicas sit
+  on several nodes becomes one Deployment per node. The outbox applies and deletes the whole
+  group; reconcile treats it as one job.
+* **Visible-devices variables are never set** (``DEVICE_PLUGIN_ENV``): the device plugin or DRA
+  driver decides them; a pod-set value is overwritten or, worse, honoured for cards the pod was
+  not given (NVIDIA/nvidia-container-toolkit#27, bottlerocket-os/bottlerocket#3718).
 * **Per-pod resources** are the largest per-replica request (replicas normally ask for the same).
 * **Device-plugin modes** (``Cluster.plugin_mode(vendor)``):
-  ``plain`` / ``mig-single`` / ``dra`` → the vendor's whole-device resource count (DRA claims are
-  not rendered yet; the plain count is the fallback); ``mig-mixed`` → ``nvidia.com/mig-<profile>``
-  per allocation with a partition profile; ``hami`` (NVIDIA) → ``nvidia.com/gpu`` count +
-  ``nvidia.com/gpumem`` (MiB per card) + ``nvidia.com/gpucores`` (percent per card) and the
-  ``nvidia.com/use-gpuuuid`` annotation; ``ascend-vnpu`` (Huawei) → ``huawei.com/Ascend910-<template>``
-  from the profile name (see ``vnpu_resource_name``). A mode that does not apply to a vendor
-  (e.g. ``hami`` on Huawei) renders as plain.
+  ``plain`` / ``mig-single`` → the vendor's whole-device resource count; ``mig-mixed`` →
+  ``nvidia.com/mig-<profile>`` per allocation with a partition profile; ``hami`` (NVIDIA) →
+  ``nvidia.com/gpu`` count + ``nvidia.com/gpumem`` (MiB per card) + ``nvidia.com/gpucores`` (percent
+  per card) and the ``nvidia.com/use-gpuuuid`` annotation (the binding); ``ascend-vnpu`` (Huawei) →
+  ``huawei.com/Ascend910-<template>`` from the profile name (see ``vnpu_resource_name``); ``dra`` →
+  a ``resource.k8s.io/v1`` ResourceClaim per pod (a ResourceClaimTemplate for a Deployment's
+  interchangeable replicas on one node) selecting each allocated device by CEL on its driver's
+  attributes (NVIDIA ``uuid``; MIG ``parentUUID`` + ``profile``; AMD ``pciAddr``), fractions through
+  NVIDIA's ``GpuConfig`` sharing (TimeSlicing / MPS), and no extended-resource count; a vendor
+  without a DRA driver (``DRA_DRIVERS``) falls back to the plain count, noted in the
+  ``suanchi.io/dra-fallback`` annotation. A mode that does not apply to a vendor (e.g. ``hami`` on
+  Huawei) renders as plain. DRA allocates a device to one claim at a time: a fraction of a card
+  shared by two *jobs* is only shared within a claim by NVIDIA's driver, so the second job's claim
+  stays unallocated (the pod Pending) until the first releases the card.
 * **Checkpoints**: ``SUANCHI_CHECKPOINT_DIR`` is the job's checkpoint directory; ``SUANCHI_RESUME_FROM``
   is the ``checkpoint`` argument, or — on a retry (attempt > 0) without one — the directory itself
   (the workload resumes from the newest checkpoint it finds there).
@@ -34,10 +42,12 @@ Choices worth knowing:
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from apps.inventory.vendors import ADAPTERS
@@ -49,9 +59,9 @@ LABEL_PROJECT = "suanchi.io/project"
 LABEL_ATTEMPT = "suanchi.io/attempt"
 ANN_TRACE = "suanchi.io/trace-id"
 ANN_UUIDS = "suanchi.io/device-uuids"
-ANN_CROSS_NODE = "suanchi.io/cross-node"
 ANN_PLACEMENT = "suanchi.io/placement"
 ANN_EXPECTED_DURATION = "suanchi.io/expected-duration-seconds"
+LABEL_WORKLOAD = "suanchi.io/workload"
 HAMI_UUID_ANNOTATION = "nvidia.com/use-gpuuuid"
 QUOTA_NAME = "suanchi-quota"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
@@ -63,6 +73,11 @@ API_VERSIONS = {
     "Job": "batch/v1",
     "Deployment": "apps/v1",
     "Node": "v1",
+    "Service": "v1",
+    "ConfigMap": "v1",
+    "ResourceClaim": "resource.k8s.io/v1",
+    "ResourceClaimTemplate": "resource.k8s.io/v1",
+    "DeviceClass": "resource.k8s.io/v1",
 }
 
 # ---------------------------------------------------------------------------------------------------
@@ -215,10 +230,18 @@ def vnpu_resource_name(profile: str, base: str = "huawei.com/Ascend910") -> str:
     return f"{base}-{suffix}"
 
 
-def _replica_resources(allocations: Sequence[Any], cluster: Any) -> tuple[dict[str, int], bool]:
-    """Extended resources for one replica's allocations; second value: HAMi UUID pinning applies."""
+def _uses_dra(vendor: str, cluster: Any) -> bool:
+    """DRA claims are rendered for ``vendor`` (its mode is ``dra`` and it has a DRA driver)."""
+    return cluster is not None and cluster.plugin_mode(vendor) == "dra" and vendor in DRA_DRIVERS
+
+
+def _replica_resources(allocations: Sequence[Any], cluster: Any) -> tuple[dict[str, int], bool, list[str]]:
+    """Extended resources for one replica's allocations; second value: HAMi UUID pinning applies;
+    third: notes for vendors in ``dra`` mode without a DRA driver (plain counts instead). Devices
+    of a vendor rendered as DRA claims add no extended resource here (the claim asks for them)."""
     limits: Counter[str] = Counter()
     hami = False
+    notes: list[str] = []
     by_vendor: dict[str, list[Any]] = defaultdict(list)
     for allocation in allocations:
         by_vendor[allocation.device.vendor].append(allocation)
@@ -226,6 +249,8 @@ def _replica_resources(allocations: Sequence[Any], cluster: Any) -> tuple[dict[s
         adapter = ADAPTERS.get(vendor)
         resource = adapter.resource_name if adapter else f"{dns_label(vendor)}.com/device"
         mode = cluster.plugin_mode(vendor) if cluster is not None else "plain"
+        if mode == "dra" and vendor in DRA_DRIVERS:
+            continue  # the pod's ResourceClaim selects these devices
         if mode == "mig-mixed" and vendor == "nvidia":
             for a in allocs:
                 if a.partition_profile:
@@ -242,9 +267,11 @@ def _replica_resources(allocations: Sequence[Any], cluster: Any) -> tuple[dict[s
             for a in allocs:
                 name = vnpu_resource_name(a.partition_profile, resource) if a.partition_profile else resource
                 limits[name] += 1
-        else:  # plain, mig-single, dra (claims not rendered yet): whole-device count
+        else:  # plain, mig-single, and dra for a vendor without a DRA driver: whole-device count
+            if mode == "dra":
+                notes.append(f"{vendor}: no DRA driver known, plain device-plugin count {resource}")
             limits[resource] += len(allocs)
-    return dict(limits), hami
+    return dict(limits), hami, notes
 
 
 def _device_ref(allocation: Any) -> str:
@@ -253,8 +280,250 @@ def _device_ref(allocation: Any) -> str:
 
 
 # ---------------------------------------------------------------------------------------------------
+# Dynamic Resource Allocation: DeviceClasses and claims (resource.k8s.io/v1, GA in Kubernetes 1.34)
+# ---------------------------------------------------------------------------------------------------
+
+DRA_API_VERSION = "resource.k8s.io/v1"
+# The name under which a pod lists its claim (``spec.resourceClaims[].name``) and its container
+# consumes it (``resources.claims[].name``): Kubernetes docs "Dynamic Resource Allocation" →
+# "Workload … ResourceClaim / ResourceClaimTemplate".
+POD_CLAIM_NAME = "devices"
+ANN_DRA_FALLBACK = "suanchi.io/dra-fallback"
+
+
+@dataclass(frozen=True)
+class DraDriver:
+    """A vendor's DRA driver as it publishes devices in its ResourceSlices.
+
+    ``driver`` is the driver name and the domain of its device attributes (CEL
+    ``device.attributes["<driver>"].<name>``); ``classes`` the DeviceClasses its Helm chart installs
+    (Suanchi ships identical ones in ``platform/kubernetes/dra/``, so applying both is a no-op).
+    """
+
+    vendor: str
+    driver: str
+    classes: tuple[tuple[str, str], ...]  # (DeviceClass name, its CEL selector)
+    source: str
+
+
+DRA_DRIVERS: dict[str, DraDriver] = {
+    # NVIDIA/k8s-dra-driver-gpu: deployments/helm/dra-driver-nvidia-gpu/templates/deviceclass-gpu.yaml
+    # and deviceclass-mig.yaml (the classes); cmd/gpu-kubelet-plugin/deviceinfo.go GpuInfo.Attributes
+    # (a GPU: type "gpu", uuid, productName, …) and cmd/gpu-kubelet-plugin/mig.go CommonAttributesMig
+    # (a MIG device: type "mig", parentUUID, profile, …), all under the driver's domain.
+    "nvidia": DraDriver(
+        vendor="nvidia",
+        driver="gpu.nvidia.com",
+        classes=(
+            (
+                "gpu.nvidia.com",
+                "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'gpu'",
+            ),
+            (
+                "mig.nvidia.com",
+                "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'mig'",
+            ),
+        ),
+        source="https://github.com/NVIDIA/k8s-dra-driver-gpu",
+    ),
+    # ROCm/k8s-gpu-dra-driver: helm-charts-k8s/templates/deviceclass.yaml (one class, gpu.amd.com);
+    # docs/driver-attributes.md: type "amdgpu" / "amdgpu-partition", pciAddr (a partition: its
+    # parent's), partitionProfile. The driver publishes no UUID: a card is selected by PCI address.
+    "amd": DraDriver(
+        vendor="amd",
+        driver="gpu.amd.com",
+        classes=(("gpu.amd.com", "device.driver == 'gpu.amd.com'"),),
+        source="https://github.com/ROCm/k8s-gpu-dra-driver",
+    ),
+    # Huawei Ascend, Hygon DCU, Cambricon MLU and the others: no DRA driver is published (their
+    # device plugins only); a cluster set to ``dra`` for them gets plain counts and the
+    # ``suanchi.io/dra-fallback`` annotation says so.
+}
+
+# NVIDIA's opaque per-claim configuration: api/nvidia.com/resource/v1beta1 (api.go: group
+# resource.nvidia.com, version v1beta1, kind GpuConfig; sharing.go: strategy TimeSlicing | MPS,
+# timeSlicingConfig.interval Default|Short|Medium|Long, mpsConfig.defaultActiveThreadPercentage and
+# defaultPinnedDeviceMemoryLimit).
+NVIDIA_CONFIG_API = "resource.nvidia.com/v1beta1"
+
+
+def device_class_manifests() -> list[dict[str, Any]]:
+    """Every DeviceClass Suanchi's claims name (``platform/kubernetes/dra/deviceclasses.yaml``)."""
+    return [
+        {
+            "apiVersion": DRA_API_VERSION,
+            "kind": "DeviceClass",
+            "metadata": {"name": name, "labels": {MANAGED_BY_KEY: MANAGED_BY}},
+            "spec": {"selectors": [{"cel": {"expression": expression}}]},
+        }
+        for driver in DRA_DRIVERS.values()
+        for name, expression in driver.classes
+    ]
+
+
+def _cel(value: str) -> str:
+    return json.dumps(str(value))  # a CEL double-quoted string literal (same escapes as JSON)
+
+
+def _request_shape(allocation: Any) -> tuple[str, tuple[str, ...], str, str, dict | None]:
+    """(DeviceClass, fixed CEL terms, identifying attribute, this device's id, opaque sharing config)."""
+    device = allocation.device
+    vendor = device.vendor
+    profile = allocation.partition_profile or ""
+    if vendor == "nvidia":
+        attrs = 'device.attributes["gpu.nvidia.com"]'
+        if profile:  # a MIG slice: its parent card and its profile (CommonAttributesMig)
+            return (
+                "mig.nvidia.com",
+                (f"{attrs}.profile == {_cel(profile)}",),
+                f"{attrs}.parentUUID",
+                (device.uuid or ""),
+                None,
+            )
+        sharing = None
+        if not allocation.whole_card:
+            # A fraction of a card: the driver's sharing configuration (GpuSharing). Shared isolation
+            # time-slices the card; hard isolation uses MPS with the decided compute and memory caps.
+            if str(allocation.isolation) == "shared":
+                sharing = {"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Default"}}
+            else:
+                sharing = {
+                    "strategy": "MPS",
+                    "mpsConfig": {
+                        "defaultActiveThreadPercentage": max(1, min(100, allocation.compute_milli // 10)),
+                        "defaultPinnedDeviceMemoryLimit": f"{int(allocation.memory_mib)}Mi",
+                    },
+                }
+        return "gpu.nvidia.com", (), f"{attrs}.uuid", device.uuid or "", sharing
+    # AMD (driver-attributes.md): whole GPUs and partitions told apart by ``type``.
+    attrs = 'device.attributes["gpu.amd.com"]'
+    if profile:
+        terms = (f'{attrs}.type == "amdgpu-partition"', f"{attrs}.partitionProfile == {_cel(profile)}")
+    else:
+        terms = (f'{attrs}.type == "amdgpu"',)
+    return "gpu.amd.com", terms, f"{attrs}.pciAddr", device.pci_bus_id or "", None
+
+
+def _claim_devices(units: Sequence[Sequence[Any]], *, exact: bool) -> dict[str, Any]:
+    """``spec.devices`` of a claim. ``units``: the allocations of each pod the claim (template) serves.
+
+    ``exact`` (a ResourceClaim for one pod): one request per allocated device, its id compared with
+    ``==``. Otherwise (a ResourceClaimTemplate for interchangeable Deployment replicas on one node):
+    one request per device shape with the per-pod count, its ids restricted to the allocated set
+    with ``in`` — each pod gets devices the ledger allocated, which replica gets which is the
+    allocator's choice. A device without an id (no UUID / PCI address known) is asked for by class.
+    """
+    groups: dict[tuple, dict[str, Any]] = {}
+    for index, allocs in enumerate(units):
+        for a in allocs:
+            cls, terms, id_attr, ident, sharing = _request_shape(a)
+            key = (cls, terms, id_attr, json.dumps(sharing, sort_keys=True), bool(ident))
+            if exact:
+                key = (*key, len(groups))
+            group = groups.setdefault(key, {"ids": [], "per_unit": Counter(), "sharing": sharing})
+            if ident and ident not in group["ids"]:
+                group["ids"].append(ident)
+            group["per_unit"][index] += 1
+    requests, configs = [], []
+    by_sharing: dict[str, list[str]] = defaultdict(list)
+    for number, (key, group) in enumerate(groups.items()):
+        cls, terms, id_attr = key[0], key[1], key[2]
+        name = f"d{number}"
+        expression = list(terms)
+        ids = group["ids"]
+        if ids:
+            if exact or len(ids) == 1:
+                expression.append(f"{id_attr} == {_cel(ids[0])}")
+            else:
+                expression.append(f"{id_attr} in [{', '.join(_cel(i) for i in sorted(ids))}]")
+        request: dict[str, Any] = {
+            "deviceClassName": cls,
+            "allocationMode": "ExactCount",
+            "count": max(group["per_unit"].values()),
+        }
+        if expression:
+            request["selectors"] = [{"cel": {"expression": " && ".join(expression)}}]
+        requests.append({"name": name, "exactly": request})
+        if group["sharing"] is not None:
+            by_sharing[json.dumps(group["sharing"], sort_keys=True)].append(name)
+    for sharing, names in by_sharing.items():
+        configs.append(
+            {
+                "requests": names,
+                "opaque": {
+                    "driver": "gpu.nvidia.com",
+                    "parameters": {
+                        "apiVersion": NVIDIA_CONFIG_API,
+                        "kind": "GpuConfig",
+                        "sharing": json.loads(sharing),
+                    },
+                },
+            }
+        )
+    devices: dict[str, Any] = {"requests": requests}
+    if configs:
+        devices["config"] = configs
+    return devices
+
+
+def _claim_manifest(
+    job: Any, name: str, units: Sequence[Sequence[Any]], cluster: Any, *, attempt: int | None, template: bool
+) -> dict[str, Any] | None:
+    """A ResourceClaim (one pod) or ResourceClaimTemplate (a Deployment's pods on one node) for the
+    DRA-mode devices of ``units``; None when none of them is rendered through DRA."""
+    dra_units = [[a for a in allocs if _uses_dra(a.device.vendor, cluster)] for allocs in units]
+    if not any(dra_units):
+        return None
+    labels = _common_labels(job)
+    if attempt is not None:
+        labels[LABEL_ATTEMPT] = str(attempt)
+    trace = next((str(a.trace_id) for allocs in units for a in allocs if a.trace_id), "")
+    meta = {"name": name, "namespace": _namespace(job.project), "labels": labels}
+    if trace:
+        meta["annotations"] = {ANN_TRACE: trace}
+    spec = {"devices": _claim_devices(dra_units, exact=not template)}
+    if template:
+        return {
+            "apiVersion": DRA_API_VERSION,
+            "kind": "ResourceClaimTemplate",
+            "metadata": meta,
+            "spec": {"metadata": {"labels": dict(labels)}, "spec": spec},
+        }
+    return {"apiVersion": DRA_API_VERSION, "kind": "ResourceClaim", "metadata": meta, "spec": spec}
+
+
+# ---------------------------------------------------------------------------------------------------
 # Pod template
 # ---------------------------------------------------------------------------------------------------
+
+# Variables a device plugin / container toolkit owns: never set by Suanchi, dropped from a job's env.
+# The NVIDIA device plugin sets NVIDIA_VISIBLE_DEVICES to the cards it allocated and overwrites a
+# pod's own value (NVIDIA/nvidia-container-toolkit#27); where the toolkit honours the variable from
+# an unprivileged pod, a pod-set value reaches cards it was not allocated
+# (bottlerocket-os/bottlerocket#3718). The other vendors' plugins set theirs the same way.
+DEVICE_PLUGIN_ENV = frozenset(
+    {adapter.visible_devices_env for adapter in ADAPTERS.values()}
+    | {
+        "NVIDIA_VISIBLE_DEVICES",
+        "CUDA_VISIBLE_DEVICES",
+        "ASCEND_VISIBLE_DEVICES",
+        "ASCEND_RT_VISIBLE_DEVICES",
+        "HIP_VISIBLE_DEVICES",
+        "ROCR_VISIBLE_DEVICES",
+        "MLU_VISIBLE_DEVICES",
+    }
+)
+
+# Rendezvous of a multi-replica batch job (the variables Kubeflow's PyTorchJob sets per pod:
+# MASTER_ADDR, MASTER_PORT, WORLD_SIZE = number of pods, RANK = pod index; NODE_RANK as PyTorch
+# Lightning reads it). 29500 is torch.distributed's default port.
+MASTER_PORT = 29500
+LABEL_REPLICA = "suanchi.io/replica"
+# Ascend collective communication: HCCL Controller / Ascend Operator write the job's rank table into
+# the ConfigMap ``rings-config-<job>`` mounted at /user/serverid/devindex/config (hccl.json) —
+# hiascend.com MindX DL "hccl.json File Description" (mxdlug_appendices_009).
+RANK_TABLE_DIR = "/user/serverid/devindex/config"
+RANK_TABLE_FILE = f"{RANK_TABLE_DIR}/hccl.json"
 
 
 def _tolerations(job: Any, vendors: Iterable[str]) -> list[dict[str, Any]]:
@@ -284,6 +553,17 @@ def _tolerations(job: Any, vendors: Iterable[str]) -> list[dict[str, Any]]:
     return result
 
 
+@dataclass
+class _Gang:
+    """One replica of a multi-replica batch job: its rank and the rendezvous service."""
+
+    rank: int
+    world_size: int
+    node_rank: int
+    service: str
+    rank_table: str = ""  # the ConfigMap holding the Ascend rank table, when the job asks for one
+
+
 def _pod_template(
     job: Any,
     allocations: Sequence[Any],
@@ -292,50 +572,60 @@ def _pod_template(
     attempt: int | None,
     checkpoint: str | None,
     restart_policy: str,
+    claim: dict[str, str] | None = None,
+    gang: _Gang | None = None,
 ) -> tuple[dict[str, Any], dict[str, str]]:
-    """The pod template and the object-level annotations."""
+    """The pod template (for pods on exactly one node) and the object-level annotations.
+
+    ``claim``: the pod's entry in ``spec.resourceClaims`` (``resourceClaimName`` or
+    ``resourceClaimTemplateName``) when some of its devices come through DRA.
+    """
     allocations = sorted(allocations, key=lambda a: (a.replica, a.node.name, a.device.index))
     replicas: dict[int, list[Any]] = defaultdict(list)
     for allocation in allocations:
         replicas[allocation.replica].append(allocation)
     if not replicas:
         raise ValueError(f"job {job.pk} has no allocations to render")
+    nodes = sorted({a.node.name for a in allocations})
+    if len(nodes) != 1:  # workload_objects splits per node; a template never spans nodes
+        raise ValueError(f"job {job.pk}: one pod template cannot be pinned to {len(nodes)} nodes")
 
     limits: dict[str, int] = {}
     hami = False
+    notes: list[str] = []
     for allocs in replicas.values():
-        replica_limits, replica_hami = _replica_resources(allocs, cluster)
+        replica_limits, replica_hami, replica_notes = _replica_resources(allocs, cluster)
         hami = hami or replica_hami
+        notes.extend(n for n in replica_notes if n not in notes)
         for name, amount in replica_limits.items():
             limits[name] = max(limits.get(name, 0), amount)
 
-    nodes = sorted({a.node.name for a in allocations})
     vendors = sorted({a.device.vendor for a in allocations})
     uuids = [_device_ref(a) for a in allocations]
     trace = next((str(a.trace_id) for a in allocations if a.trace_id), "")
 
     annotations = {ANN_TRACE: trace, ANN_UUIDS: ",".join(uuids)}
-    if len(nodes) > 1:
-        annotations[ANN_CROSS_NODE] = (
-            f"replicas span {len(nodes)} nodes ({', '.join(nodes)}); bound by nodeAffinity, "
-            "per-replica placement in suanchi.io/placement"
-        )
     placement = {
         str(r): {"node": allocs[0].node.name, "devices": [_device_ref(a) for a in allocs]}
         for r, allocs in sorted(replicas.items())
     }
     annotations[ANN_PLACEMENT] = json.dumps(placement, separators=(",", ":"), sort_keys=True)
+    if notes:
+        annotations[ANN_DRA_FALLBACK] = "; ".join(notes)
     if getattr(job, "expected_duration_s", None):
         # Informative for people and the simulated cluster (which runs the pod this long).
         annotations[ANN_EXPECTED_DURATION] = str(int(job.expected_duration_s))
     pod_annotations = dict(annotations)
     if hami:
+        # HAMi binds the pod to these cards by UUID (its scheduler extender reads the annotation).
         pod_annotations[HAMI_UUID_ANNOTATION] = ",".join(
             a.device.uuid for a in allocations if a.device.vendor == "nvidia" and a.device.uuid
         )
 
     env: list[dict[str, str]] = [
-        {"name": str(k), "value": str(v)} for k, v in sorted((job.env or {}).items())
+        {"name": str(k), "value": str(v)}
+        for k, v in sorted((job.env or {}).items())
+        if str(k) not in DEVICE_PLUGIN_ENV  # the device plugin's, never the pod's (see above)
     ]
     names = {e["name"] for e in env}
 
@@ -350,17 +640,18 @@ def _pod_template(
         set_env("SUANCHI_ATTEMPT", str(attempt))
     if trace:
         set_env("SUANCHI_TRACE_ID", trace)
-    index_sets = {
-        vendor: {
-            tuple(a.device.index for a in allocs if a.device.vendor == vendor) for allocs in replicas.values()
-        }
-        for vendor in vendors
-    }
-    for vendor in vendors:
-        adapter = ADAPTERS.get(vendor)
-        if adapter and len(index_sets[vendor]) == 1:
-            (indices,) = index_sets[vendor]
-            set_env(adapter.visible_devices_env, ",".join(str(i) for i in indices))
+    if gang is not None:
+        namespace = _namespace(job.project)
+        # Replica 0's stable name: <hostname>.<subdomain>.<namespace>.svc (Kubernetes docs "DNS for
+        # Services and Pods" → "Pod's hostname and subdomain fields", with a headless Service named
+        # like the subdomain).
+        set_env("MASTER_ADDR", f"r0.{gang.service}.{namespace}.svc")
+        set_env("MASTER_PORT", str(MASTER_PORT))
+        set_env("WORLD_SIZE", str(gang.world_size))
+        set_env("RANK", str(gang.rank))
+        set_env("NODE_RANK", str(gang.node_rank))
+        if gang.rank_table:
+            set_env("RANK_TABLE_FILE", RANK_TABLE_FILE)
     if job.checkpoint_dir:
         set_env("SUANCHI_CHECKPOINT_DIR", job.checkpoint_dir)
     # A retried or preempted attempt resumes from the checkpoint recorded when the last one ended.
@@ -380,31 +671,40 @@ def _pod_template(
             mounts.append(
                 {"name": name, "mountPath": mount["mountPath"], "readOnly": bool(mount.get("readOnly", True))}
             )
+    if gang is not None and gang.rank_table:
+        volumes.append({"name": "rank-table", "configMap": {"name": gang.rank_table}})
+        mounts.append({"name": "rank-table", "mountPath": RANK_TABLE_DIR, "readOnly": True})
 
+    resources: dict[str, Any] = {}
+    if limits:
+        resources["limits"] = {k: str(v) for k, v in sorted(limits.items())}
+    if claim is not None:
+        resources["claims"] = [{"name": claim["name"]}]
     container: dict[str, Any] = {
         "name": dns_label(job.name, fallback="main"),
         "image": job.image,
         "env": env,
-        "resources": {"limits": {k: str(v) for k, v in sorted(limits.items())}},
+        "resources": resources,
     }
     if job.command:
         container["command"] = [str(c) for c in job.command]
     if mounts:
         container["volumeMounts"] = mounts
 
-    spec: dict[str, Any] = {"restartPolicy": restart_policy, "containers": [container]}
-    if len(nodes) == 1:
-        spec["nodeSelector"] = {HOSTNAME_LABEL: nodes[0]}
-    else:
-        spec["affinity"] = {
-            "nodeAffinity": {
-                "requiredDuringSchedulingIgnoredDuringExecution": {
-                    "nodeSelectorTerms": [
-                        {"matchExpressions": [{"key": HOSTNAME_LABEL, "operator": "In", "values": nodes}]}
-                    ]
-                }
-            }
-        }
+    # Pinned with a nodeSelector on the hostname label, not ``spec.nodeName``: the pod still goes
+    # through the scheduler, which accounts the device plugin's resources and allocates DRA claims —
+    # a pod created with nodeName bypasses it, and its unallocated claims make the kubelet refuse it
+    # (Kubernetes docs "Dynamic Resource Allocation" → "Pre-scheduled Pods").
+    spec: dict[str, Any] = {
+        "restartPolicy": restart_policy,
+        "containers": [container],
+        "nodeSelector": {HOSTNAME_LABEL: nodes[0]},
+    }
+    if gang is not None:
+        spec["hostname"] = f"r{gang.rank}"
+        spec["subdomain"] = gang.service
+    if claim is not None:
+        spec["resourceClaims"] = [claim]
     tolerations = _tolerations(job, vendors)
     if tolerations:
         spec["tolerations"] = tolerations
@@ -414,6 +714,8 @@ def _pod_template(
     labels = _common_labels(job)
     if attempt is not None:
         labels[LABEL_ATTEMPT] = str(attempt)
+    if gang is not None:
+        labels[LABEL_REPLICA] = str(gang.rank)
     template = {"metadata": {"labels": labels, "annotations": pod_annotations}, "spec": spec}
     return template, annotations
 
@@ -422,63 +724,183 @@ def _pod_template(
 # Workloads
 # ---------------------------------------------------------------------------------------------------
 
+WORKLOAD_KINDS = ("Job", "Deployment")
 
-def job_manifest(
-    job: Any, allocations: Sequence[Any], cluster: Any, *, attempt: int, checkpoint: str | None = None
+
+def _batch_job(
+    job: Any, name: str, template: dict, annotations: dict, attempt: int, replica: int | None
 ) -> dict[str, Any]:
-    """batch/v1 Job for training / fine-tune / batch work. ``backoffLimit: 0``: retries are Suanchi's.
-
-    One pod per replica (``parallelism = completions = replicas``, Indexed when more than one).
-    """
-    template, annotations = _pod_template(
-        job, allocations, cluster, attempt=attempt, checkpoint=checkpoint, restart_policy="Never"
-    )
-    replicas = max(1, len({a.replica for a in allocations}))
+    """batch/v1 Job of one pod. ``backoffLimit: 0``: retries are Suanchi's."""
     labels = _common_labels(job)
     labels[LABEL_ATTEMPT] = str(attempt)
-    spec: dict[str, Any] = {
-        "backoffLimit": 0,
-        "parallelism": replicas,
-        "completions": replicas,
-        "template": template,
-    }
-    if replicas > 1:
-        spec["completionMode"] = "Indexed"
+    if replica is not None:
+        labels[LABEL_REPLICA] = str(replica)
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {
-            "name": workload_name(job, attempt),
+            "name": name,
             "namespace": _namespace(job.project),
             "labels": labels,
             "annotations": annotations,
         },
-        "spec": spec,
+        "spec": {"backoffLimit": 0, "parallelism": 1, "completions": 1, "template": template},
     }
 
 
-def deployment_manifest(job: Any, allocations: Sequence[Any], cluster: Any) -> dict[str, Any]:
-    """apps/v1 Deployment for an inference service: ``replicas = job.replicas``.
-
-    Replicas placed on several nodes are bound with a nodeAffinity ``In [nodes]`` (see the module
-    docstring for the limitation).
-    """
-    template, annotations = _pod_template(
-        job, allocations, cluster, attempt=None, checkpoint=None, restart_policy="Always"
-    )
+def _rendezvous_service(job: Any, name: str, attempt: int) -> dict[str, Any]:
+    """The headless Service that gives each replica's pod a DNS name (``r<rank>.<name>``). Not-ready
+    addresses are published: ranks rendezvous before any readiness (Kubernetes docs "Service" →
+    "Headless Services", ``publishNotReadyAddresses``)."""
     labels = _common_labels(job)
+    labels[LABEL_ATTEMPT] = str(attempt)
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name, "namespace": _namespace(job.project), "labels": labels},
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": {LABEL_JOB: labels[LABEL_JOB], LABEL_ATTEMPT: str(attempt)},
+            "ports": [{"name": "rendezvous", "port": MASTER_PORT, "protocol": "TCP"}],
+        },
+    }
+
+
+def _rank_table_configmap(job: Any, name: str, attempt: int) -> dict[str, Any]:
+    """The ConfigMap HCCL Controller fills with the job's rank table (created "initializing")."""
+    labels = _common_labels(job)
+    labels[LABEL_ATTEMPT] = str(attempt)
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": _namespace(job.project), "labels": labels},
+        "data": {"hccl.json": json.dumps({"status": "initializing"})},
+    }
+
+
+def _claim_ref(claim: dict | None) -> dict[str, str] | None:
+    if claim is None:
+        return None
+    key = "resourceClaimTemplateName" if claim["kind"] == "ResourceClaimTemplate" else "resourceClaimName"
+    return {"name": POD_CLAIM_NAME, key: claim["metadata"]["name"]}
+
+
+def workload_objects(
+    job: Any, allocations: Sequence[Any], cluster: Any, *, attempt: int, checkpoint: str | None = None
+) -> list[dict[str, Any]]:
+    """Every object of one attempt of ``job``, in apply order (the outbox applies and deletes them
+    as one group): the Ascend rank-table ConfigMap, DRA ResourceClaims / ResourceClaimTemplates, the
+    rendezvous Service, then the workloads. No pod template can land on more than one node:
+
+    * batch work, one replica: one batch/v1 Job (``suanchi-<id>-a<attempt>``);
+    * batch work, several replicas (a gang, on one node or several): one Job per replica
+      (``…-r<rank>``), each pinned to its replica's node, with its own ResourceClaim in DRA mode, a
+      headless Service for the rendezvous and MASTER_ADDR / MASTER_PORT / WORLD_SIZE / RANK /
+      NODE_RANK; ``RANK_TABLE_FILE`` and its ConfigMap mount when an Ascend job's env asks for it;
+    * inference: one apps/v1 Deployment (``suanchi-<id>``) when its replicas share a node, else one
+      per node (``suanchi-<id>-n<k>``, replicas = those placed there), each with a
+      ResourceClaimTemplate in DRA mode.
+    """
+    allocations = sorted(allocations, key=lambda a: (a.replica, a.node.name, a.device.index))
+    if not allocations:
+        raise ValueError(f"job {job.pk} has no allocations to render")
+    replicas: dict[int, list[Any]] = defaultdict(list)
+    for allocation in allocations:
+        replicas[allocation.replica].append(allocation)
+    nodes = sorted({a.node.name for a in allocations})
+    objects: list[dict[str, Any]] = []
+    workloads: list[dict[str, Any]] = []
+
+    if job.kind == "inference":
+        base = workload_name(job)
+        for number, node in enumerate(nodes):
+            allocs = [a for a in allocations if a.node.name == node]
+            units = [[a for a in allocs if a.replica == r] for r in sorted({a.replica for a in allocs})]
+            name = base if len(nodes) == 1 else f"{base}-n{number}"
+            claim = _claim_manifest(job, f"{name}-devices", units, cluster, attempt=None, template=True)
+            if claim is not None:
+                objects.append(claim)
+            template, annotations = _pod_template(
+                job,
+                allocs,
+                cluster,
+                attempt=None,
+                checkpoint=None,
+                restart_policy="Always",
+                claim=_claim_ref(claim),
+            )
+            count = int(job.replicas) if len(nodes) == 1 else len(units)
+            workloads.append(_deployment(job, name, template, annotations, count))
+        return objects + workloads
+
+    base = workload_name(job, attempt)
+    if len(replicas) == 1:
+        (allocs,) = replicas.values()
+        claim = _claim_manifest(job, f"{base}-devices", [allocs], cluster, attempt=attempt, template=False)
+        if claim is not None:
+            objects.append(claim)
+        template, annotations = _pod_template(
+            job,
+            allocs,
+            cluster,
+            attempt=attempt,
+            checkpoint=checkpoint,
+            restart_policy="Never",
+            claim=_claim_ref(claim),
+        )
+        return [*objects, _batch_job(job, base, template, annotations, attempt, None)]
+
+    rank_table = ""
+    if "RANK_TABLE_FILE" in (job.env or {}) and any(a.device.vendor == "huawei" for a in allocations):
+        rank_table = dns_label(f"rings-config-{base}")
+        objects.append(_rank_table_configmap(job, rank_table, attempt))
+    node_rank = {node: i for i, node in enumerate(nodes)}
+    for rank, (_replica, allocs) in enumerate(sorted(replicas.items())):
+        name = f"{base}-r{rank}"
+        claim = _claim_manifest(job, f"{name}-devices", [allocs], cluster, attempt=attempt, template=False)
+        if claim is not None:
+            objects.append(claim)
+        gang = _Gang(
+            rank=rank,
+            world_size=len(replicas),
+            node_rank=node_rank[allocs[0].node.name],
+            service=base,
+            rank_table=rank_table,
+        )
+        template, annotations = _pod_template(
+            job,
+            allocs,
+            cluster,
+            attempt=attempt,
+            checkpoint=checkpoint,
+            restart_policy="Never",
+            claim=_claim_ref(claim),
+            gang=gang,
+        )
+        workloads.append(_batch_job(job, name, template, annotations, attempt, rank))
+    objects.append(_rendezvous_service(job, base, attempt))
+    return objects + workloads
+
+
+def _deployment(job: Any, name: str, template: dict, annotations: dict, replicas: int) -> dict[str, Any]:
+    labels = _common_labels(job)
+    selector = {LABEL_JOB: labels[LABEL_JOB], MANAGED_BY_KEY: MANAGED_BY}
+    if name != workload_name(job):  # one Deployment per node: each selects only its own pods
+        template["metadata"]["labels"][LABEL_WORKLOAD] = name
+        selector[LABEL_WORKLOAD] = name
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": {
-            "name": workload_name(job),
+            "name": name,
             "namespace": _namespace(job.project),
             "labels": labels,
             "annotations": annotations,
         },
         "spec": {
-            "replicas": int(job.replicas),
-            "selector": {"matchLabels": {LABEL_JOB: labels[LABEL_JOB], MANAGED_BY_KEY: MANAGED_BY}},
+            "replicas": int(replicas),
+            "selector": {"matchLabels": selector},
             # Devices are exclusive: a surge pod could not get its cards, so replace in place.
             "strategy": {"type": "Recreate"},
             "template": template,
@@ -486,10 +908,43 @@ def deployment_manifest(job: Any, allocations: Sequence[Any], cluster: Any) -> d
     }
 
 
+def workload_manifests(
+    job: Any, allocations: Sequence[Any], cluster: Any, *, attempt: int, checkpoint: str | None = None
+) -> list[dict[str, Any]]:
+    """The workloads (batch/v1 Jobs or apps/v1 Deployments) among ``workload_objects``."""
+    objects = workload_objects(job, allocations, cluster, attempt=attempt, checkpoint=checkpoint)
+    return [o for o in objects if o["kind"] in WORKLOAD_KINDS]
+
+
+def job_manifest(
+    job: Any, allocations: Sequence[Any], cluster: Any, *, attempt: int, checkpoint: str | None = None
+) -> dict[str, Any]:
+    """The (first) batch/v1 Job of a batch job's attempt — the only one for a single replica."""
+    batch = job if job.kind != "inference" else _as_batch(job)
+    return workload_manifests(batch, allocations, cluster, attempt=attempt, checkpoint=checkpoint)[0]
+
+
+def deployment_manifest(job: Any, allocations: Sequence[Any], cluster: Any) -> dict[str, Any]:
+    """The (first) apps/v1 Deployment of an inference service."""
+    return workload_manifests(_as_inference(job), allocations, cluster, attempt=0)[0]
+
+
 def workload_manifest(
     job: Any, allocations: Sequence[Any], cluster: Any, *, attempt: int, checkpoint: str | None = None
 ) -> dict[str, Any]:
-    """Deployment for inference services, batch/v1 Job for everything else."""
+    """The first workload of ``workload_objects`` (Deployment for inference, batch/v1 Job else)."""
+    return workload_manifests(job, allocations, cluster, attempt=attempt, checkpoint=checkpoint)[0]
+
+
+def _as_batch(job: Any) -> Any:
+    clone = copy.copy(job)
+    clone.kind = "training"
+    return clone
+
+
+def _as_inference(job: Any) -> Any:
     if job.kind == "inference":
-        return deployment_manifest(job, allocations, cluster)
-    return job_manifest(job, allocations, cluster, attempt=attempt, checkpoint=checkpoint)
+        return job
+    clone = copy.copy(job)
+    clone.kind = "inference"
+    return clone

@@ -103,3 +103,26 @@ class SimulatedCluster(models.Model):
 
     def __str__(self) -> str:
         return f"simulation of {self.cluster_id}"
+
+
+class ClusterPreference(models.Model):
+    """The order in which the engine offers a job to clusters (lower first), e.g. on-prem 0, cloud 10.
+
+    A job never spans clusters (``apps.scheduling.engine.clusters``): the engine tries the clusters of
+    the lowest preference first and, among clusters of equal preference, takes the one its placement
+    policy scores best - like MultiKueue's dispatcher, which offers a workload to its worker clusters
+    in a configured order. A cluster without a row has preference 0.
+    """
+
+    cluster = models.OneToOneField(Cluster, on_delete=models.CASCADE, related_name="dispatch_preference")
+    preference = models.SmallIntegerField(
+        _("dispatch preference"),
+        default=0,
+        help_text=_("lower first; clusters of equal preference go by the placement policy"),
+    )
+
+    class Meta:
+        verbose_name = _("cluster preference")
+
+    def __str__(self) -> str:
+        return f"{self.cluster_id}: {self.preference}"

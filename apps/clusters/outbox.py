@@ -3,9 +3,10 @@ cluster. Each function writes ``PushAction`` rows inside the caller's transactio
 push once it commits (``enqueue_on_commit``: a broker outage never fails the caller, the periodic
 ``push_pending_task`` catches up).
 
-* ``push_actions_enqueue`` (scheduling): the namespace apply and the workload apply of a placed job.
-* ``workload_delete_enqueue``: graceful deletes of a job attempt's objects (preempted, retried,
-  cancelled).
+* ``push_actions_enqueue`` (scheduling): the namespace apply and the applies of a placed job's
+  whole group (``manifests.workload_objects``: DRA claims, a gang's Service and per-replica Jobs).
+* ``workload_delete_enqueue``: graceful deletes of every object of a job attempt (preempted,
+  retried, cancelled), workloads first, in the reverse order of their applies.
 * ``push_object_enqueue``: one standalone object (a node's labels and taints, a project's
   ResourceQuota); an older pending write of the same object is superseded.
 * ``node_patch_enqueue``: a Node's ledger labels and taints (the ledger's ``node_labels_changed``
@@ -26,7 +27,7 @@ from typing import Any
 from django.db.models import Max
 from django.utils import timezone
 
-from apps.clusters.manifests import namespace_manifest, node_patch, workload_manifest
+from apps.clusters.manifests import namespace_manifest, node_patch, workload_objects
 from apps.clusters.models import PushAction
 from apps.core.tasks import enqueue_on_commit
 from apps.jobs.models import Job
@@ -77,9 +78,11 @@ def push_actions_enqueue_many(items: Iterable[tuple[Job, Sequence[Any], Any]]) -
     actions: list[PushAction] = []
     for job, allocations, cluster in items:
         seq = next_seq.get((job.pk, job.attempt), 0)
+        # The whole group of the attempt: DRA claims, the rendezvous Service, one workload per
+        # replica of a gang (``workload_objects``), in the order they must exist.
         objects = (
             namespace_manifest(job.project),
-            workload_manifest(job, allocations, cluster, attempt=job.attempt),
+            *workload_objects(job, allocations, cluster, attempt=job.attempt),
         )
         for offset, obj in enumerate(objects):
             actions.append(_action(job, cluster, obj, seq + offset, now))
@@ -109,7 +112,7 @@ def workload_delete_enqueue(*, job: Job, attempt: int | None = None) -> list[Pus
         PushAction.objects.filter(stream=stream, attempt=attempt, verb=PushAction.Verb.APPLY)
         .exclude(kind="Namespace")
         .select_related("cluster")
-        .order_by("seq")
+        .order_by("-seq")  # workloads before the claims and Service they use
     )
     if not applied:
         return []

@@ -23,6 +23,8 @@ from datetime import date, datetime
 from decimal import Decimal
 from typing import Any
 
+from apps.core.formatting import ISO_DATETIME, as_local, iso_local
+
 FORMULA_TRIGGERS = ("=", "+", "-", "@", "\t", "\r")
 _NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?\Z")
 
@@ -56,7 +58,10 @@ def csv_cell(value: Any) -> str:
         return ""
     if isinstance(value, bool):
         return str(value)
-    if isinstance(value, (int, float, Decimal, datetime, date)):
+    if isinstance(value, datetime) or (isinstance(value, str) and ISO_DATETIME.match(value)):
+        # Times in the platform zone with its offset: "2026-12-01 16:38:00+08:00" (apps/core/formatting.py).
+        return str(iso_local(value))
+    if isinstance(value, (int, float, Decimal, date)):
         return str(value)  # numbers stay numbers; a date's text never starts like a formula
     return formula_escape(str(value))
 
@@ -70,6 +75,9 @@ def xlsx_value(value: Any) -> Any:
     cannot carry (openpyxl refuses them)."""
     from openpyxl.cell.cell import ILLEGAL_CHARACTERS_RE
 
+    if isinstance(value, datetime) and value.tzinfo is not None:
+        # Excel has no time zones: the wall-clock time in the platform zone.
+        return as_local(value).replace(tzinfo=None)
     if value is None or isinstance(value, (bool, int, float, Decimal, datetime, date)):
         return value
     return ILLEGAL_CHARACTERS_RE.sub("", str(value))

@@ -47,7 +47,7 @@ def staff_required(
             if not user_is_staff(request.user):
                 if hide:
                     raise Http404
-                raise DjangoPermissionDenied
+                raise DjangoPermissionDenied(_("This page is for platform staff only."))
             return func(request, *args, **kwargs)
 
         return wrapped

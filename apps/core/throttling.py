@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 import threading
+import time
 
 from django.conf import settings
 from django.core.cache import cache
@@ -42,6 +44,9 @@ def _count_cache_failure(exc: BaseException, what: str) -> None:
 
 LOGIN_ATTEMPTS_PER_MINUTE = 10
 LOGIN_ATTEMPTS_PER_USERNAME_PER_MINUTE = 20
+# The window opens at a client's first failed attempt and lasts exactly this long; the 429 says how much
+# of it is left. Successful logins are never counted.
+LOGIN_WINDOW_SECONDS = 60
 
 
 def client_address(request) -> str:
@@ -55,34 +60,77 @@ def client_address(request) -> str:
     return request.META.get("REMOTE_ADDR", "unknown")
 
 
-def _hit_in(store, key: str, limit: int) -> bool:
-    if store.add(key, 1, timeout=60):
-        return False
+def _keys(request) -> list[tuple[str, int]]:
+    keys = [(f"login-failures:{client_address(request)}", LOGIN_ATTEMPTS_PER_MINUTE)]
+    username = (request.POST.get("username") or "").strip().lower()
+    if username:
+        digest = hashlib.sha256(username.encode()).hexdigest()[:32]
+        keys.append((f"login-failures-user:{digest}", LOGIN_ATTEMPTS_PER_USERNAME_PER_MINUTE))
+    return keys
+
+
+def _window_start(store, base: str, now: float) -> float | None:
+    """When the open window of ``base`` began, or None when none is open.
+
+    The start is written once with ``add`` and its own timeout (never ``incr``-ed: the file cache's
+    ``incr`` rewrites an entry with the default 300 s timeout, which once made the lockout outlive its
+    message). The counter's key carries the start, so a counter left over from an older window is never
+    read again whatever its own lifetime."""
+    start = store.get(f"{base}:start")
+    if start is None or now - float(start) >= LOGIN_WINDOW_SECONDS:
+        return None
+    return float(start)
+
+
+def _wait_in(store, base: str, limit: int, now: float) -> int:
+    start = _window_start(store, base, now)
+    if start is None:
+        return 0
+    failures = store.get(f"{base}:{start:.3f}") or 0
+    if failures < limit:
+        return 0
+    return max(1, math.ceil(start + LOGIN_WINDOW_SECONDS - now))
+
+
+def _fail_in(store, base: str, now: float) -> None:
+    start = _window_start(store, base, now)
+    if start is None:
+        start = now
+        store.set(f"{base}:start", start, timeout=LOGIN_WINDOW_SECONDS)
+    counter = f"{base}:{start:.3f}"
+    store.add(counter, 0, timeout=LOGIN_WINDOW_SECONDS + 5)
     try:
-        count = store.incr(key)
+        store.incr(counter)
     except ValueError:  # expired between add and incr
-        store.set(key, 1, timeout=60)
-        return False
-    return count > limit
+        store.set(counter, 1, timeout=LOGIN_WINDOW_SECONDS + 5)
 
 
-def _hit(key: str, limit: int) -> bool:
-    """Count one attempt in this minute's window; True when over ``limit``."""
+def _fail_soft(what, *args):
     try:
-        return _hit_in(cache, key, limit)
+        return what(cache, *args)
     except CACHE_ERRORS as exc:
         _count_cache_failure(exc, "login limiter")
-        return _hit_in(_fallback, key, limit)
+        return what(_fallback, *args)
+
+
+def login_wait_seconds(request) -> int:
+    """Seconds until this client (address, or username) may try again; 0 when it may now.
+
+    Only failed attempts count: 10 a minute per address, 20 per username across addresses."""
+    now = time.time()
+    return max(_fail_soft(_wait_in, base, limit, now) for base, limit in _keys(request))
+
+
+def record_login_failure(request) -> None:
+    """Count one failed attempt in the open window of the address and of the username."""
+    now = time.time()
+    for base, _limit in _keys(request):
+        _fail_soft(_fail_in, base, now)
 
 
 def login_rate_limited(request) -> bool:
-    by_address = _hit(f"login-attempts:{client_address(request)}", LOGIN_ATTEMPTS_PER_MINUTE)
-    username = (request.POST.get("username") or "").strip().lower()
-    by_user = False
-    if username:
-        digest = hashlib.sha256(username.encode()).hexdigest()[:32]
-        by_user = _hit(f"login-attempts-user:{digest}", LOGIN_ATTEMPTS_PER_USERNAME_PER_MINUTE)
-    return by_address or by_user
+    """True when this client must wait (see ``login_wait_seconds``); counts nothing."""
+    return login_wait_seconds(request) > 0
 
 
 class FailSoftUserRateThrottle(UserRateThrottle):

@@ -1,11 +1,13 @@
 from django.contrib.auth import views as auth_views
+from django.contrib.auth.forms import AuthenticationForm
 from django.db import connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.shortcuts import redirect
+from django.shortcuts import redirect, render
 from django.utils.translation import gettext as _
+from django.utils.translation import ngettext
 from django.views.decorators.http import require_GET
 
-from apps.core.throttling import login_rate_limited
+from apps.core.throttling import login_wait_seconds, record_login_failure
 
 
 def home(request: HttpRequest) -> HttpResponse:
@@ -19,14 +21,41 @@ def healthz(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"status": "ok"})
 
 
+def login_locked_out(request: HttpRequest, wait: int) -> HttpResponse:
+    """429 with the login form and the real wait, also as ``Retry-After`` (RFC 9110 §10.2.3)."""
+    message = ngettext(
+        "Too many failed login attempts. Try again in %(seconds)d second.",
+        "Too many failed login attempts. Try again in %(seconds)d seconds.",
+        wait,
+    ) % {"seconds": wait}
+    response = render(
+        request,
+        "registration/login.html",
+        {
+            "form": AuthenticationForm(request),
+            "lockout_message": message,
+            "next": request.POST.get("next", ""),
+        },
+        status=429,
+    )
+    response["Retry-After"] = str(wait)
+    return response
+
+
 class LoginView(auth_views.LoginView):
     template_name = "registration/login.html"
     redirect_authenticated_user = True
 
     def post(self, request, *args, **kwargs):
-        if login_rate_limited(request):
-            return HttpResponse("Too many login attempts; try again in a minute.", status=429)
+        wait = login_wait_seconds(request)
+        if wait:
+            return login_locked_out(request, wait)
         return super().post(request, *args, **kwargs)
+
+    def form_invalid(self, form):
+        # Only failures count toward the limit (apps/core/throttling.py); a successful login never does.
+        record_login_failure(self.request)
+        return super().form_invalid(form)
 
 
 def admin_login(request: HttpRequest, extra_context=None) -> HttpResponse:
@@ -34,9 +63,14 @@ def admin_login(request: HttpRequest, extra_context=None) -> HttpResponse:
     from django.contrib import admin
     from django.contrib.admin import AdminSite
 
-    if request.method == "POST" and login_rate_limited(request):
-        return HttpResponse("Too many login attempts; try again in a minute.", status=429)
-    return AdminSite.login(admin.site, request, extra_context=extra_context)
+    if request.method == "POST":
+        wait = login_wait_seconds(request)
+        if wait:
+            return login_locked_out(request, wait)
+    response = AdminSite.login(admin.site, request, extra_context=extra_context)
+    if request.method == "POST" and not request.user.is_authenticated:
+        record_login_failure(request)
+    return response
 
 
 @require_GET

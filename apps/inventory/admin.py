@@ -15,6 +15,7 @@ from typing import Any
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
+from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
 from django.db.models import Count, Q, QuerySet
 from django.forms.models import BaseInlineFormSet
@@ -294,6 +295,28 @@ class LedgerRowAdmin(admin.ModelAdmin):
         """The devices the export actions write for the selected rows."""
         return queryset
 
+    # The "History" page lists the ledger events (DeviceEvent) before Django's own change log: state
+    # changes go through the ledger services, which write events, not admin LogEntry rows.
+    object_history_template = "admin/inventory/object_history.html"
+    history_event_filter = "node"
+    HISTORY_EVENT_LIMIT = 200
+
+    def history_view(self, request, object_id, extra_context=None):
+        obj = self.get_object(request, unquote(object_id))
+        extra = dict(extra_context or {})
+        if obj is not None:
+            events = (
+                DeviceEvent.objects.filter(**{self.history_event_filter: obj})
+                .select_related("device", "device__node")
+                .order_by("-created_at", "-id")
+            )
+            extra.update(
+                ledger_events=list(events[: self.HISTORY_EVENT_LIMIT]),
+                ledger_event_count=events.count(),
+                show_device=self.history_event_filter == "node",
+            )
+        return super().history_view(request, object_id, extra_context=extra)
+
     def _export(self, queryset: QuerySet, fmt: str) -> HttpResponse:
         content, content_type, filename = ledger_export(devices=self.export_devices(queryset), fmt=fmt)
         response = HttpResponse(content, content_type=content_type)
@@ -495,6 +518,7 @@ class DeviceAdmin(LedgerRowAdmin):
     list_select_related = ("node", "device_model", "owner_project")
     search_fields = ("uuid", "serial", "node__name", "pci_bus_id")
     inlines = (DeviceEventHistoryInline,)
+    history_event_filter = "device"
     actions = (
         "quarantine",
         "return_to_production",

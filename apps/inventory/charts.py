@@ -9,12 +9,14 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 
 import plotly.graph_objects as go
 from django.utils.html import escape
 from django.utils.translation import gettext as _
 
 from apps.catalog.models import Vendor
+from apps.core.formatting import as_local, chart_time, zone_name
 from apps.inventory.models import Device
 
 # Health states shown on the fleet overview (retired cards are out of service and not counted).
@@ -149,6 +151,53 @@ def cards_by_model_figure(rows: list[ModelRow]) -> go.Figure:
 _JSON_SCRIPT_ESCAPES = {ord(">"): "\\u003E", ord("<"): "\\u003C", ord("&"): "\\u0026"}
 
 
+# A chart whose time axis holds one instant gets this much on either side (plotly would otherwise
+# zoom to a millisecond: "08:39:59.999 … 08:40:00.0005").
+SINGLE_POINT_PAD = timedelta(minutes=30)
+
+
+def _time_values(values) -> list | None:
+    """The values of a trace's coordinate as chart times, or None when they are not times."""
+    if values is None or isinstance(values, str):
+        return None
+    items = list(values)
+    if not items or not any(isinstance(as_local(v), datetime) for v in items):
+        return None
+    return [chart_time(v) for v in items]
+
+
+def localize_times(fig: go.Figure) -> go.Figure:
+    """Every time on ``fig``'s axes in the current zone (the platform's unless the user's is active),
+    the time axes titled with that zone, dates printed as ISO digits in every language, and an axis of
+    a single instant widened to an hour."""
+    zone = zone_name()
+    axes: dict[str, set[str]] = {}
+    for trace in fig.data:
+        for coord in ("x", "y"):
+            if coord not in trace:
+                continue
+            converted = _time_values(trace[coord])
+            if converted is None:
+                continue
+            trace[coord] = converted
+            axis_ref = trace[f"{coord}axis"] if f"{coord}axis" in trace else None  # noqa: SIM401 - plotly traces have no .get
+            name = (axis_ref or coord).replace("x", "xaxis").replace("y", "yaxis")
+            axes.setdefault(name, set()).update(v for v in converted if v)
+    for name, instants in axes.items():
+        axis: dict = {"type": "date", "tickformat": "%m-%d %H:%M", "hoverformat": "%Y-%m-%d %H:%M"}
+        if fig.layout[name].showticklabels is not False:  # a shared axis is titled once, at the bottom
+            axis["title"] = {"text": _("Time (%(zone)s)") % {"zone": zone}}
+        if len(instants) == 1:
+            (only,) = instants
+            at = datetime.fromisoformat(only)
+            axis["range"] = [
+                (at - SINGLE_POINT_PAD).isoformat(sep=" "),
+                (at + SINGLE_POINT_PAD).isoformat(sep=" "),
+            ]
+        fig.layout[name].update(axis)
+    return fig
+
+
 def figure_html(fig: go.Figure, *, div_id: str) -> str:
     """The figure as an empty ``<div>`` and its data in a ``<script type="application/json">``.
 
@@ -157,6 +206,7 @@ def figure_html(fig: go.Figure, *, div_id: str) -> str:
     executed, so ``script-src`` does not apply to it (W3C CSP3 §6.1.2; HTML "data block").
     Like Django's ``json_script``, ``<``, ``>`` and ``&`` are escaped so no text can close the block.
     """
+    localize_times(fig)
     payload = json.dumps(
         {
             "figure": json.loads(fig.to_json()),

@@ -11,6 +11,7 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
 from django.utils.translation import gettext_lazy as _
+from django.utils.translation import pgettext_lazy
 
 from apps.accounts.models import ApiToken, Project
 from apps.catalog.models import DeviceModel, Vendor
@@ -377,7 +378,8 @@ class DeviceEvent(models.Model):
         IMPORTED = "imported", _("imported")
         REPORT_OVERDUE = "report_overdue", _("reports overdue")
         REPORTS_RESUMED = "reports_resumed", _("reports resumed")
-        UPDATED = "updated", _("updated")
+        # Its own context: the bare msgid "updated" is the timestamp column (更新时间), issue 21 §5.
+        UPDATED = "updated", pgettext_lazy("device event kind", "updated")
         NOT_READY = "not_ready", _("NotReady in Kubernetes")
         CORDON = "cordon", _("cordon")
         CONFLICT = "conflict", _("conflict")

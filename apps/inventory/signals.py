@@ -6,3 +6,8 @@ from django.dispatch import Signal
 # transaction with ``node``; the clusters app answers by writing the Node patch to its push outbox in
 # that same transaction, so the patch commits (or rolls back) with the ledger change.
 node_labels_changed = Signal()
+
+# A node was quarantined (its NoExecute taint will evict every pod that does not tolerate it). Sent
+# inside the ledger's transaction with ``node``, ``reason`` and ``actor``; the scheduling app retries
+# the jobs running there (``apps.scheduling.faults.node_quarantined_receive``) in that transaction.
+node_quarantined = Signal()

@@ -6,8 +6,10 @@ app_name = "inventory"
 
 urlpatterns = [
     path("", views.fleet, name="fleet"),
+    path("live/", views.fleet_live, name="fleet-live"),
     path("nodes/", views.node_list, name="node-list"),
     path("nodes/<int:pk>/", views.node_detail, name="node-detail"),
+    path("nodes/<int:pk>/actions/", views.node_action, name="node-action"),
     path("devices/", views.device_list, name="device-list"),
     path("devices/<int:pk>/", views.device_detail, name="device-detail"),
 ]

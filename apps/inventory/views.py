@@ -8,21 +8,30 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from django import forms
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
 from django.core.paginator import Page, Paginator
+from django.db import transaction
 from django.db.models import Count, IntegerField, OuterRef, Q, QuerySet, Subquery, Value
 from django.db.models.functions import Coalesce
-from django.http import HttpRequest, HttpResponse, QueryDict
-from django.shortcuts import get_object_or_404, render
+from django.http import HttpRequest, HttpResponse, JsonResponse, QueryDict
+from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.safestring import mark_safe
-from django.views.decorators.http import require_safe
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_POST, require_safe
 
 from apps.accounts.selectors import is_platform_staff, user_project_ids
+from apps.core.errors import ApplicationError, InvalidTransition
 from apps.core.filters import page_filter
 from apps.core.templatetags.suanchi import link_tone
 from apps.inventory import charts, selectors
 from apps.inventory.filtersets import DevicePageFilterSet, NodePageFilterSet
 from apps.inventory.models import Device, DeviceLink, Node
+from apps.inventory.services import ledger
 
 PAGE_SIZE = 50
 FLEET_EVENT_COUNT = 20
@@ -81,6 +90,33 @@ def fleet(request: HttpRequest) -> HttpResponse:
         "has_projects": bool(user_project_ids(user)),
     }
     return render(request, "inventory/fleet.html", context)
+
+
+def _fleet_counts(user) -> dict[str, int]:
+    summary = selectors.fleet_summary(user=user)
+    health = {row["health"]: row["count"] for row in summary["by_health"]}
+    counts = {
+        "fleet-nodes": summary["node_total"],
+        "fleet-cards": summary["device_total"],
+        "fleet-healthy": health.get(Device.Health.HEALTHY, 0),
+        "fleet-degraded": health.get(Device.Health.DEGRADED, 0),
+        "fleet-lost": health.get(Device.Health.LOST, 0),
+        "fleet-unrecognized": summary["unrecognized"],
+    }
+    node_status = {row["status"]: row["count"] for row in summary["by_node_status"]}
+    for value, _label in Node.Status.choices:
+        if value != Node.Status.RETIRED:
+            counts[f"fleet-nodes-{value}"] = node_status.get(value, 0)
+    return counts
+
+
+@never_cache
+@login_required
+@require_safe
+def fleet_live(request: HttpRequest) -> JsonResponse:
+    """The fleet page's headline counts for ``static/js/live.js`` (issue 21: live pages)."""
+    fields = {key: {"text": str(value), "value": value} for key, value in _fleet_counts(request.user).items()}
+    return JsonResponse({"fields": fields})
 
 
 def _card_models_by_node(user, node_ids: list[int]) -> dict[int, list[dict]]:
@@ -153,25 +189,165 @@ def _topology(devices: list[Device], links) -> dict:
     return {"rows": rows, "has_links": bool(by_pair), "kinds_present": kinds_present}
 
 
-@login_required
-@require_safe
-def node_detail(request: HttpRequest, pk: int) -> HttpResponse:
+def _node_detail_context(request: HttpRequest, node: Node) -> dict:
     user = request.user
-    node = get_object_or_404(selectors.node_detail_queryset(user=user), pk=pk)
     devices = list(node.devices.all())
     links = list(selectors.device_link_list(user=user, node=node))
     events = selectors.device_event_list(user=user).filter(node=node)[:NODE_EVENT_COUNT]
-    context = {
+    in_service = [d for d in devices if d.health != Device.Health.RETIRED]
+    staff = is_platform_staff(user)
+    return {
         "node": node,
         "devices": devices,
-        "in_service_count": sum(1 for d in devices if d.health != Device.Health.RETIRED),
-        "topology": _topology([d for d in devices if d.health != Device.Health.RETIRED], links),
+        "in_service_count": len(in_service),
+        "topology": _topology(in_service, links),
         "link_legend": _link_legend(),
         "events": events,
         "taints": [t for t in node.taints if isinstance(t, dict)],
         "rdma_nics": [n for n in node.rdma_nics if isinstance(n, dict)],
+        "is_platform_staff": staff,
+        "node_actions": _node_actions(node, in_service) if staff else [],
+        "reason_max_length": NodeActionForm.REASON_MAX_LENGTH,
     }
-    return render(request, "inventory/node_detail.html", context)
+
+
+@login_required
+@require_safe
+def node_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    node = get_object_or_404(selectors.node_detail_queryset(user=request.user), pk=pk)
+    return render(request, "inventory/node_detail.html", _node_detail_context(request, node))
+
+
+# --------------------------------------------------------------------------------------------------
+# staff actions on a node (the same ledger services as the Django admin's actions)
+
+NODE_ACTIONS: dict[str, tuple[str, str]] = {
+    # action: (button label, what it does, shown before the click)
+    "maintenance_on": (
+        gettext_lazy("Maintenance on"),
+        gettext_lazy("No new work is placed on the node; running jobs continue."),
+    ),
+    "maintenance_off": (
+        gettext_lazy("Maintenance off"),
+        gettext_lazy("The node goes back to ready and takes new work."),
+    ),
+    "cordon": (
+        gettext_lazy("Cordon all cards"),
+        gettext_lazy("No new allocations on the node's cards; running work continues."),
+    ),
+    "uncordon": (
+        gettext_lazy("Lift cordon"),
+        gettext_lazy("The node's cards take new allocations again."),
+    ),
+    "quarantine": (
+        gettext_lazy("Quarantine"),
+        gettext_lazy("Jobs on the node are moved away and nothing new is placed on it."),
+    ),
+    "release": (
+        gettext_lazy("Release from quarantine"),
+        gettext_lazy("The node goes back to ready and takes new work."),
+    ),
+}
+
+
+class NodeActionForm(forms.Form):
+    """One staff action on a node; every action needs a reason, recorded in the ledger history."""
+
+    REASON_MAX_LENGTH = 300  # Node.status_reason / Device.cordon_reason
+
+    action = forms.ChoiceField(choices=[(key, label) for key, (label, _hint) in NODE_ACTIONS.items()])
+    reason = forms.CharField(max_length=REASON_MAX_LENGTH, strip=True)
+
+
+def _node_actions(node: Node, in_service: list[Device]) -> list[dict]:
+    """The actions that make sense for the node's current state, in a stable order."""
+    S = Node.Status
+    available = {
+        "maintenance_on": node.status in (S.READY, S.DRAINING),
+        "maintenance_off": node.status == S.MAINTENANCE,
+        "cordon": node.status != S.RETIRED and any(not d.cordoned for d in in_service),
+        "uncordon": any(d.cordoned for d in in_service),
+        "quarantine": node.status in (S.READY, S.DRAINING, S.MAINTENANCE),
+        "release": node.status == S.QUARANTINED,
+    }
+    return [
+        {"key": key, "label": label, "hint": hint}
+        for key, (label, hint) in NODE_ACTIONS.items()
+        if available[key]
+    ]
+
+
+def _require_status(node: Node, status: str, action_label: str) -> None:
+    if node.status != status:
+        raise InvalidTransition(
+            _("Node %(node)s is %(status)s: “%(action)s” does not apply.")
+            % {"node": node.name, "status": node.get_status_display(), "action": action_label},
+            details={"status": node.status},
+        )
+
+
+@transaction.atomic
+def _run_node_action(*, node: Node, action: str, reason: str, actor) -> None:
+    S = Node.Status
+    label = str(NODE_ACTIONS[action][0])
+    if action == "maintenance_on":
+        ledger.node_status_set(node=node, status=S.MAINTENANCE, reason=reason, actor=actor)
+    elif action == "maintenance_off":
+        _require_status(node, S.MAINTENANCE, label)
+        ledger.node_status_set(node=node, status=S.READY, reason=reason, actor=actor)
+    elif action == "quarantine":
+        ledger.node_status_set(node=node, status=S.QUARANTINED, reason=reason, actor=actor)
+    elif action == "release":
+        _require_status(node, S.QUARANTINED, label)
+        ledger.node_status_set(node=node, status=S.READY, reason=reason, actor=actor)
+    else:
+        cordoned = action == "cordon"
+        devices = list(
+            Device.objects.filter(node=node, cordoned=not cordoned)
+            .exclude(health=Device.Health.RETIRED)
+            .order_by("vendor", "index")
+        )
+        if not devices:
+            raise InvalidTransition(
+                _("Node %(node)s has no card to which “%(action)s” applies.")
+                % {"node": node.name, "action": label}
+            )
+        for device in devices:
+            ledger.device_cordon(device=device, cordoned=cordoned, reason=reason, actor=actor)
+
+
+@login_required
+@require_POST
+def node_action(request: HttpRequest, pk: int) -> HttpResponse:
+    """POST a staff action (maintenance on/off, cordon/uncordon, quarantine/release) with a reason.
+
+    Members get a 403 page saying why; a missing reason or an unknown action is a 400 and a move the
+    node's state machine refuses is a 409, both re-rendering the page with the error next to the form.
+    """
+    node = get_object_or_404(selectors.node_detail_queryset(user=request.user), pk=pk)
+    if not is_platform_staff(request.user):
+        raise PermissionDenied(_("Changing a node's state is for platform staff only."))
+    form = NodeActionForm(request.POST)
+    status = 400
+    if form.is_valid():
+        action = form.cleaned_data["action"]
+        try:
+            _run_node_action(node=node, action=action, reason=form.cleaned_data["reason"], actor=request.user)
+        except ApplicationError as exc:
+            form.add_error(None, exc.message)
+            status = exc.status_code
+        else:
+            messages.success(
+                request,
+                _("%(action)s: done for node %(node)s.")
+                % {"action": NODE_ACTIONS[action][0], "node": node.name},
+            )
+            return redirect("inventory:node-detail", pk=node.pk)
+    node.refresh_from_db()
+    context = _node_detail_context(request, node)
+    context["action_form"] = form
+    context["action_failed"] = request.POST.get("action", "")
+    return render(request, "inventory/node_detail.html", context, status=status)
 
 
 def _link_legend() -> list[tuple[str, str, str]]:

@@ -6,6 +6,7 @@ among the user's projects, one state, a name ``search``); the API keeps ``JobFil
 """
 
 import django_filters
+from django import forms
 from django.utils.translation import gettext_lazy as _
 
 from apps.accounts.models import Project
@@ -39,3 +40,14 @@ class JobPageFilterSet(JobFilterSet):
     )
     state = django_filters.ChoiceFilter(choices=JobState.choices, label=_("State"), empty_label=_("All"))
     kind = django_filters.ChoiceFilter(choices=Job.Kind.choices, label=_("Kind"), empty_label=_("All"))
+    mine = django_filters.BooleanFilter(
+        label=_("My jobs"),
+        method="filter_mine",
+        widget=forms.CheckboxInput(),
+    )
+
+    def filter_mine(self, queryset, name, value):
+        user = getattr(self.request, "user", None)
+        if not value or user is None:
+            return queryset
+        return queryset.filter(submitted_by=user)

@@ -18,7 +18,7 @@ from django.utils.translation import gettext_lazy as _
 
 from apps.accounts.models import Membership, Project
 from apps.accounts.selectors import is_platform_staff, project_list
-from apps.catalog.models import ComputeTemplate, DeviceModel, DeviceRequestTemplate, Vendor
+from apps.catalog.models import ComputeTemplate, DeviceModel, DeviceRequestTemplate, Vendor, WorkloadProfile
 from apps.core.errors import ValidationFailed
 from apps.inventory import compat
 from apps.inventory.models import Device
@@ -33,6 +33,12 @@ REQUEST_FIELDS: dict[str, tuple[str, ...]] = {
     Job.RequestKind.WHOLE_CARDS: ("device_model", "count"),
     Job.RequestKind.COMPUTE_UNITS: ("compute_units", "memory_gib", "allowed_vendors"),
     Job.RequestKind.REQUEST_TEMPLATE: ("request_template",),
+    Job.RequestKind.PROFILE: (
+        "workload_profile",
+        "target_throughput",
+        "target_latency_ms",
+        "allowed_vendors",
+    ),
 }
 ALL_REQUEST_FIELDS = frozenset(name for names in REQUEST_FIELDS.values() for name in names)
 # Service field names that the form spells differently.
@@ -51,7 +57,7 @@ def submittable_projects(user) -> QuerySet[Project]:
 class _TemplateChoiceField(forms.ModelChoiceField):
     def label_from_instance(self, obj: ComputeTemplate) -> str:
         model = obj.device_model.name
-        return obj.name if obj.name.startswith(model) else f"{model} · {obj.name}"
+        return obj.label if obj.name.startswith(model) else f"{model} · {obj.label}"
 
 
 class _ModelChoiceField(forms.ModelChoiceField):
@@ -134,6 +140,29 @@ class JobSubmitForm(forms.Form):
         required=False,
         empty_label=_("Choose a request template"),
     )
+    workload_profile = forms.ModelChoiceField(
+        label=_("Workload profile"),
+        queryset=WorkloadProfile.objects.order_by("key"),
+        required=False,
+        empty_label=_("Choose a workload profile"),
+        to_field_name="key",
+        help_text=_("The kind of work; the benchmark library knows its throughput per card and slice."),
+    )
+    target_throughput = forms.DecimalField(
+        label=_("Target throughput"),
+        required=False,
+        max_digits=14,
+        decimal_places=3,
+        min_value=Decimal("0.001"),
+        help_text=_("In the profile's unit (tokens/s, images/s, samples/s)."),
+    )
+    target_latency_ms = forms.DecimalField(
+        label=_("p99 latency bound (ms)"),
+        required=False,
+        max_digits=10,
+        decimal_places=2,
+        min_value=Decimal("0.01"),
+    )
     replicas = forms.IntegerField(label=_("Replicas"), min_value=1, max_value=64, initial=1)
     priority_class = forms.ChoiceField(
         label=_("Priority"), choices=PriorityClass.choices, initial=PriorityClass.NORMAL
@@ -198,6 +227,9 @@ class JobSubmitForm(forms.Form):
             "memory_gib": job.memory_mib // 1024 if job.memory_mib else None,
             "allowed_vendors": list(job.allowed_vendors or []),
             "request_template": job.request_template_id,
+            "workload_profile": job.workload_profile.key if job.workload_profile_id else None,
+            "target_throughput": job.target_throughput,
+            "target_latency_ms": job.target_latency_ms,
             "replicas": job.replicas,
             "priority_class": job.priority_class,
             "expected_duration_h": hours,
@@ -267,11 +299,18 @@ class JobSubmitForm(forms.Form):
             Job.RequestKind.WHOLE_CARDS: ("device_model", _("Choose a card model.")),
             Job.RequestKind.COMPUTE_UNITS: ("compute_units", _("Give a positive number of compute units.")),
             Job.RequestKind.REQUEST_TEMPLATE: ("request_template", _("Choose a device request template.")),
+            Job.RequestKind.PROFILE: ("workload_profile", _("Choose a workload profile.")),
         }
         if kind in required:
             name, message = required[kind]
             if cleaned.get(name) in (None, "") and name not in self.errors:
                 self.add_error(name, message)
+        missing_target = kind == Job.RequestKind.PROFILE and cleaned.get("target_throughput") is None
+        if missing_target and "target_throughput" not in self.errors:
+            self.add_error("target_throughput", _("Give the throughput the job must reach."))
+        unnamed = cleaned.get("kind") == Job.Kind.BENCHMARK and not cleaned.get("workload_profile")
+        if unnamed and "workload_profile" not in self.errors:
+            self.add_error("workload_profile", _("A benchmark run names the workload profile it measures."))
         return cleaned
 
     # ---- to the service --------------------------------------------------------------------------
@@ -301,9 +340,16 @@ class JobSubmitForm(forms.Form):
                 values["compute_units"] = data["compute_units"]
             if data.get("memory_gib"):
                 values["memory_mib"] = data["memory_gib"] * 1024
+        if "allowed_vendors" in used:
             values["allowed_vendors"] = list(data.get("allowed_vendors") or [])
         if "request_template" in used and data.get("request_template") is not None:
             values["request_template"] = data["request_template"]
+        if "workload_profile" in used:
+            for name in ("workload_profile", "target_throughput", "target_latency_ms"):
+                if data.get(name) is not None:
+                    values[name] = data[name]
+        elif data.get("kind") == Job.Kind.BENCHMARK and data.get("workload_profile") is not None:
+            values["workload_profile"] = data["workload_profile"]  # what a benchmark run measures
         return values
 
     def request_errors(self) -> dict[str, list[str]]:

@@ -74,6 +74,9 @@ SUBMIT_FIELDS = (
     "memory_mib",
     "allowed_vendors",
     "request_template",
+    "workload_profile",
+    "target_throughput",
+    "target_latency_ms",
     "replicas",
     "node_selector",
     "tolerations",
@@ -92,12 +95,14 @@ class Job(BaseModel):
         INFERENCE = "inference", _("inference service")
         FINETUNE = "finetune", _("fine-tune")
         BATCH = "batch", _("batch")
+        BENCHMARK = "benchmark", _("benchmark run")
 
     class RequestKind(models.TextChoices):
         TEMPLATE = "template", _("compute template × count")
         WHOLE_CARDS = "whole_cards", _("whole cards")
         COMPUTE_UNITS = "compute_units", _("compute units + memory")
         REQUEST_TEMPLATE = "request_template", _("device request template")
+        PROFILE = "profile", _("workload profile + target throughput")
 
     project = models.ForeignKey(Project, on_delete=models.PROTECT, related_name="jobs")
     name = models.CharField(_("name"), max_length=120)
@@ -130,6 +135,17 @@ class Job(BaseModel):
     allowed_vendors = models.JSONField(_("allowed vendors"), default=list, blank=True)
     request_template = models.ForeignKey(
         "catalog.DeviceRequestTemplate", null=True, blank=True, on_delete=models.PROTECT, related_name="jobs"
+    )
+    # workload profile + target: placed on whatever the benchmark library says is cheapest per unit of
+    # work (apps.benchlib.recommend); benchmark runs name the profile they measure.
+    workload_profile = models.ForeignKey(
+        "catalog.WorkloadProfile", null=True, blank=True, on_delete=models.PROTECT, related_name="jobs"
+    )
+    target_throughput = models.DecimalField(
+        _("target throughput"), max_digits=14, decimal_places=3, null=True, blank=True
+    )
+    target_latency_ms = models.DecimalField(
+        _("p99 latency bound (ms)"), max_digits=10, decimal_places=2, null=True, blank=True
     )
     replicas = models.PositiveSmallIntegerField(
         _("replicas"), default=1, validators=[MinValueValidator(1), MaxValueValidator(64)]
@@ -182,7 +198,7 @@ class Job(BaseModel):
             ),
             models.CheckConstraint(
                 condition=Q(
-                    request_kind__in=["template", "whole_cards", "compute_units", "request_template"]
+                    request_kind__in=["template", "whole_cards", "compute_units", "request_template", "profile"]
                 ),
                 name="jobs_job_request_kind_valid",
             ),
@@ -197,6 +213,11 @@ class Job(BaseModel):
             models.CheckConstraint(
                 condition=~Q(request_kind="request_template") | Q(request_template__isnull=False),
                 name="jobs_job_request_template_set",
+            ),
+            models.CheckConstraint(
+                condition=~Q(request_kind="profile")
+                | (Q(workload_profile__isnull=False) & Q(target_throughput__gt=Decimal("0"))),
+                name="jobs_job_profile_request_set",
             ),
             models.CheckConstraint(condition=Q(count__gte=1), name="jobs_job_count_positive"),
         ]
@@ -213,6 +234,8 @@ class JobEvent(models.Model):
         DECISION = "decision", _("scheduling decision")
         PENDING = "pending", _("still pending")
         RELEASED = "released", _("allocation released")
+        # Cards held until Kubernetes confirms the attempt's objects gone (then RELEASED).
+        RELEASING = "releasing", _("allocation releasing")
         CANCEL = "cancel", _("cancel requested")
         RETRY = "retry", _("retry")
         PREEMPTED = "preempted", _("preempted")
@@ -256,6 +279,10 @@ class Allocation(models.Model):
     compute_milli = models.PositiveIntegerField()
     isolation = models.CharField(max_length=8, choices=Isolation.choices, default=Isolation.HARD)
     partition_profile = models.CharField(max_length=40, blank=True)
+    # The MIG GPU instance's start slot (memory-slice index, as nvidia-smi mig -lgipp numbers them) the
+    # engine chose on the card's geometry (apps.catalog.mig); null for other slices, whole cards and
+    # cards whose geometry is not modelled. A restored snapshot re-creates exactly this layout.
+    mig_start = models.PositiveSmallIntegerField(null=True, blank=True)
     # Compute units this row holds: the card model's coefficient on the start day × the share
     # (compute_milli / 1000). Quotas count it; billing multiplies it by hours.
     compute_units = models.DecimalField(max_digits=12, decimal_places=4, default=0)
@@ -265,6 +292,11 @@ class Allocation(models.Model):
     started_at = models.DateTimeField(db_index=True)
     released_at = models.DateTimeField(null=True, blank=True, db_index=True)
     release_reason = models.CharField(max_length=200, blank=True)
+    # "Releasing": the job let go of these cards (cancel, retry, preemption) and the deletes of the
+    # attempt's objects were sent, but its pods may still run (Terminating, grace period). The row
+    # stays active (``released_at`` null: the engine hands nothing out on it) until reconcile sees
+    # the objects and pods gone (``apps.scheduling.releasing``).
+    releasing_since = models.DateTimeField(null=True, blank=True, db_index=True)
 
     class Meta:
         # The table keeps the name it had when the model lived in the scheduling app.
@@ -276,8 +308,11 @@ class Allocation(models.Model):
                 condition=Q(released_at__isnull=True, whole_card=True),
                 name="scheduling_allocation_one_active_whole_card",
             ),
+            # Among live allocations: a service scaled down and up again reuses replica numbers on
+            # the same card, and the released rows stay as history.
             models.UniqueConstraint(
                 fields=["job", "device", "replica", "attempt"],
+                condition=Q(released_at__isnull=True),
                 name="scheduling_allocation_unique_slot",
             ),
             models.CheckConstraint(

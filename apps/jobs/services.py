@@ -12,7 +12,11 @@ from decimal import Decimal
 from django.utils import timezone
 
 from apps.core.audit import actor_fields
+from apps.core.stored_text import stored
 from apps.jobs.models import TRANSITIONS, Job, JobEvent, JobState
+
+# A state change without a reason, shown in the reader's language (apps.core.stored_text).
+STATE_CHANGED = stored("%(old)s → %(to)s")
 
 
 def job_event(
@@ -57,7 +61,7 @@ def job_transition(
     job_event(
         job,
         kind=JobEvent.Kind.STATE,
-        message=reason or f"{old} → {to}",
+        message=reason or STATE_CHANGED % {"old": old, "to": to},
         actor=actor,
         from_state=old or "",
         to_state=to,

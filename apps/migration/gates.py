@@ -85,9 +85,12 @@ def _track_day(service: MigratedService, track: str, start: datetime, end: datet
 def _metric_source(service: MigratedService, start: datetime, end: datetime) -> str:
     qs = ServiceMetric.objects.filter(service=service, window_start__gte=start, window_start__lt=end)
     counts = dict(qs.order_by().values("track").annotate(n=Count("pk")).values_list("track", "n"))
+    # In the platform zone, named (issue 21: provenance printed UTC on pages that show Asia/Shanghai).
+    zone = timezone.get_default_timezone()
+    start, end = timezone.localtime(start, zone), timezone.localtime(end, zone)
     return (
         f"ServiceMetric: {counts.get(Track.TARGET, 0)} target + {counts.get(Track.SOURCE, 0)} source windows, "
-        f"{start:%Y-%m-%d %H:%M} → {end:%Y-%m-%d %H:%M} UTC, from {_sources(qs) or '—'}"
+        f"{start:%Y-%m-%d %H:%M} → {end:%Y-%m-%d %H:%M} {zone}, from {_sources(qs) or '—'}"
     )
 
 

@@ -25,6 +25,7 @@ from django.utils.translation import gettext_lazy as _
 
 from apps.accounts.models import Project
 from apps.catalog.models import Vendor
+from apps.core.formatting import plain_decimal
 from apps.core.models import BaseModel
 from apps.jobs.models import Job
 
@@ -196,15 +197,15 @@ class Gate(BaseModel):
     def describe(self) -> str:
         if self.kind == self.Kind.P99_LATENCY:
             return str(_("target p99 ≤ source p99 + %(x)s %% for %(z)s days")) % {
-                "x": self.threshold.normalize(),
+                "x": plain_decimal(self.threshold),
                 "z": self.window_days,
             }
         if self.kind == self.Kind.ERROR_RATE:
             return str(_("target error rate ≤ %(y)s %% for %(z)s days")) % {
-                "y": self.threshold.normalize(),
+                "y": plain_decimal(self.threshold),
                 "z": self.window_days,
             }
-        return str(_("|Δ %(metric)s| ≤ %(t)s")) % {"metric": self.metric, "t": self.threshold.normalize()}
+        return str(_("|Δ %(metric)s| ≤ %(t)s")) % {"metric": self.metric, "t": plain_decimal(self.threshold)}
 
     def clean(self) -> None:
         if self.kind == self.Kind.ACCURACY and not self.metric:
@@ -235,6 +236,14 @@ class MigratedService(BaseModel):
     )
     source_job = models.ForeignKey(Job, on_delete=models.PROTECT, related_name="migration_source_of")
     target_job = models.ForeignKey(Job, on_delete=models.PROTECT, related_name="migration_target_of")
+    workload_profile = models.ForeignKey(
+        "catalog.WorkloadProfile",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="migrated_services",
+        help_text=_("The kind of work: the cockpit compares its measured throughput on both tracks."),
+    )
     source_vendor = models.CharField(_("source vendor"), max_length=20, choices=Vendor.choices)
     target_vendor = models.CharField(_("target vendor"), max_length=20, choices=Vendor.choices)
     capacity_replicas = models.PositiveSmallIntegerField(

@@ -391,6 +391,9 @@ def plan_forecast(*, plan: MigrationPlan, services: list[MigratedService]) -> li
             row["eta"] = forecast.eta(points, float(row["services"])) if points else None
             if row["done"] >= row["services"]:
                 row["eta"] = max((t for t, _ in points), default=None)
+            elif row["eta"] and row["eta"] < timezone.now():
+                # The trend's date has passed with the phase unfinished: no forecast, not "on track".
+                row["eta"], row["stalled"] = None, True
         if row["eta"] and row["target_end"]:
             row["on_track"] = timezone.localtime(row["eta"]).date() <= row["target_end"]
         out.append(row)
@@ -409,3 +412,66 @@ __all__ = [
     "track_comparison",
     "vendor_share_by_month",
 ]
+
+
+# ------------------------------------------------------------------ measured evidence per workload
+
+# A measured ratio further than this from the ratio the coefficients assume is flagged (relative).
+EVIDENCE_TOLERANCE = Decimal("0.15")
+
+
+def _track_model(job):
+    """The device model a track's job runs on: its cards (latest attempt) or, before it ran, its request."""
+    allocation = (
+        Allocation.objects.filter(job=job, device__device_model__isnull=False)
+        .select_related("device__device_model")
+        .order_by("-attempt", "-started_at")
+        .first()
+    )
+    if allocation is not None:
+        return allocation.device.device_model
+    if job.device_model_id:
+        return job.device_model
+    if job.template_id:
+        return job.template.device_model
+    return None
+
+
+def workload_evidence(services: list[MigratedService]) -> list[dict]:
+    """Per migrated service with a workload profile: the measured target/source throughput ratio from
+    the benchmark library against the ratio the compute coefficients assume, flagged when they disagree
+    by more than 15 % — the data behind a coefficient proposal (seed 004 §6: decide with data)."""
+    from apps.benchlib.services import per_card_throughput
+    from apps.catalog.selectors import coefficients_on
+
+    rows = []
+    for service in services:
+        if not service.workload_profile_id:
+            continue
+        source, target = _track_model(service.source_job), _track_model(service.target_job)
+        row = {"service": service, "profile": service.workload_profile, "source": source, "target": target}
+        row.update(measured=None, assumed=None, flagged=False, measurements=0, synthetic=False)
+        if source is not None and target is not None:
+            a = per_card_throughput(service.workload_profile, target)
+            b = per_card_throughput(service.workload_profile, source)
+            coefficients = coefficients_on([source.pk, target.pk])
+            if coefficients.get(source.pk) and coefficients.get(target.pk):
+                row["assumed"] = (coefficients[target.pk] / coefficients[source.pk]).quantize(Decimal("0.01"))
+            if a and b:
+                row["measured"] = (a["per_card"] / b["per_card"]).quantize(Decimal("0.01"))
+                row["measurements"] = a["measurements"] + b["measurements"]
+                row["synthetic"] = a["synthetic"] or b["synthetic"]
+            if row["measured"] is not None and row["assumed"]:
+                row["flagged"] = abs(row["measured"] / row["assumed"] - 1) > EVIDENCE_TOLERANCE
+        rows.append(row)
+    return rows
+
+
+def open_coefficient_proposals():
+    from apps.benchlib.models import CoefficientProposal
+
+    return list(
+        CoefficientProposal.objects.filter(state=CoefficientProposal.State.OPEN)
+        .select_related("device_model", "reference_model")
+        .order_by("device_model__name")
+    )

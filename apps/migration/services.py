@@ -31,6 +31,7 @@ from apps.core.errors import (
     ValidationFailed,
 )
 from apps.core.permissions import require_staff
+from apps.core.stored_text import stored
 from apps.core.validation import validate, validate_and_save
 from apps.jobs.models import ACTIVE_STATES, Allocation, Job
 from apps.migration.gates import service_gate_results
@@ -383,6 +384,11 @@ def _require_scheduled(service: MigratedService) -> None:
         )
 
 
+# The scaling reason on the tracks' job events, in the reader's language (apps.core.stored_text).
+WEIGHT_CHANGE = stored("migration %(service)s: target weight %(old)s → %(new)s %%")
+WEIGHT_CHANGE_BECAUSE = stored("migration %(service)s: target weight %(old)s → %(new)s %% (%(reason)s)")
+
+
 def _scale_tracks(service: MigratedService, target_weight: int, actor, reason: str) -> dict:
     """Scale both Deployments for ``target_weight``: the gaining track first. Inside a transaction."""
     from apps.scheduling.scaling import inference_scale
@@ -402,9 +408,12 @@ def _scale_tracks(service: MigratedService, target_weight: int, actor, reason: s
         else [(Track.SOURCE, source_job, src_n), (Track.TARGET, target_job, tgt_n)]
     )
     after = dict(before)
-    why = f"migration {service.name}: target weight {service.target_weight} → {target_weight} %"
-    if reason:
-        why += f" ({reason})"
+    why = (WEIGHT_CHANGE_BECAUSE if reason else WEIGHT_CHANGE) % {
+        "service": service.name,
+        "old": service.target_weight,
+        "new": target_weight,
+        "reason": reason,
+    }
     for track, job, wanted in order:
         reached = inference_scale(job=job, replicas=wanted, actor=actor, reason=why)
         if reached < wanted:

@@ -100,8 +100,55 @@ def cockpit(request: HttpRequest) -> HttpResponse:
         "source_cu": sum((r["compute_units"] for r in source_footprint), start=0),
         "phases": Phase.choices,
         "is_platform_staff": is_platform_staff(user),
+        "evidence": selectors.workload_evidence(service_rows),
+        "proposals": selectors.open_coefficient_proposals(),
     }
     return render(request, "migration/cockpit.html", context)
+
+
+@login_required
+@require_POST
+def proposal_decide(request: HttpRequest, pk: int, verb: str) -> HttpResponse:
+    """Staff accept (a new coefficient version from tomorrow or a later date) or dismiss a proposal."""
+    from apps.benchlib.models import CoefficientProposal
+    from apps.benchlib.services import coefficient_proposal_decide
+
+    if not is_platform_staff(request.user):
+        messages.error(request, _("Only platform staff decide coefficient proposals."))
+        return redirect("migration:cockpit")
+    proposal = CoefficientProposal.objects.filter(pk=pk).first()
+    if proposal is None or verb not in ("accept", "dismiss"):
+        raise Http404
+    effective = None
+    if request.POST.get("effective_from"):
+        from django.utils.dateparse import parse_date
+
+        effective = parse_date(request.POST["effective_from"])
+        if effective is None:
+            messages.error(request, _("The effective date must look like 2026-12-31."))
+            return redirect("migration:cockpit")
+    try:
+        proposal = coefficient_proposal_decide(
+            proposal=proposal, accept=verb == "accept", actor=request.user, effective_from=effective
+        )
+    except ApplicationError as exc:
+        messages.error(request, exc.message)
+    else:
+        if proposal.state == "accepted":
+            messages.success(
+                request,
+                _(
+                    "%(model)s: coefficient %(value)s from %(day)s; earlier metering and closed bills are unchanged."
+                )
+                % {
+                    "model": proposal.device_model.name,
+                    "value": proposal.proposed_value,
+                    "day": proposal.effective_from,
+                },
+            )
+        else:
+            messages.success(request, _("Proposal dismissed."))
+    return redirect("migration:cockpit")
 
 
 @login_required

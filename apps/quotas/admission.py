@@ -27,15 +27,32 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 
+from apps.core.stored_text import stored
+
 ZERO = Decimal(0)
 INF = Decimal("Infinity")
 ELASTIC = "elastic pool"
+
+# Why a job waits (its state reason), in the reader's language (apps.core.stored_text).
+UNLIMITED = stored("unlimited")
+NEEDS = stored("project %(project)s needs %(total)s CU, has %(free)s of its %(guaranteed)s CU guarantee left")
+NEEDS_MEMORY = stored(
+    "project %(project)s needs %(need)s MiB of device memory, has %(free)s MiB of its %(limit)s MiB limit left"
+)
+LIMIT_REACHED = stored("borrowing limit reached")
+OVER_LIMIT = stored("over its borrowing limit")
+BORROW_REFUSED = stored("%(who)s, %(reached)s (%(used)s of %(limit)s CU borrowed)")
+DEPARTMENT_LIMIT = stored("%(who)s; department %(department)s reached its borrowing limit of %(limit)s CU")
+NOT_LENDABLE = stored("%(who)s; only %(idle)s of the %(borrowed)s CU it must borrow is idle and lendable")
+RECLAIMS_ITSELF = stored(
+    "%(who)s; taking back its lent guarantee leaves the %(borrowed)s CU it must borrow uncovered"
+)
 
 
 def fmt(value: Decimal | None) -> str:
     """1.5000 → "1.5", None / ∞ → "unlimited"."""
     if value is None or value == INF:
-        return "unlimited"
+        return UNLIMITED
     text = f"{value.normalize():f}"
     return text if "." not in text else text.rstrip("0").rstrip(".")
 
@@ -338,26 +355,40 @@ class Book:
         flags = split_guarantee(amounts, free)
         borrowed = sum((a for a, f in zip(amounts, flags, strict=True) if f), ZERO)
         guaranteed = total - borrowed
-        who = f"project {row.project} needs {fmt(total)} CU, has {fmt(free)} of its {fmt(row.guaranteed)} CU guarantee left"
+        who = NEEDS % {
+            "project": row.project,
+            "total": fmt(total),
+            "free": fmt(free),
+            "guaranteed": fmt(row.guaranteed),
+        }
         if row.memory_limit_mib is not None and self.mem[key] + memory_mib > row.memory_limit_mib:
             return Admission(
                 False,
                 flags,
-                f"project {row.project} needs {memory_mib} MiB of device memory, has "
-                f"{max(row.memory_limit_mib - self.mem[key], 0)} MiB of its {row.memory_limit_mib} MiB limit left",
+                NEEDS_MEMORY
+                % {
+                    "project": row.project,
+                    "need": memory_mib,
+                    "free": max(row.memory_limit_mib - self.mem[key], 0),
+                    "limit": row.memory_limit_mib,
+                },
                 guaranteed,
                 borrowed,
                 "memory",
             )
         if borrowed > 0:
             if row.borrowing_limit is not None and b_used + borrowed > row.borrowing_limit:
-                reached = (
-                    "borrowing limit reached" if b_used >= row.borrowing_limit else "over its borrowing limit"
-                )
+                reached = LIMIT_REACHED if b_used >= row.borrowing_limit else OVER_LIMIT
                 return Admission(
                     False,
                     flags,
-                    f"{who}, {reached} ({fmt(b_used)} of {fmt(row.borrowing_limit)} CU borrowed)",
+                    BORROW_REFUSED
+                    % {
+                        "who": who,
+                        "reached": reached,
+                        "used": fmt(b_used),
+                        "limit": fmt(row.borrowing_limit),
+                    },
                     guaranteed,
                     borrowed,
                     "borrowing",
@@ -373,10 +404,18 @@ class Book:
             if missing > 0:
                 drow = self.departments.get((row.department, row.resource_class))
                 if drow is not None and drow.borrowing_limit is not None and self._dept_limited(pools, row):
-                    msg = f"{who}; department {row.department} reached its borrowing limit of {fmt(drow.borrowing_limit)} CU"
+                    msg = DEPARTMENT_LIMIT % {
+                        "who": who,
+                        "department": row.department,
+                        "limit": fmt(drow.borrowing_limit),
+                    }
                     limit = "department"
                 else:
-                    msg = f"{who}; only {fmt(borrowed - missing)} of the {fmt(borrowed)} CU it must borrow is idle and lendable"
+                    msg = NOT_LENDABLE % {
+                        "who": who,
+                        "idle": fmt(borrowed - missing),
+                        "borrowed": fmt(borrowed),
+                    }
                     limit = "lendable"
                 return Admission(False, flags, msg, guaranteed, borrowed, limit)
             if guaranteed > 0 and self._reclaims_itself(key, guaranteed, borrowed, memory_mib, hold):
@@ -386,8 +425,7 @@ class Book:
                 return Admission(
                     False,
                     flags,
-                    f"{who}; taking back its lent guarantee leaves the {fmt(borrowed)} CU it must "
-                    "borrow uncovered",
+                    RECLAIMS_ITSELF % {"who": who, "borrowed": fmt(borrowed)},
                     guaranteed,
                     borrowed,
                     "lendable",

@@ -19,6 +19,7 @@ from apps.catalog.selectors import coefficients_on
 from apps.core.audit import change_record_create, snapshot
 from apps.core.errors import Conflict, ValidationFailed
 from apps.core.permissions import require_staff
+from apps.core.stored_text import stored
 from apps.core.validation import validate
 from apps.inventory.models import Cluster, Device
 from apps.quotas import admission
@@ -43,6 +44,9 @@ FIELDS = (
 UPDATABLE = FIELDS[6:]
 DECIMALS = ("guaranteed_cu", "borrowing_limit_cu", "lending_limit_cu", "over_quota_weight")
 _STAFF_ONLY = "Only platform administrators can change quotas."
+# Why a job waits (its state reason), in the reader's language (apps.core.stored_text).
+UNCOVERED = stored("project %(project)s has no quota covering %(vendor)s cards")
+UNCOVERED_ANY = stored("project %(project)s has no quota covering these cards")
 
 
 class QuotaExceeded(Conflict):
@@ -299,7 +303,9 @@ def placement_admit(
             return PlacementAdmission(
                 False,
                 [False] * len(items),
-                f"project {job.project.slug} has no quota covering {vendor or 'these'} cards",
+                (UNCOVERED % {"project": job.project.slug, "vendor": vendor})
+                if vendor
+                else (UNCOVERED_ANY % {"project": job.project.slug}),
                 {"limit": "uncovered"},
             )
         by_row[key].append(i)

@@ -8,4 +8,5 @@ app_name = "quotas"
 
 urlpatterns = [
     path("", views.quota_overview, name="overview"),
+    path("<int:pk>/edit/", views.quota_edit, name="edit"),
 ]

@@ -9,6 +9,7 @@ from django.utils.translation import gettext_lazy as _
 
 from apps.core.admin import run_each
 from apps.core.errors import ApplicationError
+from apps.core.stored_text import stored
 from apps.rollout import services
 from apps.rollout.models import (
     AutoscalePolicy,
@@ -20,6 +21,10 @@ from apps.rollout.models import (
     UpgradePlan,
     UpgradeWave,
 )
+
+# Stage reasons people read later, in their own language (apps.core.stored_text).
+FAILED_BY = stored("failed from the admin console by %(user)s")
+ROLLED_BACK_BY = stored("rolled back from the admin console by %(user)s")
 
 
 class _ServiceSaveMixin:
@@ -160,7 +165,7 @@ class GrayBatchAdmin(_ServiceSaveMixin, admin.ModelAdmin):
 
     @admin.action(description=_("Fail and quarantine"))
     def fail(self, request, queryset):
-        reason = f"failed from the admin console by {request.user}"
+        reason = FAILED_BY % {"user": request.user}
         run_each(
             self,
             request,
@@ -171,7 +176,7 @@ class GrayBatchAdmin(_ServiceSaveMixin, admin.ModelAdmin):
 
     @admin.action(description=_("Roll back (change reverted)"))
     def rollback(self, request, queryset):
-        reason = f"rolled back from the admin console by {request.user}"
+        reason = ROLLED_BACK_BY % {"user": request.user}
         run_each(
             self,
             request,

@@ -25,6 +25,8 @@ import random
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
+from apps.core.stored_text import stored
+
 UP, DOWN, HOLD = "up", "down", "hold"
 # A window counts as measured when samples cover this share of it.
 MIN_COVERAGE = 0.9
@@ -112,6 +114,24 @@ def window_mean(samples: Iterable[Sample], *, end: float, length: float) -> floa
     return total / covered
 
 
+# Decision reasons people read later, in their own language (apps.core.stored_text).
+BELOW_MIN = stored("below the minimum of %(min)s")
+ABOVE_MAX = stored("above the maximum of %(max)s")
+COOLING = stored("cooling down for another %(left)s s after the last change")
+NOTHING_SINCE = stored("no utilization measured since the last change")
+STALE = stored("utilization is stale (latest sample %(age)s s old)")
+AT_MAX = stored("%(mean)s %% over %(minutes)s min, but already at the maximum")
+UP_BECAUSE = stored("%(mean)s %% > %(threshold)s %% over %(minutes)s min")
+AT_MIN = stored("%(mean)s %% over %(minutes)s min, but already at the minimum")
+IN_BUFFER = stored(
+    "scaling down to %(target)s would put utilization at %(projected)s %%, within the "
+    "%(buffer)s %% buffer below the up threshold"
+)
+DOWN_BECAUSE = stored("%(mean)s %% < %(threshold)s %% over %(minutes)s min")
+NOT_ENOUGH = stored("not enough utilization measured yet for a window")
+IN_BAND = stored("utilization within the band")
+
+
 def evaluate(
     policy: Policy,
     samples: Sequence[Sample],
@@ -126,41 +146,44 @@ def evaluate(
         return Decision(HOLD, current, current, reason, **extra)
 
     if current < policy.min_replicas:
-        return Decision(UP, current, policy.min_replicas, f"below the minimum of {policy.min_replicas}")
+        return Decision(UP, current, policy.min_replicas, BELOW_MIN % {"min": policy.min_replicas})
     if current > policy.max_replicas:
-        return Decision(DOWN, current, policy.max_replicas, f"above the maximum of {policy.max_replicas}")
+        return Decision(DOWN, current, policy.max_replicas, ABOVE_MAX % {"max": policy.max_replicas})
     if last_scaled_at is not None and now - last_scaled_at < policy.cooldown_s:
         left = policy.cooldown_s - (now - last_scaled_at)
-        return hold(f"cooling down for another {left:.0f} s after the last change")
+        return hold(COOLING % {"left": f"{left:.0f}"})
     usable = [
         s for s in samples if s.at <= now and (last_scaled_at is None or s.at - s.span_s >= last_scaled_at)
     ]
     if not usable:
-        return hold("no utilization measured since the last change")
+        return hold(NOTHING_SINCE)
     end = max(s.at for s in usable)
     if now - end > policy.max_staleness_s:
-        return hold(f"utilization is stale (latest sample {now - end:.0f} s old)")
+        return hold(STALE % {"age": f"{now - end:.0f}"})
     up_mean = window_mean(usable, end=end, length=policy.up_window_s)
     down_mean = window_mean(usable, end=end, length=policy.down_window_s)
     figures = {"up_window_pct": up_mean, "down_window_pct": down_mean}
     if up_mean is not None and up_mean > policy.up_threshold_pct:
         if current >= policy.max_replicas:
-            return hold(
-                f"{up_mean:.0f} % over {policy.up_window_s // 60} min, but already at the maximum", **figures
-            )
+            return hold(AT_MAX % {"mean": f"{up_mean:.0f}", "minutes": policy.up_window_s // 60}, **figures)
         target = min(policy.max_replicas, current + policy.step)
         return Decision(
             UP,
             current,
             target,
-            f"{up_mean:.0f} % > {policy.up_threshold_pct:g} % over {policy.up_window_s // 60} min",
+            UP_BECAUSE
+            % {
+                "mean": f"{up_mean:.0f}",
+                "threshold": f"{policy.up_threshold_pct:g}",
+                "minutes": policy.up_window_s // 60,
+            },
             projected_pct=up_mean * current / target,
             **figures,
         )
     if down_mean is not None and down_mean < policy.down_threshold_pct:
         if current <= policy.min_replicas:
             return hold(
-                f"{down_mean:.0f} % over {policy.down_window_s // 60} min, but already at the minimum",
+                AT_MIN % {"mean": f"{down_mean:.0f}", "minutes": policy.down_window_s // 60},
                 **figures,
             )
         target = max(policy.min_replicas, current - policy.step)
@@ -168,8 +191,8 @@ def evaluate(
         ceiling = policy.up_threshold_pct - policy.buffer_pct
         if projected >= ceiling:
             return hold(
-                f"scaling down to {target} would put utilization at {projected:.0f} %, within the "
-                f"{policy.buffer_pct:g} % buffer below the up threshold",
+                IN_BUFFER
+                % {"target": target, "projected": f"{projected:.0f}", "buffer": f"{policy.buffer_pct:g}"},
                 projected_pct=projected,
                 **figures,
             )
@@ -177,13 +200,18 @@ def evaluate(
             DOWN,
             current,
             target,
-            f"{down_mean:.0f} % < {policy.down_threshold_pct:g} % over {policy.down_window_s // 60} min",
+            DOWN_BECAUSE
+            % {
+                "mean": f"{down_mean:.0f}",
+                "threshold": f"{policy.down_threshold_pct:g}",
+                "minutes": policy.down_window_s // 60,
+            },
             projected_pct=projected,
             **figures,
         )
     if up_mean is None and down_mean is None:
-        return hold("not enough utilization measured yet for a window", **figures)
-    return hold("utilization within the band", **figures)
+        return hold(NOT_ENOUGH, **figures)
+    return hold(IN_BAND, **figures)
 
 
 def naive_evaluate(

@@ -201,6 +201,17 @@ class BenchmarkRun(BaseModel):
     )
     throughput = models.DecimalField(_("throughput"), max_digits=14, decimal_places=3)
     unit = models.CharField(_("unit"), max_length=40, default="samples/s")
+    # A run that names a workload profile also lands in the benchmark library (one model for every source).
+    profile = models.ForeignKey(
+        "catalog.WorkloadProfile",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="benchmark_runs",
+    )
+    measurement = models.OneToOneField(
+        "benchlib.Measurement", null=True, blank=True, on_delete=models.SET_NULL, related_name="benchmark_run"
+    )
     measured_at = models.DateTimeField(_("measured at"), db_index=True)
     source = models.CharField(
         _("source"), max_length=200, blank=True, help_text=_("harness / job that measured it")

@@ -18,6 +18,7 @@ from typing import Any
 from django.db.models import QuerySet
 
 from apps.accounts.selectors import is_platform_staff, user_project_ids
+from apps.core.stored_text import stored
 from apps.inventory.models import Device, DeviceEvent
 from apps.rollout.autoscale import Sample
 from apps.rollout.models import (
@@ -265,6 +266,20 @@ def soak_measure(*, batch: GrayBatch, now: datetime) -> SoakMeasure:
     return measure
 
 
+# Violations and what is still missing, stored on the result and read later in the reader's
+# language (apps.core.stored_text).
+TOO_MANY_ERRORS = stored("%(count)s critical device events (at most %(limit)s)")
+TOO_MANY_LOST = stored("%(count)s cards lost (at most %(limit)s)")
+TOO_HOT = stored("temperature reached %(value)s °C (at most %(limit)s °C)")
+THROUGHPUT_DROP = stored("throughput %(value)s %% below the baseline (at most %(limit)s %%)")
+MISSING_SOAK_TIME = stored("soak time: %(hours)s of %(need)s h")
+MISSING_COVERAGE = stored(
+    "telemetry coverage: %(value)s %% of the soak's hours (needs %(need)s %% for every card)"
+)
+MISSING_BASELINE = stored("a baseline benchmark run")
+MISSING_RUN = stored("a benchmark run on the batch's nodes during the soak")
+
+
 def soak_judge(criteria: SoakCriteria, m: SoakMeasure) -> tuple[str, list[dict], list[str]]:
     """(verdict, violations, missing): fail on any violated limit; pass once nothing is missing."""
     violations: list[dict] = []
@@ -279,21 +294,21 @@ def soak_judge(criteria: SoakCriteria, m: SoakMeasure) -> tuple[str, list[dict],
             "max_error_events",
             criteria.max_error_events,
             m.error_events,
-            f"{m.error_events} critical device events (at most {criteria.max_error_events})",
+            TOO_MANY_ERRORS % {"count": m.error_events, "limit": criteria.max_error_events},
         )
     if m.lost_devices > criteria.max_lost_devices:
         over(
             "max_lost_devices",
             criteria.max_lost_devices,
             m.lost_devices,
-            f"{m.lost_devices} cards lost (at most {criteria.max_lost_devices})",
+            TOO_MANY_LOST % {"count": m.lost_devices, "limit": criteria.max_lost_devices},
         )
     if m.max_temperature_c is not None and m.max_temperature_c > float(criteria.max_temperature_c):
         over(
             "max_temperature_c",
             criteria.max_temperature_c,
             m.max_temperature_c,
-            f"temperature reached {m.max_temperature_c:g} °C (at most {criteria.max_temperature_c} °C)",
+            TOO_HOT % {"value": f"{m.max_temperature_c:g}", "limit": criteria.max_temperature_c},
         )
     limit = criteria.max_throughput_drop_pct
     if limit is not None and m.throughput_drop_pct is not None and m.throughput_drop_pct > limit:
@@ -301,22 +316,21 @@ def soak_judge(criteria: SoakCriteria, m: SoakMeasure) -> tuple[str, list[dict],
             "max_throughput_drop_pct",
             limit,
             m.throughput_drop_pct,
-            f"throughput {m.throughput_drop_pct} % below the baseline (at most {limit} %)",
+            THROUGHPUT_DROP % {"value": m.throughput_drop_pct, "limit": limit},
         )
     missing: list[str] = []
     need_hours = criteria.min_days * 24
     if m.soak_hours < need_hours:
-        missing.append(f"soak time: {m.soak_hours} of {need_hours} h")
+        missing.append(MISSING_SOAK_TIME % {"hours": m.soak_hours, "need": need_hours})
     if m.coverage_pct < criteria.min_telemetry_coverage_pct:
         missing.append(
-            f"telemetry coverage: {m.coverage_pct} % of the soak's hours (needs "
-            f"{criteria.min_telemetry_coverage_pct} % for every card)"
+            MISSING_COVERAGE % {"value": m.coverage_pct, "need": criteria.min_telemetry_coverage_pct}
         )
     if limit is not None:
         if m.throughput_baseline is None:
-            missing.append("a baseline benchmark run")
+            missing.append(MISSING_BASELINE)
         elif m.throughput_measured is None:
-            missing.append("a benchmark run on the batch's nodes during the soak")
+            missing.append(MISSING_RUN)
     if violations:
         return SoakResult.Verdict.FAIL, violations, missing
     if missing:

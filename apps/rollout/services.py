@@ -29,9 +29,11 @@ from typing import Any
 from django.db import models, transaction
 from django.utils import timezone
 
+from apps.benchlib.services import measurement_from_benchmark_run
 from apps.clusters.outbox import node_patch_enqueue
 from apps.core.audit import actor_fields, change_record_create, snapshot
 from apps.core.errors import ApplicationError, Conflict, InvalidTransition, ValidationFailed
+from apps.core.stored_text import stored
 from apps.core.validation import validate, validate_and_save
 from apps.inventory.models import Device, DeviceEvent, Node
 from apps.inventory.services.ledger import device_pool_status_set, node_status_set
@@ -128,6 +130,21 @@ def _in_service(node: Node) -> list[Device]:
 # node labels and taints
 
 
+# Texts people read later (events, stage reasons), in their own language (apps.core.stored_text).
+JOINS = stored("node %(node)s joins gray batch %(batch)s")
+LEAVES = stored("node %(node)s leaves gray batch %(batch)s")
+GRAY_REASON = stored("gray batch %(batch)s: %(kind)s %(version)s")
+SOAK_STARTED = stored("soak started on %(count)s node(s)")
+SOAK_FAILED = stored("soak failed: %(violations)s")
+SOAK_PASSED_AFTER = stored("soak passed after %(hours)s h")
+SOAK_PASSED = stored("soak passed")
+ADMITTED = stored("gray batch %(batch)s admitted")
+AUTOSCALE = stored("autoscale: %(reason)s")
+AUTOSCALE_DISABLED = stored("disabled")
+SERVICE_IS = stored("the service is %(state)s")
+AUTOSCALE_NO_ROOM = stored("no room for another replica (asked %(asked)s)")
+
+
 def _node_labels_record(node: Node, before: dict, actor, message: str) -> None:
     after = {"labels": node.labels, "taints": node.taints}
     DeviceEvent.objects.create(
@@ -155,7 +172,7 @@ def node_gray_mark(*, node: Node, batch: GrayBatch, actor) -> Node:
     labels[GRAY_KEY] = batch.slug
     locked.labels, locked.taints = labels, [*taints, dict(GRAY_TAINT)]
     locked.save(update_fields=["labels", "taints", "updated_at"])
-    _node_labels_record(locked, before, actor, f"node {locked.name} joins gray batch {batch.name}")
+    _node_labels_record(locked, before, actor, JOINS % {"node": locked.name, "batch": batch.name})
     node_patch_enqueue(locked)
     return locked
 
@@ -174,7 +191,7 @@ def node_gray_clear(*, node: Node, batch: GrayBatch, actor) -> Node:
     labels.pop(GRAY_KEY, None)
     locked.labels, locked.taints = labels, taints
     locked.save(update_fields=["labels", "taints", "updated_at"])
-    _node_labels_record(locked, before, actor, f"node {locked.name} leaves gray batch {batch.name}")
+    _node_labels_record(locked, before, actor, LEAVES % {"node": locked.name, "batch": batch.name})
     node_patch_enqueue(locked, removed_labels=(GRAY_KEY,))
     return locked
 
@@ -385,7 +402,11 @@ def batch_soak_start(*, batch: GrayBatch, actor, now: datetime | None = None) ->
             problems[node.name] = f"cards in quarantine on {node.name}: {', '.join(quarantined)}"
     if problems:
         raise Conflict("cannot start the soak: " + "; ".join(problems.values()), details={"nodes": problems})
-    reason = f"gray batch {batch.name}: {batch.get_kind_display()} {batch.target_version}"
+    reason = GRAY_REASON % {
+        "batch": batch.name,
+        "kind": batch.get_kind_display(),
+        "version": batch.target_version,
+    }
     for node in nodes:
         for device in _in_service(node):
             device_pool_status_set(
@@ -396,7 +417,7 @@ def batch_soak_start(*, batch: GrayBatch, actor, now: datetime | None = None) ->
         batch,
         to=Stage.SOAKING,
         expected=(Stage.PLANNED,),
-        reason=f"soak started on {len(nodes)} node(s)",
+        reason=SOAK_STARTED % {"count": len(nodes)},
         actor=actor,
         soak_started_at=now,
     )
@@ -446,14 +467,17 @@ def batch_evaluate(*, batch: GrayBatch, actor, now: datetime | None = None) -> S
         result = SoakResult.objects.create(batch=batch, **values)
     if verdict == SoakResult.Verdict.FAIL:
         _fail(
-            batch, reason="soak failed: " + "; ".join(v["message"] for v in violations), actor=actor, now=now
+            batch,
+            reason=SOAK_FAILED % {"violations": "; ".join(v["message"] for v in violations)},
+            actor=actor,
+            now=now,
         )
     elif verdict == SoakResult.Verdict.PASS:
         _move(
             batch,
             to=Stage.PASSED,
             expected=(Stage.SOAKING,),
-            reason=f"soak passed after {measure.soak_hours} h",
+            reason=SOAK_PASSED_AFTER % {"hours": measure.soak_hours},
             actor=actor,
             soak_ended_at=now,
         )
@@ -501,14 +525,14 @@ def batch_admit(*, batch: GrayBatch, actor, reason: str = "") -> GrayBatch:
         if latest is not None and latest.missing and batch.stage == Stage.SOAKING:
             why += " (still missing: " + "; ".join(latest.missing) + ")"
         raise InvalidTransition(why, code="soak_not_passed", details={"stage": batch.stage})
-    text = (reason or "").strip() or "soak passed"
+    text = (reason or "").strip() or SOAK_PASSED
     for node in _nodes(batch):
         for device in _in_service(node):
             if device.pool_status == Device.PoolStatus.GRAY:
                 device_pool_status_set(
                     device=device,
                     pool_status=Device.PoolStatus.PRODUCTION,
-                    reason=f"gray batch {batch.name} admitted",
+                    reason=ADMITTED % {"batch": batch.name},
                     actor=actor,
                 )
         node_gray_clear(node=node, batch=batch, actor=actor)
@@ -578,7 +602,7 @@ def batches_evaluate(*, actor="worker", now: datetime | None = None) -> dict[str
 # --------------------------------------------------------------------------------------------------
 # benchmark runs
 
-RUN_FIELDS = ("name", "node", "batch", "job", "throughput", "unit", "measured_at", "source")
+RUN_FIELDS = ("name", "node", "batch", "job", "throughput", "unit", "measured_at", "source", "profile")
 
 
 @transaction.atomic
@@ -598,6 +622,9 @@ def benchmark_run_record(*, actor, **fields: Any) -> BenchmarkRun:
             f"node {run.node.name} is not in batch {run.batch.name}", details={"node": [run.node.name]}
         )
     run.save()
+    if run.profile_id:  # the same figure in the benchmark library (apps.benchlib)
+        run.measurement = measurement_from_benchmark_run(run, profile=run.profile)
+        run.save(update_fields=["measurement"])
     change_record_create(
         actor=actor, action="benchmarkrun.record", obj=run, after=snapshot(run, list(RUN_FIELDS))
     )
@@ -729,10 +756,10 @@ def autoscale_evaluate(
             )
 
         if not locked.enabled:
-            hold("disabled")
+            hold(AUTOSCALE_DISABLED)
             return None
         if job.state not in (JobState.SCHEDULED, JobState.RUNNING):
-            hold(f"the service is {job.get_state_display()}")
+            hold(SERVICE_IS % {"state": job.state})
             return None
         rules = locked.as_policy()
         horizon = max(rules.up_window_s, rules.down_window_s) + rules.max_staleness_s
@@ -749,12 +776,12 @@ def autoscale_evaluate(
         error = ""
         try:
             reached = inference_scale(
-                job=job, replicas=decision.target, actor=actor, reason=f"autoscale: {decision.reason}"
+                job=job, replicas=decision.target, actor=actor, reason=AUTOSCALE % {"reason": decision.reason}
             )
         except ApplicationError as exc:
             reached, error = decision.current, exc.message
         if reached == decision.current and not error:
-            error = f"no room for another replica (asked {decision.target})"
+            error = AUTOSCALE_NO_ROOM % {"asked": decision.target}
         row = ScaleDecision.objects.create(
             policy=locked,
             job=job,

@@ -9,6 +9,7 @@ app_name = "rollout"
 urlpatterns = [
     path("", views.batch_list, name="batch-list"),
     path("batches/<int:pk>/", views.batch_detail, name="batch-detail"),
+    path("batches/<int:pk>/live/", views.batch_live, name="batch-live"),
     path("waves/", views.wave_list, name="waves"),
     path("autoscaling/", views.autoscaling, name="autoscaling"),
 ]

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.safestring import mark_safe
+from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_safe
 
 from apps.accounts.selectors import is_platform_staff
 from apps.core.permissions import staff_required
+from apps.core.stored_text import localize
 from apps.rollout import charts, selectors
 from apps.rollout.filtersets import GrayBatchFilterSet
 from apps.rollout.models import GrayBatch, Layer, UpgradeWave
@@ -51,6 +53,29 @@ def batch_detail(request: HttpRequest, pk: int) -> HttpResponse:
             "chart_html": mark_safe(charts.soak_evidence_html(latest, batch.criteria)),  # noqa: S308 - plotly markup
         },
     )
+
+
+# Badge tones per stage, as templates/rollout/_stage.html draws them.
+STAGE_TONES = {"passed": "ok", "admitted": "ok", "failed": "bad", "soaking": "info", "pending": "info"}
+STAGE_TONES["rolled_back"] = "warn"
+
+
+@never_cache
+@staff_required
+@require_safe
+def batch_live(request: HttpRequest, pk: int) -> JsonResponse:
+    """A gray batch's stage and reason for ``static/js/live.js`` (issue 21: live pages)."""
+    batch = get_object_or_404(selectors.batch_list(user=request.user), pk=pk)
+    reason = localize(batch.stage_reason) if batch.stage_reason else ""
+    fields = {
+        f"batch-{batch.pk}-stage": {
+            "text": str(batch.get_stage_display()),
+            "tone": STAGE_TONES.get(batch.stage, "muted"),
+            "value": batch.stage,
+        },
+        f"batch-{batch.pk}-reason": {"text": str(reason) or "—"},
+    }
+    return JsonResponse({"fields": fields})
 
 
 @staff_required

@@ -63,7 +63,7 @@ class AllocationAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         ("job", admin.RelatedOnlyFieldListFilter),
     )
     search_fields = ("job__name", "node__name", "device__uuid", "=trace_id")
-    list_select_related = ("job__project", "node", "device")
+    list_select_related = ("job__project", "node", "device__node")  # Device.__str__ reads its node
     date_hierarchy = "started_at"
     ordering = ("-started_at", "-id")
 

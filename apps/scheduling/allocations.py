@@ -17,6 +17,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from apps.core.audit import actor_fields
+from apps.core.stored_text import stored
 from apps.inventory.models import Device
 from apps.jobs.models import Allocation, Job, JobEvent
 from apps.scheduling.engine.model import WHOLE, Decision
@@ -100,6 +101,7 @@ def allocation_row(
         compute_milli=compute,
         isolation=a.isolation,
         partition_profile=(job.template.partition_profile if job.template_id else ""),
+        mig_start=getattr(a, "mig_start", None),
         compute_units=allocation_compute_units(coefficients.get(caps[pk][3]), compute),
         borrowed=borrowed,
         trace_id=uuid.UUID(trace_id),
@@ -112,15 +114,22 @@ def claim_placement(decision: Decision, usage: dict[int, list[int]], caps: dict[
     ``device_usage``; ``caps`` per device: memory capacity, overcommit factor, …). Returns the
     totals with the placement added and its ``(replica, device pk, assignment)`` rows, or None when a
     card no longer has room (another cycle took it first). ``usage`` itself is left unchanged."""
-    trial = {pk: list(u) for pk, u in usage.items()}
+    # A shallow copy, and copies of the touched cards' totals only: a batch of placements stays linear.
+    trial = dict(usage)
+    copied: set[int] = set()
     rows = []
+    if _mig_conflict(decision):
+        return None
     for part in decision.placement.parts:
         for a in part.devices:
             pk = int(a.device_id)
             if pk not in caps:
                 return None
             cap, factor = caps[pk][0], caps[pk][1]
-            u = trial.setdefault(pk, [0, 0, 0, 0])
+            if pk not in copied:
+                copied.add(pk)
+                trial[pk] = list(usage.get(pk, (0, 0, 0, 0)))
+            u = trial[pk]
             if not _fits(
                 u,
                 memory_cap=cap,
@@ -142,6 +151,36 @@ def claim_placement(decision: Decision, usage: dict[int, list[int]], caps: dict[
     return trial, rows
 
 
+def _mig_conflict(decision: Decision) -> bool:
+    """Whether the placement's MIG instances collide with the (locked) cards' active instances.
+
+    Counters cannot see it: two 3g instances both at start slot 4 fit memory and compute. The layout
+    of each card - its active rows' (profile, start) plus the new ones - must be a valid placement of
+    the card's geometry (``apps.catalog.mig``), the same invariant the engine keeps."""
+    new: dict[int, list[tuple[str, int]]] = defaultdict(list)
+    for part in decision.placement.parts:
+        for a in part.devices:
+            if getattr(a, "mig_start", None) is not None and a.profile:
+                new[int(a.device_id)].append((a.profile, a.mig_start))
+    if not new:
+        return False
+    from apps.catalog.mig import device_geometry, valid_layout
+
+    active = Allocation.objects.filter(
+        device_id__in=list(new), released_at__isnull=True, mig_start__isnull=False
+    ).values_list("device_id", "partition_profile", "mig_start")
+    for device_id, profile, start in active:
+        new[device_id].append((profile, start))
+    cards = Device.objects.filter(pk__in=list(new)).values_list(
+        "pk", "device_model__name", "raw_model_name", "mig_profiles"
+    )
+    for pk, model_name, raw_name, listing in cards:
+        geometry = device_geometry(model_name or raw_name or "", listing)
+        if geometry is None or valid_layout(geometry, new[pk]) is not None:
+            return True
+    return False
+
+
 def _fits(
     u: list[int], *, memory_cap: int, whole: bool, memory: int, compute: int, isolation: str, factor: int
 ) -> bool:
@@ -159,6 +198,9 @@ def _fits(
     return hard * factor + shared * 100 <= WHOLE * factor
 
 
+RELEASED = stored("%(count)s allocation(s) released: %(reason)s")  # apps.core.stored_text
+
+
 @transaction.atomic
 def allocations_release(*, job: Job, reason: str, actor) -> int:
     """Release the job's active allocations (completion, cancel, preemption). Idempotent."""
@@ -170,7 +212,75 @@ def allocations_release(*, job: Job, reason: str, actor) -> int:
         JobEvent.objects.create(
             job=job,
             kind=JobEvent.Kind.RELEASED,
-            message=f"{count} allocation(s) released: {reason}",
+            message=RELEASED % {"count": count, "reason": reason},
             actor_label=actor_fields(actor)["actor_label"],
         )
     return count
+
+
+@transaction.atomic
+def allocation_move(*, allocation_id: int, device_id: int) -> tuple[Allocation | None, list[int]]:
+    """Move an active allocation to another card, e.g. the card a device plugin really gave the pod
+    (telemetry read-back, issue 18). The two cards are locked in primary-key order and the target's
+    room is re-checked with the same rules as a placement; the row keeps its job, replica, share and
+    start, so usage, attribution and bills follow the new card. Returns ``(allocation, [])`` when it
+    moved (or already was there), ``(None, holders)`` when the card has no room for it — ``holders``
+    are the other jobs with active allocations on it — and ``(None, [])`` when the allocation is no
+    longer active or the card does not exist."""
+    from apps.catalog.selectors import coefficients_on
+
+    current = Allocation.objects.filter(pk=allocation_id, released_at__isnull=True).values_list(
+        "device_id", flat=True
+    )
+    source = current.first()
+    if source is None:
+        return None, []
+    caps = locked_device_caps(sorted({source, device_id}))
+    alloc = Allocation.objects.select_for_update().filter(pk=allocation_id, released_at__isnull=True).first()
+    if alloc is None or device_id not in caps or alloc.device_id != source:
+        return None, []
+    if alloc.device_id == device_id:
+        return alloc, []
+    cap, factor = caps[device_id][0], caps[device_id][1]
+    usage = device_usage([device_id]).get(device_id, [0, 0, 0, 0])
+    memory = cap if alloc.whole_card else alloc.memory_mib
+    if not _fits(
+        usage,
+        memory_cap=cap,
+        whole=alloc.whole_card,
+        memory=memory,
+        compute=alloc.compute_milli,
+        isolation=alloc.isolation,
+        factor=factor,
+    ) or (alloc.mig_start is not None and _mig_move_conflict(alloc, device_id)):
+        holders = Allocation.objects.filter(device_id=device_id, released_at__isnull=True).values_list(
+            "job_id", flat=True
+        )
+        return None, sorted(set(holders) - {alloc.job_id})
+    model_id = caps[device_id][3]
+    if model_id != caps[alloc.device_id][3]:
+        coefficients = coefficients_on(
+            [model_id] if model_id else [], on=timezone.localdate(alloc.started_at)
+        )
+        alloc.compute_units = allocation_compute_units(coefficients.get(model_id), alloc.compute_milli)
+    alloc.device_id, alloc.node_id, alloc.memory_mib = device_id, caps[device_id][2], memory
+    alloc.save(update_fields=["device", "node", "memory_mib", "compute_units"])
+    return alloc, []
+
+
+def _mig_move_conflict(alloc: Allocation, device_id: int) -> bool:
+    """Whether a MIG instance moved to ``device_id`` at its start slot collides with that card's
+    active instances (the geometry check of ``_mig_conflict``, for one moved row)."""
+    from apps.catalog.mig import device_geometry, valid_layout
+
+    layout = [(alloc.partition_profile, alloc.mig_start)] + list(
+        Allocation.objects.filter(device_id=device_id, released_at__isnull=True, mig_start__isnull=False)
+        .exclude(pk=alloc.pk)
+        .values_list("partition_profile", "mig_start")
+    )
+    card = Device.objects.filter(pk=device_id).values_list(
+        "device_model__name", "raw_model_name", "mig_profiles"
+    )
+    model_name, raw_name, listing = card.get()
+    geometry = device_geometry(model_name or raw_name or "", listing)
+    return geometry is None or valid_layout(geometry, layout) is not None

@@ -15,3 +15,10 @@ class SchedulingConfig(AppConfig):
         workload_push_failed.connect(
             workload_push_failed_receive, sender=None, dispatch_uid="scheduling.workload_push_failed"
         )
+        from apps.inventory.signals import node_quarantined
+        from apps.scheduling.faults import node_quarantined_receive
+
+        # A quarantined node's NoExecute taint evicts every pod there: its jobs are retried elsewhere.
+        node_quarantined.connect(
+            node_quarantined_receive, sender=None, dispatch_uid="scheduling.node_quarantined"
+        )

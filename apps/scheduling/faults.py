@@ -3,7 +3,8 @@
 ``apps/scheduling/data/runbook.yaml`` holds each entry (symptom, likely causes, checks, fixes in
 Chinese and English, and the patterns that recognise it). ``classify_failure`` turns a failure text
 (pod status reason / message, exit code, event) into an entry key; failed jobs and device events link
-to the entry, and an entry marked ``hardware`` (a lost card) is what quarantines a node.
+to the entry, and an entry marked ``hardware`` (a lost card) is a hardware fault: contained with
+proportion (below) — the card cordoned, the node quarantined only for a node-level fault.
 """
 
 from __future__ import annotations
@@ -73,3 +74,185 @@ def classify_failure(text: str, exit_code: int | None = None) -> str:
 def is_hardware_fault(key: str) -> bool:
     entry = runbook_entry(key) if key else None
     return bool(entry and entry.hardware)
+
+
+# --------------------------------------------------------------------------------------------------
+# containment with proportion
+#
+# Suanchi's node quarantine is the taint ``suanchi.io/quarantine=true:NoExecute``; the taint-eviction
+# controller deletes every pod on the node that does not tolerate it — healthy jobs included
+# (kubernetes/kubernetes pkg/controller/tainteviction; Kubernetes docs "Taints and Tolerations" →
+# NoExecute). So a fault is contained at its own size:
+#
+# * one card's fault (a pod failing with a hardware cause, a card the agent reports lost, a critical
+#   telemetry health event on one device) cordons that card — no new allocation on it — and retries
+#   only the job on it (without using up a retry), with the cause in its event; the node's other jobs
+#   keep running;
+# * a node-level fault (Kubernetes NotReady, a failed gray batch, an operator's quarantine, or
+#   ``NODE_FAULT_INCIDENTS`` separate card faults on one node) quarantines the node; every job on it
+#   is retried elsewhere from its checkpoint, one event each naming the cause
+#   (``node_quarantined_receive``, connected to the ledger's ``node_quarantined`` signal, so every
+#   way into quarantine does it).
+
+# Separate card-fault incidents (distinct cordon reasons) on one node that make it a node fault.
+NODE_FAULT_INCIDENTS = 2
+# Cordon reasons Suanchi writes for a hardware fault start with this marker (counted as incidents).
+FAULT_CORDON_PREFIX = "hardware fault: "
+
+
+def _jobs_on(**allocation_filter):
+    from apps.jobs.models import ACTIVE_STATES, Allocation, Job
+
+    job_ids = Allocation.objects.filter(
+        released_at__isnull=True,
+        releasing_since__isnull=True,
+        job__state__in=ACTIVE_STATES,
+        **allocation_filter,
+    ).values_list("job_id", flat=True)
+    return list(Job.objects.filter(pk__in=list(job_ids)).order_by("pk"))
+
+
+def _retry(job, *, reason: str, nodes: list[str], actor, failure_class: str) -> str:
+    from apps.scheduling.lifecycle import job_retry_or_fail
+
+    return job_retry_or_fail(
+        job=job,
+        reason=reason,
+        actor=actor,
+        failed_nodes=nodes,
+        count_attempt=False,  # the hardware, not the workload, ended the attempt
+        failure_class=failure_class,
+    )
+
+
+def node_fault_incidents(node) -> int:
+    """Separate card faults on ``node`` now: distinct fault cordons, plus cards reported lost."""
+    from apps.inventory.models import Device
+
+    cards = Device.objects.filter(node=node).exclude(health=Device.Health.RETIRED)
+    cordons = set(
+        cards.filter(cordoned=True, cordon_reason__startswith=FAULT_CORDON_PREFIX)
+        .exclude(health=Device.Health.LOST)
+        .values_list("cordon_reason", flat=True)
+    )
+    return len(cordons) + cards.filter(health=Device.Health.LOST).count()
+
+
+def cards_fault(*, devices: list, reason: str, actor) -> list[str]:
+    """One hardware fault on ``devices`` (cards of one node): cordon them, retry the jobs running
+    on them, and quarantine the node once it has ``NODE_FAULT_INCIDENTS`` separate card faults.
+    Returns the names of the nodes this quarantined."""
+    from django.db import transaction
+    from django.utils.translation import gettext_noop
+
+    from apps.inventory.models import Node
+    from apps.inventory.services.ledger import device_cordon
+
+    if not devices:
+        return []
+    quarantined: list[str] = []
+    with transaction.atomic():
+        for device in devices:
+            if not device.cordoned:
+                device_cordon(
+                    device=device, cordoned=True, reason=(FAULT_CORDON_PREFIX + reason)[:300], actor=actor
+                )
+        names = ", ".join(str(d) for d in devices)
+        for job in _jobs_on(device__in=[d.pk for d in devices]):
+            _retry(
+                job,
+                reason=gettext_noop("hardware fault on card %(cards)s (cordoned): %(cause)s")
+                % {"cards": names, "cause": reason},
+                nodes=[],
+                actor=actor,
+                failure_class="device_lost",
+            )
+        for node in Node.objects.filter(pk__in={d.node_id for d in devices}).order_by("pk"):
+            if node.status in (Node.Status.QUARANTINED, Node.Status.RETIRED):
+                continue
+            incidents = node_fault_incidents(node)
+            if incidents >= NODE_FAULT_INCIDENTS:
+                node_quarantine(
+                    node=node,
+                    reason=gettext_noop("%(count)s cards failed on this node; latest: %(cause)s")
+                    % {"count": incidents, "cause": reason},
+                    actor=actor,
+                )
+                quarantined.append(node.name)
+    return quarantined
+
+
+def job_hardware_fault(*, job, attempt: int, nodes: list[str], reason: str, actor) -> list[str]:
+    """An attempt of ``job`` failed with a hardware cause on ``nodes`` (reconcile, after retrying the
+    job): the cards that attempt held there are the suspects — only the lost ones when the ledger
+    knows which — and are cordoned as one fault. Returns the nodes this quarantined."""
+    from apps.inventory.models import Device
+    from apps.jobs.models import Allocation
+
+    device_ids = Allocation.objects.filter(job=job, attempt=attempt, node__name__in=nodes).values_list(
+        "device_id", flat=True
+    )
+    devices = list(Device.objects.filter(pk__in=list(device_ids)).select_related("node").order_by("pk"))
+    lost = [d for d in devices if d.health == Device.Health.LOST]
+    quarantined: list[str] = []
+    by_node: dict[int, list] = {}
+    for device in lost or devices:
+        by_node.setdefault(device.node_id, []).append(device)
+    for group in by_node.values():
+        quarantined += cards_fault(devices=group, reason=reason, actor=actor)
+    return quarantined
+
+
+def device_fault_events(events, *, actor) -> list[str]:
+    """Critical device events (telemetry's XID / uncorrectable ECC / unhealthy, written by
+    ``apps.telemetry.services``): each card with one is a card fault of its own. Returns the nodes
+    this quarantined."""
+    from apps.inventory.models import Device, DeviceEvent
+
+    causes: dict[int, str] = {}
+    for event in events:
+        if event.device_id and event.severity == DeviceEvent.Severity.CRITICAL:
+            causes.setdefault(event.device_id, event.message)
+    if not causes:
+        return []
+    quarantined: list[str] = []
+    devices = (
+        Device.objects.filter(pk__in=list(causes))
+        .exclude(health=Device.Health.RETIRED)
+        .select_related("node")
+        .order_by("pk")
+    )
+    for device in devices:
+        if device.cordoned and device.cordon_reason.startswith(FAULT_CORDON_PREFIX):
+            continue  # already contained
+        quarantined += cards_fault(devices=[device], reason=causes[device.pk], actor=actor)
+    return quarantined
+
+
+def node_quarantine(*, node, reason: str, actor) -> bool:
+    """A node-level fault: quarantine the node (its NoExecute taint goes out through the outbox;
+    ``node_quarantined_receive`` retries its jobs). False when it already is quarantined or retired."""
+    from apps.inventory.models import Node
+    from apps.inventory.services.ledger import node_status_set
+
+    if node.status in (Node.Status.QUARANTINED, Node.Status.RETIRED):
+        return False
+    node_status_set(node=node, status=Node.Status.QUARANTINED, reason=reason[:300], actor=actor)
+    return True
+
+
+def node_quarantined_receive(sender, *, node, reason: str = "", actor=None, **kwargs) -> None:
+    """The ledger quarantined ``node`` (``apps.inventory.signals.node_quarantined``, in its
+    transaction): the NoExecute taint will evict every pod there, so each job on the node is retried
+    elsewhere from its checkpoint now, without using up a retry, its event naming the cause."""
+    from django.utils.translation import gettext_noop
+
+    for job in _jobs_on(node=node):
+        _retry(
+            job,
+            reason=gettext_noop("node %(node)s quarantined (NoExecute): %(cause)s")
+            % {"node": node.name, "cause": reason or "-"},
+            nodes=[node.name],
+            actor=actor or "ledger",
+            failure_class="node_quarantined",
+        )

@@ -3,12 +3,15 @@
 from django.urls import path
 
 from apps.scheduling import job_views as views
+from apps.scheduling import live
 
 app_name = "jobs"
 
 urlpatterns = [
     path("", views.job_list, name="list"),
+    path("live/", live.job_states, name="live"),
     path("submit/", views.job_submit, name="submit"),
+    path("cancel/", views.job_bulk_cancel, name="bulk-cancel"),
     path("submit/preview/", views.job_submit_preview, name="submit-preview"),
     path("<int:pk>/", views.job_detail, name="detail"),
     path("runbook/", views.runbook, name="runbook"),

@@ -20,6 +20,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
 from django.core.paginator import Page, Paginator
+from django.db.models import Sum
 from django.http import HttpRequest, HttpResponse, JsonResponse, QueryDict
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -27,7 +28,7 @@ from django.utils.translation import gettext as _
 from django.views.decorators.http import require_http_methods, require_POST, require_safe
 
 from apps.accounts.models import Membership
-from apps.accounts.selectors import project_list, user_role
+from apps.accounts.selectors import is_platform_staff, project_list, user_role
 from apps.core.errors import ApplicationError, ValidationFailed
 from apps.core.filters import page_filter
 from apps.core.templatetags.suanchi import DEVICE_KIND_BY_VENDOR
@@ -47,7 +48,8 @@ from apps.jobs.models import (
 )
 from apps.quotas.selectors import queue_positions as quota_queue_positions
 from apps.quotas.selectors import quota_usage
-from apps.scheduling import lifecycle
+from apps.quotas.services import submission_check
+from apps.scheduling import eta, lifecycle
 from apps.scheduling import services as scheduling
 from apps.scheduling.engine.engine import Engine
 from apps.scheduling.extensions import JOB_COST_PER_HOUR, JOB_UTILIZATION_CHART
@@ -65,7 +67,17 @@ from apps.scheduling.snapshot import fleet_snapshot
 
 PAGE_SIZE = 50
 # The filters the job list's bar shows (apps.core.filters.page_filter).
-JOB_FILTERS = ("search", "project", "state", "kind")
+JOB_FILTERS = ("search", "project", "state", "kind", "mine")
+# Sortable columns of the job list: ?sort=<key> or ?sort=-<key>.
+JOB_SORTS = {
+    "name": ("name", "id"),
+    "project": ("project__name", "id"),
+    "state": ("state", "id"),
+    "priority": ("priority", "created_at"),
+    "cu": ("requested_cu", "id"),
+    "submitted": ("created_at", "id"),
+}
+BULK_CANCEL_MAX = 200
 PREVIEW_POLICY = "bestfit"
 PREVIEW_TOP_K = 5
 PREVIEW_REJECTIONS = 12
@@ -113,21 +125,149 @@ def job_list(request: HttpRequest) -> HttpResponse:
     filterset, form = page_filter(
         JobPageFilterSet, request, selectors.job_list(user=user), fields=JOB_FILTERS
     )
-    page = _paginate(request, filterset.qs)
+    sort = request.GET.get("sort", "")
+    key = sort.lstrip("-")
+    qs = filterset.qs
+    if key in JOB_SORTS:
+        columns = JOB_SORTS[key]
+        qs = qs.order_by(*(f"-{c}" if sort.startswith("-") else c for c in columns))
+    else:
+        sort = ""
+    if request.GET.get("format") == "csv":
+        return _job_list_csv(qs)
+    page = _paginate(request, qs)
     jobs = list(page.object_list)
-    positions = queue_positions(jobs)
+    positions = eta.visible_queue_positions(user, jobs)  # counts only the jobs this user can see
+    held = _held_cu([job.pk for job in jobs])
+    staff = is_platform_staff(user)
+    roles = dict(Membership.objects.filter(user=user).values_list("project_id", "role"))
     for job in jobs:
         job.request_text = request_describe(job)
         job.queue_pos = positions.get(job.pk)
         job.state_tone = STATE_TONES.get(job.state, "muted")
+        job.held_cu = held.get(job.pk)
+        job.can_cancel = job.state not in FINAL_STATES and (
+            staff or roles.get(job.project_id) in CANCEL_ROLES
+        )
+    query = _query_without_page(request)
     context = {
         "form": form,
         "page": page,
         "jobs": jobs,
-        "page_query": _query_without_page(request),
+        "page_query": query,
+        "sort": sort,
+        "sort_query": "&".join(part for part in query.split("&") if part and not part.startswith("sort=")),
         "can_submit": submittable_projects(user).exists(),
+        "any_cancellable": any(job.can_cancel for job in jobs),
     }
     return render(request, "jobs/job_list.html", context)
+
+
+def _held_cu(job_ids: list[int]) -> dict[int, Decimal]:
+    """CU per hour each job holds now (its live allocations): what a scaled job really costs."""
+    rows = (
+        Allocation.objects.filter(job_id__in=job_ids, released_at__isnull=True)
+        .values("job_id")
+        .annotate(total=Sum("compute_units"))
+    )
+    return {row["job_id"]: row["total"] for row in rows}
+
+
+CSV_COLUMNS = (
+    "id",
+    "name",
+    "project",
+    "kind",
+    "state",
+    "request",
+    "requested_cu",
+    "priority",
+    "submitted_by",
+    "created_at",
+    "started_at",
+    "finished_at",
+)
+
+
+def _job_list_csv(qs) -> HttpResponse:
+    """The filtered job list as CSV (platform time zone, formula-neutralised cells)."""
+    import csv
+    import io
+
+    from django.utils import timezone
+
+    from apps.core.exports import csv_row
+
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow(CSV_COLUMNS)
+    for job in qs.select_related(
+        "project",
+        "submitted_by",
+        "template__device_model",
+        "device_model",
+        "request_template",
+        "workload_profile",
+    )[:10000]:
+
+        def when(value):
+            return timezone.localtime(value).isoformat(timespec="seconds") if value else ""
+
+        writer.writerow(
+            csv_row(
+                [
+                    job.pk,
+                    job.name,
+                    job.project.slug,
+                    job.kind,
+                    job.state,
+                    request_describe(job),
+                    job.requested_cu if job.requested_cu is not None else "",
+                    job.priority_class,
+                    job.submitted_by.get_username() if job.submitted_by else "",
+                    when(job.created_at),
+                    when(job.started_at),
+                    when(job.finished_at),
+                ]
+            )
+        )
+    response = HttpResponse(out.getvalue(), content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = 'attachment; filename="jobs.csv"'
+    return response
+
+
+@login_required
+@require_POST
+def job_bulk_cancel(request: HttpRequest) -> HttpResponse:
+    """Cancel the checked jobs (each through the lifecycle, each with the user's rights); a summary
+    says how many were cancelled and why the others were not."""
+    user = request.user
+    ids = [int(v) for v in request.POST.getlist("ids") if str(v).isdigit()][:BULK_CANCEL_MAX]
+    reason = (request.POST.get("reason") or "").strip()[:200]
+    if not ids:
+        messages.error(request, _("Check the jobs to cancel first."))
+        return redirect("jobs:list")
+    if not reason:
+        messages.error(request, _("Give a reason for cancelling (it goes into each job's history)."))
+        return redirect("jobs:list")
+    done, refused = 0, []
+    for job in selectors.job_list(user=user).filter(pk__in=ids).order_by("pk"):
+        try:
+            lifecycle.job_cancel(job=job, actor=user, reason=reason)
+        except ApplicationError as exc:
+            refused.append(f"{job.name}: {exc.message}")
+        else:
+            done += 1
+    missing = len(ids) - done - len(refused)
+    if done:
+        messages.success(request, _("%(n)s job(s) cancelled.") % {"n": done})
+    for line in refused[:10]:
+        messages.error(request, line)
+    if missing > 0:
+        messages.error(
+            request, _("%(n)s job(s) are not visible to you and were left alone.") % {"n": missing}
+        )
+    return redirect("jobs:list")
 
 
 # ------------------------------------------------------------------ submit
@@ -290,6 +430,31 @@ def _placement_preview(job: Job, user) -> dict[str, Any]:
     return {"placed_now": chosen is not None, "alternatives": alternatives}
 
 
+def _recommendation(job: Job) -> dict | None:
+    """For a profile request: the benchmark library's ranked options, each able to fill the form."""
+    if (
+        job.request_kind != Job.RequestKind.PROFILE
+        or not job.workload_profile_id
+        or not job.target_throughput
+    ):
+        return None
+    from apps.benchlib.recommend import recommend
+
+    answer = recommend(
+        profile=job.workload_profile,
+        target=job.target_throughput,
+        latency_ms=job.target_latency_ms,
+        vendors=list(job.allowed_vendors or []),
+        project_id=job.project_id,
+    )
+    body = answer.as_dict()
+    for row, option in zip(body["options"], answer.options, strict=True):
+        row["template_id"] = option.template.pk if option.template else None
+        row["device_model_id"] = option.device_model.pk
+    body["options"] = body["options"][:8]
+    return body
+
+
 @login_required
 @require_POST
 def job_submit_preview(request: HttpRequest) -> JsonResponse:
@@ -320,6 +485,7 @@ def job_submit_preview(request: HttpRequest) -> JsonResponse:
         body["valid"] = False
         return JsonResponse(body)
     body["request"] = request_describe(job)
+    body["recommendation"] = _recommendation(job)
     feasibility = request_feasible_anywhere(job)
     body["feasible"] = {"ok": feasibility.ok, "reason": feasibility.reason}
     cu = feasibility.compute_units
@@ -329,6 +495,17 @@ def job_submit_preview(request: HttpRequest) -> JsonResponse:
     body["compute_units_per_hour"] = _decimal(cu)
     body["cost_per_hour"] = _cost_per_hour(job, cu)
     body["quota_left"] = _quota_left(job, user)
+    if feasibility.ok:
+        # The submit's own admission check (issue 21 §3a): what the preview calls ready, the submit takes.
+        job.requested_cu = cu
+        try:
+            submission_check(job)
+        except ApplicationError as exc:
+            body["valid"] = False
+            body["placed_now"] = False
+            body["quota_refusal"] = exc.message
+            body["errors"].setdefault("__all__", []).append(exc.message)
+            return JsonResponse(body)
     if not feasibility.ok:
         body["valid"] = False
         body["errors"].setdefault("__all__", []).append(
@@ -411,7 +588,7 @@ def _step_rows(trace: DecisionTrace) -> list[dict]:
     ]
 
 
-def _why(job: Job) -> dict[str, Any]:
+def _why(job: Job, user=None) -> dict[str, Any]:
     """ "Why this card?" (latest placed trace) or "Why pending?" (latest pending trace + live position)."""
     traces = DecisionTrace.objects.filter(job=job).order_by("-created_at", "-id")
     if job.state in QUEUED_STATES:
@@ -423,7 +600,11 @@ def _why(job: Job) -> dict[str, Any]:
         return {
             "mode": "pending",
             "trace": trace,
-            "queue_position": answer["queue_position"],
+            # Among the queued jobs this user can see; with the ETA from running jobs (apps.scheduling.eta).
+            "queue_position": eta.visible_queue_positions(user, [job]).get(job.pk)
+            if user is not None
+            else answer["queue_position"],
+            "eta": eta.pending_eta(job, user) if user is not None else None,
             "quota": answer["quota"] if not explanation.startswith("quota:") else None,
             # The last step repeats the explanation shown above it.
             "steps": [s for s in _step_rows(trace) if s["message"] != explanation] if trace else [],
@@ -465,7 +646,7 @@ def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
         .select_related("node", "device")
         .order_by("replica", "node__name", "device__index", "id")
     )
-    why = _why(job)
+    why = _why(job, user)
     can_act = _can_act(user, job)
     context = {
         "job": job,
@@ -476,6 +657,10 @@ def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "events": events,
         "allocations": allocations,
         "active_allocations": sum(1 for a in allocations if a.released_at is None),
+        # What the job's live cards are worth now (a scaled job, a request template): else the request's.
+        "held_cu": sum((a.compute_units for a in allocations if a.released_at is None), Decimal(0))
+        if any(a.released_at is None for a in allocations)
+        else None,
         "why": why,
         "can_cancel": job.state not in FINAL_STATES and can_act,
         "can_copy": can_act,

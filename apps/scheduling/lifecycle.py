@@ -8,13 +8,21 @@ push outbox are all below:
 
 * ``job_submit``: validate against the catalog and the fleet, check the project's borrowing ceiling,
   queue as pending, ask for a cycle after commit;
-* ``job_cancel``: cancelled, cards released, the attempt's objects deleted after commit;
+* ``job_cancel``: cancelled, the attempt's objects deleted after commit, its cards *releasing*;
 * ``job_finish``: a scheduled or running job succeeded or failed, cards released;
 * ``job_preempt``: preempted → pending (requeued, next attempt resumes from the checkpoint);
 * ``job_retry_or_fail``: an attempt failed; retry per the job's policy, or fail;
 * ``job_push_failed``: the pusher gave up on the attempt's workload (``apps.clusters.signals``,
   received in ``apps.scheduling.handlers``): back to pending on a new attempt, cards released;
 * ``job_to_running``: reconcile saw the pods running.
+
+No card is released while an object using it may still run: where a job lets go of cards whose
+Kubernetes objects were pushed (cancel, retry, preemption, failure), the deletes go to the outbox and
+the allocations become *releasing* (``hold_until_gone``): still active for the engine and quotas,
+with a ``releasing`` job event, until reconcile sees the objects and their pods gone
+(``apps.scheduling.releasing``). A Background delete removes a Job at once but its pods end
+gracefully (``terminationGracePeriodSeconds``, default 30 s, then SIGKILL — Kubernetes docs "Pod
+Lifecycle", "Termination of Pods"), and they keep the cards until then.
 
 Every change is a conditional update (``job_transition``): two workers racing on one job change it
 once. Deletes of Kubernetes objects are written to the push outbox inside the same transaction and
@@ -30,19 +38,27 @@ from typing import Any
 from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
+from django.utils.translation import gettext_noop
 
 from apps.accounts.models import Membership, Project
 from apps.accounts.selectors import user_role
 from apps.clusters.outbox import workload_delete_enqueue
-from apps.core.audit import change_record_create
+from apps.core.audit import actor_fields, change_record_create
 from apps.core.errors import InvalidTransition, PermissionDenied, ValidationFailed
 from apps.core.tasks import enqueue_on_commit
-from apps.jobs.models import ACTIVE_STATES, PRIORITY_VALUES, SUBMIT_FIELDS, Job, JobEvent, JobState
+from apps.jobs.models import (
+    ACTIVE_STATES,
+    PRIORITY_VALUES,
+    SUBMIT_FIELDS,
+    Allocation,
+    Job,
+    JobEvent,
+    JobState,
+)
 from apps.jobs.services import job_event, job_transition
 from apps.jobs.validation import pod_fields_validate
 from apps.quotas.services import submission_check
 from apps.scheduling import requests as scheduling_requests
-from apps.scheduling.allocations import allocations_release
 
 # Sent by name after a submit commits (worker/ sits above every app).
 SCHEDULING_CYCLE_TASK = "worker.tasks.scheduling.scheduling_cycle_task"
@@ -129,10 +145,73 @@ def job_cancel(*, job: Job, actor, reason: str = "") -> Job:
     if not job_transition(job, to=JobState.CANCELLED, actor=actor, reason=reason or "cancelled by user"):
         job.refresh_from_db()
         raise InvalidTransition(f"Job {job} is {job.state}; it cannot be cancelled now.")
-    allocations_release(job=job, reason="cancelled", actor=actor)
-    workload_delete_enqueue(job=job)  # its Kubernetes objects are deleted after commit
+    # Its Kubernetes objects are deleted after commit; the cards are released once they are gone.
+    deletes = workload_delete_enqueue(job=job)
+    hold_until_gone(job=job, deletes=deletes, reason="cancelled", actor=actor)
     change_record_create(actor=actor, action="job.cancel", obj=job, after={"state": JobState.CANCELLED})
     return job
+
+
+# --------------------------------------------------------------------------------------------------
+# letting go of cards: released at once, or held until the objects are confirmed gone
+
+
+def _held(job: Job):
+    """The job's active allocations not yet releasing."""
+    return Allocation.objects.filter(job=job, released_at__isnull=True, releasing_since__isnull=True)
+
+
+def hold_until_gone(*, job: Job, deletes: list, reason: str, actor: Any) -> int:
+    """The job lets go of its cards. When deletes of pushed objects were queued (``deletes``: the
+    outbox's ``PushAction`` rows), its active allocations become *releasing* — still active, so the
+    engine hands nothing out on them — and reconcile releases them once the objects and their pods
+    are gone (``apps.scheduling.releasing``). Nothing was ever pushed: released now. Returns the
+    number of allocations held (0 when released now)."""
+    if not deletes:
+        _release_now(job=job, reason=reason, actor=actor)
+        return 0
+    now = timezone.now()
+    count = _held(job).update(releasing_since=now, release_reason=reason[:200])
+    if count:
+        msgid = gettext_noop(
+            "%(count)s allocation(s) releasing: %(reason)s; the cards stay held until Kubernetes "
+            "confirms %(objects)s and its pods gone"
+        )
+        params = {
+            "count": count,
+            "reason": reason,
+            "objects": ", ".join(f"{d.kind} {d.namespace}/{d.name}" for d in deletes),
+        }
+        JobEvent.objects.create(
+            job=job,
+            kind=JobEvent.Kind.RELEASING,
+            message=(msgid % params)[:1000],
+            actor_label=actor_fields(actor)["actor_label"],
+            data={
+                "msgid": msgid,
+                "params": params,
+                "attempt": deletes[0].attempt,
+                "deletes": [f"{d.kind}/{d.namespace}/{d.name}" for d in deletes],
+            },
+        )
+    return count
+
+
+def _release_now(*, job: Job, reason: str, actor: Any) -> int:
+    """Release the job's active allocations that are not waiting for a confirmation (an earlier
+    attempt's releasing rows stay until their objects are gone). Idempotent."""
+    count = _held(job).update(released_at=timezone.now(), release_reason=reason[:200])
+    if count:
+        msgid = gettext_noop("%(count)s allocation(s) released: %(reason)s")
+        params = {"count": count, "reason": reason}
+        JobEvent.objects.create(
+            job=job,
+            kind=JobEvent.Kind.RELEASED,
+            message=(msgid % params)[:1000],
+            actor_label=actor_fields(actor)["actor_label"],
+            data={"msgid": msgid, "params": params},
+        )
+    return count
 
 
 # --------------------------------------------------------------------------------------------------
@@ -155,7 +234,7 @@ def job_finish(*, job: Job, succeeded: bool, reason: str = "", actor) -> bool:
         job, to=target, actor=actor, reason=reason, expected=(JobState.SCHEDULED, JobState.RUNNING)
     ):
         return False
-    allocations_release(job=job, reason=target, actor=actor)
+    _release_now(job=job, reason=target, actor=actor)
     return True
 
 
@@ -173,15 +252,16 @@ def job_push_failed(*, job: Job, attempt: int, reason: str, actor: Any) -> bool:
         attempt=F("attempt") + 1,
     ):
         return False
-    allocations_release(job=job, reason=reason, actor=actor)
+    _release_now(job=job, reason=reason, actor=actor)
     return True
 
 
 # --------------------------------------------------------------------------------------------------
 # preemption and retries
 #
-# Both paths end the same way: the running attempt's allocations are released, deletes of its
-# Kubernetes objects are written to the push outbox (applied after commit), and the job returns to
+# Both paths end the same way: deletes of the running attempt's Kubernetes objects are written to the
+# push outbox (applied after commit), its allocations are releasing until those objects and their
+# pods are confirmed gone (``hold_until_gone``), and the job returns to
 # ``pending`` with ``attempt + 1`` so the next placement gets fresh object names. When the job has a
 # checkpoint directory, the next attempt resumes from it (``SUANCHI_RESUME_FROM``).
 
@@ -196,8 +276,8 @@ def job_preempt(*, job: Job, reason: str, actor: Any) -> bool:
     attempt = job.attempt
     if not job_transition(job, to=JobState.PREEMPTED, actor=actor, reason=reason, expected=ACTIVE_STATES):
         return False
-    allocations_release(job=job, reason=f"preempted: {reason}", actor=actor)
     deletes = workload_delete_enqueue(job=job, attempt=attempt)
+    hold_until_gone(job=job, deletes=deletes, reason=f"preempted: {reason}", actor=actor)
     resume = job.checkpoint_dir or job.resume_from
     job_transition(
         job,
@@ -255,8 +335,8 @@ def job_retry_or_fail(
             failure_class=failure_class,
         ):
             return ""
-        allocations_release(job=job, reason=f"failed: {reason}", actor=actor)
-        workload_delete_enqueue(job=job, attempt=attempt)
+        deletes = workload_delete_enqueue(job=job, attempt=attempt)
+        hold_until_gone(job=job, deletes=deletes, reason=f"failed: {reason}", actor=actor)
         return "failed"
     backoff = min(3600, job.retry_backoff_s * (2 ** min(retries_used, 10))) if count_attempt else 0
     excluded = sorted(set(job.excluded_nodes or []) | set(failed_nodes or []))
@@ -274,17 +354,24 @@ def job_retry_or_fail(
         failure_class=failure_class,
     ):
         return ""
-    allocations_release(job=job, reason=f"retry: {reason}", actor=actor)
-    workload_delete_enqueue(job=job, attempt=attempt)
+    deletes = workload_delete_enqueue(job=job, attempt=attempt)
+    hold_until_gone(job=job, deletes=deletes, reason=f"retry: {reason}", actor=actor)
     job.refresh_from_db(fields=["attempt"])
+    # Stored in English with its message ids and parameters (translated at display).
+    parts = [
+        (
+            gettext_noop("attempt %(attempt)s ended: %(reason)s; attempt %(next)s after %(backoff)s s"),
+            {"attempt": attempt, "reason": reason, "next": job.attempt, "backoff": backoff},
+        )
+    ]
+    if excluded:
+        parts.append((gettext_noop(", avoiding %(nodes)s"), {"nodes": ", ".join(excluded)}))
+    if resume:
+        parts.append((gettext_noop(", resuming from %(resume)s"), {"resume": resume}))
     job_event(
         job,
         kind=JobEvent.Kind.RETRY,
-        message=(
-            f"attempt {attempt} ended: {reason}; attempt {job.attempt} after {backoff} s"
-            + (f", avoiding {', '.join(excluded)}" if excluded else "")
-            + (f", resuming from {resume}" if resume else "")
-        ),
+        message="".join(msgid % params for msgid, params in parts),
         actor=actor,
         data={
             "attempt": attempt,
@@ -293,6 +380,7 @@ def job_retry_or_fail(
             "resume_from": resume,
             "counted": count_attempt,
             "failure_class": failure_class,
+            "message_parts": [{"msgid": m, "params": p} for m, p in parts],
         },
     )
     return "retried"

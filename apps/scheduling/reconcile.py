@@ -3,7 +3,9 @@
 For each cluster, the worker lists our Jobs, Deployments and pods by label (one list call per kind,
 no transaction open), then walks the jobs Suanchi believes are scheduled or running there:
 
-* pods running → the job is ``running``; a batch Job complete → ``succeeded`` (cards released);
+* a job's workloads are one group (a gang's per-replica Jobs, an inference service's per-node
+  Deployments): every replica's pod running → the job is ``running``; every batch Job complete →
+  ``succeeded`` (cards released); one replica failed or deleted → the whole job's retry policy;
 * a pod failed → classified into the fault runbook (``faults.py``: runtime mismatch, device not
   visible, out of memory, device lost, …) and the job's retry policy applies: another attempt after
   a backoff, avoiding the node, resuming from the checkpoint; or ``failed`` once the retries are used
@@ -41,6 +43,7 @@ from typing import Any
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
+from apps.benchlib.services import synthetic_result
 from apps.clusters.backend import BackendError
 from apps.clusters.connections import backend_for
 from apps.clusters.manifests import HOSTNAME_LABEL, LABEL_ATTEMPT, LABEL_JOB
@@ -49,8 +52,9 @@ from apps.clusters.outbox import job_stream
 from apps.inventory.models import Cluster, Device, DeviceEvent, Node
 from apps.jobs.models import ACTIVE_STATES, Allocation, Job, JobEvent, JobState
 from apps.jobs.services import job_event
-from apps.scheduling.faults import classify_failure, is_hardware_fault
+from apps.scheduling.faults import classify_failure, is_hardware_fault, job_hardware_fault
 from apps.scheduling.lifecycle import job_finish, job_retry_or_fail, job_to_running
+from apps.scheduling.releasing import releases_confirm, releasing_clusters
 
 logger = logging.getLogger(__name__)
 
@@ -123,18 +127,20 @@ def _node_ready(node: dict) -> bool:
     return True  # no conditions reported (e.g. a simulated node): assume ready
 
 
-def _workload_actions(jobs: list[Job]) -> dict[int, PushAction]:
-    """The newest workload apply (Job or Deployment) of each job's current attempt."""
+def _workload_actions(jobs: list[Job]) -> dict[int, list[PushAction]]:
+    """The workload applies (batch Jobs, Deployments) of each job's current attempt — a gang has one
+    per replica, an inference service spread over nodes one per node — the newest per object, in
+    apply order. The group is one job: all of it must be applied before it is judged."""
     streams = {job_stream(j.pk): j for j in jobs}
-    out: dict[int, PushAction] = {}
+    out: dict[int, dict[tuple[str, str, str], PushAction]] = defaultdict(dict)
     rows = PushAction.objects.filter(
         stream__in=list(streams), verb=PushAction.Verb.APPLY, kind__in=["Job", "Deployment"]
     ).order_by("attempt", "seq")
     for action in rows:
         job = streams[action.stream]
         if action.attempt == job.attempt:
-            out[job.pk] = action
-    return out
+            out[job.pk][(action.kind, action.namespace, action.name)] = action
+    return {job_id: list(group.values()) for job_id, group in out.items()}
 
 
 def _quarantine(node: Node, reason: str, actor: Any, result: ReconcileResult) -> None:
@@ -163,6 +169,7 @@ def _failure(
 ) -> None:
     """A failed attempt: retry or fail per policy. Hardware and infrastructure faults (a lost card, a
     NotReady node) do not use up the job's retries; a hardware fault also quarantines the node."""
+    attempt = job.attempt
     outcome = job_retry_or_fail(
         job=job,
         reason=reason,
@@ -176,8 +183,11 @@ def _failure(
     elif outcome == "failed":
         result.failed += 1
     if hardware and outcome:
-        for node in Node.objects.filter(cluster=cluster, name__in=nodes).order_by("pk"):
-            _quarantine(node, f"hardware fault confirmed while running job {job.pk}: {reason}", actor, result)
+        # Proportion (faults.py): the attempt's cards there are cordoned; the node is quarantined
+        # only when several cards failed.
+        result.quarantined += job_hardware_fault(
+            job=job, attempt=attempt, nodes=nodes, reason=reason, actor=actor
+        )
 
 
 def _podless(obj: dict) -> bool:
@@ -300,6 +310,7 @@ def reconcile_cluster(
             state__in=ACTIVE_STATES,
             allocations__node__cluster=cluster,
             allocations__released_at__isnull=True,
+            allocations__releasing_since__isnull=True,
         )
         .distinct()
         .select_related("project")
@@ -342,16 +353,23 @@ def reconcile_cluster(
         if LABEL_JOB in labels:
             pods_by_job[(labels[LABEL_JOB], labels.get(LABEL_ATTEMPT, ""))].append(pod)
     not_ready = {n["metadata"]["name"] for n in k8s_nodes if not _node_ready(n)}
+    # Cards let go of earlier are released once this listing shows their objects and pods gone.
+    releases_confirm(
+        cluster=cluster, workloads=workloads, pods=pods, nodes=k8s_nodes, listed_at=now, actor=actor
+    )
 
     # Nodes lost to Kubernetes, and cards the ledger marks lost, take their jobs with them.
     lost = defaultdict(set)  # job id -> node names
     hardware_nodes: set[str] = set()
     for job_id, node_name in Allocation.objects.filter(
-        job__in=jobs, released_at__isnull=True, node__name__in=not_ready
+        job__in=jobs, released_at__isnull=True, releasing_since__isnull=True, node__name__in=not_ready
     ).values_list("job_id", "node__name"):
         lost[job_id].add(node_name)
     for job_id, node_name in Allocation.objects.filter(
-        job__in=jobs, released_at__isnull=True, device__health=Device.Health.LOST
+        job__in=jobs,
+        released_at__isnull=True,
+        releasing_since__isnull=True,
+        device__health=Device.Health.LOST,
     ).values_list("job_id", "node__name"):
         lost[job_id].add(node_name)
         hardware_nodes.add(node_name)
@@ -375,15 +393,18 @@ def reconcile_cluster(
                 result=result,
             )
             continue
-        action = actions.get(job.pk)
-        if action is None or action.state != PushAction.State.APPLIED:
-            continue  # not pushed yet (or the push failed and is handled there)
-        obj = workloads.get((action.kind, action.namespace, action.name))
-        if obj is None:
+        group = actions.get(job.pk) or []
+        if not group or any(a.state != PushAction.State.APPLIED for a in group):
+            continue  # not (all) pushed yet (or the push failed and is handled there)
+        action = group[0]
+        objs = [workloads.get((a.kind, a.namespace, a.name)) for a in group]
+        gone = [a for a, o in zip(group, objs, strict=True) if o is None]
+        if gone:
+            # One replica's object gone is the whole group's failure (a gang cannot run without it).
             _failure(
                 job,
                 cluster=cluster,
-                reason=f"{action.kind} {action.namespace}/{action.name} was deleted outside Suanchi",
+                reason=f"{gone[0].kind} {gone[0].namespace}/{gone[0].name} was deleted outside Suanchi",
                 nodes=[],
                 hardware=False,
                 actor=actor,
@@ -402,25 +423,34 @@ def reconcile_cluster(
         failed = [
             p for p in job_pods if (p.get("status") or {}).get("phase") == "Failed" and not _disruption(p)
         ]
-        conditions = {
-            c.get("type"): c
-            for c in (obj.get("status") or {}).get("conditions") or []
-            if c.get("status") == "True"
-        }
-        spec = obj.get("spec") or {}
+        conditions = [
+            {
+                c.get("type"): c
+                for c in (obj.get("status") or {}).get("conditions") or []
+                if c.get("status") == "True"
+            }
+            for obj in objs
+        ]
+        batch = action.kind == "Job"
         # batch/v1 Job: done when Complete (SuccessCriteriaMet precedes it), i.e. ``completions``
-        # pods succeeded (pkg/controller/job); one succeeded replica of several is not the job.
-        complete = action.kind == "Job" and ("Complete" in conditions or "SuccessCriteriaMet" in conditions)
-        completions = int(spec.get("completions") or spec.get("parallelism") or 1)
+        # pods succeeded (pkg/controller/job); one succeeded replica of several is not the job —
+        # neither is one Job of a gang's per-replica Jobs: every one of them must be complete.
+        completions = sum(
+            int((obj.get("spec") or {}).get("completions") or (obj.get("spec") or {}).get("parallelism") or 1)
+            for obj in objs
+        )
+        complete = batch and all("Complete" in c or "SuccessCriteriaMet" in c for c in conditions)
         if complete or (
-            action.kind == "Job"
-            and phases.count("Succeeded") >= completions
-            and all(ph == "Succeeded" for ph in phases)
+            batch and phases.count("Succeeded") >= completions and all(ph == "Succeeded" for ph in phases)
         ):
             if job.state == JobState.SCHEDULED:
                 job_to_running(job=job, actor=actor)
             if job_finish(job=job, succeeded=True, reason="completed", actor=actor):
                 result.succeeded += 1
+                if job.kind == Job.Kind.BENCHMARK and backend.name == "simulated":
+                    # The simulated cluster runs no benchmark image: it reports a synthetic figure made
+                    # from the catalog's peak (marked synthetic), as a real run would post its own.
+                    synthetic_result(job=job)
             continue
         if evicted:
             # pkg/controller/tainteviction (or the eviction API / preemption): the node, not the
@@ -442,6 +472,8 @@ def reconcile_cluster(
             )
             continue
         if failed:
+            # One replica failed: the whole group's attempt ends (the retry policy applies to all of
+            # it; the retry deletes every replica's objects through the outbox).
             reason, key = classify_pod_failure(failed[0])
             hardware = is_hardware_fault(key)
             nodes = sorted({pod_node(p) for p in failed} - {""})
@@ -456,15 +488,20 @@ def reconcile_cluster(
                 result=result,
             )
             continue
-        verdict = conditions.get("FailureTarget") or conditions.get("Failed")
-        if action.kind == "Job" and verdict:
+        verdicts = [
+            (a, c.get("FailureTarget") or c.get("Failed"))
+            for a, c in zip(group, conditions, strict=True)
+            if c.get("FailureTarget") or c.get("Failed")
+        ]
+        if batch and verdicts:
             # The Job controller gave up (its pods may already be gone): BackoffLimitExceeded,
             # DeadlineExceeded, PodFailurePolicy … — the Kubernetes reason goes into the job's event.
+            gave_up, verdict = verdicts[0]
             _failure(
                 job,
                 cluster=cluster,
                 reason=(
-                    f"Job {action.namespace}/{action.name} failed: "
+                    f"Job {gave_up.namespace}/{gave_up.name} failed: "
                     f"{verdict.get('reason') or verdict.get('type')}: {verdict.get('message') or ''}"
                 ).rstrip(": "),
                 nodes=[],
@@ -474,13 +511,33 @@ def reconcile_cluster(
             )
             continue
         result.crash_looping += _flag_crash_loops(job, job_pods, actor)
-        refused = refusals.get((obj.get("metadata") or {}).get("uid", ""))
-        if refused and not job_pods and _podless(obj):
+        refused = next(
+            (
+                (a, refusals[uid])
+                for a, obj in zip(group, objs, strict=True)
+                if (uid := (obj.get("metadata") or {}).get("uid", "")) in refusals and _podless(obj)
+            ),
+            None,
+        )
+        if refused is not None:
             _pod_create_refused(
-                job, cluster=cluster, action=action, events=refused, actor=actor, now=now, result=result
+                job,
+                cluster=cluster,
+                action=refused[0],
+                events=refused[1],
+                actor=actor,
+                now=now,
+                result=result,
             )
             continue
-        if "Running" in phases and job.state == JobState.SCHEDULED and job_to_running(job=job, actor=actor):
+        # A batch job runs once every replica's pod runs (a gang half up is not running yet); an
+        # inference service once a replica serves.
+        up = (
+            phases.count("Running") + phases.count("Succeeded") >= completions
+            if batch
+            else "Running" in phases
+        )
+        if up and job.state == JobState.SCHEDULED and job_to_running(job=job, actor=actor):
             result.running += 1
     return result
 
@@ -512,7 +569,7 @@ def reconcile_all(*, actor: Any = "reconciler") -> list[dict]:
         .values_list("node__cluster_id", flat=True)
         .distinct()
     )
-    for cluster in Cluster.objects.filter(pk__in=list(cluster_ids)).order_by("pk"):
+    for cluster in Cluster.objects.filter(pk__in=[*cluster_ids, *releasing_clusters()]).order_by("pk"):
         try:
             out.append(reconcile_cluster(cluster=cluster, actor=actor).as_dict())
         except Exception as e:  # noqa: BLE001

@@ -9,6 +9,7 @@ from decimal import ROUND_CEILING, Decimal
 from django.utils.translation import gettext as _
 
 from apps.catalog.models import ComputeTemplate, DeviceModel, Vendor
+from apps.catalog.partitions import MIG, profile_kind
 from apps.catalog.selectors import coefficients_on
 from apps.core.errors import ValidationFailed
 from apps.inventory.vendors import ADAPTERS
@@ -93,6 +94,18 @@ def request_validate(job: Job) -> None:
             errors["allowed_vendors"] = [f"Unknown vendors: {', '.join(unknown)}."]
     elif kind == Job.RequestKind.REQUEST_TEMPLATE and job.request_template_id is None:
         errors["request_template"] = ["Choose a device request template."]
+    elif kind == Job.RequestKind.PROFILE:
+        if job.workload_profile_id is None:
+            errors["workload_profile"] = ["Choose a workload profile."]
+        if job.target_throughput is None or job.target_throughput <= 0:
+            errors["target_throughput"] = ["Give a positive target throughput."]
+        if job.target_latency_ms is not None and job.target_latency_ms <= 0:
+            errors["target_latency_ms"] = ["A latency bound must be positive."]
+        unknown = [v for v in job.allowed_vendors or [] if v not in Vendor.values]
+        if unknown:
+            errors["allowed_vendors"] = [f"Unknown vendors: {', '.join(unknown)}."]
+    if job.kind == Job.Kind.BENCHMARK and job.workload_profile_id is None:
+        errors["workload_profile"] = ["A benchmark run names the workload profile it measures."]
     if job.count < 1:
         errors["count"] = ["Count must be at least 1."]
     if errors:
@@ -155,6 +168,8 @@ def _template_group(template: ComputeTemplate, count: int) -> DeviceGroup:
         isolation=template.isolation,
         kind=model.kind,
         models={_model_label(model)},
+        # a MIG profile: the engine places it on a free GPU-instance placement (engine/mig.py)
+        profile=template.partition_profile if profile_kind(model, template.partition_profile) == MIG else "",
     )
 
 
@@ -188,6 +203,76 @@ def _request_template_groups(job: Job) -> tuple[list[DeviceGroup], TopologyPolic
     preferred = policy.get("preferred")
     topology = TopologyPolicy(placement=placement, preferred=preferred if preferred != placement else None)
     return groups, topology, "; ".join(problems)
+
+
+class Granted(Decimal):
+    """Compute units per hour of one alternative, carrying the library evidence that ranked it
+    (``evidence``: a trace step for the decision — which measurement decided, at what cost)."""
+
+    evidence: dict | None = None
+
+
+def _profile_alternatives(job: Job) -> list[tuple[DeviceGroup, Decimal, str]]:
+    """Profile + target → shapes ranked by the benchmark library's cost per unit of work.
+
+    Only options with data (measured, or estimated by the library's stated rule) become alternatives;
+    the scheduler tries them cheapest first, so the job lands on the cheapest model that fits now.
+    """
+    from apps.benchlib.recommend import recommend
+
+    answer = recommend(
+        profile=job.workload_profile,
+        target=job.target_throughput,
+        latency_ms=job.target_latency_ms,
+        vendors=list(job.allowed_vendors or []),
+        project_id=job.project_id,
+    )
+    out = []
+    for rank, option in enumerate(o for o in answer.options if o.has_data and o.cu_per_hour is not None):
+        model = option.device_model
+        if option.template is not None:
+            group = _template_group(option.template, option.instances)
+        else:
+            group = DeviceGroup(
+                count=option.instances, whole=True, kind=model.kind, models={_model_label(model)}
+            )
+        granted = Granted(option.cu_per_hour * job.replicas)
+        granted.evidence = {
+            "message": _(
+                "benchmark library: %(option)s ranked %(rank)s by %(ranked_by)s for %(target)s %(unit)s of "
+                "%(profile)s (%(basis)s, %(count)s measurement(s), deciding measurement #%(measurement)s)"
+            )
+            % {
+                "option": option.label,
+                "rank": rank + 1,
+                "ranked_by": answer.ranked_by,
+                "target": answer.target,
+                "unit": answer.profile.unit,
+                "profile": answer.profile.key,
+                "basis": option.basis,
+                "count": len(option.evidence.measurements),
+                "measurement": option.deciding,
+            },
+            "data": {
+                "measurement": option.deciding,
+                "measurements": option.evidence.measurements,
+                "basis": option.basis,
+                "cu_hours_per_million": str(option.cu_hours_per_million),
+                "money_per_million": None
+                if option.money_per_million is None
+                else str(option.money_per_million),
+                "synthetic": option.evidence.synthetic,
+            },
+        }
+        out.append((group, granted, model.vendor))
+    return out
+
+
+def library_trace_step(decision, granted) -> None:
+    """Add the library's reason to a placed decision of a profile request (no-op for the others)."""
+    evidence = getattr(granted, "evidence", None)
+    if evidence and decision is not None and decision.placed:
+        decision.step("library", evidence["message"], **evidence["data"])
 
 
 def job_requests(
@@ -258,6 +343,12 @@ def job_requests(
             tol = _vendor_tolerations({vendor}) + user_tol
             out.append((Request(groups=(group,), tolerations=tol, **base), granted * job.replicas))
         return out
+    if kind == Job.RequestKind.PROFILE:
+        out = []
+        for group, granted, vendor in _profile_alternatives(job):
+            tol = _vendor_tolerations({vendor}) + user_tol
+            out.append((Request(groups=(group,), tolerations=tol, **base), granted))
+        return out
     groups, topology, _problems = _request_template_groups(job)
     vendors = set()
     for res in job.request_template.resolution or []:
@@ -275,7 +366,7 @@ def request_describe(job: Job) -> str:
             _("%(count)s × template %(template)s (%(model)s)")
             % {
                 "count": job.count,
-                "template": job.template.name,
+                "template": job.template.label,
                 "model": job.template.device_model.name,
             }
             + reps
@@ -289,6 +380,17 @@ def request_describe(job: Job) -> str:
             extra.append("+".join(job.required_features))
         text = _("%(count)s whole card(s) of %(what)s") % {"count": job.count, "what": what}
         return text + (f" ({', '.join(extra)})" if extra else "") + reps
+    if kind == Job.RequestKind.PROFILE:
+        vendors = ", ".join(job.allowed_vendors) if job.allowed_vendors else _("any vendor")
+        text = _("%(target)s %(unit)s of %(profile)s on %(vendors)s") % {
+            "target": f"{job.target_throughput.normalize():f}" if job.target_throughput else "?",
+            "unit": job.workload_profile.unit if job.workload_profile_id else "",
+            "profile": job.workload_profile.key if job.workload_profile_id else "?",
+            "vendors": vendors,
+        }
+        if job.target_latency_ms:
+            text += _(", p99 ≤ %(ms)s ms") % {"ms": f"{job.target_latency_ms.normalize():f}"}
+        return text + reps
     if kind == Job.RequestKind.COMPUTE_UNITS:
         vendors = ", ".join(job.allowed_vendors) if job.allowed_vendors else _("any vendor")
         mem = f" + {job.memory_mib // 1024} GiB" if job.memory_mib else ""
@@ -314,6 +416,19 @@ def request_feasible_anywhere(job: Job) -> Feasibility:
         if problems:
             return Feasibility(False, problems)
     alternatives = job_requests(job)
+    if not alternatives and job.request_kind == Job.RequestKind.PROFILE:
+        return Feasibility(
+            False,
+            _(
+                "the benchmark library has no measurement of %(profile)s on any device model of the fleet that "
+                "could reach %(target)s %(unit)s"
+            )
+            % {
+                "profile": job.workload_profile.key,
+                "target": job.target_throughput,
+                "unit": job.workload_profile.unit,
+            },
+        )
     if not alternatives:
         allowed = ", ".join(job.allowed_vendors) if job.allowed_vendors else "any vendor"
         return Feasibility(
@@ -321,6 +436,18 @@ def request_feasible_anywhere(job: Job) -> Feasibility:
             f"no device model of {allowed} with a known compute coefficient and memory can provide "
             f"{job.compute_units} CU" + (f" with {job.memory_mib} MiB" if job.memory_mib else ""),
         )
+    if (job.runtime_requirement or "").strip():
+        # The same runtime precheck the cycle applies: a runtime no node's driver supports (or that the
+        # compatibility table does not know) would wait forever, so it is refused here with the reasons.
+        from apps.core.errors import ApplicationError
+        from apps.scheduling.prechecks import Prechecks
+
+        try:
+            failures = Prechecks().failures(job)
+        except ApplicationError as exc:
+            return Feasibility(False, exc.message)
+        if failures:
+            alternatives = job_requests(job, precheck_failures=failures)
     snapshot = fleet_snapshot(empty=True, gray_opt_in=True)
     engine = Engine(policy="bestfit", explain=True)
     explanation = ""

@@ -19,6 +19,7 @@ from django.utils import timezone
 from apps.catalog.models import DeviceModel
 from apps.catalog.selectors import coefficients_on
 from apps.core.errors import InvalidTransition, ValidationFailed
+from apps.core.stored_text import stored
 from apps.inventory.models import Node
 from apps.jobs.models import Allocation, Job, JobEvent, JobState
 from apps.jobs.services import job_event
@@ -37,6 +38,14 @@ def _active(job: Job):
 
 def _replicas(job: Job) -> int:
     return len(set(_active(job).values_list("replica", flat=True)))
+
+
+def _per_replicas(cu, before: int, after: int):
+    """The request's CU per hour for ``after`` replicas (it was ``before``): the pages and the quota
+    preview show what the job asks for now, not what it asked for at submission."""
+    if cu is None or not before:
+        return cu
+    return (cu * after / before).quantize(cu)
 
 
 def _push(job: Job) -> None:
@@ -71,20 +80,38 @@ def inference_scale(*, job: Job, replicas: int, actor: Any, reason: str = "") ->
     return _scale_up(job, current, replicas, actor, reason)
 
 
+# Texts people read later, in their own language (apps.core.stored_text).
+SCALED_DOWN = stored("scaled down to %(replicas)s")
+SCALED_DOWN_TO = stored("scaled down to %(replicas)s: %(reason)s")
+SCALED = stored("scaled %(old)s → %(new)s replicas")
+SCALED_BECAUSE = stored("scaled %(old)s → %(new)s replicas: %(reason)s")
+NO_ROOM = stored("cannot scale to %(replicas)s: no room for another replica")
+SCALED_ON = stored("scaled %(old)s → %(new)s replicas on %(nodes)s")
+SCALED_ON_BECAUSE = stored("scaled %(old)s → %(new)s replicas on %(nodes)s: %(reason)s")
+SCALED_ON_ASKED = stored("scaled %(old)s → %(new)s replicas on %(nodes)s (asked %(asked)s)")
+SCALED_ON_ASKED_BECAUSE = stored(
+    "scaled %(old)s → %(new)s replicas on %(nodes)s (asked %(asked)s): %(reason)s"
+)
+
+
 @transaction.atomic
 def _scale_down(job: Job, replicas: int, actor: Any, reason: str) -> int:
     Job.objects.select_for_update().filter(pk=job.pk).first()
     current = _replicas(job)
     now = timezone.now()
     _active(job).filter(replica__gte=replicas).update(
-        released_at=now, release_reason=f"scaled down to {replicas}: {reason}"[:200]
+        released_at=now,
+        release_reason=(
+            (SCALED_DOWN_TO if reason else SCALED_DOWN) % {"replicas": replicas, "reason": reason}
+        )[:200],
     )
-    Job.objects.filter(pk=job.pk).update(replicas=replicas, updated_at=now)
+    job.requested_cu = _per_replicas(job.requested_cu, current, replicas)
+    Job.objects.filter(pk=job.pk).update(replicas=replicas, requested_cu=job.requested_cu, updated_at=now)
     job.replicas = replicas
     job_event(
         job,
         kind=JobEvent.Kind.SCALED,
-        message=f"scaled {current} → {replicas} replicas" + (f": {reason}" if reason else ""),
+        message=(SCALED_BECAUSE if reason else SCALED) % {"old": current, "new": replicas, "reason": reason},
         actor=actor,
         data={"from": current, "to": replicas},
     )
@@ -117,7 +144,7 @@ def _scale_up(job: Job, current: int, replicas: int, actor: Any, reason: str) ->
         job_event(
             job,
             kind=JobEvent.Kind.SCALED,
-            message=f"cannot scale to {replicas}: no room for another replica",
+            message=NO_ROOM % {"replicas": replicas},
             actor=actor,
         )
         return current
@@ -162,17 +189,25 @@ def _scale_up(job: Job, current: int, replicas: int, actor: Any, reason: str) ->
         if not rows:
             return current
         Allocation.objects.bulk_create(rows)
-        Job.objects.filter(pk=job.pk).update(replicas=replica, updated_at=now)
+        job.requested_cu = _per_replicas(job.requested_cu, current, replica)
+        Job.objects.filter(pk=job.pk).update(replicas=replica, requested_cu=job.requested_cu, updated_at=now)
         job.replicas = replica
         nodes = sorted(Node.objects.filter(pk__in={r.node_id for r in rows}).values_list("name", flat=True))
         job_event(
             job,
             kind=JobEvent.Kind.SCALED,
             message=(
-                f"scaled {current} → {replica} replicas on {', '.join(nodes)}"
-                + (f" (asked {replicas})" if replica < replicas else "")
-                + (f": {reason}" if reason else "")
-            ),
+                (SCALED_ON_ASKED_BECAUSE if reason else SCALED_ON_ASKED)
+                if replica < replicas
+                else (SCALED_ON_BECAUSE if reason else SCALED_ON)
+            )
+            % {
+                "old": current,
+                "new": replica,
+                "nodes": ", ".join(nodes),
+                "asked": replicas,
+                "reason": reason,
+            },
             actor=actor,
             data={"from": current, "to": replica, "asked": replicas},
         )

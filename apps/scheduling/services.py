@@ -10,6 +10,7 @@ allocation per device, share and memory bounds per row).
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import time
 import uuid
 from collections import defaultdict
@@ -17,14 +18,14 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Case, Q, Value, When
+from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
 from apps.catalog.models import DeviceModel
 from apps.catalog.selectors import coefficients_on
 from apps.core.audit import actor_fields
-from apps.inventory import compat
 from apps.inventory.models import Device, Node
 from apps.jobs.models import ACTIVE_STATES, QUEUED_STATES, Allocation, Job, JobEvent, JobState
 from apps.quotas.book import device_classes, quota_context
@@ -42,8 +43,9 @@ from apps.scheduling.engine.engine import Engine
 from apps.scheduling.engine.model import WHOLE, CapacityError, Decision, Snapshot
 from apps.scheduling.engine.policies import BEST
 from apps.scheduling.models import DecisionTrace
-from apps.scheduling.requests import job_requests
-from apps.scheduling.snapshot import fleet_snapshot
+from apps.scheduling.prechecks import Prechecks, job_vendors
+from apps.scheduling.requests import job_requests, library_trace_step
+from apps.scheduling.snapshot import cycle_snapshot
 
 DEFAULT_BATCH = 200
 
@@ -60,6 +62,13 @@ class CycleResult:
     placed_job_ids: list[int] = field(default_factory=list)
     quota_pending: int = 0
     preempted: list[int] = field(default_factory=list)
+    parked: int = 0  # pending jobs not re-examined: nothing they could use changed (queueing hints)
+    snapshot_rebuilt: bool = True
+    # filled by _persist for the queueing hints
+    pending_fit_ids: list[int] = field(default_factory=list)
+    pending_quota_ids: list[int] = field(default_factory=list)
+    reason_written_at: dict[int, object] = field(default_factory=dict)
+    released_in_cycle: list[object] = field(default_factory=list)
 
     def as_dict(self) -> dict:
         return {
@@ -70,6 +79,8 @@ class CycleResult:
             "conflicts": self.conflicts,
             "quota_pending": self.quota_pending,
             "preempted": len(self.preempted),
+            "parked": self.parked,
+            "snapshot_rebuilt": self.snapshot_rebuilt,
             "engine_seconds": round(self.engine_seconds, 4),
             "persist_seconds": round(self.persist_seconds, 4),
         }
@@ -79,58 +90,199 @@ def scheduler_policy() -> str:
     return settings.SUANCHI.get("SCHEDULER_POLICY", "")
 
 
-class _Prechecks:
-    """Runtime precheck answers per (node, requirement, vendor), computed once per cycle."""
-
-    def __init__(self, nodes: list[Node]) -> None:
-        self.nodes = nodes
-        self.cache: dict[tuple[str, str], dict[str, str]] = {}
-
-    def failures(self, job: Job, vendors: set[str]) -> dict[str, str]:
-        requirement = (job.runtime_requirement or "").strip()
-        if not requirement:
-            return {}
-        out: dict[str, str] = {}
-        for vendor in sorted(vendors) or [""]:
-            key = (requirement, vendor)
-            if key not in self.cache:
-                answers = {}
-                for node in self.nodes:
-                    result = compat.node_precheck(node, requirement, vendor=vendor or None)
-                    if not result.ok:
-                        answers[node.name] = result.reason
-                self.cache[key] = answers
-            for name, reason in self.cache[key].items():
-                out.setdefault(name, reason)
-        return out
-
-
 def precheck_failures(job: Job, nodes: list[Node] | None = None) -> dict[str, str]:
     """Node name → why the job's runtime requirement cannot run there (empty when none is set)."""
     if nodes is None:
         nodes = list(Node.objects.exclude(status=Node.Status.RETIRED))
-    return _Prechecks(nodes).failures(job, _job_vendors(job))
+    return Prechecks(nodes).failures(job, job_vendors(job))
 
 
-def _job_vendors(job: Job) -> set[str]:
-    if job.request_kind == Job.RequestKind.TEMPLATE:
-        return {job.template.device_model.vendor}
-    if job.request_kind == Job.RequestKind.WHOLE_CARDS:
-        return {job.device_model.vendor} if job.device_model_id else ({job.vendor} if job.vendor else set())
-    if job.request_kind == Job.RequestKind.COMPUTE_UNITS:
-        return set(job.allowed_vendors or [])
-    return {c["vendor"] for r in job.request_template.resolution or [] for c in r.get("candidates", [])}
+def _queued():
+    return (
+        Job.objects.filter(state__in=QUEUED_STATES)
+        # a retry waits out its backoff
+        .filter(Q(retry_not_before__isnull=True) | Q(retry_not_before__lte=timezone.now()))
+    )
 
 
 def queued_jobs(limit: int | None = None):
     qs = (
-        Job.objects.filter(state__in=QUEUED_STATES)
-        # a retry waits out its backoff
-        .filter(Q(retry_not_before__isnull=True) | Q(retry_not_before__lte=timezone.now()))
+        _queued()
         .select_related("project", "template__device_model", "device_model", "request_template")
         .order_by("-priority", "created_at", "id")
     )
     return qs[:limit] if limit else qs
+
+
+# --------------------------------------------------------------------------------------------------
+# queueing hints: pending work that nothing has changed for is not re-examined
+#
+# kube-scheduler keeps a pod that failed to schedule in its unschedulable queue and moves it back to
+# the active queue only when a cluster event its failing plugins registered for happens (node added
+# or made schedulable, a pod deleted and its resources freed…), filtered by each plugin's
+# QueueingHint; pods that stayed longer than podMaxInUnschedulablePodsDuration (5 min) are flushed
+# back regardless. KEP-4247 (kubernetes/enhancements keps/sig-scheduling/4247-queueinghint),
+# pkg/scheduler/backend/queue/scheduling_queue.go (flushUnschedulablePodsLeftover),
+# https://kubernetes.io/docs/concepts/scheduling-eviction/scheduling-framework/ (EnqueueExtensions).
+#
+# Here a job that did not fit is parked with the events it listens to: capacity freed on a card of a
+# model (or vendor) its requests name, any card freed when its requests name none or when it waited
+# on quota, and for every job a fleet or quota change (a node added, patched, uncordoned, a card's
+# health or pool changed, a quota or lending window edited). The events come from the snapshot
+# cache's diff against the database (snapshot.SnapshotCache), so they cover other processes too, and
+# from placements this cycle dropped at persist time. A parked job keeps its last explanation and
+# trace; it is re-examined (and its explanation refreshed) when it is woken, when its own row changes
+# (``updated_at``), and at least every UNSCHEDULABLE_FLUSH_S. The order of the jobs that are examined
+# is the same queue order as before (priority, fair share, age).
+
+UNSCHEDULABLE_FLUSH_S = 300.0  # kube-scheduler's podMaxInUnschedulablePodsDuration default
+_ANY = ("any",)
+_RELEASE = ("release",)
+
+
+@dataclass(slots=True)
+class _Parked:
+    seq: int
+    parked_at: float
+    updated_at: object
+    keys: tuple
+
+
+class UnschedulableQueue:
+    """Parked pending jobs and the last sequence number of each event key (per process)."""
+
+    def __init__(self) -> None:
+        self.seq = 0
+        self.last: dict[tuple, int] = {}
+        self.parked: dict[int, _Parked] = {}
+
+    def clear(self) -> None:
+        self.parked.clear()
+
+    def event(self, keys) -> None:
+        self.seq += 1
+        for key in keys:
+            self.last[key] = self.seq
+
+    def freed(self, vendor: str, model: str) -> None:
+        self.event((("vendor", vendor), ("model", model), _RELEASE))
+
+    def observe(self, changes) -> None:
+        if changes.wakes_all:
+            self.event((_ANY,))
+        for vendor, model in sorted(changes.freed):
+            self.freed(vendor, model)
+
+    def waiting(self, pk: int, updated_at, now: float) -> bool:
+        """True when the job stays parked this cycle."""
+        entry = self.parked.get(pk)
+        if entry is None:
+            return False
+        if entry.updated_at != updated_at or now - entry.parked_at >= UNSCHEDULABLE_FLUSH_S:
+            return False
+        last = self.last
+        return all(last.get(key, 0) <= entry.seq for key in entry.keys)
+
+    def park(self, pk: int, *, seq: int, updated_at, keys: tuple) -> None:
+        self.parked[pk] = _Parked(seq, time.monotonic(), updated_at, keys)
+
+
+_HINTS = UnschedulableQueue()
+
+
+def unschedulable_queue() -> UnschedulableQueue:
+    return _HINTS
+
+
+def queueing_hints_enabled() -> bool:
+    return bool(settings.SUANCHI.get("QUEUEING_HINTS", True))
+
+
+def _hint_keys(requests_) -> tuple:
+    """The events that may let these requests fit: the models (else vendors) their groups name."""
+    keys = {_ANY}
+    for request, _granted in requests_:
+        for group in request.groups:
+            if group.models:
+                keys.update(("model", m) for m in group.models)
+            elif group.vendors:
+                keys.update(("vendor", v) for v in group.vendors)
+            else:
+                keys.add(_RELEASE)
+    return tuple(sorted(keys))
+
+
+def _placement_cards(snapshot: Snapshot, placement) -> set[tuple[str, str]]:
+    out = set()
+    for part in placement.parts:
+        node = snapshot.by_name.get(part.node)
+        if node is None:
+            continue
+        for a in part.devices:
+            with contextlib.suppress(KeyError):
+                dev = node.device(a.device_id)
+                out.add((dev.vendor, dev.model))
+    return out
+
+
+class _Epoch(float):
+    """Seconds since the epoch that answer ``.timestamp()`` like the datetime they stand for."""
+
+    def timestamp(self) -> float:
+        return float(self)
+
+
+class _Queued:
+    """A queued job's ordering fields (the whole queue is ordered without loading every job).
+
+    Times come as integer microseconds since the epoch, computed by PostgreSQL: parsing two
+    datetimes per row in Python cost more than the rest of a 20,000-job backlog together."""
+
+    __slots__ = ("pk", "id", "priority", "project_id", "created_at", "updated_at")
+
+    def __init__(self, pk, priority, project_id, created_us, updated_us) -> None:
+        self.pk = self.id = pk
+        self.priority, self.project_id = priority, project_id
+        self.created_at, self.updated_at = _Epoch(created_us / 1e6), updated_us
+
+
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
+def _micros(value) -> int:
+    """A datetime as integer microseconds since the epoch (the form ``_Queued.updated_at`` has)."""
+    return (value - _EPOCH) // dt.timedelta(microseconds=1)
+
+
+def _queue_order(limited: bool) -> list[_Queued]:
+    table = Job._meta.db_table
+    if connection.vendor != "postgresql":  # the SQLite demo: EXTRACT(EPOCH …) is PostgreSQL's
+        rows = [
+            _Queued(pk, priority, project_id, _micros(created), _micros(updated))
+            for pk, priority, project_id, created, updated in _queued()
+            .order_by("-priority", "created_at", "id")
+            .values_list("id", "priority", "project_id", "created_at", "updated_at")
+        ]
+        if limited:
+            from apps.quotas.selectors import fair_share_order
+
+            rows = fair_share_order(rows)
+        return rows
+    rows = [
+        _Queued(*row)
+        for row in _queued()
+        .annotate(
+            created_us=RawSQL(f"(EXTRACT(EPOCH FROM {table}.created_at) * 1000000)::bigint", ()),  # noqa: S611
+            updated_us=RawSQL(f"(EXTRACT(EPOCH FROM {table}.updated_at) * 1000000)::bigint", ()),  # noqa: S611
+        )
+        .order_by("-priority", "created_at", "id")
+        .values_list("id", "priority", "project_id", "created_us", "updated_us")
+    ]
+    if limited:
+        from apps.quotas.selectors import fair_share_order
+
+        rows = fair_share_order(rows)
+    return rows
 
 
 def scheduling_cycle_run(
@@ -138,62 +290,131 @@ def scheduling_cycle_run(
 ) -> CycleResult:
     """One pass over the queue (priority, then fair share, then age). Safe to run concurrently with itself.
 
+    The snapshot is the process's cached one, brought up to date (``snapshot.cycle_snapshot``); jobs
+    parked by the queueing hints (above) are skipped until something they could use changes.
     With quotas configured, every placement is admitted against its project's quota under row locks
     (``_persist``), and after persisting, lenders' guaranteed jobs reclaim borrowed capacity and
     higher-priority jobs preempt lower ones of their own project (``_reclaim``).
     """
-    from apps.quotas.selectors import fair_share_order
-
     result = CycleResult(cycle_id=uuid.uuid4())
     limited = quotas_configured()
-    if limited:
-        jobs = fair_share_order(list(queued_jobs()))
-        jobs = jobs[:limit] if limit else jobs
-    else:
-        jobs = list(queued_jobs(limit))
-    result.considered = len(jobs)
-    if not jobs:
+    queue = _queue_order(limited)
+    if not queue:
+        _HINTS.clear()
         if limited:  # a lender may still need its guarantee back (e.g. a lending window closed)
             result.preempted = _reclaim(
                 [], snapshot=None, engine=None, actor=actor, cycle_id=result.cycle_id, result=result
             )
         return result
     started = time.perf_counter()
-    snapshot = fleet_snapshot()
-    engine = Engine(policy=policy or scheduler_policy() or BEST)
-    nodes = list(Node.objects.exclude(status=Node.Status.RETIRED))
-    prechecks = _Prechecks(nodes)
-    catalog = list(DeviceModel.objects.all())
-    coefficients = coefficients_on([m.pk for m in catalog])
-    outcomes: list[tuple[Job, Decision, Decimal | None, int]] = []
-    for position, job in enumerate(jobs, start=1):
-        failures = prechecks.failures(job, _job_vendors(job))
-        decision = None
-        cu = None
-        for request, granted in job_requests(
-            job, precheck_failures=failures, catalog=catalog, coefficients=coefficients
-        ):
-            decision = engine.place(snapshot, request, commit=True)
-            cu = granted
-            if decision.placed:
-                break
-        if decision is None:  # no shape at all (e.g. no model with a coefficient): explain
-            decision = Decision(uuid.uuid4().hex, str(job.pk), engine.policy.name)
-            decision.explanation = "no device model can provide this request"
-        outcomes.append((job, decision, cu, position))
-    result.engine_seconds = time.perf_counter() - started
+    with cycle_snapshot() as (snapshot, changes):
+        hints = _HINTS if changes is not None and queueing_hints_enabled() else None
+        result.snapshot_rebuilt = changes is None or changes.rebuilt
+        positions: dict[int, int] = {}
+        examine: list[int] = []
+        if hints is not None:
+            hints.observe(changes)
+            queued_ids = {row.pk for row in queue}
+            for pk in [pk for pk in hints.parked if pk not in queued_ids]:
+                del hints.parked[pk]
+        now = time.monotonic()
+        for position, row in enumerate(queue, start=1):
+            if hints is not None and hints.waiting(row.pk, row.updated_at, now):
+                result.parked += 1
+                continue
+            positions[row.pk] = position
+            examine.append(row.pk)
+        if limit:
+            examine = examine[:limit]
+        loaded = {}
+        if examine:
+            qs = queued_jobs()
+            if hasattr(qs, "filter"):
+                qs = qs.filter(pk__in=examine)
+            wanted = set(examine)
+            loaded = {job.pk: job for job in qs if job.pk in wanted}
+        jobs = [loaded[pk] for pk in examine if pk in loaded]
+        result.considered = len(jobs)
+        result.pending = result.parked
+        if not jobs:
+            if limited:
+                result.preempted = _reclaim(
+                    [], snapshot=None, engine=None, actor=actor, cycle_id=result.cycle_id, result=result
+                )
+            return result
+        seq = hints.seq if hints is not None else 0
+        engine = Engine(policy=policy or scheduler_policy() or BEST)
+        prechecks = Prechecks()
+        catalog = list(DeviceModel.objects.all())
+        coefficients = coefficients_on([m.pk for m in catalog])
+        outcomes: list[tuple[Job, Decision, Decimal | None, int]] = []
+        keys: dict[int, tuple] = {}
+        for job in jobs:
+            failures = prechecks.failures(job, job_vendors(job))
+            decision = None
+            cu = None
+            requests_ = job_requests(
+                job, precheck_failures=failures, catalog=catalog, coefficients=coefficients
+            )
+            for request, granted in requests_:
+                decision = engine.place(snapshot, request, commit=True)
+                cu = granted
+                if decision.placed:
+                    library_trace_step(decision, granted)  # profile requests: the deciding measurement
+                    break
+            if decision is None:  # no shape at all (e.g. no model with a coefficient): explain
+                decision = Decision(uuid.uuid4().hex, str(job.pk), engine.policy.name)
+                decision.explanation = "no device model can provide this request"
+            elif not decision.placed:
+                keys[job.pk] = _hint_keys(requests_)
+            outcomes.append((job, decision, cu, positions[job.pk]))
+        result.engine_seconds = time.perf_counter() - started
 
-    started = time.perf_counter()
-    for i in range(0, len(outcomes), batch):
-        _persist(
-            outcomes[i : i + batch], snapshot=snapshot, cycle_id=result.cycle_id, actor=actor, result=result
-        )
-    result.persist_seconds = time.perf_counter() - started
-    if limited:
-        result.preempted = _reclaim(
-            outcomes, snapshot=snapshot, engine=engine, actor=actor, cycle_id=result.cycle_id, result=result
-        )
+        started = time.perf_counter()
+        for i in range(0, len(outcomes), batch):
+            _persist(
+                outcomes[i : i + batch],
+                snapshot=snapshot,
+                cycle_id=result.cycle_id,
+                actor=actor,
+                result=result,
+            )
+        result.persist_seconds = time.perf_counter() - started
+        if limited:
+            result.preempted = _reclaim(
+                outcomes,
+                snapshot=snapshot,
+                engine=engine,
+                actor=actor,
+                cycle_id=result.cycle_id,
+                result=result,
+            )
+        if hints is not None:
+            _park(hints, outcomes, keys, seq=seq, snapshot=snapshot, result=result)
     return result
+
+
+def _park(hints: UnschedulableQueue, outcomes, keys, *, seq: int, snapshot: Snapshot, result) -> None:
+    """Park this cycle's jobs that stayed pending; placements dropped at persist time are events."""
+    for placement in result.released_in_cycle:
+        for vendor, model in _placement_cards(snapshot, placement):
+            hints.freed(vendor, model)
+    if result.preempted:  # preemption released cards (the snapshot cache sees which next cycle)
+        hints.event((_ANY,))
+    by_pk = {job.pk: job for job, *_ in outcomes}
+    placed = set(result.placed_job_ids)
+    for pk in by_pk:
+        hints.parked.pop(pk, None)
+    for pk in result.pending_fit_ids:
+        if pk in placed or pk not in keys:
+            continue
+        updated = result.reason_written_at.get(pk, by_pk[pk].updated_at)
+        hints.park(pk, seq=seq, updated_at=_micros(updated), keys=keys[pk])
+    for pk in result.pending_quota_ids:
+        if pk in placed:
+            continue
+        updated = result.reason_written_at.get(pk, by_pk[pk].updated_at)
+        hints.park(pk, seq=seq, updated_at=_micros(updated), keys=(_ANY, _RELEASE))
 
 
 def _lock_quota_rows() -> None:
@@ -242,13 +463,14 @@ def _persist(outcomes, *, snapshot: Snapshot, cycle_id, actor, result: CycleResu
         trace = _trace(job, decision, cycle_id=cycle_id, position=position)
         if states.get(job.pk) not in QUEUED_STATES:
             if decision.placed:
-                snapshot.release(decision.request_id)
+                result.released_in_cycle.append(snapshot.release(decision.request_id))
             continue  # cancelled (or scheduled by another cycle) meanwhile
         # The attempt as locked now: the job may have been placed, preempted and requeued (attempt + 1)
         # by other cycles since this one loaded it; its allocation slots must use the current attempt.
         job.attempt = locked[job.pk][1]
         if not decision.placed:
             result.pending += 1
+            result.pending_fit_ids.append(job.pk)
             if job.state_reason != decision.explanation[:500]:
                 traces.append(trace)
                 events.append(
@@ -265,7 +487,7 @@ def _persist(outcomes, *, snapshot: Snapshot, cycle_id, actor, result: CycleResu
         # Re-check every card of this placement against the locked, current totals.
         claimed = claim_placement(decision, usage, caps)
         if claimed is None:
-            snapshot.release(decision.request_id)
+            result.released_in_cycle.append(snapshot.release(decision.request_id))
             result.conflicts += 1
             trace.outcome = DecisionTrace.Outcome.CONFLICT
             trace.explanation = "another scheduling cycle took this capacity first; retrying next cycle"
@@ -286,9 +508,10 @@ def _persist(outcomes, *, snapshot: Snapshot, cycle_id, actor, result: CycleResu
             ]
             verdict = placement_admit(quota_ctx, job=job, items=items, started=now.timestamp())
             if not verdict.admitted:
-                snapshot.release(decision.request_id)
+                result.released_in_cycle.append(snapshot.release(decision.request_id))
                 result.pending += 1
                 result.quota_pending += 1
+                result.pending_quota_ids.append(job.pk)
                 reason = f"quota: {verdict.reason}"[:500]
                 if job.state_reason != reason:
                     trace.outcome = DecisionTrace.Outcome.PENDING
@@ -382,6 +605,8 @@ def _persist(outcomes, *, snapshot: Snapshot, cycle_id, actor, result: CycleResu
             ),
             updated_at=now,
         )
+        for pk in pending_updates:
+            result.reason_written_at[pk] = now
 
 
 def _push_enqueue(allocations: list[Allocation]) -> None:
@@ -400,7 +625,7 @@ def _push_enqueue(allocations: list[Allocation]) -> None:
 
 
 def _trace(job: Job, decision: Decision, *, cycle_id, position: int) -> DecisionTrace:
-    data = decision.to_dict()
+    data = decision.to_dict(rejections=False)  # per-node reasons are O(nodes); not stored
     return DecisionTrace(
         trace_id=uuid.UUID(decision.trace_id),
         job=job,
@@ -507,7 +732,7 @@ def _reclaim(
         )
     }
     nodes = list(Node.objects.exclude(status=Node.Status.RETIRED))
-    prechecks = _Prechecks(nodes)
+    prechecks = Prechecks(nodes)
     catalog = list(DeviceModel.objects.all())
     coefficients = coefficients_on([m.pk for m in catalog])
     project_of = dict(
@@ -540,7 +765,7 @@ def _reclaim(
     for job, position in candidates:
         requests_ = job_requests(
             job,
-            precheck_failures=prechecks.failures(job, _job_vendors(job)),
+            precheck_failures=prechecks.failures(job, job_vendors(job)),
             catalog=catalog,
             coefficients=coefficients,
         )

@@ -261,6 +261,7 @@ def idle_cards(
             estimated=Count("pk", filter=Q(quality=Quality.ESTIMATED)),
         )
         .filter(u_n__gt=0, peak__lte=threshold)
+        .exclude(device__health=Device.Health.RETIRED)  # out of service: not idle capacity (issue 21)
         .order_by("device__node__name", "device__index")
     )
     rows = list(rows)
@@ -312,7 +313,8 @@ def three_figures(*, user, period: Period, source: str | None = None) -> dict:
     card = _card_rows(period, source).aggregate(
         u_sum=Sum("util_sum"),
         u_n=Sum("util_n"),
-        cards=Count("device", distinct=True),
+        # Of the cards counted above (in service): a retired card's old rows made "55 / 54" (issue 21).
+        cards=Count("device", distinct=True, filter=Q(device_id__in=device_ids)),
         estimated=Count("pk", filter=Q(quality=Quality.ESTIMATED)),
     )
     ju = JobUtilization.objects.filter(window_start__gte=period.start, window_start__lt=period.end)

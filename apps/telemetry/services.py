@@ -33,6 +33,9 @@ from apps.jobs.models import Allocation
 from apps.telemetry import exposition
 from apps.telemetry.models import DeviceRollup, JobUtilization, MetricSource, Quality
 from apps.telemetry.samples import (
+    COUNTER_MAX,
+    TEMPERATURE_RANGE,
+    UTILIZATION_RANGE,
     Conversion,
     Sample,
     memory_cap_mib,
@@ -119,6 +122,9 @@ class IngestReport:
     hourly_written: int = 0
     attributions_written: int = 0
     events_raised: int = 0
+    # Read-back of the cards pods really run on (exporter pod labels vs allocations).
+    placements_moved: int = 0
+    placement_conflicts: int = 0
     vendors: list[str] = field(default_factory=list)
     window_start: datetime | None = None
     window_end: datetime | None = None
@@ -152,6 +158,8 @@ class IngestReport:
             "hourly_written": self.hourly_written,
             "attributions_written": self.attributions_written,
             "events_raised": self.events_raised,
+            "placements_moved": self.placements_moved,
+            "placement_conflicts": self.placement_conflicts,
             "window_start": self.window_start.isoformat() if self.window_start else None,
             "window_end": self.window_end.isoformat() if self.window_end else None,
             "rejected_lines": [
@@ -273,15 +281,12 @@ def _aggregate(
     """Fold samples (sorted by time) into ``agg`` (a fresh one when None), counters continuing from ``baseline``."""
     a = agg or _Agg(first=items[0][0], last=items[0][0])
     last_counters = dict(baseline)
-    first, last = a.first, a.last
+    # Sorted by time: the first and last items bound the span.
+    first, last = min(a.first, items[0][0]), max(a.last, items[-1][0])
     util_sum, util_n, util_max = a.util_sum, a.util_n, a.util_max
     mem_sum, mem_n, mem_max, mem_total = a.mem_sum, a.mem_n, a.mem_max, a.mem_total
     temp_max, power_sum, power_n = a.temp_max, a.power_sum, a.power_n
-    for at, s in items:
-        if at < first:
-            first = at
-        if at > last:
-            last = at
+    for _at, s in items:
         u = s.utilization_pct
         if u is not None:
             util_sum += u
@@ -367,6 +372,47 @@ def _health_flags(a: _Agg, temp_limit: float) -> dict[str, Any]:
     return health
 
 
+@dataclass(slots=True)
+class _RollupRow:
+    """One rollup row as written (the fields of ``DeviceRollup`` by the same names, no model instance):
+    the hourly rebuild and the attribution read the rows of this batch from here, not back from the
+    database. ``DeviceRollup`` instances read from the database answer to the same attribute names."""
+
+    device_id: int
+    partition: str
+    resolution: int
+    window_start: datetime
+    source: str
+    quality: str
+    scrape_interval_s: int | None
+    sample_count: int
+    first_sample_at: datetime
+    last_sample_at: datetime
+    util_sum: float
+    util_n: int
+    util_avg: float | None
+    util_max: float | None
+    mem_used_sum: float
+    mem_used_n: int
+    mem_used_avg_mib: float | None
+    mem_used_max_mib: float | None
+    mem_total_mib: float | None
+    temp_max_c: float | None
+    power_sum: float
+    power_n: int
+    power_avg_w: float | None
+    error_deltas: dict
+    counters_last: dict
+    health: dict
+    pods: list
+    updated_at: datetime
+
+
+# Column order of ``_RollupRow`` = the columns written (``device_id`` is the FK column).
+_ROW_COLUMNS = tuple(_RollupRow.__slots__)
+_JSON_COLUMNS = frozenset({"error_deltas", "counters_last", "health", "pods"})
+
+
 def _row(
     device_id: int,
     partition: str,
@@ -378,37 +424,96 @@ def _row(
     a: _Agg,
     health: dict,
     now: datetime,
-) -> DeviceRollup:
-    return DeviceRollup(
-        device_id=device_id,
-        partition=partition,
-        resolution=resolution,
-        window_start=_dt(window),
-        source=source,
-        quality=quality,
-        scrape_interval_s=interval,
-        sample_count=a.count,
-        first_sample_at=_dt(a.first),
-        last_sample_at=_dt(a.last),
-        util_sum=a.util_sum,
-        util_n=a.util_n,
-        util_avg=(a.util_sum / a.util_n) if a.util_n else None,
-        util_max=a.util_max,
-        mem_used_sum=a.mem_sum,
-        mem_used_n=a.mem_n,
-        mem_used_avg_mib=(a.mem_sum / a.mem_n) if a.mem_n else None,
-        mem_used_max_mib=a.mem_max,
-        mem_total_mib=a.mem_total,
-        temp_max_c=a.temp_max,
-        power_sum=a.power_sum,
-        power_n=a.power_n,
-        power_avg_w=(a.power_sum / a.power_n) if a.power_n else None,
-        error_deltas={k: v for k, v in sorted(a.error_deltas.items())},
-        counters_last=a.counters_last,
-        health=health,
-        pods=[{"namespace": ns, "pod": pod} for ns, pod in sorted(a.pods)],
-        updated_at=now,
+) -> _RollupRow:
+    return _RollupRow(
+        device_id,
+        partition,
+        resolution,
+        _dt(window),
+        source,
+        quality,
+        interval,
+        a.count,
+        _dt(a.first),
+        _dt(a.last),
+        a.util_sum,
+        a.util_n,
+        (a.util_sum / a.util_n) if a.util_n else None,
+        a.util_max,
+        a.mem_sum,
+        a.mem_n,
+        (a.mem_sum / a.mem_n) if a.mem_n else None,
+        a.mem_max,
+        a.mem_total,
+        a.temp_max,
+        a.power_sum,
+        a.power_n,
+        (a.power_sum / a.power_n) if a.power_n else None,
+        dict(sorted(a.error_deltas.items())),
+        a.counters_last,
+        health,
+        [{"namespace": ns, "pod": pod} for ns, pod in sorted(a.pods)] if a.pods else [],
+        now,
     )
+
+
+_UPSERT_STAGE = "suanchi_rollup_stage"
+_COLUMNS_SQL = ", ".join(_ROW_COLUMNS)
+# Every identifier below is a constant of this module or the model's table name, never input.
+_STAGE_SQL = (
+    f"CREATE TEMP TABLE IF NOT EXISTS {_UPSERT_STAGE} ON COMMIT DELETE ROWS AS "  # noqa: S608
+    f"SELECT {_COLUMNS_SQL} FROM {DeviceRollup._meta.db_table} WITH NO DATA"
+)
+_UPSERT_SQL = (
+    f"INSERT INTO {DeviceRollup._meta.db_table} ({_COLUMNS_SQL}) "  # noqa: S608
+    f"SELECT {_COLUMNS_SQL} FROM {_UPSERT_STAGE} "
+    "ORDER BY device_id, partition, resolution, window_start, source "
+    "ON CONFLICT (device_id, partition, resolution, window_start, source) DO UPDATE SET "
+    + ", ".join(f"{c} = EXCLUDED.{c}" for c in _ROW_COLUMNS if c in _ROLLUP_UPDATE_FIELDS)
+)
+
+
+def _rollups_upsert(rows: list[_RollupRow]) -> None:
+    """Insert or update rollup rows by their natural key, PostgreSQL's fast way: ``COPY`` the rows
+    into a session-local staging table, then one ``INSERT … SELECT … ON CONFLICT DO UPDATE`` (the same
+    outcome as ``bulk_create(update_conflicts=True)`` without building a model instance and a bound
+    parameter per value). https://www.postgresql.org/docs/current/sql-copy.html,
+    https://www.postgresql.org/docs/current/sql-insert.html#SQL-ON-CONFLICT"""
+    if not rows:
+        return
+    import json
+
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        # The SQLite demo: the same upsert through the ORM (SQLite has ON CONFLICT but neither COPY
+        # nor the temporary-table form used below).
+        DeviceRollup.objects.bulk_create(
+            [DeviceRollup(**{name: getattr(r, name) for name in _ROW_COLUMNS}) for r in rows],
+            batch_size=500,
+            update_conflicts=True,
+            unique_fields=_UNIQUE,
+            update_fields=_ROLLUP_UPDATE_FIELDS,
+        )
+        return
+    dumps = json.dumps
+    json_at = [i for i, name in enumerate(_ROW_COLUMNS) if name in _JSON_COLUMNS]
+    # wrap_database_errors: psycopg's errors inside COPY surface as Django's (DataError, IntegrityError).
+    with connection.cursor() as cursor, connection.wrap_database_errors:
+        # ON COMMIT DELETE ROWS: the stage is empty at the start of every transaction; TRUNCATE covers
+        # a second upsert inside the same one (5-minute rows, then hourly rows).
+        cursor.execute(_STAGE_SQL)
+        cursor.execute(f"TRUNCATE {_UPSERT_STAGE}")
+        with cursor.copy(f"COPY {_UPSERT_STAGE} ({_COLUMNS_SQL}) FROM STDIN") as copy:
+            write = copy.write_row
+            for r in rows:
+                values = [getattr(r, name) for name in _ROW_COLUMNS]
+                # JSON as text (the server parses it into jsonb); empty values are constants.
+                for i in json_at:
+                    v = values[i]
+                    values[i] = dumps(v) if v else ("[]" if v.__class__ is list else "{}")
+                write(values)
+        cursor.execute(_UPSERT_SQL)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -448,45 +553,67 @@ def samples_ingest(
     earliest = now_ts - setting("TELEMETRY_ROLLUP_RETENTION_DAYS", 14) * 86400
     resolver = DeviceResolver(cluster=cluster)
     resolve = resolver.resolve
-    groups: dict[tuple[int, str, float], list[tuple[float, Sample]]] = {}
-    seen: set[tuple[int, str, float]] = set()
+    limits = resolver.limits
+    unknown_limits = (memory_cap_mib(), power_cap_w(None))
+    t_low, t_high = TEMPERATURE_RANGE
+    u_low, u_high = UTILIZATION_RANGE
+    known = resolver.node_of
+    # (device, partition, 5-minute window) → {sample time: sample}; a time seen twice is a duplicate.
+    groups: dict[tuple[int, str, float], dict[float, Sample]] = {}
     received = 0
     vendors: set[str] = set(report.vendors)
     for s in samples:
         received += 1
         at = s.at if s.at.__class__ is float else _ts(s.at)
-        dev = resolve(s)
+        dev = s.device_id
+        if dev is None:
+            dev = resolve(s)
+        elif dev not in known:
+            dev = None
         if dev is None:
             report.skip("device_not_in_ledger", _describe(s))
             continue
-        if not math.isfinite(at):
-            report.skip("bad_timestamp", f"{_describe(s)} at {at!r}")
+        if not earliest <= at <= latest:  # NaN and ±Inf fail it too
+            if not math.isfinite(at):
+                report.skip("bad_timestamp", f"{_describe(s)} at {at!r}")
+            elif at > latest:
+                report.skip("clock_skew_future", f"{_describe(s)} at {_when(at)}")
+            else:
+                report.skip("older_than_retention", f"{_describe(s)} at {_when(at)}")
             continue
-        if at > latest:
-            report.skip("clock_skew_future", f"{_describe(s)} at {_when(at)}")
-            continue
-        if at < earliest:
-            report.skip("older_than_retention", f"{_describe(s)} at {_when(at)}")
-            continue
-        key = (dev, s.partition, at)
-        if key in seen:
-            report.skip("duplicate_sample", f"{_describe(s)} at {_when(at)}")
-            continue
-        seen.add(key)
-        # Physics before rollups: a value no card can produce is dropped and counted, never averaged.
-        memory_cap, power_cap = resolver.limits.get(dev, (memory_cap_mib(), power_cap_w(None)))
-        s, implausible = plausible(s, memory_cap=memory_cap, power_cap=power_cap)
-        for reason, text in implausible:
-            report.skip(reason, f"{_describe(s)} from {source}: {text}")
-        if s.vendor:
-            vendors.add(s.vendor)
         gkey = (dev, s.partition, at - at % WINDOW_S)
         bucket = groups.get(gkey)
         if bucket is None:
-            groups[gkey] = [(at, s)]
-        else:
-            bucket.append((at, s))
-    del seen
+            bucket = groups[gkey] = {}
+        elif at in bucket:
+            report.skip("duplicate_sample", f"{_describe(s)} at {_when(at)}")
+            continue
+        # Physics before rollups: a value no card can produce is dropped and counted, never averaged.
+        memory_cap, power_cap = limits.get(dev, unknown_limits)
+        # The common case inline (every value present is finite and in range: NaN and ±Inf fail every
+        # comparison); anything else goes through ``plausible``, which names what it drops.
+        u, m, mt, t, p, c = (
+            s.utilization_pct,
+            s.memory_used_mib,
+            s.memory_total_mib,
+            s.temperature_c,
+            s.power_w,
+            s.counters,
+        )
+        if not (
+            (u is None or u_low <= u <= u_high)
+            and (m is None or 0.0 <= m <= memory_cap)
+            and (mt is None or 0.0 <= mt <= memory_cap)
+            and (t is None or t_low <= t <= t_high)
+            and (p is None or 0.0 <= p <= power_cap)
+            and (not c or _counters_in_range(c))
+        ):
+            s, implausible = plausible(s, memory_cap=memory_cap, power_cap=power_cap)
+            for reason, text in implausible:
+                report.skip(reason, f"{_describe(s)} from {source}: {text}")
+        if s.vendor:
+            vendors.add(s.vendor)
+        bucket[at] = s
     report.received += received
     report.vendors = sorted(vendors)
     if not groups:
@@ -512,11 +639,21 @@ def samples_ingest(
     return report
 
 
+def _counters_in_range(counters: dict[str, float]) -> bool:
+    # A plain loop, not all(<generator>): this runs once per sample.
+    for v in counters.values():  # noqa: SIM110
+        if not 0.0 <= v <= COUNTER_MAX:
+            return False
+    return True
+
+
 def _write(groups, windows, resolver, report: IngestReport, *, source, quality, interval, actor, now) -> None:
     device_ids = sorted({k[0] for k in groups})
-    existing: dict[tuple[int, str, float], DeviceRollup] = {
-        (r.device_id, r.partition, r.window_start.timestamp()): r
-        for r in DeviceRollup.objects.select_for_update()
+    # The stored windows this batch meets, locked (primary-key order); only what the comparison needs
+    # is read, the whole row only where later samples are merged into it.
+    existing: dict[tuple[int, str, float], tuple] = {
+        (dev, partition, start.timestamp()): (pk, first.timestamp(), last.timestamp(), counters, health)
+        for pk, dev, partition, start, first, last, counters, health in DeviceRollup.objects.select_for_update()
         .filter(
             source=source,
             resolution=WINDOW_S,
@@ -525,9 +662,19 @@ def _write(groups, windows, resolver, report: IngestReport, *, source, quality, 
             window_start__lte=_dt(windows[-1]),
         )
         .order_by("pk")
+        .values_list(
+            "pk",
+            "device_id",
+            "partition",
+            "window_start",
+            "first_sample_at",
+            "last_sample_at",
+            "counters_last",
+            "health",
+        )
     }
     # Counter baselines: the latest stored window before this batch, per device and partition.
-    with_counters = sorted({k[0] for k, items in groups.items() if any(s.counters for _, s in items)})
+    with_counters = sorted({k[0] for k, items in groups.items() if any(s.counters for s in items.values())})
     running: dict[tuple[int, str], dict[str, float]] = {}
     if with_counters:
         for row in (
@@ -543,23 +690,24 @@ def _write(groups, windows, resolver, report: IngestReport, *, source, quality, 
         ):
             running[(row["device_id"], row["partition"])] = row["counters_last"] or {}
     temp_limit = float(setting("TELEMETRY_TEMP_LIMIT_C", 90))
-    rows: list[DeviceRollup] = []
+    rows: list[_RollupRow] = []
+    written: dict[tuple[int, str, float], _RollupRow] = {}
+    pods_by_device: dict[int, set[tuple[str, str]]] = defaultdict(set)
+    seen_at: dict[int, float] = {}
     events: list[DeviceEvent] = []
     label = actor_fields(actor)["actor_label"]
     used = 0
     for key in sorted(groups):
         dev, partition, window = key
-        items = groups[key]
-        items.sort(key=lambda item: item[0])
+        # Times are unique within a window (duplicates were dropped), so tuples sort by time alone.
+        items = sorted(groups[key].items())
         old = existing.get(key)
         pair = (dev, partition)
-        if old is None or (
-            items[0][0] <= old.first_sample_at.timestamp() and items[-1][0] >= old.last_sample_at.timestamp()
-        ):
+        if old is None or (items[0][0] <= old[1] and items[-1][0] >= old[2]):
             agg = _aggregate(items, running.get(pair, {}))
             used += len(items)
         else:
-            first, last = old.first_sample_at.timestamp(), old.last_sample_at.timestamp()
+            first, last = old[1], old[2]
             fresh = [item for item in items if not (first <= item[0] <= last)]
             dropped = len(items) - len(fresh)
             if dropped:
@@ -567,11 +715,11 @@ def _write(groups, windows, resolver, report: IngestReport, *, source, quality, 
                     "already_ingested", f"device {dev} {partition} window {_dt(window).isoformat()}", dropped
                 )
             if not fresh:
-                running[pair] = dict(old.counters_last or {})
+                running[pair] = dict(old[3] or {})
                 continue
             later = [item for item in fresh if item[0] > last]
             earlier = [item for item in fresh if item[0] < first]
-            agg = _agg_from_row(old)
+            agg = _agg_from_row(DeviceRollup.objects.get(pk=old[0]))
             if later:
                 agg = _aggregate(later, agg.counters_last, agg)
             if earlier:
@@ -582,26 +730,76 @@ def _write(groups, windows, resolver, report: IngestReport, *, source, quality, 
         report.counter_resets += agg.resets
         running[pair] = agg.counters_last
         health = _health_flags(agg, temp_limit)
-        before = (old.health or {}) if old else {}
+        before = (old[4] or {}) if old else {}
         events.extend(
             _health_events(dev, resolver.node_of[dev], partition, window, health, before, source, label)
         )
-        rows.append(_row(dev, partition, WINDOW_S, window, source, quality, interval, agg, health, now))
+        row = _row(dev, partition, WINDOW_S, window, source, quality, interval, agg, health, now)
+        rows.append(row)
+        written[key] = row
+        if agg.pods:
+            pods_by_device[dev].update(agg.pods)
+        if seen_at.get(dev, -math.inf) < agg.last:
+            seen_at[dev] = agg.last
     report.used += used
-    for start in range(0, len(rows), 2000):
-        DeviceRollup.objects.bulk_create(
-            rows[start : start + 2000],
-            update_conflicts=True,
-            unique_fields=_UNIQUE,
-            update_fields=_ROLLUP_UPDATE_FIELDS,
-        )
+    _rollups_upsert(rows)
     report.rollups_written += len(rows)
     if events:
         DeviceEvent.objects.bulk_create(events)
         report.events_raised += len(events)
+        from apps.scheduling.faults import device_fault_events
+
+        # A critical event on one card cordons that card and retries its job (faults.py: proportion).
+        device_fault_events(events, actor=actor)
     touched = {(k[0], k[1]) for k in groups}
     hours = sorted({w - w % HOUR_S for w in windows})
-    _rebuild_hours(touched, hours, source=source, report=report, now=now)
+    if pods_by_device:
+        # Before attribution: utilization and bills follow the card the pod really runs on.
+        _placement_readback(pods_by_device, seen_at, report, label=label, source=source, before=hours[0])
+    _rebuild_hours(touched, hours, source=source, report=report, now=now, written=written)
+
+
+def _placement_readback(
+    pods_by_device: dict[int, set[tuple[str, str]]],
+    seen_at: dict[int, float],
+    report: IngestReport,
+    *,
+    label: str,
+    source: str,
+    before: float,
+) -> None:
+    """Exporter pod labels vs allocations (``readback``); a moved allocation's earlier windows of this
+    source are attributed again on both cards, so its whole history follows the real card."""
+    from apps.telemetry.readback import readback
+
+    result = readback(pods_by_device=pods_by_device, seen_at=seen_at, actor_label=label)
+    report.placements_moved += len(result.moved)
+    report.placement_conflicts += len(result.conflicts)
+    report.events_raised += result.events
+    if not result.moved:
+        return
+    cut = _dt(before)
+    started = dict(
+        Allocation.objects.filter(pk__in=[m["allocation"] for m in result.moved]).values_list(
+            "pk", "started_at"
+        )
+    )
+    for move in result.moved:
+        start_ts = started[move["allocation"]].timestamp()
+        start = _dt(start_ts - start_ts % WINDOW_S)
+        if start >= cut:
+            continue
+        device_ids = sorted({move["from_device"], move["to_device"]})
+        rows = list(
+            DeviceRollup.objects.filter(
+                source=source,
+                resolution=WINDOW_S,
+                device_id__in=device_ids,
+                window_start__gte=start,
+                window_start__lt=cut,
+            ).order_by("device_id", "partition", "window_start")
+        )
+        report.attributions_written += _attribute(rows, device_ids, start, cut, source=source)
 
 
 def _without_counters(s: Sample) -> Sample:
@@ -615,6 +813,8 @@ def _without_counters(s: Sample) -> Sample:
 def _health_events(
     dev: int, node_id: int, partition: str, window: float, health: dict, before: dict, source: str, label: str
 ) -> list[DeviceEvent]:
+    if not health:
+        return []  # nothing to report (and nothing to format) in a quiet window
     where = f" ({partition})" if partition else ""
     when = _dt(window).strftime("%Y-%m-%d %H:%M UTC")
     out = []
@@ -656,27 +856,49 @@ def _health_events(
 
 
 def _rebuild_hours(
-    touched: set[tuple[int, str]], hours: list[float], *, source: str, report: IngestReport, now: datetime
+    touched: set[tuple[int, str]],
+    hours: list[float],
+    *,
+    source: str,
+    report: IngestReport,
+    now: datetime,
+    written: dict[tuple[int, str, float], _RollupRow] | None = None,
 ) -> None:
-    """Hourly rows = Σ of their 5-minute rows (recomputed, so idempotent); then job attribution."""
+    """Hourly rows = Σ of their 5-minute rows (recomputed, so idempotent); then job attribution.
+
+    ``written``: the 5-minute rows this batch just wrote (by device, partition, window start); only the
+    other 5-minute rows of the touched hours are read from the database."""
+    written = written or {}
     device_ids = sorted({d for d, _ in touched})
     start, end = _dt(hours[0]), _dt(hours[-1] + HOUR_S)
-    five = list(
-        DeviceRollup.objects.filter(
-            source=source,
-            resolution=WINDOW_S,
-            device_id__in=device_ids,
-            window_start__gte=start,
-            window_start__lt=end,
-        ).order_by("device_id", "partition", "window_start")
+    # Windows in which every touched (device, partition) was just written need no read-back.
+    full = [w for w in {k[2] for k in written} if all((d, p, w) in written for d, p in touched)]
+    stored = DeviceRollup.objects.filter(
+        source=source,
+        resolution=WINDOW_S,
+        device_id__in=device_ids,
+        window_start__gte=start,
+        window_start__lt=end,
     )
+    if full:
+        stored = stored.exclude(window_start__in=[_dt(w) for w in full])
+    keyed: dict[tuple[int, str, float], Any] = dict(written)
+    for r in stored:
+        key = (r.device_id, r.partition, r.window_start.timestamp())
+        if key not in keyed:
+            keyed[key] = r
     hour_set = set(hours)
-    buckets: dict[tuple[int, str, float], list[DeviceRollup]] = defaultdict(list)
-    for r in five:
-        w = r.window_start.timestamp()
+    five = []
+    buckets: dict[tuple[int, str, float], list[Any]] = defaultdict(list)
+    for key in sorted(keyed):
+        dev, partition, w = key
+        if (dev, partition) not in touched:
+            continue
+        r = keyed[key]
+        five.append(r)
         h = w - w % HOUR_S
-        if (r.device_id, r.partition) in touched and h in hour_set:
-            buckets[(r.device_id, r.partition, h)].append(r)
+        if h in hour_set:
+            buckets[(dev, partition, h)].append(r)
     hourly = []
     for (dev, partition, h), parts in buckets.items():
         a = _Agg(first=parts[0].first_sample_at.timestamp(), last=parts[-1].last_sample_at.timestamp())
@@ -717,15 +939,9 @@ def _rebuild_hours(
         hourly.append(
             _row(dev, partition, HOUR_S, h, source, quality, parts[0].scrape_interval_s, a, health, now)
         )
-    for i in range(0, len(hourly), 2000):
-        DeviceRollup.objects.bulk_create(
-            hourly[i : i + 2000],
-            update_conflicts=True,
-            unique_fields=_UNIQUE,
-            update_fields=_ROLLUP_UPDATE_FIELDS,
-        )
+    _rollups_upsert(hourly)
     report.hourly_written += len(hourly)
-    rows = [r for r in five if (r.device_id, r.partition) in touched]
+    rows = five
     report.attributions_written += _attribute(rows, device_ids, start, end, source=source)
 
 
@@ -1070,6 +1286,8 @@ def _merge_reports(into: IngestReport, part: IngestReport) -> None:
         "hourly_written",
         "attributions_written",
         "events_raised",
+        "placements_moved",
+        "placement_conflicts",
     ):
         setattr(into, name, getattr(into, name) + getattr(part, name))
     for reason, count in part.skipped.items():

@@ -12,7 +12,6 @@ import os
 from pathlib import Path
 
 import environ
-import plotly
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
 VAR_DIR = Path(os.environ.get("SUANCHI_VAR_DIR", BASE_DIR / "var"))
@@ -51,6 +50,7 @@ INSTALLED_APPS = [
     "apps.catalog",
     "apps.inventory",
     "apps.jobs",
+    "apps.benchlib",
     "apps.clusters",
     "apps.scheduling",
     "apps.quotas",
@@ -58,6 +58,7 @@ INSTALLED_APPS = [
     "apps.billing",
     "apps.rollout",
     "apps.migration",
+    "apps.notify",
     "apps.demo",
 ]
 
@@ -71,6 +72,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "apps.accounts.middleware.UserPreferenceMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
@@ -158,18 +160,26 @@ LOCALE_PATHS = [BASE_DIR / "locale"]
 TIME_ZONE = env.str("SUANCHI_TIME_ZONE", default="Asia/Shanghai")
 USE_I18N = True
 USE_TZ = True
+# One date format on every page, the admin's too: "2026-12-01 16:38" (config/formats/<lang>/formats.py).
+FORMAT_MODULE_PATH = ["config.formats"]
 
 STATIC_URL = "static/"
 STATIC_ROOT = Path(os.environ.get("DJANGO_STATIC_ROOT", BASE_DIR / "staticfiles"))
 STATIC_ROOT.mkdir(parents=True, exist_ok=True)
-# plotly.js is served from the installed plotly package: no CDN, no committed copy.
-STATICFILES_DIRS = [
-    BASE_DIR / "static",
-    ("vendor/plotly", Path(plotly.__file__).resolve().parent / "package_data"),
-]
+STATICFILES_DIRS = [BASE_DIR / "static"]
+# The charts draw only scatter and bar traces (apps/*/charts.py), so the pages load plotly.js's "basic"
+# bundle (scatter, bar, pie; 1.1 MB) instead of the full one (4.6 MB). It is the npm package
+# plotly.js-basic-dist-min 3.7.0 (MIT, static/vendor/plotly/LICENSE), the plotly.js version the installed
+# plotly package renders figures for (plotly 6.9.0 ships plotly.js 3.7.0). Bundles:
+# https://github.com/plotly/plotly.js/blob/master/dist/README.md#partial-bundles
+SUANCHI_PLOTLY_JS = "vendor/plotly/plotly-basic.min.js"
+# collectstatic writes content-hashed names plus gzip copies; WhiteNoise serves a hashed name with
+# "Cache-Control: max-age=315360000, public, immutable" and the compressed copy to clients that accept it
+# (https://whitenoise.readthedocs.io/en/stable/django.html#add-compression-and-caching-support).
+# Under DEBUG (runserver) Django's manifest storage serves the plain names from the finders.
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
-    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
 }
 
 REDIS_URL = env_secret("REDIS_URL") or ""
@@ -294,7 +304,16 @@ CELERY_TIMEZONE = TIME_ZONE
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 
+# Notifications by e-mail go through Django's mail backend (SMTP by default; the demo prints them).
+EMAIL_BACKEND = env.str("DJANGO_EMAIL_BACKEND", default="django.core.mail.backends.smtp.EmailBackend")
+EMAIL_HOST = env.str("DJANGO_EMAIL_HOST", default="localhost")
+EMAIL_PORT = env.int("DJANGO_EMAIL_PORT", default=25)
+DEFAULT_FROM_EMAIL = env.str("DJANGO_DEFAULT_FROM_EMAIL", default="suanchi@localhost")
+
 SUANCHI = {
+    # Webhooks to loopback / link-local addresses (the platform's own internals, cloud metadata) are
+    # refused unless this is set (the demo and the tests set it: their receivers run on 127.0.0.1).
+    "NOTIFY_ALLOW_LOOPBACK_WEBHOOKS": env.bool("SUANCHI_NOTIFY_ALLOW_LOOPBACK_WEBHOOKS", default=False),
     "NODE_REPORT_MAX_BYTES": env.int("SUANCHI_NODE_REPORT_MAX_BYTES", default=4 * 1024 * 1024),
     # A node whose agent has not reported for this long gets a "reports overdue" event.
     "NODE_REPORT_STALE_MINUTES": env.int("SUANCHI_NODE_REPORT_STALE_MINUTES", default=30),

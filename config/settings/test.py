@@ -28,3 +28,6 @@ STORAGES = {
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "redis://127.0.0.1:6379/14")
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
 LOGGING = {"version": 1, "disable_existing_loggers": False, "root": {"level": "WARNING"}}
+
+# The notification tests run their webhook receivers on 127.0.0.1.
+SUANCHI["NOTIFY_ALLOW_LOOPBACK_WEBHOOKS"] = True  # noqa: F405

@@ -168,7 +168,80 @@
     return box;
   }
 
+  // ---- the benchmark library's recommendation (profile requests) -------------------------------
+
+  var recoBox = document.getElementById("preview-recommendation");
+  var recoList = document.getElementById("preview-recommendation-list");
+  var recoRule = document.getElementById("preview-recommendation-rule");
+
+  function setChoice(name, value) {
+    var input = form.querySelector('[name="' + name + '"]');
+    if (input) {
+      input.value = value;
+    }
+  }
+
+  // "Use this": turn the profile request into the concrete request the library recommended.
+  function useOption(option) {
+    var kind = option.template ? "template" : "whole_cards";
+    var radio = form.querySelector('input[name="request_kind"][value="' + kind + '"]');
+    if (!radio) {
+      return;
+    }
+    radio.checked = true;
+    toggleKindFields();
+    if (option.template_id) {
+      setChoice("template", option.template_id);
+    } else {
+      setChoice("device_model", option.device_model_id);
+    }
+    setChoice("count", String(option.instances));
+    form.dispatchEvent(new Event("change", { bubbles: true }));
+  }
+
+  function renderRecommendation(reco) {
+    if (!recoBox) {
+      return;
+    }
+    recoList.replaceChildren();
+    recoBox.hidden = !reco;
+    if (!reco) {
+      return;
+    }
+    recoRule.textContent = (reco.rules || []).join("; ");
+    reco.options.forEach(function (option) {
+      var item = el("li", option.no_data ? "recommendation is-empty" : "recommendation");
+      item.appendChild(el("strong", null, option.option));
+      if (option.no_data || !option.cu_per_hour) {
+        item.appendChild(el("span", "muted", " — " + (text.noData || "no data") + (option.reason ? " (" + option.reason + ")" : "")));
+        recoList.appendChild(item);
+        return;
+      }
+      var parts = [option.instances + " × " + option.fits, option.cu_per_hour + " CU/h"];
+      if (option.money_per_hour) {
+        parts.push(option.money_per_hour + " " + option.currency + "/h");
+      }
+      parts.push(option.cu_hours_per_million + " CU·h " + (text.perMillion || "per million"));
+      item.appendChild(el("span", null, " — " + parts.join(", ")));
+      var evidence = (text.evidence || "{n}").replace("{n}", String(option.evidence.count));
+      if (option.basis === "estimated") {
+        evidence += ", " + (text.estimated || "estimated");
+      }
+      if (option.evidence.synthetic) {
+        evidence += ", " + (text.synthetic || "synthetic");
+      }
+      item.appendChild(el("span", "muted", " (" + evidence + ")"));
+      var use = el("button", "btn btn--small", text.use || "Use this");
+      use.type = "button";
+      use.addEventListener("click", function () { useOption(option); });
+      item.appendChild(document.createTextNode(" "));
+      item.appendChild(use);
+      recoList.appendChild(item);
+    });
+  }
+
   function render(data) {
+    renderRecommendation(data.recommendation || null);
     showErrors(data.errors);
     statusLine.textContent = data.valid ? text.valid : text.invalid;
     alternativesBox.replaceChildren();

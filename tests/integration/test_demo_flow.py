@@ -86,4 +86,6 @@ def test_render_manifests_all_on_the_demo_database_validates(tmp_path, capsys):
     assert {"namespace", "job", "deployment", "node"} <= kinds
     for path in files:
         for resource in resources_from_file(str(path)):
-            assert kubernetes_validate.validate(resource, "1.30", strict=True) == "1.30", path.name
+            assert kubernetes_validate.validate(resource, "1.34", strict=True) == "1.34", path.name
+            if resource["apiVersion"] != "resource.k8s.io/v1":  # DRA v1 (DeviceClass …) is 1.34+
+                assert kubernetes_validate.validate(resource, "1.30", strict=True) == "1.30", path.name

@@ -8,30 +8,41 @@ Implemented
 -----------
 Kinds: core/v1 ``namespaces``, ``nodes`` (cluster-scoped), ``pods``, ``resourcequotas``, ``events`` (namespaced);
 batch/v1 ``jobs``; apps/v1 ``deployments``, ``daemonsets``; resource.k8s.io/v1 ``resourceslices``,
-``deviceclasses`` (cluster-scoped); authorization.k8s.io/v1 ``selfsubjectaccessreviews`` (create only,
+``deviceclasses`` (cluster-scoped), ``resourceclaims``, ``resourceclaimtemplates``; authorization.k8s.io/v1 ``selfsubjectaccessreviews`` (create only,
 answered from :attr:`FakeApiServer.rbac_denied`); ``GET /version`` (:attr:`FakeApiServer.git_version`).
 
 Verbs:
 
 - list: ``GET`` on the collection (namespaced, or across all namespaces for namespaced kinds), with
-  ``labelSelector`` (equality-based: ``a=b``, ``a==b``, ``a!=b``, ``a`` (exists), ``!a`` (absent),
-  comma-separated = AND; set-based ``in``/``notin`` give 400) and ``fieldSelector`` on
-  ``metadata.name`` / ``metadata.namespace`` (``=``, ``==``, ``!=``). Returns a ``<Kind>List`` with
-  ``metadata.resourceVersion``. ``?watch=1`` / ``?watch=true`` answers 400 with a Status
+  ``labelSelector`` (``a=b``, ``a==b``, ``a!=b``, ``a`` (exists), ``!a`` (absent), set-based
+  ``a in (x,y)`` / ``a notin (x,y)``, comma-separated = AND; bad keys/values 400) and
+  ``fieldSelector`` on ``metadata.name`` / ``metadata.namespace`` (``=``, ``==``, ``!=``). Returns a
+  ``<Kind>List`` with ``metadata.resourceVersion`` whose items carry no ``kind`` / ``apiVersion``;
+  ``limit`` / ``continue`` paging from a consistent snapshot, 410 Expired for a token older than
+  :meth:`~FakeApiServer.compact`. ``?watch=1`` / ``?watch=true`` answers 400 with a Status
   (watches are not implemented).
 - get: ``GET`` on an item (and on ``.../status``).
 - create: ``POST``; 409 ``AlreadyExists`` on duplicates; 404 ``NotFound`` when the namespace of a
-  namespaced object does not exist; 400 ``BadRequest`` when the body is not an object of that kind or
-  the namespace in the body disagrees with the path; 422 ``Invalid`` when ``metadata.name`` is
-  missing / not a DNS-1123 name (``generateName`` is honoured).
+  namespaced object does not exist, 403 when it is Terminating (NamespaceLifecycle); 400
+  ``BadRequest`` when the body is not an object of that kind or the namespace in the body disagrees
+  with the path; 422 ``Invalid`` with ``details.causes`` (see :meth:`FakeApiServer._validate`):
+  names (DNS-1123 subdomain, label for Namespaces), label keys/values, a Job's template labels (so a
+  Job name over 63 characters), ``restartPolicy`` (OnFailure/Never for Jobs), container resources
+  (extended resources integers with requests == limits), unique taint key+effect on Nodes, pod DRA
+  claim references, and resource.k8s.io/v1 claims, templates, classes and slices (CEL selectors
+  compiled by the fake's subset, see :func:`cel_compile`). Defaults: ``restartPolicy: Always``,
+  pod requests from limits, DRA ``allocationMode: ExactCount`` / ``count: 1``. Error texts name
+  the group as kube-apiserver does (``Job.batch "x" is invalid``, ``jobs.batch "x" not found``).
 - delete: ``DELETE`` with ``propagationPolicy`` (query or DeleteOptions body) and
   ``gracePeriodSeconds``: Background removes the object and the garbage collector deletes its pods;
   Foreground keeps it (``deletionTimestamp``, finalizer ``foregroundDeletion``) until they are gone;
   Orphan (the batch/v1 Job default, answered with a ``Warning`` header) strips their owner
   reference. Pods are deleted gracefully: Terminating (``deletionTimestamp``, grace 30 s), then
   Failed (exit 137) when the grace ran out, then removed (:meth:`FakeApiServer.advance`); unbound or
-  finished pods go at once. Namespaces: the object, marked ``Terminating``, removed with their
-  contents at once. 404 when absent.
+  finished pods go at once (the answer is the Pod). Namespaces: ``deletionTimestamp`` and
+  ``status.phase: Terminating`` while the namespace controller deletes the content (pods
+  gracefully), then gone (at once without controllers). A ResourceClaim in use keeps
+  ``deletionTimestamp`` (delete-protection finalizer) until no pod holds it. 404 when absent.
 - patch: ``PATCH`` with ``application/merge-patch+json`` (RFC 7386) or
   ``application/strategic-merge-patch+json``. The strategic merge is implemented as a JSON merge
   patch, with the difference that lists whose Go type has a merge key are merged by that key:
@@ -68,7 +79,14 @@ one, the old scaled to 0 — Recreate waits for the old pods) and each ReplicaSe
 pods; :meth:`set_pod_crash_loop` shows a restarting container (CrashLoopBackOff, restartCount); the garbage collector deletes pods whose
 owner is gone; the taint-eviction controller marks pods on a node with an untolerated NoExecute
 taint ``DisruptionTarget`` (DeletionByTaintManager) and deletes them; :meth:`set_node_ready` adds and
-removes the node lifecycle controller's not-ready / unreachable taints.
+removes the node lifecycle controller's not-ready / unreachable taints. DRA: the resourceclaim
+controller generates ``<pod>-<claim>-<5 chars>`` claims from a pod's ``resourceClaimTemplateName``
+(owned by the pod, ``status.resourceClaimStatuses``), un-reserves and deallocates claims of pods gone
+or done and deletes their generated claims; the scheduler's DynamicResources plugin allocates
+devices from ResourceSlices (DeviceClass and request CEL selectors, ExactCount / All,
+``firstAvailable``, never a device held by another claim), writes ``status.allocation`` /
+``reservedFor`` and binds the pod to the node, or leaves it Pending (PodScheduled False
+Unschedulable, a ``FailedScheduling`` event).
 
 Admission: ResourceQuota (plugin/resourcequota + pkg/quota/v1/evaluator/core/pods.go): a pod create
 (direct, or by the Job / Deployment controllers) that would take a namespace quota's ``pods``,
@@ -83,8 +101,9 @@ selectors ``reason``, ``type``, ``involvedObject.{kind,name,namespace,uid}``.
 Not implemented: watch, other kinds/API groups, discovery (``/api``, ``/apis``) beyond a minimal
 answer, authentication/authorization, other admission/defaulting (beyond the tolerations above, quota
 scopes and the "must specify requests" constraint), finalizers other than foregroundDeletion,
-``dryRun``, server-side apply, rollout surge/availability budgets and history, pagination (``limit`` / ``continue`` are ignored: everything comes in one
-page), json-patch, schema validation beyond the checks listed above.
+``dryRun``, server-side apply, rollout surge/availability budgets and history, json-patch, schema
+validation beyond the checks listed above; DRA constraints (matchAttribute), admin access, device
+taints, capacity selectors and CEL beyond the subset of :func:`cel_compile` (refused with 422).
 
 Test controls: :meth:`~FakeApiServer.set_pod_phase`, :meth:`~FakeApiServer.set_node_ready`,
 :meth:`~FakeApiServer.advance`, :meth:`~FakeApiServer.objects`,
@@ -94,6 +113,7 @@ Test controls: :meth:`~FakeApiServer.set_pod_phase`, :meth:`~FakeApiServer.set_n
 
 from __future__ import annotations
 
+import base64
 import copy
 import datetime as dt
 import json
@@ -129,6 +149,9 @@ RESOURCES = {
         Resource("pods", "Pod", "v1", True),
         Resource("resourcequotas", "ResourceQuota", "v1", True),
         Resource("events", "Event", "v1", True),
+        # Headless Services (rendezvous of per-replica gangs) and ConfigMaps (Ascend rank tables).
+        Resource("services", "Service", "v1", True),
+        Resource("configmaps", "ConfigMap", "v1", True),
         Resource("jobs", "Job", "batch/v1", True),
         Resource("deployments", "Deployment", "apps/v1", True),
         Resource("replicasets", "ReplicaSet", "apps/v1", True),
@@ -137,6 +160,10 @@ RESOURCES = {
         # https://kubernetes.io/docs/reference/kubernetes-api/workload-resources/resource-slice-v1/
         Resource("resourceslices", "ResourceSlice", "resource.k8s.io/v1", False),
         Resource("deviceclasses", "DeviceClass", "resource.k8s.io/v1", False),
+        # https://kubernetes.io/docs/reference/kubernetes-api/workload-resources/resource-claim-v1/
+        Resource("resourceclaims", "ResourceClaim", "resource.k8s.io/v1", True),
+        # https://kubernetes.io/docs/reference/kubernetes-api/workload-resources/resource-claim-template-v1/
+        Resource("resourceclaimtemplates", "ResourceClaimTemplate", "resource.k8s.io/v1", True),
         # Create-only review: answered from FakeApiServer.rbac_denied, never stored.
         Resource("selfsubjectaccessreviews", "SelfSubjectAccessReview", "authorization.k8s.io/v1", False),
     )
@@ -155,10 +182,15 @@ _PATH_RE = re.compile(
     r"(?:/namespaces/(?P<ns>[^/]+)(?=/))?"
     r"/(?P<plural>[a-z]+)(?:/(?P<name>[^/]+))?(?:/(?P<sub>status))?/?$"
 )
-_DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 # Strategic-merge keys for lists (path suffix -> merge key); other lists are replaced.
 _MERGE_KEYS = {"containers": "name", "initContainers": "name", "env": "name", "volumes": "name"}
+
+
+def _random_suffix(n: int = 5) -> str:
+    """k8s.io/apiserver/pkg/storage/names SimpleNameGenerator (utilrand.String): 5 characters from an
+    alphabet without vowels and look-alikes."""
+    return "".join(secrets.choice("bcdfghjklmnpqrstvwxz2456789") for _ in range(n))
 
 
 def _now() -> str:
@@ -196,19 +228,38 @@ def _not_found(res: Resource, name: str) -> ApiError:
     )
 
 
-def parse_label_selector(selector: str) -> list[tuple[str, str, str | None]]:
-    """``a=b,c!=d,e,!f`` -> [(key, op, value)], op in = != exists !exists."""
-    reqs: list[tuple[str, str, str | None]] = []
-    for part in (p.strip() for p in selector.split(",")):
-        if not part:
+def _split_requirements(selector: str) -> list[str]:
+    """Requirements are separated by commas outside parentheses (``a in (x,y),b``)."""
+    parts, depth, current = [], 0, ""
+    for ch in selector:
+        if ch == "," and depth == 0:
+            parts.append(current)
+            current = ""
             continue
-        if re.search(r"\s(in|notin)\s*\(", part):
-            raise ApiError(
-                400,
-                "BadRequest",
-                f"unable to parse requirement: set-based selector {part!r} is not supported by the fake API server",
-            )
-        if "!=" in part:
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        current += ch
+    parts.append(current)
+    return [p.strip() for p in parts if p.strip()]
+
+
+def parse_label_selector(selector: str) -> list[tuple[str, str, object]]:
+    """k8s.io/apimachinery/pkg/labels/selector.go Parse: ``a=b``, ``a==b``, ``a!=b``, ``a`` (exists),
+    ``!a`` (absent), set-based ``a in (x,y)`` / ``a notin (x,y)``; comma-separated = AND. Keys must
+    be qualified names and values label values (else 400 ``unable to parse requirement``).
+    Returns [(key, op, value)], op in = != exists !exists in notin (value a set for in/notin)."""
+    reqs: list[tuple[str, str, object]] = []
+    for part in _split_requirements(selector):
+        m = re.fullmatch(r"(\S+)\s+(in|notin)\s*\((.*)\)", part)
+        if m:
+            values = {v.strip() for v in m.group(3).split(",") if v.strip()}
+            if not values:
+                raise ApiError(
+                    400,
+                    "BadRequest",
+                    f"unable to parse requirement: for 'in', 'notin' operators, values set can't be empty: {part!r}",
+                )
+            reqs.append((m.group(1), m.group(2), values))
+        elif "!=" in part:
             k, v = part.split("!=", 1)
             reqs.append((k.strip(), "!=", v.strip()))
         elif "==" in part:
@@ -219,11 +270,24 @@ def parse_label_selector(selector: str) -> list[tuple[str, str, str | None]]:
             reqs.append((k.strip(), "=", v.strip()))
         elif part.startswith("!"):
             reqs.append((part[1:].strip(), "!exists", None))
+        elif re.search(r"[\s()<>]", part):
+            raise ApiError(
+                400,
+                "BadRequest",
+                f"unable to parse requirement: found '{part}', expected: !, identifier, or 'end of string'",
+            )
         else:
             reqs.append((part, "exists", None))
-    for key, _, _ in reqs:
-        if not key or not re.fullmatch(r"[A-Za-z0-9./_-]+", key):
-            raise ApiError(400, "BadRequest", f"unable to parse requirement: invalid label key {key!r}")
+    for key, _, value in reqs:
+        errors = qualified_name_errors(key) if key else ["name part must be non-empty"]
+        for v in value if isinstance(value, set) else ([value] if isinstance(value, str) else []):
+            errors += label_value_errors(v)
+        if errors:
+            raise ApiError(
+                400,
+                "BadRequest",
+                f"unable to parse requirement: invalid label key or value {key!r}: {errors[0]}",
+            )
     return reqs
 
 
@@ -236,6 +300,10 @@ def labels_match(labels: dict, reqs) -> bool:
         if op == "exists" and key not in labels:
             return False
         if op == "!exists" and key in labels:
+            return False
+        if op == "in" and labels.get(key) not in value:
+            return False
+        if op == "notin" and key in labels and labels[key] in value:
             return False
     return True
 
@@ -399,6 +467,448 @@ def server_normalise(obj, key: str = ""):
     return obj
 
 
+# -- validation (k8s.io/apimachinery/pkg/util/validation/validation.go, pkg/apis/core/validation) -----
+# Field errors as k8s.io/apimachinery/pkg/util/validation/field/errors.go writes them: each becomes a
+# StatusCause {reason: "FieldValue<Type>", field: the path, message: ErrorBody()}, and
+# apimachinery/pkg/api/errors NewInvalid joins "<field>: <body>" (several in "[…, …]") after
+# '<Kind>.<group> "<name>" is invalid: '.
+_LABEL_FMT = "[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_SUBDOMAIN_FMT = _LABEL_FMT + r"(\." + _LABEL_FMT + ")*"
+_DNS1035_FMT = "[a-z]([-a-z0-9]*[a-z0-9])?"
+_QNAME_FMT = "([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]"
+_LABEL_VALUE_FMT = "(" + _QNAME_FMT + ")?"
+_DNS1123_LABEL_MSG = (
+    "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must "
+    "start and end with an alphanumeric character"
+)
+_DNS1123_SUBDOMAIN_MSG = (
+    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and "
+    "must start and end with an alphanumeric character"
+)
+_DNS1035_MSG = (
+    "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an "
+    "alphabetic character, and end with an alphanumeric character"
+)
+_QNAME_MSG = "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character"
+_LABEL_VALUE_MSG = (
+    "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and "
+    "must start and end with an alphanumeric character"
+)
+
+
+def _regex_error(msg: str, fmt: str, *examples: str) -> str:
+    """validation.RegexError: the message, examples and the regular expression."""
+    if not examples:
+        return f"{msg} (regex used for validation is '{fmt}')"
+    shown = " or ".join(f"'{e}', " for e in examples)
+    return f"{msg} (e.g. {shown}regex used for validation is '{fmt}')"
+
+
+def _max_len(n: int) -> str:
+    return f"must be no more than {n} characters"
+
+
+def dns1123_label_errors(value: str) -> list[str]:
+    """validation.IsDNS1123Label (≤ 63)."""
+    errs = [_max_len(63)] if len(value) > 63 else []
+    if not re.fullmatch(_LABEL_FMT, value):
+        errs.append(_regex_error(_DNS1123_LABEL_MSG, _LABEL_FMT, "my-name", "123-abc"))
+    return errs
+
+
+def dns1123_subdomain_errors(value: str) -> list[str]:
+    """validation.IsDNS1123Subdomain (≤ 253)."""
+    errs = [_max_len(253)] if len(value) > 253 else []
+    if not re.fullmatch(_SUBDOMAIN_FMT, value):
+        errs.append(_regex_error(_DNS1123_SUBDOMAIN_MSG, _SUBDOMAIN_FMT, "example.com"))
+    return errs
+
+
+def dns1035_label_errors(value: str) -> list[str]:
+    """validation.IsDNS1035Label (≤ 63): Services."""
+    errs = [_max_len(63)] if len(value) > 63 else []
+    if not re.fullmatch(_DNS1035_FMT, value):
+        errs.append(_regex_error(_DNS1035_MSG, _DNS1035_FMT, "my-name", "abc-123"))
+    return errs
+
+
+def qualified_name_errors(value: str) -> list[str]:
+    """validation.IsQualifiedName: label keys, taint keys — ``[prefix/]name``, name ≤ 63, prefix a
+    DNS-1123 subdomain."""
+    parts = value.split("/")
+    if len(parts) == 1:
+        name = parts[0]
+    elif len(parts) == 2:
+        prefix, name = parts
+        if not prefix:
+            return ["prefix part must be non-empty"]
+        errs = [f"prefix part {m}" for m in dns1123_subdomain_errors(prefix)]
+        if errs:
+            return errs
+    else:
+        return [
+            "a qualified name "
+            + _regex_error(_QNAME_MSG, _QNAME_FMT, "MyName", "my.name", "123-abc")
+            + " with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')"
+        ]
+    if not name:
+        return ["name part must be non-empty"]
+    errs = [f"name part {_max_len(63)}"] if len(name) > 63 else []
+    if not re.fullmatch(_QNAME_FMT, name):
+        errs.append("name part " + _regex_error(_QNAME_MSG, _QNAME_FMT, "MyName", "my.name", "123-abc"))
+    return errs
+
+
+def label_value_errors(value: str) -> list[str]:
+    """validation.IsValidLabelValue (≤ 63, may be empty)."""
+    errs = [_max_len(63)] if len(value) > 63 else []
+    if not re.fullmatch(_LABEL_VALUE_FMT, value):
+        errs.append(_regex_error(_LABEL_VALUE_MSG, _LABEL_VALUE_FMT, "MyValue", "my_value", "12345"))
+    return errs
+
+
+def _show(value) -> str:
+    """How field.Error prints a bad value (strings quoted, numbers bare, objects as JSON here)."""
+    if value is None:
+        return "null"
+    return json.dumps(value, separators=(",", ":"), sort_keys=True)
+
+
+class FieldErrors(list):
+    """A field.ErrorList: ``add_*`` append StatusCauses ({reason, field, message})."""
+
+    def _add(self, reason: str, field: str, message: str) -> None:
+        self.append({"reason": reason, "message": message, "field": field})
+
+    def invalid(self, field: str, value, detail: str) -> None:
+        self._add("FieldValueInvalid", field, f"Invalid value: {_show(value)}: {detail}")
+
+    def required(self, field: str, detail: str = "") -> None:
+        self._add("FieldValueRequired", field, "Required value" + (f": {detail}" if detail else ""))
+
+    def not_supported(self, field: str, value, valid: list[str]) -> None:
+        supported = ", ".join(json.dumps(v) for v in valid)
+        self._add(
+            "FieldValueNotSupported",
+            field,
+            f"Unsupported value: {_show(value)}: supported values: {supported}",
+        )
+
+    def duplicate(self, field: str, value, detail: str = "") -> None:
+        self._add(
+            "FieldValueDuplicate",
+            field,
+            f"Duplicate value: {_show(value)}" + (f": {detail}" if detail else ""),
+        )
+
+    def not_found(self, field: str, value, detail: str = "") -> None:
+        self._add(
+            "FieldValueNotFound", field, f"Not found: {_show(value)}" + (f": {detail}" if detail else "")
+        )
+
+    def forbidden(self, field: str, detail: str) -> None:
+        self._add("FieldValueForbidden", field, f"Forbidden: {detail}")
+
+
+def qualified_kind(res: Resource) -> tuple[str, str]:
+    """(group, "<Kind>.<group>") — schema.GroupKind.String(); core kinds have no group."""
+    group = res.api_version.split("/")[0] if "/" in res.api_version else ""
+    return group, (f"{res.kind}.{group}" if group else res.kind)
+
+
+def qualified_resource(res: Resource) -> tuple[str, str]:
+    """(group, "<plural>.<group>") — schema.GroupResource.String(), as NotFound / AlreadyExists /
+    Conflict / Forbidden messages name the object."""
+    group = res.api_version.split("/")[0] if "/" in res.api_version else ""
+    return group, (f"{res.plural}.{group}" if group else res.plural)
+
+
+def invalid_error(res: Resource, name: str, causes: list[dict]) -> ApiError:
+    """apimachinery/pkg/api/errors NewInvalid: 422, reason Invalid, the causes in details."""
+    group, qual = qualified_kind(res)
+    text = ", ".join(f"{c['field']}: {c['message']}" for c in causes)
+    return ApiError(
+        422,
+        "Invalid",
+        f'{qual} "{name}" is invalid: ' + (text if len(causes) == 1 else f"[{text}]"),
+        {"name": name, "group": group, "kind": res.kind, "causes": list(causes)},
+    )
+
+
+def validate_labels(labels, field: str, errs: FieldErrors) -> None:
+    """apimachinery/pkg/apis/meta/v1/validation ValidateLabels: every key a qualified name, every
+    value a label value, both reported at the ``labels`` path."""
+    if labels is None:
+        return
+    if not isinstance(labels, dict):
+        errs.invalid(field, labels, "must be a map of strings")
+        return
+    for key, value in sorted(labels.items()):
+        for msg in qualified_name_errors(str(key)):
+            errs.invalid(field, key, msg)
+        if not isinstance(value, str):
+            errs.invalid(field, value, "must be a string")
+            continue
+        for msg in label_value_errors(value):
+            errs.invalid(field, value, msg)
+
+
+# Which name rule a kind's registry validates metadata.name with (ValidateObjectMeta's nameFn):
+# Namespace ValidateNamespaceName = NameIsDNSLabel; Service = NameIsDNS1035Label; Pod, Node, Job,
+# Deployment, ReplicaSet, DaemonSet, ResourceQuota, Event and the resource.k8s.io kinds =
+# NameIsDNSSubdomain (pkg/apis/core/validation, pkg/apis/batch/validation, pkg/apis/apps/validation,
+# pkg/apis/resource/validation).
+_NAME_RULES = {"namespaces": dns1123_label_errors, "services": dns1035_label_errors}
+
+
+# -- a CEL subset for DRA selectors ------------------------------------------------------------------
+# DRA device selectors are CEL expressions over ``device`` (driver, attributes, capacity):
+# https://kubernetes.io/docs/concepts/scheduling-eviction/dynamic-resource-allocation/ and
+# staging/src/k8s.io/dynamic-resource-allocation/cel/compile.go. The fake understands only
+#   device.driver | device.attributes["<domain>"].<name> | device.attributes["<domain>"]["<name>"]
+#   == != in, string / int / bool literals and lists of them, && || ! and parentheses
+# and refuses anything else with the 422 a compilation failure gets (a real server would accept more
+# CEL; the fake never guesses what it cannot evaluate).
+_CEL_TOKEN = re.compile(
+    r"\s*(?:(?P<str>\"(?:[^\"\\]|\\.)*\"|'(?:[^'\\]|\\.)*')|(?P<num>-?[0-9]+)(?![0-9A-Za-z_.])"
+    r"|(?P<op>==|!=|&&|\|\||[()\[\].,!])|(?P<id>[A-Za-z_][A-Za-z0-9_]*))"
+)
+
+
+class CelError(Exception):
+    """A compilation failure (the fake's parser) or a runtime error (e.g. ``no such key``)."""
+
+
+class _Version(str):
+    """A ``version`` attribute: a semver value, never equal to a plain string in CEL."""
+
+
+def _cel_tokens(text: str) -> list[tuple[str, object, int]]:
+    tokens, pos = [], 0
+    while pos < len(text):
+        if text[pos:].strip() == "":
+            break
+        m = _CEL_TOKEN.match(text, pos)
+        if not m or m.end() == pos:
+            col = pos + len(text[pos:]) - len(text[pos:].lstrip())
+            raise CelError(
+                f"ERROR: <input>:1:{col + 1}: Syntax error: token recognition error at: '{text[col]}' "
+                "(or an operator the fake API server's CEL subset does not implement)"
+            )
+        kind = m.lastgroup
+        raw = m.group(kind)
+        if kind == "str":
+            value: object = json.loads('"' + raw[1:-1].replace('"', '\\"').replace("\\'", "'") + '"')
+        elif kind == "num":
+            value = int(raw)
+        else:
+            value = raw
+        tokens.append((kind, value, m.start(kind)))
+        pos = m.end()
+    return tokens
+
+
+class _CelParser:
+    """Recursive descent over the tokens → a small AST of tuples."""
+
+    def __init__(self, text: str):
+        self.text, self.tokens, self.i = text, _cel_tokens(text), 0
+
+    def fail(self, what: str):
+        col = self.tokens[self.i][2] + 1 if self.i < len(self.tokens) else len(self.text) + 1
+        raise CelError(f"ERROR: <input>:1:{col}: Syntax error: {what}")
+
+    def peek(self, value=None):
+        if self.i < len(self.tokens):
+            kind, tok, _ = self.tokens[self.i]
+            if value is None or (kind in ("op", "id") and tok == value):
+                return self.tokens[self.i]
+        return None
+
+    def take(self, value):
+        if not self.peek(value):
+            self.fail(f"expected '{value}'")
+        self.i += 1
+
+    def parse(self):
+        if not self.tokens:
+            raise CelError("ERROR: <input>:1:1: Syntax error: mismatched input '<EOF>'")
+        node = self.expr()
+        if self.i != len(self.tokens):
+            self.fail(f"unexpected '{self.tokens[self.i][1]}' (not in the fake API server's CEL subset)")
+        if node[0] not in ("or", "and", "not", "cmp", "lit") or (
+            node[0] == "lit" and not isinstance(node[1], bool)
+        ):
+            raise CelError("ERROR: <input>:1:1: expression must evaluate to a bool")
+        return node
+
+    def expr(self):
+        node = self.conj()
+        while self.peek("||"):
+            self.i += 1
+            node = ("or", node, self.conj())
+        return node
+
+    def conj(self):
+        node = self.unary()
+        while self.peek("&&"):
+            self.i += 1
+            node = ("and", node, self.unary())
+        return node
+
+    def unary(self):
+        if self.peek("!"):
+            self.i += 1
+            return ("not", self.unary())
+        left = self.primary()
+        for op in ("==", "!=", "in"):
+            if self.peek(op):
+                self.i += 1
+                return ("cmp", op, left, self.primary())
+        return left
+
+    def primary(self):
+        tok = self.peek()
+        if tok is None:
+            self.fail("mismatched input '<EOF>'")
+        kind, value, _ = tok
+        if kind in ("str", "num"):
+            self.i += 1
+            return ("lit", value)
+        if kind == "id" and value in ("true", "false"):
+            self.i += 1
+            return ("lit", value == "true")
+        if value == "(":
+            self.i += 1
+            node = self.expr()
+            self.take(")")
+            return node
+        if value == "[":
+            self.i += 1
+            items = []
+            while not self.peek("]"):
+                item = self.primary()
+                if item[0] != "lit":
+                    self.fail("list items must be literals in the fake API server's CEL subset")
+                items.append(item[1])
+                if not self.peek("]"):
+                    self.take(",")
+            self.take("]")
+            return ("lit", items)
+        if kind == "id" and value == "device":
+            self.i += 1
+            path: list[str] = []
+            while True:
+                if self.peek("."):
+                    self.i += 1
+                    nxt = self.peek()
+                    if nxt is None or nxt[0] != "id":
+                        self.fail("expected a field name after '.'")
+                    self.i += 1
+                    if self.peek("("):
+                        self.fail(f"function '{nxt[1]}' is not in the fake API server's CEL subset")
+                    path.append(str(nxt[1]))
+                elif self.peek("["):
+                    self.i += 1
+                    key = self.peek()
+                    if key is None or key[0] != "str":
+                        self.fail("expected a string index")
+                    self.i += 1
+                    self.take("]")
+                    path.append(str(key[1]))
+                else:
+                    break
+            if (
+                not path
+                or path[0] not in ("driver", "attributes")
+                or (path[0] == "driver" and len(path) != 1)
+                or (path[0] == "attributes" and len(path) != 3)
+            ):
+                self.fail(
+                    'only device.driver and device.attributes["<domain>"].<name> are in the fake API '
+                    "server's CEL subset"
+                )
+            return ("path", tuple(path))
+        if kind == "id":
+            if self.i + 1 < len(self.tokens) and self.tokens[self.i + 1][1] == "(":
+                self.fail(f"function '{value}' is not in the fake API server's CEL subset")
+            col = tok[2] + 1
+            raise CelError(f"ERROR: <input>:1:{col}: undeclared reference to '{value}' (in container '')")
+        self.fail(f"unexpected '{value}'")
+
+
+def cel_compile(expression: str):
+    """Parse a selector expression of the subset; CelError when it is not one."""
+    return _CelParser(expression).parse()
+
+
+def _device_env(driver: str, device: dict) -> dict:
+    """The ``device`` variable: attributes grouped by domain — an unqualified name belongs to the
+    driver's domain, ``domain/name`` to that domain (the DRA CEL environment)."""
+    domains: dict[str, dict] = {}
+    for key, value in (device.get("attributes") or {}).items():
+        domain, _, name = key.rpartition("/")
+        domain = domain or driver
+        if isinstance(value, dict) and len(value) == 1:
+            ((vtype, v),) = value.items()
+            v = _Version(v) if vtype == "version" else v
+        else:
+            v = value
+        domains.setdefault(domain, {})[name] = v
+    return {"driver": driver, "attributes": domains}
+
+
+def cel_evaluate(node, env: dict):
+    """Evaluate a compiled expression; CelError on a runtime error (a missing attribute is ``no such
+    key``, as CEL map access; a missing domain is an empty map). ``&&`` / ``||`` absorb an error
+    when the other side decides (CEL's commutative logic)."""
+    op = node[0]
+    if op == "lit":
+        return node[1]
+    if op == "path":
+        path = node[1]
+        if path[0] == "driver":
+            return env["driver"]
+        attrs = env["attributes"].get(path[1], {})
+        if path[2] not in attrs:
+            raise CelError(f"no such key: {path[2]}")
+        return attrs[path[2]]
+    if op == "not":
+        value = cel_evaluate(node[1], env)
+        if not isinstance(value, bool):
+            raise CelError("no such overload: !_")
+        return not value
+    if op in ("and", "or"):
+        results = []
+        for side in node[1:]:
+            try:
+                results.append(cel_evaluate(side, env))
+            except CelError as e:
+                results.append(e)
+        decisive = op == "or"  # True decides ||, False decides &&
+        if any(r is decisive for r in results):
+            return decisive
+        for r in results:
+            if isinstance(r, CelError):
+                raise r
+            if not isinstance(r, bool):
+                raise CelError(f"no such overload: _{'||' if op == 'or' else '&&'}_")
+        return not decisive
+    _, cmp, left, right = node
+    a, b = cel_evaluate(left, env), cel_evaluate(right, env)
+
+    def same(x, y) -> bool:  # heterogeneous equality: values of different types are never equal
+        if isinstance(x, bool) != isinstance(y, bool) or isinstance(x, _Version) != isinstance(y, _Version):
+            return False
+        return type(x) is type(y) and x == y if not isinstance(x, str) else isinstance(y, str) and x == y
+
+    if cmp == "in":
+        if not isinstance(b, list):
+            raise CelError("no such overload: @in")
+        return any(same(a, item) for item in b)
+    return same(a, b) if cmp == "==" else not same(a, b)
+
+
 def merge_patch(target, patch):
     """RFC 7386 JSON merge patch."""
     if not isinstance(patch, dict):
@@ -540,6 +1050,10 @@ class FakeApiServer(ThreadingHTTPServer):
         self.create_backoff = 10.0
         # SelfSubjectAccessReview answers: (verb, group, resource) tuples that are denied.
         self.rbac_denied: set[tuple[str, str, str]] = set()
+        # List paging: the snapshots that continue tokens read from, oldest first (see _list).
+        self._list_snapshots: dict[tuple[int, str, str], list] = {}
+        self.list_snapshots_kept = 32
+        self._compacted_rv = 0
         self.git_version = "v1.34.1"
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -642,6 +1156,7 @@ class FakeApiServer(ThreadingHTTPServer):
                     {
                         "name": c.get("name", ""),
                         "image": c.get("image", ""),
+                        "imageID": "",  # ContainerStatus.imageID is required (empty before the image is pulled)
                         "ready": phase == "Running",
                         "restartCount": 0,
                         "state": state,
@@ -759,6 +1274,8 @@ class FakeApiServer(ThreadingHTTPServer):
                 tolerations.append(
                     {"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}
                 )
+        if spec.get("resourceClaims"):
+            return  # bound by the DynamicResources plugin once its claims are allocated (_schedule_dra)
         host = spec.get("nodeName") or (spec.get("nodeSelector") or {}).get("kubernetes.io/hostname")
         if host and ("nodes", "", host) in self._store:
             spec["nodeName"] = host
@@ -805,6 +1322,7 @@ class FakeApiServer(ThreadingHTTPServer):
             {
                 "name": c.get("name", ""),
                 "image": c.get("image", ""),
+                "imageID": "",  # ContainerStatus.imageID is required (empty before the image is pulled)
                 "ready": False,
                 "restartCount": 0,
                 "state": {
@@ -1168,6 +1686,7 @@ class FakeApiServer(ThreadingHTTPServer):
                 {
                     "name": c.get("name", ""),
                     "image": c.get("image", ""),
+                    "imageID": "",  # ContainerStatus.imageID is required (empty before the image is pulled)
                     "ready": False,
                     "restartCount": restarts,
                     "state": {
@@ -1196,8 +1715,11 @@ class FakeApiServer(ThreadingHTTPServer):
             return
         for _ in range(5):  # until nothing changes (each pass may enable the next)
             rv = self._rv
+            self._sync_namespaces()
             self._taint_eviction()
             self._garbage_collect()
+            self._sync_resource_claims()
+            self._schedule_dra()
             self._sync_jobs()
             self._sync_deployments()
             self._sync_replicasets()
@@ -1248,8 +1770,7 @@ class FakeApiServer(ThreadingHTTPServer):
         created = 0
         owner_meta = owner["metadata"]
         for i in range(count):
-            suffix = "".join(secrets.choice("bcdfghjklmnpqrstvwxz2456789") for _ in range(5))
-            name = f"{owner_meta['name']}-{suffix}"
+            name = f"{owner_meta['name'][:58]}-{_random_suffix()}"
             annotations = dict(template.get("metadata", {}).get("annotations", {}))
             pod_labels = {**template.get("metadata", {}).get("labels", {}), **labels}
             if indexes is not None:
@@ -1278,7 +1799,9 @@ class FakeApiServer(ThreadingHTTPServer):
                 "spec": copy.deepcopy(template.get("spec", {})),
                 "status": {"phase": "Pending"},
             }
+            self._default_pod_spec(pod["spec"], pod=True)
             try:
+                self._namespace_lifecycle(RESOURCES["pods"], owner_meta["namespace"], name)
                 self._admit_pod(pod)
             except ApiError as e:
                 self._record_event(
@@ -1419,6 +1942,774 @@ class FakeApiServer(ThreadingHTTPServer):
             self._store[("resourceslices", "", name)] = obj
             return copy.deepcopy(obj)
 
+    # -- validation and defaulting on create / update -------------------------------------------------
+    _EFFECTS = ["NoSchedule", "PreferNoSchedule", "NoExecute"]
+    _TEMPLATE_KINDS = ("jobs", "deployments", "replicasets", "daemonsets")
+
+    @staticmethod
+    def _default_pod_spec(spec: dict, *, pod: bool) -> None:
+        """pkg/apis/core/v1/defaults.go: SetDefaults_PodSpec gives ``restartPolicy: Always`` (pods and
+        pod templates); SetDefaults_Pod — for Pod objects only, not templates — copies every limit
+        without a request into ``requests`` ("If a container specifies its own memory limit, but does
+        not specify a memory request, Kubernetes automatically assigns a memory request that matches
+        the limit", docs "Assign Memory Resources to Containers and Pods"; the same for extended
+        resources: docs "Schedule GPUs" — limits only, requests default to them)."""
+        if not isinstance(spec, dict):
+            return
+        spec.setdefault("restartPolicy", "Always")
+        if not pod:
+            return
+        for group in ("initContainers", "containers"):
+            for c in spec.get(group) or []:
+                res = c.get("resources") if isinstance(c, dict) else None
+                if isinstance(res, dict) and isinstance(res.get("limits"), dict) and res["limits"]:
+                    requests = res.setdefault("requests", {})
+                    if isinstance(requests, dict):
+                        for name, value in res["limits"].items():
+                            requests.setdefault(name, value)
+
+    @staticmethod
+    def _default_device_requests(devices) -> None:
+        """pkg/apis/resource/v1 defaults.go SetDefaults_ExactDeviceRequest (and DeviceSubRequest):
+        ``allocationMode: ExactCount`` and, for ExactCount, ``count: 1``."""
+        if not isinstance(devices, dict):
+            return
+        for req in devices.get("requests") or []:
+            if not isinstance(req, dict):
+                continue
+            subs = [req.get("exactly")] + list(req.get("firstAvailable") or [])
+            for sub in subs:
+                if isinstance(sub, dict):
+                    sub.setdefault("allocationMode", "ExactCount")
+                    if sub["allocationMode"] == "ExactCount":
+                        sub.setdefault("count", 1)
+
+    def _apply_defaults(self, res: Resource, obj: dict) -> None:
+        spec = obj.get("spec")
+        if not isinstance(spec, dict):
+            return
+        if res.plural == "pods":
+            self._default_pod_spec(spec, pod=True)
+        elif res.plural in self._TEMPLATE_KINDS:
+            self._default_pod_spec((spec.get("template") or {}).get("spec"), pod=False)
+        elif res.plural == "services":
+            # pkg/apis/core/v1/defaults.go SetDefaults_Service / SetDefaults_ServicePort: type
+            # ClusterIP, sessionAffinity None, port protocol TCP, targetPort = port; a ClusterIP
+            # (not headless "None") gets an address from the service CIDR.
+            spec.setdefault("type", "ClusterIP")
+            spec.setdefault("sessionAffinity", "None")
+            for port in spec.get("ports") or []:
+                if isinstance(port, dict):
+                    port.setdefault("protocol", "TCP")
+                    if "port" in port:
+                        port.setdefault("targetPort", port["port"])
+            if spec["type"] == "ClusterIP" and not spec.get("clusterIP"):
+                n = self._rv % 65000
+                spec["clusterIP"] = f"10.96.{n // 250}.{n % 250 + 1}"
+            if spec.get("clusterIP"):
+                spec.setdefault("clusterIPs", [spec["clusterIP"]])
+        elif res.plural == "resourceclaims":
+            self._default_device_requests(spec.get("devices"))
+        elif res.plural == "resourceclaimtemplates":
+            self._default_device_requests((spec.get("spec") or {}).get("devices"))
+
+    def _validate(self, res: Resource, obj: dict, *, create: bool) -> None:
+        """422 Invalid with every cause, as the registries' Validate / ValidateUpdate answer."""
+        errs = FieldErrors()
+        meta = obj.get("metadata") or {}
+        name = meta.get("name") or ""
+        if create:
+            if not name:
+                errs.required("metadata.name", "name or generateName is required")
+            else:
+                for msg in _NAME_RULES.get(res.plural, dns1123_subdomain_errors)(name):
+                    errs.invalid("metadata.name", name, msg)
+        validate_labels(meta.get("labels"), "metadata.labels", errs)
+        spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
+        if res.plural == "pods" and create:
+            self._validate_pod_spec(spec, "spec", errs)
+        elif res.plural in self._TEMPLATE_KINDS and create:
+            template = spec.get("template") if isinstance(spec.get("template"), dict) else {}
+            # ValidatePodTemplateSpec: the template's labels (a Job's carry job-name = the Job's
+            # name, which is why a Job name longer than 63 characters is refused), then its spec.
+            validate_labels((template.get("metadata") or {}).get("labels"), "spec.template.labels", errs)
+            tspec = template.get("spec") if isinstance(template.get("spec"), dict) else {}
+            self._validate_pod_spec(tspec, "spec.template.spec", errs)
+            if res.plural == "jobs" and tspec.get("restartPolicy") not in ("OnFailure", "Never"):
+                # pkg/apis/batch/validation/validation.go validateJobSpec.
+                errs.not_supported(
+                    "spec.template.spec.restartPolicy", tspec.get("restartPolicy"), ["OnFailure", "Never"]
+                )
+        elif res.plural == "nodes":
+            self._validate_taints(spec.get("taints"), errs)
+        elif res.plural == "resourceclaims":
+            self._validate_device_claim(spec.get("devices"), "spec.devices", errs)
+        elif res.plural == "resourceclaimtemplates":
+            validate_labels(((spec.get("metadata") or {}).get("labels")), "spec.metadata.labels", errs)
+            self._validate_device_claim((spec.get("spec") or {}).get("devices"), "spec.spec.devices", errs)
+        elif res.plural == "deviceclasses":
+            self._validate_selectors(spec.get("selectors"), "spec.selectors", errs)
+        elif res.plural == "resourceslices":
+            self._validate_slice(spec, errs)
+        if errs:
+            raise invalid_error(res, name, errs)
+
+    def _validate_pod_spec(self, spec: dict, path: str, errs: FieldErrors) -> None:
+        """pkg/apis/core/validation ValidatePodSpec, the parts Suanchi sends: containers (required,
+        names DNS labels, unique), ``restartPolicy``, resources (ValidateResourceRequirements) and
+        DRA claims (validatePodResourceClaims, validateResourceClaimNames)."""
+        if not spec.get("containers"):
+            errs.required(f"{path}.containers")
+        claim_names: set[str] = set()
+        for i, pc in enumerate(spec.get("resourceClaims") or []):
+            p = f"{path}.resourceClaims[{i}]"
+            pc = pc if isinstance(pc, dict) else {}
+            cname = pc.get("name") or ""
+            if not cname:
+                errs.required(f"{p}.name")
+            for msg in dns1123_label_errors(cname) if cname else []:
+                errs.invalid(f"{p}.name", cname, msg)
+            if cname in claim_names:
+                errs.duplicate(f"{p}.name", cname)
+            claim_names.add(cname)
+            has_claim, has_tpl = bool(pc.get("resourceClaimName")), bool(pc.get("resourceClaimTemplateName"))
+            if not has_claim and not has_tpl:
+                errs.invalid(p, pc, "must specify one of: `resourceClaimName`, `resourceClaimTemplateName`")
+            elif has_claim and has_tpl:
+                errs.invalid(
+                    p,
+                    pc,
+                    "at most one of `resourceClaimName` or `resourceClaimTemplateName` may be specified",
+                )
+            for field in ("resourceClaimName", "resourceClaimTemplateName"):
+                for msg in dns1123_subdomain_errors(pc[field]) if pc.get(field) else []:
+                    errs.invalid(f"{p}.{field}", pc[field], msg)
+        if spec.get("restartPolicy") not in (None, "Always", "OnFailure", "Never"):
+            errs.not_supported(
+                f"{path}.restartPolicy", spec["restartPolicy"], ["Always", "OnFailure", "Never"]
+            )
+        seen: set[str] = set()
+        for group in ("initContainers", "containers"):
+            for i, c in enumerate(spec.get(group) or []):
+                cp = f"{path}.{group}[{i}]"
+                c = c if isinstance(c, dict) else {}
+                cname = c.get("name") or ""
+                if not cname:
+                    errs.required(f"{cp}.name")
+                for msg in dns1123_label_errors(cname) if cname else []:
+                    errs.invalid(f"{cp}.name", cname, msg)
+                if cname and cname in seen:
+                    errs.duplicate(f"{cp}.name", cname)
+                seen.add(cname)
+                resources = c.get("resources") if isinstance(c.get("resources"), dict) else {}
+                self._validate_resources(resources, f"{cp}.resources", errs)
+                for j, ref in enumerate(resources.get("claims") or []):
+                    rname = (ref or {}).get("name") if isinstance(ref, dict) else ref
+                    if rname not in claim_names:
+                        detail = (
+                            "must be one of the names in pod.spec.resourceClaims: "
+                            + ", ".join(sorted(claim_names))
+                            if claim_names
+                            else "must be one of the names in pod.spec.resourceClaims which is empty"
+                        )
+                        errs.not_found(f"{cp}.resources.claims[{j}]", rname, detail)
+
+    @staticmethod
+    def _validate_resources(resources: dict, path: str, errs: FieldErrors) -> None:
+        """pkg/apis/core/validation ValidateResourceRequirements: quantities ≥ 0; extended resources
+        (and hugepages) integers ("must be an integer") and — not overcommitable
+        (helper.IsOvercommitAllowed) — a request equal to its limit, never a request without a limit."""
+
+        def extended(name: str) -> bool:
+            return _is_extended(name) or name.startswith("hugepages-")
+
+        values: dict[str, dict[str, Decimal]] = {}
+        for field in ("limits", "requests"):
+            values[field] = {}
+            for rname, q in (resources.get(field) or {}).items():
+                fp = f"{path}.{field}[{rname}]"
+                try:
+                    value = parse_quantity(q)[0]
+                except (ValueError, ArithmeticError):
+                    errs.invalid(
+                        fp,
+                        q,
+                        "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'",
+                    )
+                    continue
+                values[field][rname] = value
+                if value < 0:
+                    errs.invalid(fp, q, "must be greater than or equal to 0")
+                if extended(rname) and value != value.to_integral_value():
+                    errs.invalid(fp, q, "must be an integer")
+        limits, requests = values["limits"], values["requests"]
+        raw_limits = resources.get("limits") or {}
+        for rname, req in requests.items():
+            fp = f"{path}.requests[{rname}]"
+            shown = (resources.get("requests") or {}).get(rname)
+            if rname in limits:
+                if extended(rname) and req != limits[rname]:
+                    errs.invalid(fp, shown, f"must be equal to {rname} limit of {raw_limits[rname]}")
+                elif req > limits[rname]:
+                    errs.invalid(
+                        fp, shown, f"must be less than or equal to {rname} limit of {raw_limits[rname]}"
+                    )
+            elif extended(rname) and rname not in raw_limits:
+                errs.required(f"{path}.limits", "Limit must be set for non overcommitable resources")
+
+    def _validate_taints(self, taints, errs: FieldErrors) -> None:
+        """pkg/apis/core/validation validateNodeTaints: key a qualified name, value a label value,
+        effect one of the three, and unique by key and effect."""
+        seen: set[tuple[str, str]] = set()
+        for i, t in enumerate(taints or []):
+            p = f"spec.taints[{i}]"
+            t = t if isinstance(t, dict) else {}
+            key = t.get("key") or ""
+            for msg in qualified_name_errors(key):
+                errs.invalid(f"{p}.key", key, msg)
+            for msg in label_value_errors(str(t.get("value") or "")):
+                errs.invalid(f"{p}.value", t.get("value"), msg)
+            effect = t.get("effect") or ""
+            if not effect:
+                errs.required(f"{p}.effect")
+            elif effect not in self._EFFECTS:
+                errs.not_supported(f"{p}.effect", effect, self._EFFECTS)
+            if (key, effect) in seen:
+                errs.duplicate(p, t, "taints must be unique by key and effect pair")
+            seen.add((key, effect))
+
+    # -- resource.k8s.io/v1 validation (pkg/apis/resource/validation/validation.go) --------------------
+    # Shapes: https://kubernetes.io/docs/reference/kubernetes-api/workload-resources/resource-claim-v1/
+    # (DeviceClaim.requests[]: name, exactly {deviceClassName, selectors[].cel.expression,
+    # allocationMode ExactCount | All, count} or firstAvailable[]), device-class-v1, resource-slice-v1.
+
+    def _validate_selectors(self, selectors, path: str, errs: FieldErrors) -> None:
+        for j, sel in enumerate(selectors or []):
+            sp = f"{path}[{j}]"
+            cel = (sel or {}).get("cel") if isinstance(sel, dict) else None
+            if not isinstance(cel, dict):
+                errs.required(f"{sp}.cel")
+                continue
+            expr = cel.get("expression")
+            if not expr:
+                errs.required(f"{sp}.cel.expression")
+                continue
+            try:
+                cel_compile(expr)
+            except CelError as e:
+                errs.invalid(f"{sp}.cel.expression", expr, f"compilation failed: {e}")
+
+    def _validate_exact(self, req: dict, path: str, errs: FieldErrors) -> None:
+        cls = req.get("deviceClassName") or ""
+        if not cls:
+            errs.required(f"{path}.deviceClassName")
+        for msg in dns1123_subdomain_errors(cls) if cls else []:
+            errs.invalid(f"{path}.deviceClassName", cls, msg)
+        self._validate_selectors(req.get("selectors"), f"{path}.selectors", errs)
+        mode = req.get("allocationMode", "ExactCount")
+        if mode == "ExactCount":
+            count = req.get("count", 1)
+            if not isinstance(count, int) or isinstance(count, bool) or count <= 0:
+                errs.invalid(f"{path}.count", count, "must be greater than zero")
+        elif mode == "All":
+            if req.get("count"):
+                errs.invalid(
+                    f"{path}.count", req["count"], "must not be specified when allocationMode is 'All'"
+                )
+        else:
+            errs.not_supported(f"{path}.allocationMode", mode, ["All", "ExactCount"])
+
+    def _validate_device_claim(self, devices, path: str, errs: FieldErrors) -> None:
+        if devices is None:
+            return
+        if not isinstance(devices, dict):
+            errs.invalid(path, devices, "must be an object")
+            return
+        names: set[str] = set()
+        for i, req in enumerate(devices.get("requests") or []):
+            rp = f"{path}.requests[{i}]"
+            req = req if isinstance(req, dict) else {}
+            rname = req.get("name") or ""
+            if not rname:
+                errs.required(f"{rp}.name")
+            for msg in dns1123_label_errors(rname) if rname else []:
+                errs.invalid(f"{rp}.name", rname, msg)
+            if rname and rname in names:
+                errs.duplicate(f"{rp}.name", rname)
+            names.add(rname)
+            exactly, first = req.get("exactly"), req.get("firstAvailable")
+            if exactly is None and not first:
+                errs.required(rp, "exactly one of `exactly` or `firstAvailable` is required")
+            elif exactly is not None and first:
+                errs.invalid(
+                    rp,
+                    None,
+                    "exactly one of `exactly` or `firstAvailable` is required, but multiple fields are set",
+                )
+            elif exactly is not None:
+                self._validate_exact(exactly if isinstance(exactly, dict) else {}, f"{rp}.exactly", errs)
+            else:
+                subnames: set[str] = set()
+                for k, sub in enumerate(first):
+                    sp = f"{rp}.firstAvailable[{k}]"
+                    sub = sub if isinstance(sub, dict) else {}
+                    sname = sub.get("name") or ""
+                    if not sname:
+                        errs.required(f"{sp}.name")
+                    for msg in dns1123_label_errors(sname) if sname else []:
+                        errs.invalid(f"{sp}.name", sname, msg)
+                    if sname and sname in subnames:
+                        errs.duplicate(f"{sp}.name", sname)
+                    subnames.add(sname)
+                    self._validate_exact(sub, sp, errs)
+        for i, constraint in enumerate(devices.get("constraints") or []):
+            for j, rname in enumerate((constraint or {}).get("requests") or []):
+                if rname not in names:
+                    errs.invalid(
+                        f"{path}.constraints[{i}].requests[{j}]",
+                        rname,
+                        "must be the name of a request in the claim or the name of a request and a subrequest separated by '/'",
+                    )
+
+    def _validate_slice(self, spec: dict, errs: FieldErrors) -> None:
+        """ResourceSlice v1: driver (a DNS subdomain), pool {name, generation, resourceSliceCount ≥ 1},
+        exactly one of nodeName / nodeSelector / allNodes / perDeviceNodeSelection, devices (≤ 128,
+        names DNS labels, unique) whose attributes hold exactly one of int / bool / string / version."""
+        driver = spec.get("driver") or ""
+        if not driver:
+            errs.required("spec.driver")
+        for msg in dns1123_subdomain_errors(driver) if driver else []:
+            errs.invalid("spec.driver", driver, msg)
+        pool = spec.get("pool") if isinstance(spec.get("pool"), dict) else None
+        if pool is None:
+            errs.required("spec.pool")
+        else:
+            if not pool.get("name"):
+                errs.required("spec.pool.name")
+            if not isinstance(pool.get("resourceSliceCount"), int) or pool["resourceSliceCount"] <= 0:
+                errs.invalid(
+                    "spec.pool.resourceSliceCount",
+                    pool.get("resourceSliceCount"),
+                    "must be greater than zero",
+                )
+        where = [f for f in ("nodeName", "nodeSelector", "allNodes", "perDeviceNodeSelection") if spec.get(f)]
+        if len(where) != 1:
+            errs.required(
+                "spec",
+                "exactly one of `nodeName`, `nodeSelector`, `allNodes`, `perDeviceNodeSelection` is required",
+            )
+        devices = spec.get("devices") or []
+        if len(devices) > 128:
+            errs.invalid(
+                "spec.devices", len(devices), "must have at most 128 items"
+            )  # ResourceSliceMaxDevices
+        names: set[str] = set()
+        for i, dev in enumerate(devices):
+            dp = f"spec.devices[{i}]"
+            dev = dev if isinstance(dev, dict) else {}
+            dname = dev.get("name") or ""
+            if not dname:
+                errs.required(f"{dp}.name")
+            for msg in dns1123_label_errors(dname) if dname else []:
+                errs.invalid(f"{dp}.name", dname, msg)
+            if dname and dname in names:
+                errs.duplicate(f"{dp}.name", dname)
+            names.add(dname)
+            for aname, value in sorted((dev.get("attributes") or {}).items()):
+                ap = f"{dp}.attributes[{aname}]"
+                if (
+                    not isinstance(value, dict)
+                    or len([k for k in value if k in ("int", "bool", "string", "version")]) != 1
+                    or len(value) != 1
+                ):
+                    errs.invalid(ap, value, "exactly one value must be specified")
+
+    # -- NamespaceLifecycle admission -----------------------------------------------------------------
+    def _namespace_lifecycle(self, res: Resource, ns: str, name: str) -> None:
+        """plugin/pkg/admission/namespace/lifecycle/admission.go: creating in a namespace that does
+        not exist is 404 ``namespaces "x" not found``; in one that is being deleted (``Terminating``)
+        403 Forbidden ``<resource> "<name>" is forbidden: unable to create new content in namespace
+        <ns> because it is being terminated`` with a cause {reason NamespaceTerminating, field
+        metadata.namespace} (k8s.io/api/core/v1 NamespaceTerminatingCause)."""
+        namespace = self._store.get(("namespaces", "", ns))
+        if namespace is None:
+            raise _not_found(RESOURCES["namespaces"], ns)
+        if namespace["metadata"].get("deletionTimestamp"):
+            group, qual = qualified_resource(res)
+            raise ApiError(
+                403,
+                "Forbidden",
+                f'{qual} "{name}" is forbidden: unable to create new content in namespace {ns} '
+                "because it is being terminated",
+                {
+                    "name": name,
+                    "group": group,
+                    "kind": res.plural,
+                    "causes": [
+                        {
+                            "reason": "NamespaceTerminating",
+                            "message": f"namespace {ns} is being terminated",
+                            "field": "metadata.namespace",
+                        }
+                    ],
+                },
+            )
+
+    def _sync_namespaces(self, force: bool = False) -> None:
+        """pkg/controller/namespace (deletion.go): a namespace with ``deletionTimestamp`` stays
+        ``Terminating`` while its content is deleted — pods gracefully (they keep it Terminating until
+        the kubelet removed them), everything else at once — then the ``kubernetes`` finalizer goes
+        and so does the namespace. ``force`` (the fake without controllers) removes it all at once."""
+        for key, namespace in list(self._store.items()):
+            if key[0] != "namespaces" or not namespace["metadata"].get("deletionTimestamp"):
+                continue
+            ns = key[2]
+            for ckey in sorted(k for k in self._store if k[1] == ns and k[0] != "namespaces"):
+                if ckey not in self._store:
+                    continue
+                if ckey[0] == "pods" and not force:
+                    self._delete_pod_gracefully(ckey)
+                elif ckey[0] == "pods":
+                    self._remove_pod(ckey)
+                else:
+                    del self._store[ckey]
+                    self._rv += 1
+            if not any(k[1] == ns and k[0] != "namespaces" for k in self._store):
+                del self._store[key]
+                self._rv += 1
+
+    # -- DRA: the resourceclaim controller and the scheduler's DynamicResources plugin -----------------
+    def _pod_claims(self, pod: dict) -> list[tuple[str, str | None, bool]]:
+        """(pod claim name, ResourceClaim name or None while not generated yet, from a template)."""
+        spec = pod.get("spec") or {}
+        statuses = {
+            s.get("name"): s.get("resourceClaimName")
+            for s in (pod.get("status") or {}).get("resourceClaimStatuses") or []
+        }
+        out = []
+        for pc in spec.get("resourceClaims") or []:
+            if pc.get("resourceClaimName"):
+                out.append((pc["name"], pc["resourceClaimName"], False))
+            else:
+                out.append((pc["name"], statuses.get(pc["name"]), True))
+        return out
+
+    def _sync_resource_claims(self) -> None:
+        """pkg/controller/resourceclaim/controller.go: for a pod's ``resourceClaimTemplateName`` it
+        creates a ResourceClaim (generateName ``<pod>-<claim>-``, the template's metadata and spec,
+        owned by the pod, annotation ``resource.kubernetes.io/pod-claim-name``) and records it in
+        ``status.resourceClaimStatuses``; it drops from ``status.reservedFor`` the pods that are gone
+        or done (Succeeded / Failed), deallocates a claim reserved for nobody, and deletes a generated
+        claim whose pod is done (the garbage collector deletes it once the pod is gone)."""
+        for key, pod in list(self._store.items()):
+            if key[0] != "pods" or pod["metadata"].get("deletionTimestamp"):
+                continue
+            statuses = (pod.get("status") or {}).get("resourceClaimStatuses") or []
+            changed = False
+            for pc in (pod.get("spec") or {}).get("resourceClaims") or []:
+                tname = pc.get("resourceClaimTemplateName")
+                if not tname or any(s.get("name") == pc.get("name") for s in statuses):
+                    continue
+                template = self._store.get(("resourceclaimtemplates", key[1], tname))
+                if template is None:
+                    continue  # the controller retries; the scheduler reports the pod waiting
+                base = f"{key[2]}-{pc['name']}"
+                if len(base) > 57:
+                    base = base[:57]
+                claim = {
+                    "apiVersion": "resource.k8s.io/v1",
+                    "kind": "ResourceClaim",
+                    "metadata": {
+                        "name": f"{base}-{_random_suffix()}",
+                        "generateName": f"{base}-",
+                        "namespace": key[1],
+                        "labels": copy.deepcopy(
+                            ((template.get("spec") or {}).get("metadata") or {}).get("labels") or {}
+                        ),
+                        "annotations": {
+                            **copy.deepcopy(
+                                ((template.get("spec") or {}).get("metadata") or {}).get("annotations") or {}
+                            ),
+                            "resource.kubernetes.io/pod-claim-name": pc["name"],
+                        },
+                        "ownerReferences": [
+                            {
+                                "apiVersion": "v1",
+                                "kind": "Pod",
+                                "name": key[2],
+                                "uid": pod["metadata"]["uid"],
+                                "controller": True,
+                                "blockOwnerDeletion": True,
+                            }
+                        ],
+                    },
+                    "spec": copy.deepcopy((template.get("spec") or {}).get("spec") or {}),
+                }
+                if not claim["metadata"]["labels"]:
+                    del claim["metadata"]["labels"]
+                self._new_meta(claim)
+                self._store[("resourceclaims", key[1], claim["metadata"]["name"])] = claim
+                statuses.append({"name": pc["name"], "resourceClaimName": claim["metadata"]["name"]})
+                changed = True
+            if changed:
+                pod.setdefault("status", {})["resourceClaimStatuses"] = statuses
+                self._bump(pod)
+        pods_by_uid = {p["metadata"]["uid"]: p for k, p in self._store.items() if k[0] == "pods"}
+
+        def done(pod: dict | None) -> bool:
+            return pod is None or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+
+        for key, claim in list(self._store.items()):
+            if key[0] != "resourceclaims":
+                continue
+            status = claim.get("status") or {}
+            reserved = status.get("reservedFor") or []
+            keep = [r for r in reserved if not done(pods_by_uid.get(r.get("uid")))]
+            if keep != reserved or (not keep and status.get("allocation")):
+                if keep:
+                    status["reservedFor"] = keep
+                else:
+                    status.pop("reservedFor", None)
+                    status.pop("allocation", None)
+                if status:
+                    claim["status"] = status
+                else:
+                    claim.pop("status", None)
+                self._bump(claim)
+            owner = next(
+                (r for r in claim["metadata"].get("ownerReferences") or [] if r.get("kind") == "Pod"), None
+            )
+            owner_pod = pods_by_uid.get(owner["uid"]) if owner else None
+            if owner_pod is not None and done(owner_pod) and not keep:
+                del self._store[key]
+                self._rv += 1
+            elif claim["metadata"].get("deletionTimestamp") and not keep:
+                del self._store[key]  # finalizer resource.kubernetes.io/delete-protection released
+                self._rv += 1
+
+    def _devices_in_use(self, skip: set[tuple[str, str]] = frozenset()) -> set[tuple[str, str, str]]:
+        used = set()
+        for key, claim in self._store.items():
+            if key[0] != "resourceclaims" or (key[1], key[2]) in skip:
+                continue
+            for r in (((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}).get(
+                "results"
+            ) or []:
+                used.add((r.get("driver"), r.get("pool"), r.get("device")))
+        return used
+
+    @staticmethod
+    def _selectors_match(selectors, driver: str, device: dict, what: str) -> bool:
+        """structured/allocator.go selectorsMatch: every selector must be true; a CEL runtime error
+        fails the allocation (CelError with the allocator's "CEL runtime error")."""
+        env = _device_env(driver, device)
+        for i, sel in enumerate(selectors or []):
+            expr = ((sel or {}).get("cel") or {}).get("expression", "")
+            try:
+                if cel_evaluate(cel_compile(expr), env) is not True:
+                    return False
+            except CelError as e:
+                raise CelError(f"{what}: selector #{i}: CEL runtime error: {e}") from None
+        return True
+
+    def _allocate_on(self, node: str, claims: list[tuple[str, dict]], in_use: set) -> list[dict]:
+        """structured/allocator.go, reduced: each request takes ``count`` (ExactCount) or every
+        (All) matching device from the ResourceSlices of ``node`` (or ``allNodes``), a device never
+        twice and never one another claim holds; the DeviceClass's selectors and the request's must
+        all be true; ``firstAvailable`` takes the first subrequest that fits. Returns the
+        allocations in claim order; CelError (or ValueError with the reason) when it cannot."""
+        taken = set(in_use)
+        devices = []
+        for (plural, _, _sname), rslice in sorted(self._store.items()):
+            if plural != "resourceslices":
+                continue
+            spec = rslice.get("spec") or {}
+            if spec.get("nodeName") != node and not spec.get("allNodes"):
+                continue
+            for dev in spec.get("devices") or []:
+                devices.append((spec.get("driver"), (spec.get("pool") or {}).get("name"), dev))
+        allocations = []
+        for claim_name, claim in claims:
+            results, configs = [], []
+            for req in ((claim.get("spec") or {}).get("devices") or {}).get("requests") or []:
+                options = (
+                    [(req["name"], req["exactly"])]
+                    if req.get("exactly")
+                    else [(f"{req['name']}/{s['name']}", s) for s in req.get("firstAvailable") or []]
+                )
+                picked = None
+                for rname, sub in options:
+                    cls = self._store.get(("deviceclasses", "", sub.get("deviceClassName", "")))
+                    if cls is None:
+                        raise ValueError(
+                            f"claim {claim_name}, request {rname}: device class {sub.get('deviceClassName')} does not exist"
+                        )
+                    matching = [
+                        (d, p, dev)
+                        for d, p, dev in devices
+                        if self._selectors_match(
+                            (cls.get("spec") or {}).get("selectors"),
+                            d,
+                            dev,
+                            f"class {cls['metadata']['name']}",
+                        )
+                        and self._selectors_match(sub.get("selectors"), d, dev, f"claim {claim_name}")
+                    ]
+                    free = [(d, p, dev) for d, p, dev in matching if (d, p, dev.get("name")) not in taken]
+                    if sub.get("allocationMode") == "All":
+                        chosen = free if matching and len(free) == len(matching) else None
+                    else:
+                        count = sub.get("count", 1)
+                        chosen = free[:count] if len(free) >= count else None
+                    if chosen:
+                        picked = (rname, chosen, cls)
+                        break
+                if picked is None:
+                    raise ValueError(f"claim {claim_name}, request {req.get('name')}: not enough devices")
+                rname, chosen, cls = picked
+                for d, p, dev in chosen:
+                    taken.add((d, p, dev.get("name")))
+                    results.append({"request": rname, "driver": d, "pool": p, "device": dev.get("name")})
+                for cfg in (cls.get("spec") or {}).get("config") or []:
+                    configs.append({"source": "FromClass", "requests": [rname], **copy.deepcopy(cfg)})
+            for cfg in ((claim.get("spec") or {}).get("devices") or {}).get("config") or []:
+                configs.append({"source": "FromClaim", **copy.deepcopy(cfg)})
+            allocation = {
+                "devices": {"results": results},
+                "nodeSelector": {
+                    "nodeSelectorTerms": [
+                        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+                    ]
+                },
+            }
+            if configs:
+                allocation["devices"]["config"] = configs
+            allocations.append(allocation)
+        return allocations
+
+    @staticmethod
+    def _allocated_node(claim: dict) -> str | None:
+        terms = (
+            (((claim.get("status") or {}).get("allocation") or {}).get("nodeSelector") or {}).get(
+                "nodeSelectorTerms"
+            )
+        ) or []
+        for term in terms:
+            for f in term.get("matchFields") or []:
+                if f.get("key") == "metadata.name" and f.get("values"):
+                    return f["values"][0]
+        return None
+
+    def _schedule_dra(self) -> None:
+        """kube-scheduler with the DynamicResources plugin (pkg/scheduler/framework/plugins/
+        dynamicresources): an unbound pod with ``spec.resourceClaims`` waits until its claims exist;
+        it is bound to the first node (in name order, honouring ``nodeName`` / ``nodeSelector`` and
+        NoSchedule / NoExecute taints) where every unallocated claim can be allocated and every
+        allocated one is available; the claims get ``status.allocation`` and the pod in
+        ``status.reservedFor``. Otherwise the pod stays Pending with PodScheduled False
+        (Unschedulable) and a ``FailedScheduling`` Warning event from default-scheduler."""
+        nodes = sorted((k[2], n) for k, n in self._store.items() if k[0] == "nodes")
+        for key, pod in list(self._store.items()):
+            spec = pod.get("spec") or {}
+            if (
+                key[0] != "pods"
+                or not spec.get("resourceClaims")
+                or pod["metadata"].get("deletionTimestamp")
+                or (pod.get("status") or {}).get("phase") != "Pending"
+                or self._bound(pod)
+            ):
+                continue
+            reason = None
+            claims: list[tuple[str, dict]] = []
+            for pcname, cname, _generated in self._pod_claims(pod):
+                if cname is None:
+                    reason = f'waiting for dynamic resource controller to create the resourceclaim "{key[2]}-{pcname}"'
+                    break
+                claim = self._store.get(("resourceclaims", key[1], cname))
+                if claim is None:
+                    reason = f'resourceclaim "{cname}" not found'
+                    break
+                claims.append((cname, claim))
+            unschedulable = 0
+            if reason is None:
+                host = spec.get("nodeName") or (spec.get("nodeSelector") or {}).get("kubernetes.io/hostname")
+                selector = spec.get("nodeSelector") or {}
+                failures = []
+                for name, node in nodes:
+                    labels = node["metadata"].get("labels") or {}
+                    if (host and name != host) or any(labels.get(k) != v for k, v in selector.items()):
+                        continue
+                    if any(
+                        t.get("effect") in ("NoSchedule", "NoExecute")
+                        and not any(self._tolerates(tol, t) for tol in spec.get("tolerations") or [])
+                        for t in (node.get("spec") or {}).get("taints") or []
+                    ):
+                        continue
+                    pending = [(n, c) for n, c in claims if not (c.get("status") or {}).get("allocation")]
+                    if any(
+                        self._allocated_node(c) not in (None, name)
+                        for n, c in claims
+                        if (c.get("status") or {}).get("allocation")
+                    ):
+                        unschedulable += 1
+                        continue
+                    try:
+                        allocations = self._allocate_on(
+                            name, pending, self._devices_in_use({(key[1], n) for n, _ in pending})
+                        )
+                    except (ValueError, CelError) as e:
+                        failures.append(str(e))
+                        unschedulable += 1
+                        continue
+                    for (_n, claim), allocation in zip(pending, allocations, strict=True):
+                        claim.setdefault("status", {})["allocation"] = allocation
+                    for _n, claim in claims:
+                        reserved = claim.setdefault("status", {}).setdefault("reservedFor", [])
+                        if not any(r.get("uid") == pod["metadata"]["uid"] for r in reserved):
+                            reserved.append(
+                                {"resource": "pods", "name": key[2], "uid": pod["metadata"]["uid"]}
+                            )
+                        self._bump(claim)
+                    spec["nodeName"] = name
+                    pod["status"]["conditions"] = [
+                        c for c in pod["status"].get("conditions") or [] if c.get("type") != "PodScheduled"
+                    ] + [{"type": "PodScheduled", "status": "True", "lastTransitionTime": _now()}]
+                    self._bump(pod)
+                    break
+                else:
+                    total = len(nodes)
+                    reason = f"0/{total} nodes are available: " + (
+                        f"{unschedulable} cannot allocate all claims."
+                        if unschedulable
+                        else f"{total} node(s) didn't match Pod's node affinity/selector."
+                    )
+                    if failures:
+                        reason += f" ({failures[0]})"
+            if reason is not None:
+                conditions = pod["status"].get("conditions") or []
+                current = next((c for c in conditions if c.get("type") == "PodScheduled"), None)
+                if current is None or current.get("message") != reason:
+                    pod["status"]["conditions"] = [
+                        c for c in conditions if c.get("type") != "PodScheduled"
+                    ] + [
+                        {
+                            "type": "PodScheduled",
+                            "status": "False",
+                            "reason": "Unschedulable",
+                            "message": reason,
+                            "lastTransitionTime": _now(),
+                        }
+                    ]
+                    self._bump(pod)
+                    self._record_event(pod, "FailedScheduling", reason, "default-scheduler")
+
+    @staticmethod
+    def _bound(pod: dict) -> bool:
+        return any(
+            c.get("type") == "PodScheduled" and c.get("status") == "True"
+            for c in (pod.get("status") or {}).get("conditions") or []
+        )
+
     def _get(self, res: Resource, ns: str, name: str) -> dict:
         obj = self._store.get((res.plural, ns, name))
         if obj is None:
@@ -1428,22 +2719,96 @@ class FakeApiServer(ThreadingHTTPServer):
     def _list(self, res: Resource, ns: str, query: dict) -> dict:
         if query.get("watch", ["false"])[0] in ("1", "true", "True"):
             raise ApiError(400, "BadRequest", "watch is not implemented by the fake API server; list instead")
+        """A ``<Kind>List``: items without ``kind`` / ``apiVersion`` (the list carries them, as the
+        API's JSON does), ``metadata.resourceVersion``; ``limit`` / ``continue`` paging
+        (https://kubernetes.io/docs/reference/using-api/api-concepts/#retrieving-large-results-sets-in-chunks):
+        every page comes from the snapshot of the first one (etcd serves them at its revision), the
+        token is base64 JSON {v, rv, start} as the apiserver's storage encodes it, and a token whose
+        revision was compacted (:meth:`compact`; the oldest of :attr:`list_snapshots_kept`) answers
+        410 Expired. ``remainingItemCount`` only without selectors."""
         reqs = parse_label_selector(query.get("labelSelector", [""])[0])
         fsel = query.get("fieldSelector", [""])[0]
-        items = [
-            copy.deepcopy(o)
-            for (p, ons, _), o in sorted(self._store.items())
-            if p == res.plural
-            and (not ns or ons == ns)
-            and labels_match(o["metadata"].get("labels") or {}, reqs)
-            and _field_match(o, fsel)
+        try:
+            limit = int(query.get("limit", ["0"])[0] or 0)
+        except ValueError:
+            raise ApiError(400, "BadRequest", f"limit: Invalid value: {query['limit'][0]!r}") from None
+        token = query.get("continue", [""])[0]
+        requested_rv = query.get("resourceVersion", [""])[0]
+        if requested_rv and requested_rv != "0" and not token:
+            if not requested_rv.isdigit():
+                raise ApiError(400, "BadRequest", f"resourceVersion: Invalid value: {requested_rv!r}")
+            if int(requested_rv) > self._rv:
+                # storage/cacher: a resourceVersion the server has not reached yet.
+                raise ApiError(
+                    504, "Timeout", f"Too large resource version: {requested_rv}, current: {self._rv}"
+                )
+            if (
+                query.get("resourceVersionMatch", [""])[0] == "Exact"
+                and int(requested_rv) < self._compacted_rv
+            ):
+                raise ApiError(
+                    410, "Expired", f"too old resource version: {requested_rv} ({self._compacted_rv})"
+                )
+        if token:
+            try:
+                decoded = json.loads(base64.b64decode(token.encode() + b"==="))
+                rv, start = int(decoded["rv"]), str(decoded["start"])
+            except (ValueError, KeyError, TypeError):
+                raise ApiError(400, "BadRequest", "continue key is not valid: illegal base64 data") from None
+            snapshot = self._list_snapshots.get((rv, res.plural, ns))
+            if snapshot is None:
+                raise ApiError(
+                    410,
+                    "Expired",
+                    "The provided continue parameter is too old to display a consistent list result. You "
+                    "can start a new list without the continue parameter, or use the continue token in "
+                    "this response to retrieve the remainder of the results. Continuing with the provided "
+                    "token results in an inconsistent list - objects that were created, modified, or "
+                    "deleted between the time the first chunk was returned and now may show up in the list.",
+                )
+        else:
+            rv, start = self._rv, ""
+            snapshot = [
+                (f"{ons}/{oname}", o)
+                for (p, ons, oname), o in sorted(self._store.items())
+                if p == res.plural and (not ns or ons == ns)
+            ]
+            if limit > 0:
+                snapshot = [(k, copy.deepcopy(o)) for k, o in snapshot]
+        matched = [
+            (k, o)
+            for k, o in snapshot
+            if k > start and labels_match(o["metadata"].get("labels") or {}, reqs) and _field_match(o, fsel)
         ]
-        return {
-            "apiVersion": res.api_version,
-            "kind": f"{res.kind}List",
-            "metadata": {"resourceVersion": str(self._rv)},
-            "items": items,
-        }
+        page = matched[:limit] if limit > 0 else matched
+        meta: dict = {"resourceVersion": str(rv)}
+        if limit > 0 and len(matched) > limit:
+            if (rv, res.plural, ns) not in self._list_snapshots:
+                self._list_snapshots[(rv, res.plural, ns)] = snapshot
+                while len(self._list_snapshots) > self.list_snapshots_kept:
+                    self._list_snapshots.pop(next(iter(self._list_snapshots)))
+            last = page[-1][0]
+            meta["continue"] = (
+                base64.b64encode(json.dumps({"v": "meta.k8s.io/v1", "rv": rv, "start": last}).encode())
+                .decode()
+                .rstrip("=")
+            )
+            if not reqs and not fsel:
+                meta["remainingItemCount"] = len(matched) - limit
+        items = []
+        for _k, o in page:
+            item = copy.deepcopy(o)
+            item.pop("kind", None)
+            item.pop("apiVersion", None)
+            items.append(item)
+        return {"apiVersion": res.api_version, "kind": f"{res.kind}List", "metadata": meta, "items": items}
+
+    def compact(self) -> None:
+        """etcd compaction (the apiserver compacts every 5 minutes): older revisions are gone, so a
+        continue token or an Exact resourceVersion from before now answers 410 Expired."""
+        with self._lock:
+            self._list_snapshots.clear()
+            self._compacted_rv = self._rv
 
     def _check_body(self, res: Resource, ns: str, body) -> dict:
         if not isinstance(body, dict):
@@ -1474,17 +2839,10 @@ class FakeApiServer(ThreadingHTTPServer):
         body["kind"], body["apiVersion"] = res.kind, res.api_version
         return body
 
-    def _invalid(self, res: Resource, name: str, field: str, message: str) -> ApiError:
-        return ApiError(
-            422,
-            "Invalid",
-            f'{res.kind} "{name}" is invalid: {field}: {message}',
-            {
-                "name": name,
-                "kind": res.kind,
-                "causes": [{"reason": "FieldValueInvalid", "message": message, "field": field}],
-            },
-        )
+    def _invalid(
+        self, res: Resource, name: str, field: str, message: str, reason: str = "FieldValueInvalid"
+    ) -> ApiError:
+        return invalid_error(res, name, [{"reason": reason, "message": message, "field": field}])
 
     # -- update validation: immutable fields ------------------------------------------------------
     # What the registries' ValidateUpdate refuses (ValidateImmutableField: field.Invalid(path, new
@@ -1505,6 +2863,10 @@ class FakeApiServer(ThreadingHTTPServer):
             if new_spec.get("selector") != old_spec.get("selector"):
                 fields.append("selector")
             return fields
+        if res.plural in ("resourceclaims", "resourceclaimtemplates"):
+            # pkg/apis/resource/validation ValidateResourceClaimUpdate / ...TemplateUpdate: spec is
+            # immutable.
+            return ["spec"] if new_spec != old_spec else []
         if res.plural != "jobs":
             return fields
         for key in self._JOB_IMMUTABLE:
@@ -1541,14 +2903,16 @@ class FakeApiServer(ThreadingHTTPServer):
         qualified = f"{res.kind}.{group}" if group else res.kind
         causes = []
         for f in fields:
-            value = json.dumps((new.get("spec") or {}).get(f), sort_keys=True)
+            value = json.dumps(
+                new.get("spec") if f == "spec" else (new.get("spec") or {}).get(f), sort_keys=True
+            )
             if len(value) > 120:
                 value = value[:117] + "..."
             causes.append(
                 {
                     "reason": "FieldValueInvalid",
                     "message": f"Invalid value: {value}: field is immutable",
-                    "field": f"spec.{f}",
+                    "field": "spec" if f == "spec" else f"spec.{f}",
                 }
             )
         text = ", ".join(f"{c['field']}: {c['message']}" for c in causes)
@@ -1702,33 +3066,18 @@ class FakeApiServer(ThreadingHTTPServer):
         spec["selector"] = {"matchLabels": {"batch.kubernetes.io/controller-uid": meta["uid"]}}
 
     def _create(self, res: Resource, ns: str, body, query: dict) -> dict:
+        """The create path of kube-apiserver, in its order: decode (400), mutating admission
+        (NamespaceLifecycle: 404 / 403 Terminating), defaulting and the strategy's PrepareForCreate,
+        validation (422 with every cause), validating admission (ResourceQuota: 403), storage (409
+        AlreadyExists; ``object is being deleted: …`` while the old one is still terminating)."""
         obj = self._check_body(res, ns, server_normalise(copy.deepcopy(body)))
         meta = obj["metadata"]
         if not meta.get("name") and meta.get("generateName"):
-            meta["name"] = meta["generateName"] + secrets.token_hex(3)[:5]
+            # names.SimpleNameGenerator: the prefix cut to 58 characters, then 5 random ones.
+            meta["name"] = meta["generateName"][:58] + _random_suffix()
         name = meta.get("name") or ""
-        if not name:
-            raise self._invalid(
-                res, name, "metadata.name", "Required value: name or generateName is required"
-            )
-        if not _DNS1123.match(name) or len(name) > 253:
-            raise self._invalid(
-                res,
-                name,
-                "metadata.name",
-                f"Invalid value: \"{name}\": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.'",
-            )
-        if res.namespaced and ("namespaces", "", ns) not in self._store:
-            raise _not_found(RESOURCES["namespaces"], ns)
-        if (res.plural, ns, name) in self._store:
-            group = res.api_version.split("/")[0] if "/" in res.api_version else ""
-            qual = f"{res.plural}.{group}" if group else res.plural
-            raise ApiError(
-                409,
-                "AlreadyExists",
-                f'{qual} "{name}" already exists',
-                {"name": name, "group": group, "kind": res.plural},
-            )
+        if res.namespaced:
+            self._namespace_lifecycle(res, ns, name)
         for key in ("uid", "resourceVersion", "creationTimestamp", "generation", "deletionTimestamp"):
             meta.pop(key, None)
         self._new_meta(obj)
@@ -1738,13 +3087,26 @@ class FakeApiServer(ThreadingHTTPServer):
             obj["status"] = {"phase": "Active"}
         elif res.plural == "pods":
             obj["status"] = {"phase": "Pending"}
-            self._admit_pod(obj)
         else:
             obj.pop("status", None)
+        self._apply_defaults(res, obj)
         if res.plural == "jobs":
             self._default_job(obj)
+        self._validate(res, obj, create=True)
         if res.plural == "resourcequotas":
             self._validate_quota(obj)
+        if res.plural == "pods":
+            self._admit_pod(obj)
+        existing = self._store.get((res.plural, ns, name))
+        if existing is not None:
+            group, qual = qualified_resource(res)
+            prefix = "object is being deleted: " if existing["metadata"].get("deletionTimestamp") else ""
+            raise ApiError(
+                409,
+                "AlreadyExists",
+                f'{prefix}{qual} "{name}" already exists',
+                {"name": name, "group": group, "kind": res.plural},
+            )
         self._store[(res.plural, ns, name)] = obj
         self._after_create(res, obj)
         return copy.deepcopy(obj)
@@ -1782,20 +3144,36 @@ class FakeApiServer(ThreadingHTTPServer):
             )
         policy = policy or "Background"
         if res.plural == "namespaces":
-            del self._store[(res.plural, ns, name)]
-            for key in [k for k in self._store if k[1] == name]:
-                del self._store[key]
-                self._terminate_at.pop(key, None)
-            obj = copy.deepcopy(obj)
-            obj["metadata"]["deletionTimestamp"] = _now()
-            obj["status"] = {"phase": "Terminating"}
-            return 200, obj, headers
+            # pkg/registry/core/namespace/storage.go Delete: the namespace gets deletionTimestamp and
+            # status.phase Terminating and is answered (200, the object); the namespace controller
+            # (_sync_namespaces) deletes its content and then the namespace.
+            if not obj["metadata"].get("deletionTimestamp"):
+                obj["metadata"]["deletionTimestamp"] = _now()
+                obj["status"] = {"phase": "Terminating"}
+                self._bump(obj)
+            answer = copy.deepcopy(obj)
+            self._sync_namespaces(force=not self.controllers)
+            self._run_controllers()
+            return 200, answer, headers
+        if res.plural == "resourceclaims" and ((obj.get("status") or {}).get("reservedFor")):
+            # Finalizer resource.kubernetes.io/delete-protection: a claim in use stays (deletionTimestamp)
+            # until no pod holds it (pkg/controller/resourceclaim removes the finalizer).
+            meta = obj["metadata"]
+            if not meta.get("deletionTimestamp"):
+                meta["deletionTimestamp"] = _now()
+                meta.setdefault("finalizers", []).append("resource.kubernetes.io/delete-protection")
+                self._bump(obj)
+            return 200, copy.deepcopy(obj), headers
         if res.plural == "pods":
+            # pkg/registry/core/pod/storage/storage.go ReturnDeletedObject: the answer is the Pod —
+            # Terminating when graceful, as it was when it went at once.
+            last = copy.deepcopy(obj)
+            last["metadata"].setdefault("deletionTimestamp", _now())
+            last["metadata"].setdefault("deletionGracePeriodSeconds", 0 if grace is None else grace)
             self._delete_pod_gracefully((res.plural, ns, name), grace)
             self._run_controllers()
             live = self._store.get((res.plural, ns, name))
-            if live is not None:  # graceful: the pod is returned, Terminating
-                return 200, copy.deepcopy(live), headers
+            return 200, copy.deepcopy(live if live is not None else last), headers
         elif policy == "Foreground":
             meta = obj["metadata"]
             meta.setdefault("deletionTimestamp", _now())
@@ -1872,8 +3250,10 @@ class FakeApiServer(ThreadingHTTPServer):
             body = {"status": body.get("status")}
         new = server_normalise(func(old, body))
         if not isinstance(new.get("metadata"), dict):
-            raise self._invalid(res, name, "metadata", "Required value")
+            raise self._invalid(res, name, "metadata", "Required value", "FieldValueRequired")
         if not status_only:
+            self._apply_defaults(res, new)
+            self._validate(res, new, create=False)
             self._validate_update(res, name, old, new)
             if res.plural == "resourcequotas":
                 self._validate_quota(new)
@@ -1883,9 +3263,9 @@ class FakeApiServer(ThreadingHTTPServer):
         return ApiError(
             409,
             "Conflict",
-            f'Operation cannot be fulfilled on {res.plural} "{name}": the object has been modified; '
-            "please apply your changes to the latest version and try again",
-            {"name": name, "kind": res.plural},
+            f'Operation cannot be fulfilled on {qualified_resource(res)[1]} "{name}": the object has been '
+            "modified; please apply your changes to the latest version and try again",
+            {"name": name, "group": qualified_resource(res)[0], "kind": res.plural},
         )
 
     def _replace(self, res: Resource, ns: str, name: str, body, status_only: bool) -> dict:
@@ -1903,6 +3283,8 @@ class FakeApiServer(ThreadingHTTPServer):
         elif "status" in old:
             new["status"] = copy.deepcopy(old["status"])
         if not status_only:
+            self._apply_defaults(res, new)
+            self._validate(res, new, create=False)
             self._validate_update(res, name, old, new)
         return self._store_update(res, ns, name, old, new)
 

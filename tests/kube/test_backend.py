@@ -352,7 +352,7 @@ def test_invalid_name_is_permanent(kube):
     kube.apply(namespace())
     with pytest.raises(PermanentBackendError) as exc:
         kube.apply(job(name="Not_Valid"))
-    assert exc.value.status == 422 and 'Job "Not_Valid" is invalid: metadata.name' in exc.value.message
+    assert exc.value.status == 422 and 'Job.batch "Not_Valid" is invalid: metadata.name' in exc.value.message
 
 
 def test_object_the_client_refuses_is_permanent(server, kube):
@@ -602,3 +602,20 @@ def test_the_canonical_quantities_match_the_api_servers():
     for q in ("1000m", "0.5", "1024Mi", "1536Mi", "1000", "1500", "8", "2e3", "0", "100Ki", "1.5Gi", "250m"):
         assert ours(q) == servers(q), q
     assert ours("not a quantity") == "not a quantity"
+
+
+def test_lists_are_read_in_pages_with_limit_and_continue(server, kube, monkeypatch):
+    """Reconcile lists every owned object of a cluster: in pages (``limit`` / ``continue``), never one
+    unbounded answer (issue 20, reconcile at scale)."""
+    from apps.clusters import backend as backend_module
+
+    monkeypatch.setattr(backend_module, "LIST_PAGE_SIZE", 2)
+    for i in range(5):
+        kube.apply(namespace(f"proj-{i}"))
+    server.requests.clear()
+    listed = kube.list_owned("Namespace")
+    assert sorted(o["metadata"]["name"] for o in listed) == [f"proj-{i}" for i in range(5)]
+    assert all(o["kind"] == "Namespace" for o in listed)
+    assert [r for r in server.requests if r == ("GET", "/api/v1/namespaces")] == [
+        ("GET", "/api/v1/namespaces")
+    ] * 3

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import uuid
 from pathlib import Path
@@ -28,10 +29,25 @@ LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$")
 TRACE = uuid.UUID("00000000-0000-4000-8000-00000000abcd")
 
 
+# resource.k8s.io/v1 is GA in 1.34; 1.30 has only v1alpha2 DRA (a pod's ``resourceClaims[]`` then
+# took a ``source``), so DRA objects and pods using claims are checked against 1.34 only.
+K8S_DRA_VERSION = "1.34.0"
+
+
+def uses_dra(obj: dict) -> bool:
+    pod = obj.get("spec", {}).get("template", {}).get("spec", {})
+    return obj["apiVersion"] == m.DRA_API_VERSION or bool(pod.get("resourceClaims"))
+
+
 def validate(obj: dict) -> None:
-    assert kubernetes_validate.validate(obj, K8S_VERSION, strict=True) == "1.30"
+    assert kubernetes_validate.validate(obj, K8S_DRA_VERSION, strict=True) == "1.34"
+    if not uses_dra(obj):
+        assert kubernetes_validate.validate(obj, K8S_VERSION, strict=True) == "1.30"
     meta = obj["metadata"]
-    assert DNS_LABEL.match(meta["name"]) or obj["kind"] == "Node", meta["name"]
+    # Node and DeviceClass names are DNS subdomains (dots allowed), everything else a DNS label.
+    assert DNS_LABEL.match(meta["name"]) or (
+        obj["kind"] in ("Node", "DeviceClass") and all(DNS_LABEL.match(p) for p in meta["name"].split("."))
+    ), meta["name"]
     if "namespace" in meta:
         assert DNS_LABEL.match(meta["namespace"])
     for labels in (
@@ -124,7 +140,8 @@ def test_plain_nvidia_job():
     assert pod["spec"]["restartPolicy"] == "Never"
     assert pod["spec"]["nodeSelector"] == {"kubernetes.io/hostname": "gpu-01"}
     assert limits(obj) == {"nvidia.com/gpu": "2"}
-    assert env(obj)["NVIDIA_VISIBLE_DEVICES"] == "0,1"
+    # The device plugin sets the visible devices (NVIDIA/nvidia-container-toolkit#27): never the pod.
+    assert not set(env(obj)) & m.DEVICE_PLUGIN_ENV
     assert env(obj)["EPOCHS"] == "10"
     assert "SUANCHI_CHECKPOINT_DIR" not in env(obj)
     assert container(obj)["image"] == job.image and container(obj)["command"] == ["python3", "train.py"]
@@ -138,7 +155,6 @@ def test_plain_nvidia_job():
         assert meta["labels"]["app.kubernetes.io/managed-by"] == "suanchi"
         assert meta["annotations"]["suanchi.io/trace-id"] == str(TRACE)
         assert meta["annotations"]["suanchi.io/device-uuids"] == "NVIDIA-gpu-01-0,NVIDIA-gpu-01-1"
-        assert "suanchi.io/cross-node" not in meta["annotations"]
     assert "volumes" not in pod["spec"]
 
 
@@ -167,8 +183,9 @@ def test_hami_memory_cores_and_uuid_pinning():
     validate(obj)
     assert limits(obj) == {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "20480", "nvidia.com/gpucores": "30"}
     annotations = obj["spec"]["template"]["metadata"]["annotations"]
+    # HAMi: the UUID annotation is the binding (its scheduler reads it), no visible-devices variable.
     assert annotations["nvidia.com/use-gpuuuid"] == "NVIDIA-gpu-02-3"
-    assert env(obj)["NVIDIA_VISIBLE_DEVICES"] == "3"
+    assert "NVIDIA_VISIBLE_DEVICES" not in env(obj)
 
 
 def test_ascend_vnpu_with_driver_mount_and_resume_from_checkpoint():
@@ -178,7 +195,7 @@ def test_ascend_vnpu_with_driver_mount_and_resume_from_checkpoint():
     obj = m.job_manifest(job, alloc, cluster, attempt=1, checkpoint="/ckpt/run-1/step-900")
     validate(obj)
     assert limits(obj) == {"huawei.com/Ascend910-5c.1cpu.16g": "1"}
-    assert env(obj)["ASCEND_VISIBLE_DEVICES"] == "6"
+    assert "ASCEND_VISIBLE_DEVICES" not in env(obj)
     assert env(obj)["SUANCHI_CHECKPOINT_DIR"] == "/ckpt/run-1"
     assert env(obj)["SUANCHI_RESUME_FROM"] == "/ckpt/run-1/step-900"
     spec = obj["spec"]["template"]["spec"]
@@ -202,7 +219,7 @@ def test_plain_ascend_whole_cards():
     obj = m.job_manifest(make_job(), allocs("huawei", ["npu-01"], 8), Cluster(), attempt=0)
     validate(obj)
     assert limits(obj) == {"huawei.com/Ascend910": "8"}
-    assert env(obj)["ASCEND_VISIBLE_DEVICES"] == "0,1,2,3,4,5,6,7"
+    assert not set(env(obj)) & m.DEVICE_PLUGIN_ENV
 
 
 @pytest.mark.parametrize(
@@ -219,42 +236,87 @@ def test_vnpu_resource_names_follow_the_catalog(profile, resource):
     assert m.vnpu_resource_name(profile) == resource
 
 
-def test_hygon_plain_deployment_across_nodes():
+def test_hygon_plain_deployment_across_nodes_is_one_deployment_per_node():
     job = make_job(kind="inference", replicas=2, tolerations=[{"key": "team", "operator": "Exists"}])
-    obj = m.deployment_manifest(job, allocs("hygon", ["dcu-01", "dcu-02"], 1), Cluster())
-    validate(obj)
-    assert obj["apiVersion"] == "apps/v1" and obj["kind"] == "Deployment"
-    assert obj["metadata"]["name"] == "suanchi-42"
-    assert obj["spec"]["replicas"] == 2
-    assert (
-        obj["spec"]["selector"]["matchLabels"].items()
-        <= obj["spec"]["template"]["metadata"]["labels"].items()
-    )
-    assert limits(obj) == {"hygon.com/dcu": "1"}
-    assert env(obj)["HIP_VISIBLE_DEVICES"] == "0"
-    spec = obj["spec"]["template"]["spec"]
-    assert spec["restartPolicy"] == "Always"
-    assert "nodeSelector" not in spec
-    term = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-    assert term["nodeSelectorTerms"][0]["matchExpressions"] == [
-        {"key": "kubernetes.io/hostname", "operator": "In", "values": ["dcu-01", "dcu-02"]}
+    objects = m.workload_objects(job, allocs("hygon", ["dcu-01", "dcu-02"], 1), Cluster(), attempt=0)
+    assert [(o["kind"], o["metadata"]["name"]) for o in objects] == [
+        ("Deployment", "suanchi-42-n0"),
+        ("Deployment", "suanchi-42-n1"),
     ]
-    assert "dcu-01, dcu-02" in obj["metadata"]["annotations"]["suanchi.io/cross-node"]
-    assert tolerations(obj) == [
-        {"key": "accelerator", "operator": "Equal", "value": "hygon-dcu", "effect": "NoSchedule"},
-        {"key": "team", "operator": "Exists"},
-    ]
+    for obj, node in zip(objects, ["dcu-01", "dcu-02"], strict=True):
+        validate(obj)
+        assert obj["spec"]["replicas"] == 1
+        # Each Deployment selects only its own pods (the other node's carry another workload label).
+        selector = obj["spec"]["selector"]["matchLabels"]
+        assert selector.items() <= obj["spec"]["template"]["metadata"]["labels"].items()
+        assert selector["suanchi.io/workload"] == obj["metadata"]["name"]
+        assert limits(obj) == {"hygon.com/dcu": "1"}
+        assert "HIP_VISIBLE_DEVICES" not in env(obj)
+        spec = obj["spec"]["template"]["spec"]
+        assert spec["restartPolicy"] == "Always"
+        assert spec["nodeSelector"] == {"kubernetes.io/hostname": node}
+        assert "affinity" not in spec
+        assert tolerations(obj) == [
+            {"key": "accelerator", "operator": "Equal", "value": "hygon-dcu", "effect": "NoSchedule"},
+            {"key": "team", "operator": "Exists"},
+        ]
+    # On one node the Deployment keeps its plain name and the job's replica count.
+    single = m.deployment_manifest(job, allocs("hygon", ["dcu-01"], 1), Cluster())
+    assert single["metadata"]["name"] == "suanchi-42" and single["spec"]["replicas"] == 2
+    assert "suanchi.io/workload" not in single["spec"]["selector"]["matchLabels"]
 
 
-def test_cross_node_training_job_is_indexed_and_annotated():
-    obj = m.job_manifest(
+def test_cross_node_training_job_is_one_pinned_job_per_replica():
+    objects = m.workload_objects(
         make_job(replicas=2), allocs("nvidia", ["gpu-01", "gpu-02"], 4), Cluster(), attempt=0
     )
-    validate(obj)
-    assert obj["spec"]["parallelism"] == obj["spec"]["completions"] == 2
-    assert obj["spec"]["completionMode"] == "Indexed"
-    assert limits(obj) == {"nvidia.com/gpu": "4"}
-    assert "suanchi.io/cross-node" in obj["spec"]["template"]["metadata"]["annotations"]
+    assert [(o["kind"], o["metadata"]["name"]) for o in objects] == [
+        ("Service", "suanchi-42-a0"),
+        ("Job", "suanchi-42-a0-r0"),
+        ("Job", "suanchi-42-a0-r1"),
+    ]
+    service, *jobs = objects
+    validate(service)
+    assert service["spec"]["clusterIP"] == "None" and service["spec"]["publishNotReadyAddresses"] is True
+    for rank, (obj, node) in enumerate(zip(jobs, ["gpu-01", "gpu-02"], strict=True)):
+        validate(obj)
+        assert obj["spec"]["parallelism"] == obj["spec"]["completions"] == 1
+        assert "completionMode" not in obj["spec"]
+        pod = obj["spec"]["template"]
+        assert pod["spec"]["nodeSelector"] == {"kubernetes.io/hostname": node}
+        assert pod["spec"]["hostname"] == f"r{rank}" and pod["spec"]["subdomain"] == "suanchi-42-a0"
+        assert service["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
+        assert limits(obj) == {"nvidia.com/gpu": "4"}
+        assert {
+            k: env(obj)[k] for k in ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "NODE_RANK")
+        } == {
+            "MASTER_ADDR": "r0.suanchi-42-a0.vision.svc",
+            "MASTER_PORT": "29500",
+            "WORLD_SIZE": "2",
+            "RANK": str(rank),
+            "NODE_RANK": str(rank),
+        }
+        placement = json.loads(pod["metadata"]["annotations"]["suanchi.io/placement"])
+        assert placement == {str(rank): {"node": node, "devices": [f"NVIDIA-{node}-{i}" for i in range(4)]}}
+
+
+def test_ascend_gang_mounts_the_rank_table_when_the_job_asks():
+    job = make_job(replicas=2, env={"RANK_TABLE_FILE": "/tmp/hccl.json"})
+    objects = m.workload_objects(job, allocs("huawei", ["npu-01", "npu-02"], 8), Cluster(), attempt=1)
+    configmap = objects[0]
+    validate(configmap)
+    assert configmap["kind"] == "ConfigMap" and configmap["metadata"]["name"] == "rings-config-suanchi-42-a1"
+    assert json.loads(configmap["data"]["hccl.json"]) == {"status": "initializing"}
+    for obj in objects[2:]:
+        validate(obj)
+        assert env(obj)["RANK_TABLE_FILE"] == "/user/serverid/devindex/config/hccl.json"
+        assert {"name": "rank-table", "configMap": {"name": "rings-config-suanchi-42-a1"}} in obj["spec"][
+            "template"
+        ]["spec"]["volumes"]
+    # Without the variable there is no rank table (and an NVIDIA gang never gets one).
+    plain = m.workload_objects(make_job(replicas=2), allocs("huawei", ["n1", "n2"], 8), Cluster(), attempt=0)
+    assert [o["kind"] for o in plain] == ["Service", "Job", "Job"]
+    assert "RANK_TABLE_FILE" not in env(plain[1])
 
 
 @pytest.mark.parametrize(("vendor", "resource"), [("amd", "amd.com/gpu"), ("cambricon", "cambricon.com/mlu")])
@@ -264,14 +326,19 @@ def test_other_vendors_plain(vendor, resource):
     assert limits(obj) == {resource: "2"}
 
 
-def test_dra_and_foreign_modes_fall_back_to_plain():
-    cluster = Cluster(device_plugin_modes={"nvidia": "dra", "huawei": "hami"})
-    assert limits(m.job_manifest(make_job(), allocs("nvidia", ["n"], 1), cluster, attempt=0)) == {
-        "nvidia.com/gpu": "1"
-    }
-    assert limits(m.job_manifest(make_job(), allocs("huawei", ["n"], 1), cluster, attempt=0)) == {
-        "huawei.com/Ascend910": "1"
-    }
+def test_foreign_modes_fall_back_to_plain_and_dra_without_a_driver_says_so():
+    cluster = Cluster(device_plugin_modes={"nvidia": "hami", "huawei": "dra"})
+    assert limits(
+        m.job_manifest(
+            make_job(), allocs("huawei", ["n"], 1), Cluster(device_plugin_modes={"huawei": "hami"}), attempt=0
+        )
+    ) == {"huawei.com/Ascend910": "1"}
+    objects = m.workload_objects(make_job(), allocs("huawei", ["n"], 2), cluster, attempt=0)
+    assert [o["kind"] for o in objects] == ["Job"]  # no claim: Huawei publishes no DRA driver
+    (obj,) = objects
+    assert limits(obj) == {"huawei.com/Ascend910": "2"}
+    assert "no DRA driver" in obj["metadata"]["annotations"]["suanchi.io/dra-fallback"]
+    assert "resourceClaims" not in obj["spec"]["template"]["spec"]
 
 
 def test_names_and_labels_are_sanitised():
@@ -364,6 +431,18 @@ def test_platform_manifests_validate_and_are_all_in_the_kustomization():
     )
 
 
+def test_platform_ships_the_dra_device_classes_the_claims_name():
+    dra = PLATFORM_DIR.parent / "dra"
+    kustomization = yaml.safe_load((dra / "kustomization.yaml").read_text())
+    assert kustomization["resources"] == ["deviceclasses.yaml"]
+    shipped = resources_from_file(str(dra / "deviceclasses.yaml"))
+    for resource in shipped:
+        validate(resource)
+    # The file is what the code renders (render_manifests --all writes the same objects).
+    assert shipped == m.device_class_manifests()
+    assert [r["metadata"]["name"] for r in shipped] == ["gpu.nvidia.com", "mig.nvidia.com", "gpu.amd.com"]
+
+
 def test_platform_rbac_grants_only_the_worker_verbs():
     role = yaml.safe_load((PLATFORM_DIR / "clusterrole.yaml").read_text())
     granted = {
@@ -384,7 +463,10 @@ def test_platform_rbac_grants_only_the_worker_verbs():
         ("apps", "daemonsets"): {"get", "list"},
         ("resource.k8s.io", "resourceslices"): {"get", "list", "watch"},
         ("resource.k8s.io", "deviceclasses"): {"get", "list", "watch"},
-        ("resource.k8s.io", "resourceclaims"): {"create", "get", "list", "watch", "delete"},
+        ("resource.k8s.io", "resourceclaims"): full,
+        ("resource.k8s.io", "resourceclaimtemplates"): full,
+        ("", "services"): full,
+        ("", "configmaps"): full,
         ("authorization.k8s.io", "selfsubjectaccessreviews"): {"create"},
     }
     # Every verb Test connection asks the cluster about is one the shipped role grants.
@@ -439,10 +521,13 @@ def test_render_manifests_all_writes_valid_files(fleet, member_project, a100, as
     Job.objects.filter(pk=train.pk).update(state=JobState.RUNNING)
 
     call_command("render_manifests", "--all", "--out", str(tmp_path))
-    assert "wrote 6 objects" in capsys.readouterr().out
+    assert "wrote 9 objects" in capsys.readouterr().out
     files = sorted(p.name for p in tmp_path.iterdir())
     assert files == [
         f"deployment-vision-suanchi-{serve.pk}.yaml",
+        "deviceclass-_cluster-gpu.amd.com.yaml",
+        "deviceclass-_cluster-gpu.nvidia.com.yaml",
+        "deviceclass-_cluster-mig.nvidia.com.yaml",
         f"job-vision-suanchi-{train.pk}-a{train.attempt}.yaml",
         "namespace-_cluster-vision.yaml",
         "node-_cluster-gpu-01.yaml",

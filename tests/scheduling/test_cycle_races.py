@@ -46,5 +46,6 @@ def test_a_job_requeued_by_another_cycle_is_placed_with_its_current_attempt(flee
     assert job.pk in result.placed_job_ids
     job.refresh_from_db()
     assert job.state == JobState.SCHEDULED and job.attempt == 1
-    current = Allocation.objects.get(job=job, released_at__isnull=True)
+    # attempt 0's row is releasing (held until its objects are confirmed gone), attempt 1's is the job's
+    current = Allocation.objects.get(job=job, released_at__isnull=True, releasing_since__isnull=True)
     assert current.attempt == 1 and first.attempt == 0

@@ -103,7 +103,7 @@ def test_the_job_page_shows_the_utilization_curve_telemetry_provides(client, fle
     client.force_login(user)
     page = client.get(f"/jobs/{job.pk}/").content.decode()
     assert 'id="job-utilization-chart"' not in page  # no telemetry yet: no chart, no plotly script
-    assert "plotly.min.js" not in page
+    assert "plotly-basic.min.js" not in page
     device = Allocation.objects.get(job=job).device
     start = timezone.now().replace(second=0, microsecond=0) - timedelta(minutes=30)
     for k, busy in enumerate((40.0, 55.0)):
@@ -118,7 +118,7 @@ def test_the_job_page_shows_the_utilization_curve_telemetry_provides(client, fle
             project_id_snapshot=project.pk,
         )
     page = client.get(f"/jobs/{job.pk}/").content.decode()
-    assert 'id="job-utilization-chart"' in page and "plotly.min.js" in page
+    assert 'id="job-utilization-chart"' in page and "plotly-basic.min.js" in page
 
 
 # ------------------------------------------------------------------ lifecycle owners

@@ -97,3 +97,16 @@ def test_only_running_inference_services_scale(fleet, member_project, a100):
     with pytest.raises(ValidationFailed, match="between 1 and 64"):
         inference_scale(job=job, replicas=0, actor="x")
     assert job.state == JobState.SCHEDULED and active(job).count() == 1
+
+
+def test_scaling_keeps_the_requested_cu_of_what_the_job_asks_for_now(fleet, member_project, a100):
+    """Issue 21 §4: a service scaled 2 → 1 no longer shows the CU per hour of two replicas."""
+    user, project = member_project
+    job = service(project, user, a100, replicas=2)
+    assert job.requested_cu == 2
+    inference_scale(job=job, replicas=1, actor="autoscaler")
+    job.refresh_from_db()
+    assert job.requested_cu == 1
+    inference_scale(job=job, replicas=3, actor="autoscaler")
+    job.refresh_from_db()
+    assert job.requested_cu == 3

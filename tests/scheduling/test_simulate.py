@@ -120,7 +120,15 @@ def test_main_prints_and_writes_the_json_shape(trace, capsys):
     printed = capsys.readouterr().out
     assert "bestfit" in printed and "unallocated" in printed
     data = json.loads(out.read_text())
-    assert set(data) == {"random", "bestfit", "slotfrag"}
+    assert set(data) == {"random", "bestfit", "slotfrag", "offline"}
+    offline = data.pop("offline")
+    assert "lp-bound" in printed and "hindsight" in printed
+    assert offline["seeds"] == [1, 2, 3] and set(offline["per_seed"]) == {"1", "2", "3"}
+    best = min(data, key=lambda name: data[name]["unallocated_at_100"]["mean"])
+    assert offline["best_online"] == best
+    assert offline["gap_to_bound"] == pytest.approx(
+        data[best]["unallocated_at_100"]["mean"] - offline["bound"]["mean"], abs=1e-3
+    )
     for res in data.values():
         assert set(res["unallocated_at_100"]) == {"mean", "sd"}
         assert isinstance(res["failed_pods"], (int, float))

@@ -241,17 +241,26 @@ def test_health_events_for_xid_unhealthy_and_temperature(ledger, settings):
     )
     report, _ = services.scrape_ingest(text=text, at=NOW, now=NOW)
     device = ledger["devices"]["gpu-01/0"]
-    messages = sorted(DeviceEvent.objects.filter(device=device).values_list("severity", "message"))
+    messages = sorted(
+        DeviceEvent.objects.filter(device=device, kind=DeviceEvent.Kind.HEALTH_CHANGED).values_list(
+            "severity", "message"
+        )
+    )
     assert len(messages) == 2 and report.events_raised == 2
     assert messages[0][0] == "critical" and "XID 79" in messages[0][1]
+    # A critical event on one card cordons that card (apps.scheduling.faults: proportion).
+    device.refresh_from_db()
+    assert device.cordoned and "XID 79" in device.cordon_reason
     assert messages[1][0] == "warning" and "60 °C" in messages[1][1]
     assert five(device).health == {"xid": [79], "temp_over": 60.0}
     # Same window again: no new event.
     services.scrape_ingest(text=text, at=NOW + timedelta(seconds=10), now=NOW + timedelta(seconds=10))
-    assert DeviceEvent.objects.filter(device=device).count() == 2
+    assert DeviceEvent.objects.filter(device=device, kind=DeviceEvent.Kind.HEALTH_CHANGED).count() == 2
     unhealthy = 'npu_chip_info_health_status{id="0",vdie_id="5A3C2F10-0000-0000-0000-000000000001"} 0\n'
     services.scrape_ingest(text=unhealthy, at=NOW, now=NOW)
-    event = DeviceEvent.objects.get(device=ledger["devices"]["npu-01/0"])
+    event = DeviceEvent.objects.get(
+        device=ledger["devices"]["npu-01/0"], kind=DeviceEvent.Kind.HEALTH_CHANGED
+    )
     assert event.severity == "critical" and "unhealthy" in event.message
 
 

@@ -4,6 +4,7 @@ from worker.tasks.billing import metering_task, month_close_task
 from worker.tasks.clusters import cluster_sync_task
 from worker.tasks.inventory import ledger_import_task, node_staleness_check_task
 from worker.tasks.migration import gates_evaluate_task
+from worker.tasks.notify import deliveries_send_task, quota_check_task
 from worker.tasks.push import push_pending_task, push_stream_task
 from worker.tasks.reconcile import reconcile_task
 from worker.tasks.rollout import autoscale_task, rollout_evaluate_task
@@ -13,6 +14,7 @@ from worker.tasks.telemetry import telemetry_ingest_task
 __all__ = [
     "autoscale_task",
     "cluster_sync_task",
+    "deliveries_send_task",
     "gates_evaluate_task",
     "ledger_import_task",
     "metering_task",
@@ -20,6 +22,7 @@ __all__ = [
     "node_staleness_check_task",
     "push_pending_task",
     "push_stream_task",
+    "quota_check_task",
     "reconcile_task",
     "rollout_evaluate_task",
     "scheduling_cycle_task",

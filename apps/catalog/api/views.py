@@ -33,6 +33,14 @@ class DeviceModelViewSet(viewsets.ReadOnlyModelViewSet):
     def get_queryset(self):
         return selectors.device_model_list()
 
+    @extend_schema(request=OpenApiTypes.OBJECT, responses={200: OpenApiTypes.OBJECT})
+    @action(detail=True, methods=["post"], url_path="mig-layout")
+    def mig_layout(self, request, pk=None):
+        """Check a per-card MIG layout ({"layout": {"3g.40gb": 1, "4g.40gb": 1}}) against NVIDIA's
+        placements: 200 with a start slot per instance, or 400 saying why no placement exists."""
+        layout = request.data.get("layout") if hasattr(request.data, "get") else None
+        return Response(services.mig_layout_check(self.get_object(), layout))
+
 
 class ComputeCoefficientViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     """Coefficient versions. Anyone signed in may read them; platform staff add new versions."""

@@ -126,3 +126,34 @@ def device_short(device) -> str:
     Derived from the vendor alone, so it never costs a query for the device model.
     """
     return f"{DEVICE_KIND_BY_VENDOR.get(device.vendor, 'GPU')}{device.index}"
+
+
+@register.simple_tag
+def plotly_scripts() -> SafeString:
+    """The chart scripts of a page: the plotly.js bundle settings.SUANCHI_PLOTLY_JS names (the "basic"
+    one: scatter and bar) and ``js/charts.js``, which draws the page's figures."""
+    from django.conf import settings
+    from django.templatetags.static import static
+
+    bundle = getattr(settings, "SUANCHI_PLOTLY_JS", "vendor/plotly/plotly-basic.min.js")
+    return format_html(
+        '<script src="{}"></script><script src="{}" defer></script>', static(bundle), static("js/charts.js")
+    )
+
+
+@register.filter
+def num(value, places=None) -> str:
+    """``{{ coefficient|num }}``: a decimal without exponent or trailing zeros, localized
+    (0.580100000000000 → "0.5801", 1E+1 → "10"); ``|num:2`` rounds to two places first."""
+    from apps.core.formatting import format_number
+
+    return format_number(value, int(places) if places not in (None, "") else None)
+
+
+@register.filter
+def when(value, style: str = "short") -> str:
+    """``{{ job.created_at|when }}``: a time in the current zone as every page prints it ("2026-12-01
+    16:38", settings FORMAT_MODULE_PATH); ``|when:"long"`` uses DATETIME_FORMAT."""
+    from apps.core.formatting import format_datetime
+
+    return format_datetime(value, short=style != "long")

@@ -35,6 +35,7 @@ from django.utils.translation import gettext as _
 from apps.catalog.selectors import device_model_match
 from apps.core.audit import actor_fields, change_record_create
 from apps.core.errors import NotFound, PermissionDenied, ValidationFailed
+from apps.core.stored_text import stored
 from apps.inventory.models import (
     AgentToken,
     Cluster,
@@ -53,6 +54,47 @@ NODE_VERSION_FIELDS = ("driver_version", "cuda_version", "cann_version", "rocm_v
 # Device fields a report may set (only when the tool says something, i.e. the parsed value is not None).
 DEVICE_REPORT_FIELDS = ("uuid", "serial", "pci_bus_id", "numa_node", "memory_mib", "firmware_version")
 _TEMP_INDEX_OFFSET = 1_000_000
+
+# Event texts people read later, in their own language (apps.core.stored_text).
+UNKNOWN = stored("(unknown)")
+VERSION_CHANGED = stored("%(field)s %(old)s → %(new)s")
+VERSION_FIELD_WORDS = [
+    stored("driver version"),
+    stored("cuda version"),
+    stored("cann version"),
+    stored("rocm version"),
+    stored("dtk version"),
+]  # NODE_VERSION_FIELDS as the events name them
+FIRMWARE_CHANGED = stored("firmware %(old)s → %(new)s")
+ON_OTHER_CLUSTER = stored("it is registered on node %(source)s in cluster %(cluster)s")
+NOT_COVERED = stored("it is registered on node %(source)s, which this agent token does not cover")
+NODE_PENDING = stored("it is registered on node %(source)s and node %(node)s is pending approval")
+CARD_CONFLICT = stored(
+    "node %(node)s (cluster %(cluster)s) reported card %(card)s, but %(why)s; "
+    "the card was not moved. Check which node really holds it."
+)
+NODE_REGISTERED_PENDING = stored(
+    "node %(node)s registered by a %(kind)s report from an agent token; pending approval "
+    "(takes no work until staff approve it or a cluster sync confirms it)"
+)
+NODE_REGISTERED = stored("node %(node)s registered by a %(kind)s report")
+REPORTS_RESUMED = stored("reports resumed (overdue since %(since)s)")
+MISSING_FROM_REPORT = stored("missing from %(kind)s report")
+NO_UUID = stored("no uuid")
+CARD_LOST = stored("%(vendor)s card #%(index)s (%(id)s) is missing from the %(kind)s report (掉卡)")
+MODEL_NOT_REPORTED = stored("model not reported")
+CARD_REGISTERED = stored("%(vendor)s card #%(index)s registered (%(model)s)")
+MODEL_UNKNOWN_NEW = stored(
+    "unknown device model %(model)s: recorded with the raw name, please add it to the catalog"
+)
+MODEL_UNKNOWN = stored("unknown device model %(model)s: recorded with the raw name")
+CARD_MOVED = stored("card %(card)s moved from %(source)s to %(node)s")
+CARD_FOUND = stored("%(vendor)s card #%(index)s is back in the %(kind)s report")
+HEALTH_CHANGED = stored("health %(old)s → %(new)s")
+HEALTH_CHANGED_BECAUSE = stored("health %(old)s → %(new)s: %(reason)s")
+FIELDS_CHANGED = stored("changed: %(fields)s")
+TOPOLOGY_WRITTEN = stored("topology: %(written)s links written, %(removed)s removed")
+NODE_APPROVED = stored("node %(node)s approved (%(via)s, %(actor)s): it takes work now")
 # A repeated conflict (the same card reported by the same node) writes one event per this window.
 CONFLICT_EVENT_WINDOW = timedelta(hours=24)
 
@@ -296,7 +338,7 @@ def _apply_node_facts(node: Node, parsed: ParsedReport, rec: _Recorder) -> bool:
             changed = True
             rec.add(
                 DeviceEvent.Kind.VERSION_CHANGED,
-                f"{name.replace('_', ' ')} {old or '(unknown)'} → {value}",
+                VERSION_CHANGED % {"field": name.replace("_", " "), "old": old or UNKNOWN, "new": value},
                 before={name: old or None},
                 after={name: value},
             )
@@ -537,11 +579,11 @@ def _check_identity(pairs: list[tuple[ParsedDevice, Device | None]], kind: str) 
 def _agent_may_take(*, agent: AgentToken, node: Node, source: Node) -> str | None:
     """Why an agent's report may not move a card from ``source`` onto ``node`` (None: it may)."""
     if source.cluster_id != node.cluster_id:
-        return f"it is registered on node {source.name} in cluster {source.cluster.slug}"
+        return ON_OTHER_CLUSTER % {"source": source.name, "cluster": source.cluster.slug}
     if not agent.covers(source.name):
-        return f"it is registered on node {source.name}, which this agent token does not cover"
+        return NOT_COVERED % {"source": source.name}
     if node.pending_approval:
-        return f"it is registered on node {source.name} and node {node.name} is pending approval"
+        return NODE_PENDING % {"source": source.name, "node": node.name}
     return None
 
 
@@ -581,8 +623,8 @@ def _record_conflicts(
             continue
         rec.add(
             DeviceEvent.Kind.CONFLICT,
-            f"node {node.name} (cluster {node.cluster.slug}) reported card {device.uuid}, but {why}; "
-            f"the card was not moved. Check which node really holds it.",
+            CARD_CONFLICT
+            % {"node": node.name, "cluster": node.cluster.slug, "card": device.uuid, "why": why},
             device=device,
             severity=DeviceEvent.Severity.CRITICAL,
             before={"node": source.name, "cluster": source.cluster.slug},
@@ -612,19 +654,18 @@ def _ingest_locked(
         if node.pending_approval:
             rec.add(
                 DeviceEvent.Kind.REGISTERED,
-                f"node {node.name} registered by a {kind} report from an agent token; pending approval "
-                f"(takes no work until staff approve it or a cluster sync confirms it)",
+                NODE_REGISTERED_PENDING % {"node": node.name, "kind": kind},
                 severity=DeviceEvent.Severity.WARNING,
             )
         else:
-            rec.add(DeviceEvent.Kind.REGISTERED, f"node {node.name} registered by a {kind} report")
+            rec.add(DeviceEvent.Kind.REGISTERED, NODE_REGISTERED % {"node": node.name, "kind": kind})
         result.node_changed = True
 
     result.node_changed |= _apply_node_facts(node, parsed, rec)
     if node.report_overdue_since is not None:
         rec.add(
             DeviceEvent.Kind.REPORTS_RESUMED,
-            f"reports resumed (overdue since {node.report_overdue_since:%Y-%m-%d %H:%M %Z})",
+            REPORTS_RESUMED % {"since": f"{node.report_overdue_since:%Y-%m-%d %H:%M %Z}"},
         )
         node.report_overdue_since = None
         result.node_changed = True
@@ -678,14 +719,19 @@ def _ingest_locked(
                 continue
             before = {"health": device.health}
             device.health = Device.Health.LOST
-            device.health_reason = f"missing from {kind} report"
+            device.health_reason = MISSING_FROM_REPORT % {"kind": kind}
             device.last_seen_at = previous_seen or device.last_seen_at
             device.save(update_fields=["health", "health_reason", "last_seen_at", "updated_at"])
             result.lost += 1
             rec.add(
                 DeviceEvent.Kind.LOST,
-                f"{device.vendor} card #{device.index} ({device.uuid or device.serial or 'no uuid'}) is missing "
-                f"from the {kind} report (掉卡)",
+                CARD_LOST
+                % {
+                    "vendor": device.vendor,
+                    "index": device.index,
+                    "id": device.uuid or device.serial or NO_UUID,
+                    "kind": kind,
+                },
                 device=device,
                 severity=DeviceEvent.Severity.CRITICAL,
                 before=before,
@@ -716,14 +762,15 @@ def _ingest_locked(
             result.created += 1
             rec.add(
                 DeviceEvent.Kind.REGISTERED,
-                f"{parsed.vendor} card #{p.index} registered ({p.model_name or 'model not reported'})",
+                CARD_REGISTERED
+                % {"vendor": parsed.vendor, "index": p.index, "model": p.model_name or MODEL_NOT_REPORTED},
                 device=device,
                 after=_json_safe(changes, 1),
             )
             if device.model_unrecognized:
                 rec.add(
                     DeviceEvent.Kind.MODEL_UNRECOGNIZED,
-                    f"unknown device model {p.model_name!r}: recorded with the raw name, please add it to the catalog",
+                    MODEL_UNKNOWN_NEW % {"model": repr(p.model_name)},
                     device=device,
                     severity=DeviceEvent.Severity.WARNING,
                 )
@@ -759,7 +806,7 @@ def _ingest_locked(
             result.moved += 1
             rec.add(
                 DeviceEvent.Kind.MOVED,
-                f"card {device.uuid} moved from {moved_from.name} to {node.name}",
+                CARD_MOVED % {"card": device.uuid, "source": moved_from.name, "node": node.name},
                 device=device,
                 severity=DeviceEvent.Severity.WARNING,
                 before={"node": moved_from.name},
@@ -769,7 +816,7 @@ def _ingest_locked(
             result.found += 1
             rec.add(
                 DeviceEvent.Kind.FOUND,
-                f"{device.vendor} card #{device.index} is back in the {kind} report",
+                CARD_FOUND % {"vendor": device.vendor, "index": device.index, "kind": kind},
                 device=device,
                 before={"health": Device.Health.LOST},
                 after={"health": device.health},
@@ -777,8 +824,8 @@ def _ingest_locked(
         elif health_change is not None:
             rec.add(
                 DeviceEvent.Kind.HEALTH_CHANGED,
-                f"health {health_change[0]} → {health_change[1]}"
-                + (f": {health_reason}" if health_reason else ""),
+                (HEALTH_CHANGED_BECAUSE if health_reason else HEALTH_CHANGED)
+                % {"old": health_change[0], "new": health_change[1], "reason": health_reason},
                 device=device,
                 severity=DeviceEvent.Severity.WARNING
                 if health_change[1] != Device.Health.HEALTHY
@@ -791,7 +838,7 @@ def _ingest_locked(
             old, new = changes.pop("firmware_version")
             rec.add(
                 DeviceEvent.Kind.VERSION_CHANGED,
-                f"firmware {old or '(unknown)'} → {new}",
+                FIRMWARE_CHANGED % {"old": old or UNKNOWN, "new": new},
                 device=device,
                 before={"firmware_version": old or None},
                 after={"firmware_version": new},
@@ -799,14 +846,14 @@ def _ingest_locked(
         if "model_unrecognized" in changes and device.model_unrecognized:
             rec.add(
                 DeviceEvent.Kind.MODEL_UNRECOGNIZED,
-                f"unknown device model {device.raw_model_name!r}: recorded with the raw name",
+                MODEL_UNKNOWN % {"model": repr(device.raw_model_name)},
                 device=device,
                 severity=DeviceEvent.Severity.WARNING,
             )
         if changes:
             rec.add(
                 DeviceEvent.Kind.UPDATED,
-                "changed: " + ", ".join(sorted(changes)),
+                FIELDS_CHANGED % {"fields": ", ".join(sorted(changes))},
                 device=device,
                 before=_json_safe(changes, 0),
                 after=_json_safe(changes, 1),
@@ -823,7 +870,7 @@ def _ingest_locked(
     if result.links_written or result.links_removed:
         rec.add(
             DeviceEvent.Kind.UPDATED,
-            f"topology: {result.links_written} links written, {result.links_removed} removed",
+            TOPOLOGY_WRITTEN % {"written": result.links_written, "removed": result.links_removed},
         )
 
     if result.node_changed:
@@ -893,7 +940,7 @@ def node_approve(*, node: Node, actor, via: str = "staff") -> Node:
     DeviceEvent.objects.create(
         node=locked,
         kind=DeviceEvent.Kind.STATUS_CHANGED,
-        message=f"node {locked.name} approved ({via}, {actor_label}): it takes work now",
+        message=NODE_APPROVED % {"node": locked.name, "via": via, "actor": actor_label},
         before={"pending_approval": True},
         after={"pending_approval": False},
         actor_label=actor_label,

@@ -9,7 +9,11 @@ from django.db import transaction
 from django.utils import timezone
 
 from apps.core.audit import actor_fields
+from apps.core.stored_text import stored
 from apps.inventory.models import DeviceEvent, Node
+
+# Shown in the reader's language (apps.core.stored_text).
+REPORT_OVERDUE = stored("no node report since %(since)s; is the agent running?")
 
 
 def node_staleness_check(*, actor, now=None) -> dict:
@@ -35,7 +39,7 @@ def node_staleness_check(*, actor, now=None) -> dict:
                 node=node,
                 kind=DeviceEvent.Kind.REPORT_OVERDUE,
                 severity=DeviceEvent.Severity.WARNING,
-                message=f"no node report since {node.last_report_at:%Y-%m-%d %H:%M %Z}; is the agent running?",
+                message=REPORT_OVERDUE % {"since": f"{node.last_report_at:%Y-%m-%d %H:%M %Z}"},
                 actor_label=label,
             )
             flagged += 1

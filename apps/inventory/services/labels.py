@@ -12,9 +12,12 @@ from collections import Counter
 from django.db import transaction
 
 from apps.core.audit import actor_fields, change_record_create
+from apps.core.stored_text import stored
 from apps.inventory.models import Device, DeviceEvent, Node
 from apps.inventory.signals import node_labels_changed
 from apps.inventory.vendors import ADAPTERS
+
+LABELS_UPDATED = stored("node labels and taints updated")  # apps.core.stored_text
 
 SUANCHI_PREFIX = "suanchi.io/"
 # Suanchi labels other services own (rollout's gray-release batch): the ledger keeps them as they are.
@@ -59,7 +62,7 @@ def node_labels_apply(*, node: Node, actor) -> bool:
     DeviceEvent.objects.create(
         node=node,
         kind=DeviceEvent.Kind.UPDATED,
-        message="node labels and taints updated",
+        message=LABELS_UPDATED,
         before=before,
         after={"labels": labels, "taints": taints},
         actor_label=actor_fields(actor)["actor_label"],

@@ -63,6 +63,7 @@ from apps.core.audit import actor_fields, change_record_create, snapshot
 from apps.core.errors import ApplicationError, Conflict, InvalidTransition, ValidationFailed
 from apps.core.exports import formula_escape, xlsx_append
 from apps.core.models import BackgroundRun
+from apps.core.stored_text import stored
 from apps.core.validation import validate, validate_and_save
 from apps.inventory.models import Cluster, Device, DeviceEvent, Node, Pool
 
@@ -195,6 +196,19 @@ def _with_reason(text: str, reason: str) -> str:
     return f"{text}: {reason}" if reason else text
 
 
+# Event texts people read later, in their own language (apps.core.stored_text); "…: %(reason)s"
+# is the same text with the operator's reason.
+DEVICE_RETIRED = stored("device %(device)s retired")
+DEVICE_RETIRED_BECAUSE = stored("device %(device)s retired: %(reason)s")
+NODE_RETIRED_BECAUSE = stored("node %(node)s retired: %(reason)s")
+DEVICE_UPDATED = stored("device %(device)s updated: %(fields)s")
+
+
+def _reasoned(plain: str, because: str, reason: str, **params) -> str:
+    """``plain % params``, or ``because % params`` carrying the reason when there is one."""
+    return (because % {**params, "reason": reason}) if reason else (plain % params)
+
+
 def _taints_for(taints: list, status: str) -> list:
     """The node's taints with Suanchi's status taints matching ``status``; others are kept as they are."""
     kept = [t for t in (taints or []) if not (isinstance(t, dict) and t.get("key") in _OWN_TAINT_KEYS)]
@@ -265,6 +279,11 @@ def _node_transition_locked(*, node: Node, status: str, reason: str, actor) -> b
         from apps.inventory.services.labels import node_push_enqueue
 
         node_push_enqueue(node)  # the maintenance / quarantine taint reaches Kubernetes
+    if status == S.QUARANTINED:
+        from apps.inventory.signals import node_quarantined
+
+        # Every way into quarantine (operator, failed gray batch, fault) moves the node's jobs.
+        node_quarantined.send(sender=Node, node=node, reason=reason, actor=actor)
     if status == S.RETIRED:
         devices = (
             Device.objects.select_for_update()
@@ -275,7 +294,9 @@ def _node_transition_locked(*, node: Node, status: str, reason: str, actor) -> b
         for device in devices:
             device.node = node
             _device_retire_locked(
-                device=device, reason=f"node {node.name} retired: {reason}"[:300], actor=actor
+                device=device,
+                reason=(NODE_RETIRED_BECAUSE % {"node": node.name, "reason": reason})[:300],
+                actor=actor,
             )
     return True
 
@@ -320,7 +341,7 @@ def _device_retire_locked(*, device: Device, reason: str, actor) -> bool:
         action="device.retire",
         kind=DeviceEvent.Kind.RETIRED,
         severity=DeviceEvent.Severity.WARNING,
-        message=_with_reason(f"device {device} retired", reason),
+        message=_reasoned(DEVICE_RETIRED, DEVICE_RETIRED_BECAUSE, reason, device=device),
         before=before,
         after=after,
         actor=actor,
@@ -513,7 +534,7 @@ def device_update(*, device: Device, actor, **fields: Any) -> Device:
         locked,
         action="device.update",
         kind=DeviceEvent.Kind.UPDATED,
-        message=f"device {locked} updated: {', '.join(diff_fields)}",
+        message=DEVICE_UPDATED % {"device": locked, "fields": ", ".join(diff_fields)},
         before=before,
         after=after,
         actor=actor,

@@ -1,7 +1,9 @@
+from decimal import Decimal
+
 from rest_framework import serializers
 
 from apps.accounts.models import Project
-from apps.catalog.models import ComputeTemplate, DeviceModel, DeviceRequestTemplate
+from apps.catalog.models import ComputeTemplate, DeviceModel, DeviceRequestTemplate, WorkloadProfile
 from apps.jobs import validation
 from apps.jobs.models import SUBMIT_FIELDS, Allocation, Job, JobEvent
 
@@ -13,6 +15,7 @@ class JobSerializer(serializers.ModelSerializer):
     template = serializers.SlugRelatedField(slug_field="slug", read_only=True, allow_null=True)
     device_model = serializers.SlugRelatedField(slug_field="slug", read_only=True, allow_null=True)
     request_template = serializers.SlugRelatedField(slug_field="slug", read_only=True, allow_null=True)
+    workload_profile = serializers.SlugRelatedField(slug_field="key", read_only=True, allow_null=True)
     submitted_by = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
 
     class Meta:
@@ -102,6 +105,15 @@ class JobSubmitSerializer(serializers.Serializer):
     )
     request_template = serializers.SlugRelatedField(
         slug_field="slug", queryset=DeviceRequestTemplate.objects.all(), required=False
+    )
+    workload_profile = serializers.SlugRelatedField(
+        slug_field="key", queryset=WorkloadProfile.objects.all(), required=False
+    )
+    target_throughput = serializers.DecimalField(
+        max_digits=14, decimal_places=3, required=False, min_value=Decimal("0.001")
+    )
+    target_latency_ms = serializers.DecimalField(
+        max_digits=10, decimal_places=2, required=False, min_value=Decimal("0.01")
     )
     replicas = serializers.IntegerField(min_value=1, max_value=64, default=1)
     node_selector = serializers.DictField(

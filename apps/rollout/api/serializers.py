@@ -1,5 +1,6 @@
 from rest_framework import serializers
 
+from apps.catalog.models import WorkloadProfile
 from apps.inventory.models import Node
 from apps.jobs.models import Job
 from apps.rollout.models import (
@@ -131,10 +132,16 @@ class BenchmarkRunSerializer(serializers.ModelSerializer):
             "unit",
             "measured_at",
             "source",
+            "profile",
+            "measurement",
             "created_at",
         ]
-        read_only_fields = ["id", "node_name", "created_at"]
+        read_only_fields = ["id", "node_name", "measurement", "created_at"]
         extra_kwargs = {"measured_at": {"required": False}}
+
+    profile = serializers.SlugRelatedField(
+        slug_field="key", queryset=WorkloadProfile.objects.all(), required=False, allow_null=True
+    )
 
 
 class UpgradePlanSerializer(serializers.ModelSerializer):

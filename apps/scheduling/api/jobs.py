@@ -11,10 +11,13 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 
 from apps.accounts.selectors import project_list
+from apps.benchlib import services as benchlib_services
+from apps.benchlib.api.serializers import MeasurementSerializer, ThroughputReportSerializer
+from apps.core.errors import NotFound
 from apps.jobs import selectors
 from apps.jobs.api import serializers as s
 from apps.jobs.filtersets import JobFilterSet
-from apps.jobs.models import Allocation
+from apps.jobs.models import Allocation, Job
 from apps.scheduling import lifecycle
 from apps.scheduling.api.serializers import DecisionTraceSerializer
 from apps.scheduling.models import DecisionTrace
@@ -51,6 +54,27 @@ class JobViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
         data.is_valid(raise_exception=True)
         lifecycle.job_cancel(job=job, actor=request.user, reason=data.validated_data["reason"])
         return Response(s.JobSerializer(self.get_queryset().get(pk=job.pk)).data)
+
+    @extend_schema(request=ThroughputReportSerializer, responses={201: MeasurementSerializer})
+    @action(detail=True, methods=["post"])
+    def throughput(self, request, pk=None):
+        """The job's measured throughput for its workload profile (benchmark library): members of the
+        job's project post it (e.g. with an API token at the job's end); the card, template and share come
+        from the job's allocations. One report per attempt."""
+        # Not get_object(): a job of another project is a clear 403 here, not a 404 (issue 22).
+        job = (
+            Job.objects.select_related("project", "workload_profile", "template").filter(pk=int(pk)).first()
+            if str(pk).isdigit() and int(pk) < 2**63
+            else None
+        )
+        if job is None:
+            raise NotFound(f"Job {pk} does not exist.")
+        benchlib_services.job_report_allowed(job=job, user=request.user)
+        measurement = benchlib_services.job_report(
+            job=job, data=dict(request.data.items()), actor=request.user
+        )
+        body = MeasurementSerializer(measurement, context={"visible_projects": None}).data
+        return Response(body, status=status.HTTP_201_CREATED)
 
     @extend_schema(responses=s.JobEventSerializer(many=True))
     @action(detail=True, methods=["get"], pagination_class=None, filter_backends=[])

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from . import mig
 from .model import (
     WHOLE,
     DeviceAssignment,
@@ -123,11 +124,14 @@ def slice_candidates(
 ) -> list[int]:
     """Devices that can take one slice of ``g``, most preferred first."""
     devs = node.devices
-    fits = [
-        i
-        for i in positions
-        if i not in taken and devs[i].fits_slice(g.memory_mib, g.compute, g.isolation, factor)
-    ]
+    if g.profile:  # MIG: a free GPU-instance placement on the card's geometry (engine/mig.py)
+        fits = [i for i in positions if i not in taken and mig.accepts(devs[i], g, factor)]
+    else:
+        fits = [
+            i
+            for i in positions
+            if i not in taken and devs[i].fits_slice(g.memory_mib, g.compute, g.isolation, factor)
+        ]
     if len(fits) > 1:
         fits.sort(key=lambda i: _slice_key(devs[i], g, factor))
     return fits
@@ -173,7 +177,7 @@ def fits(node: NodeState, req: Request, elig: tuple, factor: int) -> bool:
     groups = req.groups
     if not groups:
         return True
-    if len(groups) > 1:
+    if len(groups) > 1 or req.mig:
         return choose_devices(node, req, elig, factor) is not None
     g = groups[0]
     devs = node.devices
@@ -191,7 +195,7 @@ def fits(node: NodeState, req: Request, elig: tuple, factor: int) -> bool:
     cap = WHOLE * factor
     for i in elig[0]:
         d = devs[i]
-        if d.whole_by is not None or d.mem_used + mem > d.memory_mib:
+        if d.whole_by is not None or d.mig_used or d.mem_used + mem > d.memory_mib:
             continue
         if hard:
             if (d.hard_used + comp) * factor + d.shared_used * 100 > cap:
@@ -215,7 +219,7 @@ def options(node: NodeState, req: Request, elig: tuple, factor: int) -> list[tup
     groups = req.groups
     if not groups:
         return [((), "")]
-    if len(groups) == 1:
+    if len(groups) == 1 and not req.mig:
         g = groups[0]
         if g.whole:
             got = pick_whole(node, elig[0], g.count)
@@ -228,7 +232,7 @@ def options(node: NodeState, req: Request, elig: tuple, factor: int) -> list[tup
                 found = []
                 for i in elig[0]:
                     d = devs[i]
-                    if d.whole_by is None:
+                    if d.whole_by is None and not d.mig_used:
                         left = ((WHOLE - d.hard_used) * factor) // 100 - d.shared_used - need
                         if left >= 0:
                             found.append((left, i))
@@ -249,7 +253,7 @@ def options(node: NodeState, req: Request, elig: tuple, factor: int) -> list[tup
             cap = WHOLE * factor
             for i in elig[0]:
                 d = devs[i]
-                if d.whole_by is not None or d.mem_used + mem > d.memory_mib:
+                if d.whole_by is not None or d.mig_used or d.mem_used + mem > d.memory_mib:
                     continue
                 if hard:
                     if (d.hard_used + comp) * factor + d.shared_used * 100 > cap:
@@ -287,15 +291,23 @@ def build_part(
         k = labels[j]
         for i in positions:
             d = node.devices[i]
+            profile = "" if g.whole else g.profile
+            memory, compute = (d.memory_mib, WHOLE) if g.whole else (g.memory_mib, g.compute)
+            start = None
+            if profile and d.mig is not None:  # a GPU instance: its start slot and slot share of the card
+                start = mig.choose_start(d, profile)
+                memory, compute = mig.share(d, profile)
             assigns.append(
                 DeviceAssignment(
                     device_id=d.id,
                     index=d.index,
                     group=k,
                     whole=g.whole,
-                    memory_mib=d.memory_mib if g.whole else g.memory_mib,
-                    compute=WHOLE if g.whole else g.compute,
+                    memory_mib=memory,
+                    compute=compute,
                     isolation=Isolation.HARD if g.whole else g.isolation,
+                    profile=profile,
+                    mig_start=start,
                 )
             )
     return NodePart(

@@ -5,9 +5,15 @@ tier 2 (node scoring by the policy) and tier 3 (device assignment) and returns a
 with a trace id and ordered steps. With ``commit=True`` (default) the placement is applied to the
 snapshot; ``Engine.release`` gives it back. ``Engine.schedule`` runs a queue in priority order.
 
-Speed: static filter results are cached per request signature; node scores are cached per request
-shape in a heap and only nodes that changed since the last query (the snapshot's change log) are
-re-evaluated. Exact ties are broken with the engine's seeded random generator.
+Speed: nodes are grouped into classes of identical nodes in identical states (``index.NodeClasses``,
+kept current from the snapshot's change log on apply / release). The static filter runs once per
+class, the policy scores each (class, state) signature once per request shape, and a heap per request
+shape holds the feasible signatures, so a decision costs O(changes + log signatures), not O(nodes);
+"why pending" counts reasons per signature and builds per-node reasons only when read
+(``Decision.rejections`` is lazy), and ``top_candidates`` gives a trace view the best nodes on demand.
+Requests with per-node precheck failures and the random policy use the per-node index (node scores
+cached in a heap, only changed nodes re-evaluated). Exact ties go to the first node in snapshot order
+(``order``) or are broken with the engine's seeded random generator (``random``).
 """
 
 from __future__ import annotations
@@ -18,11 +24,13 @@ import random
 import uuid
 from collections.abc import Iterable, Sequence
 
-from . import assign, filters
+from . import assign, clusters, filters
 from .filters import StaticResult
+from .index import NodeClasses
 from .model import (
     Candidate,
     Decision,
+    LazyMapping,
     NodePart,
     NodeState,
     Placement,
@@ -47,6 +55,28 @@ class _Index:
         self.seq = 0
         self.static = static
         self.reasons: dict[int, tuple[int, str | None]] = {}  # pos -> (node version, capacity reason)
+
+
+class _ClassIndex:
+    """Feasible node signatures (``index.NodeClasses``) for one (request signature, shape, policy).
+
+    ``evals`` memoizes the policy's (score key, option) per signature (``None``: does not fit); the
+    heap holds ``(negated key, tie, n, signature)`` and ``pushed`` the live tie per signature, so stale
+    heap items are skipped. The tie is the signature's first node position (``order``: the first node
+    in snapshot order wins exact ties, as a per-node scan would) or a random number (``random``).
+    """
+
+    __slots__ = ("heap", "evals", "pushed", "seqs", "seq", "static", "reasons", "count")
+
+    def __init__(self, static: StaticResult) -> None:
+        self.heap: list[tuple] = []
+        self.evals: dict[int, tuple | None] = {}
+        self.pushed: dict[int, float] = {}
+        self.seqs: dict[int, int] = {}  # static class -> how much of its change log was read
+        self.seq = -1  # the snapshot change sequence last synced
+        self.static = static
+        self.reasons: dict[int, str | None] = {}  # signature -> capacity reason
+        self.count = 0
 
 
 class Engine:
@@ -80,6 +110,9 @@ class Engine:
         self, snapshot: Snapshot, req: Request, *, commit: bool = True, trace_id: str | None = None
     ) -> Decision:
         """Place one request (all replicas and groups, or nothing)."""
+        if req.cluster is None and clusters.spans_clusters(snapshot):
+            # a job never spans clusters: try each cluster alone (engine/clusters.py)
+            return clusters.place(self, snapshot, req, commit=commit, trace_id=trace_id or uuid.uuid4().hex)
         decision = Decision(trace_id or uuid.uuid4().hex, req.id, self.policy.name)
         self.policy.observe(req)
         if req.id in snapshot.placements:
@@ -90,7 +123,7 @@ class Engine:
         if self.explain:
             decision.step(
                 "filter",
-                f"{len(static.eligible)}/{static.total} nodes pass the static filters",
+                f"{static.n_eligible}/{static.total} nodes pass the static filters",
                 rejected=static.counts(),
             )
         if req.replicas > 1:
@@ -108,7 +141,7 @@ class Engine:
             return decision
         decision.placement = placement
         if self.explain:
-            decision.rejections = dict(static.rejected)
+            decision.rejections = LazyMapping(lambda: dict(static.rejected))
         if commit:
             snapshot.apply(placement)
         if self.explain:
@@ -130,6 +163,17 @@ class Engine:
     def release(self, snapshot: Snapshot, request_id: str) -> Placement:
         return snapshot.release(request_id)
 
+    def top_candidates(self, snapshot: Snapshot, req: Request, k: int | None = None) -> list[Candidate]:
+        """The ``k`` best feasible nodes for one replica of ``req`` now, best first (nothing applied).
+
+        For a trace view opened by a person: pending decisions do not compute candidates, and this costs
+        O(k log signatures) on the engine's index instead of a pass over every node.
+        """
+        static = self._static(snapshot, req)
+        k = max(1, self.top_k if k is None else k)
+        _best, runners = self._best(snapshot, req, static, k)
+        return [Candidate(snapshot.nodes[p].name, tuple(score)) for p, score in runners[:k]]
+
     def explain_failure(self, snapshot: Snapshot, req: Request, static: StaticResult | None = None) -> str:
         """Why no node can take one replica of ``req`` right now, kube-scheduler style."""
         return self._reasons(snapshot, req, static)[0]
@@ -138,6 +182,8 @@ class Engine:
         self, snapshot: Snapshot, req: Request, static: StaticResult | None = None
     ) -> tuple[str, dict[str, str]]:
         static = static or self._static(snapshot, req)
+        if static.classes is not None:
+            return self._reasons_classed(snapshot, req, static)
         idx = snapshot.indexes.get(("idx", self._token, self.policy.version, req.static_key, req.shape_key))
         cache = idx.reasons if idx is not None and idx.static is static else {}
         reasons = dict(static.rejected)
@@ -168,8 +214,175 @@ class Engine:
         if result is None:
             if len(cache) > 4096:
                 cache.clear()
-            result = cache[req.static_key] = filters.static_filter(snapshot, req)
+            if req.precheck_failures:
+                result = filters.static_filter(snapshot, req)
+            else:
+                result = filters.static_filter_classes(snapshot, req, NodeClasses.of(snapshot))
+            cache[req.static_key] = result
         return result
+
+    def _classed(self, static: StaticResult) -> bool:
+        """Whether the signature index serves this request (the per-node index serves the rest)."""
+        return static.classes is not None and not self.policy.randomized
+
+    # ---- the signature index -------------------------------------------------------------------
+
+    def _class_index(self, snapshot: Snapshot, req: Request, static: StaticResult) -> _ClassIndex:
+        classes = NodeClasses.of(snapshot)
+        ikey = ("cidx", self._token, self.policy.version, req.static_key, req.shape_key)
+        idx = snapshot.indexes.get(ikey)
+        if idx is None or idx.static is not static:
+            idx = _ClassIndex(static)
+            indexes = snapshot.indexes
+            if len(indexes) > 1024:  # bound the memory: forget the least recently created half
+                for old in [k for k in indexes if isinstance(k, tuple)][:512]:
+                    del indexes[old]
+            indexes[ikey] = idx
+        seq = snapshot.change_seq
+        if idx.seq == seq:
+            return idx
+        members = classes.members
+        if len(idx.evals) > 200_000:
+            idx.evals.clear()
+        seqs, logs, offsets = idx.seqs, classes.logs, classes.log_offsets
+        for cid, elig in idx.static.cls_elig.items():
+            log = logs[cid]
+            end = offsets[cid] + len(log)
+            done = seqs.get(cid, -1)
+            if done == end:
+                continue
+            start = done - offsets[cid]
+            # new, or fallen behind the trimmed log: every signature of the class with nodes
+            sigs: Iterable[int] = classes.class_sigs[cid] if done < 0 or start < 0 else log[start:]
+            for sid in sigs:
+                lst = members.get(sid)
+                if lst:
+                    self._offer(snapshot, req, idx, sid, lst, elig)
+            seqs[cid] = end
+        if len(idx.heap) > 4 * len(idx.pushed) + 64:
+            idx.heap = [h for h in idx.heap if idx.pushed.get(h[3]) == h[1]]
+            heapq.heapify(idx.heap)
+        idx.seq = seq
+        return idx
+
+    def _offer(
+        self, snapshot: Snapshot, req: Request, idx: _ClassIndex, sig: int, members: list[int], elig: tuple
+    ) -> None:
+        """(Re)consider one signature that gained a node."""
+        evals = idx.evals
+        ev = evals.get(sig, evals)
+        if ev is evals:
+            ev = evals[sig] = self._evaluate(snapshot, snapshot.nodes[members[0]], req, elig)
+        if ev is None:
+            return
+        cur = idx.pushed.get(sig)
+        if self.tie_break == "order":
+            tie = members[0]
+            if cur is not None and cur <= tie:
+                return
+        else:
+            if cur is not None:
+                return
+            tie = self.rng.random()
+        idx.pushed[sig] = tie
+        idx.count += 1
+        heapq.heappush(idx.heap, (tuple(-x for x in ev[0]), tie, idx.count, sig))
+
+    def _top(self, classes: NodeClasses, idx: _ClassIndex):
+        """The valid heap item with the best key (``None`` when nothing fits); fixes stale ties."""
+        heap, pushed, members = idx.heap, idx.pushed, classes.members
+        order = self.tie_break == "order"
+        while heap:
+            item = heap[0]
+            sig = item[3]
+            if pushed.get(sig) != item[1]:
+                heapq.heappop(heap)
+                continue
+            lst = members.get(sig)
+            if not lst:
+                heapq.heappop(heap)
+                del pushed[sig]
+                continue
+            if order and lst[0] != item[1]:  # its first node left: requeue at the new first node
+                heapq.heappop(heap)
+                idx.count += 1
+                pushed[sig] = lst[0]
+                heapq.heappush(heap, (item[0], lst[0], idx.count, sig))
+                continue
+            return item
+        return None
+
+    def _best_classed(self, snapshot: Snapshot, req: Request, static: StaticResult, k: int = 0):
+        idx = self._class_index(snapshot, req, static)
+        classes = NodeClasses.of(snapshot)
+        top = self._top(classes, idx)
+        if top is None:
+            return None, []
+        sig = top[3]
+        lst = classes.members[sig]
+        pos = lst[0] if self.tie_break == "order" or len(lst) == 1 else self.rng.choice(lst)
+        key, opt = idx.evals[sig]
+        opt = self._choose(snapshot.nodes[pos], req, static.cls_elig[classes.sig_class[sig]], opt)
+        runners: list[tuple[int, tuple]] = []
+        if k:
+            popped = []
+            heap = idx.heap
+            while len(runners) < k + 1:
+                item = self._top(classes, idx)
+                if item is None:
+                    break
+                heapq.heappop(heap)
+                popped.append(item)
+                s = item[3]
+                score = idx.evals[s][0]
+                if s == sig:
+                    runners.append((pos, score))
+                for p in itertools.islice(classes.members[s], k + 2):
+                    if len(runners) > k:
+                        break
+                    if p != pos:
+                        runners.append((p, score))
+            for item in popped:
+                heapq.heappush(heap, item)
+        return (pos, key, opt), runners
+
+    def _reasons_classed(
+        self, snapshot: Snapshot, req: Request, static: StaticResult
+    ) -> tuple[str, LazyMapping]:
+        """Counts per reason class over signatures (O(signatures)); per-node reasons only on demand."""
+        classes = NodeClasses.of(snapshot)
+        idx = self._class_index(snapshot, req, static)
+        cache = idx.reasons
+        counts = dict(static.counts())
+        available = 0
+        cls_elig = static.cls_elig
+        by_sig: dict[int, str] = {}
+        sig_class = classes.sig_class
+        for sig, members in classes.members.items():
+            elig = cls_elig.get(sig_class[sig])
+            if elig is None:
+                continue
+            reason = cache.get(sig, cache)
+            if reason is cache:
+                reason = cache[sig] = filters.capacity_reason(snapshot, snapshot.nodes[members[0]], req, elig)
+            if reason is None:
+                available += len(members)
+            else:
+                counts[reason] = counts.get(reason, 0) + len(members)
+                by_sig[sig] = reason
+        text = filters.explain_counts(static.total, counts, available)
+        sig_of = list(classes.sig_of)  # the state now, for per-node reasons read later
+        nodes = snapshot.nodes
+
+        def per_node() -> dict[str, str]:
+            out = dict(static.rejected)
+            for p, sig in enumerate(sig_of):
+                reason = by_sig.get(sig)
+                if reason is not None:
+                    out[nodes[p].name] = reason
+            return out
+
+        return text, LazyMapping(per_node)
 
     # ---- tiers 2 and 3 ---------------------------------------------------------------------------
 
@@ -226,7 +439,7 @@ class Engine:
         idx.seq = seq
         indexes = snapshot.indexes
         if len(indexes) > 1024:  # bound the memory: forget the least recently created half
-            for old in [k for k in indexes if k != _STATIC][:512]:
+            for old in [k for k in indexes if isinstance(k, tuple)][:512]:
                 del indexes[old]
         indexes[ikey] = idx
         return idx
@@ -267,6 +480,8 @@ class Engine:
 
     def _best(self, snapshot: Snapshot, req: Request, static: StaticResult, k: int = 0):
         """(pos, key, option) of the best feasible node, plus up to ``k`` runner-up candidates."""
+        if self._classed(static):
+            return self._best_classed(snapshot, req, static, k)
         idx = self._index(snapshot, req, static)
         entries = idx.entries
         if not entries:
@@ -450,6 +665,7 @@ class Engine:
                     node_selector=req.node_selector,
                     tolerations=req.tolerations,
                     precheck_failures=req.precheck_failures,
+                    cluster=req.cluster,  # the parts stay in the request's cluster (engine/clusters.py)
                 )
                 found = self._candidates(snapshot, sub, nodes or [])
                 if found is None:

@@ -29,6 +29,7 @@ STATUS_REASONS = {
     NodeStatus.RETIRED: "node retired",
 }
 OTHER_POOL = "node not in the requested pool"
+OTHER_CLUSTER = "node in another cluster"
 POOL_RESERVED = "pool reserved for another project"
 NODE_RESERVED = "node reserved for another project"
 SELECTOR = "node selector mismatch"
@@ -48,24 +49,80 @@ CARDS = "insufficient free cards"
 DEVICE_MEMORY = "insufficient device memory"
 DEVICE_COMPUTE = "insufficient device compute"
 DEVICES = "insufficient free devices"
+MIG_PLACEMENT = "no free MIG placement for {}"
 NO_SWITCH = "no switch domain can host every part"
 
 
 class StaticResult:
-    """The nodes that pass the static filter, with the eligible device positions per group."""
+    """The nodes that pass the static filter, with the eligible device positions per group.
 
-    __slots__ = ("eligible", "elig_by_pos", "rejected", "total", "_counts")
+    Built per node (``static_filter``) or per static node class (``static_filter_classes``, see
+    ``index.NodeClasses``): then ``cls_elig`` / ``cls_reason`` hold the result per class and the per-node
+    views (``eligible``, ``elig_by_pos``, ``rejected``) are only built when something reads them.
+    """
 
-    def __init__(self, total: int) -> None:
-        self.eligible: list[tuple[NodeState, tuple[tuple[int, ...], ...]]] = []
-        self.elig_by_pos: dict[int, tuple[tuple[int, ...], ...]] = {}
-        self.rejected: dict[str, str] = {}
+    __slots__ = (
+        "_eligible",
+        "_elig_by_pos",
+        "_rejected",
+        "total",
+        "_counts",
+        "classes",
+        "cls_elig",
+        "cls_reason",
+        "n_eligible",
+        "_nodes",
+    )
+
+    def __init__(self, total: int, classes=None, nodes=()) -> None:
         self.total = total
         self._counts: dict[str, int] | None = None
+        self.classes = classes
+        self.cls_elig: dict[int, tuple[tuple[int, ...], ...]] = {}  # class id -> eligible positions
+        self.cls_reason: dict[int, str] = {}  # class id -> static reason
+        self.n_eligible = 0
+        self._nodes = nodes
+        if classes is None:
+            self._eligible: list | None = []
+            self._elig_by_pos: dict | None = {}
+            self._rejected: dict | None = {}
+        else:
+            self._eligible = self._elig_by_pos = self._rejected = None
+
+    @property
+    def eligible(self) -> list[tuple[NodeState, tuple[tuple[int, ...], ...]]]:
+        if self._eligible is None:
+            cls_elig, class_of = self.cls_elig, self.classes.class_of
+            nodes = self._nodes
+            self._eligible = [(nodes[p], cls_elig[c]) for p, c in enumerate(class_of) if c in cls_elig]
+        return self._eligible
+
+    @property
+    def elig_by_pos(self) -> dict[int, tuple[tuple[int, ...], ...]]:
+        if self._elig_by_pos is None:
+            cls_elig = self.cls_elig
+            self._elig_by_pos = {p: cls_elig[c] for p, c in enumerate(self.classes.class_of) if c in cls_elig}
+        return self._elig_by_pos
+
+    @property
+    def rejected(self) -> dict[str, str]:
+        if self._rejected is None:
+            reasons, nodes = self.cls_reason, self._nodes
+            self._rejected = {
+                nodes[p].name: reasons[c] for p, c in enumerate(self.classes.class_of) if c in reasons
+            }
+        return self._rejected
 
     def counts(self) -> dict[str, int]:
         if self._counts is None:
-            self._counts = dict(Counter(self.rejected.values()))
+            if self.classes is None:
+                self._counts = dict(Counter(self.rejected.values()))
+            else:
+                counts: Counter = Counter()
+                sizes = self.classes.sizes
+                for c, reason in self.cls_reason.items():
+                    counts[reason] += sizes[c]
+                self._counts = dict(counts)
         return self._counts
 
 
@@ -124,6 +181,8 @@ def eligible_devices(
 
 def static_reason(snapshot: Snapshot, node: NodeState, req: Request) -> tuple[str | None, tuple]:
     """The first static filter a node fails (kube-scheduler reports one reason per node)."""
+    if req.cluster is not None and node.cluster != req.cluster:  # one job, one cluster (engine/clusters.py)
+        return OTHER_CLUSTER, ()
     if node.status != NodeStatus.READY:
         return STATUS_REASONS.get(node.status, "node not ready"), ()
     if req.pool is not None and node.pool != req.pool:
@@ -169,6 +228,24 @@ def static_filter(snapshot: Snapshot, req: Request, nodes: Iterable[NodeState] |
             result.elig_by_pos[node.pos] = elig
         else:
             result.rejected[node.name] = reason
+    result.n_eligible = len(result.eligible)
+    return result
+
+
+def static_filter_classes(snapshot: Snapshot, req: Request, classes) -> StaticResult:
+    """``static_filter`` evaluated once per static node class (``index.NodeClasses``).
+
+    Only for requests without per-node precheck failures (those name single nodes).
+    """
+    result = StaticResult(len(snapshot.nodes), classes, snapshot.nodes)
+    sizes = classes.sizes
+    for cid, rep in enumerate(classes.reps):
+        reason, elig = static_reason(snapshot, rep, req)
+        if reason is None:
+            result.cls_elig[cid] = elig
+            result.n_eligible += sizes[cid]
+        else:
+            result.cls_reason[cid] = reason
     return result
 
 
@@ -180,6 +257,11 @@ def group_reason(
     if g.whole:
         free = sum(1 for i in positions if i not in taken and devs[i].whole_by is None and not devs[i].slices)
         return None if free >= g.count else CARDS
+    if g.profile and any(devs[i].mig is not None for i in positions):  # MIG geometry (engine/mig.py)
+        from . import mig
+
+        n = sum(1 for i in positions if i not in taken and mig.accepts(devs[i], g, factor))
+        return None if n >= g.count else MIG_PLACEMENT.format(g.profile)
     n = 0
     mem_ok = False
     for i in positions:
@@ -220,7 +302,12 @@ def capacity_reason(snapshot: Snapshot, node: NodeState, req: Request, elig: tup
 
 def explain(total: int, reasons: Iterable[str], available: int = 0) -> str:
     """kube-scheduler style: ``0/40 nodes are available: 12 insufficient cpu, 3 node quarantined.``"""
-    counts = Counter(reasons)
+    return explain_counts(total, Counter(reasons), available)
+
+
+def explain_counts(total: int, counts: dict[str, int], available: int = 0) -> str:
+    """``explain`` from reason counts (what the engine's class index yields without a per-node pass)."""
+    counts = {r: n for r, n in counts.items() if n}
     parts = ", ".join(f"{n} {r}" for r, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
     return (
         f"{available}/{total} nodes are available: {parts}."

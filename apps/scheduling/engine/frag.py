@@ -191,19 +191,23 @@ class FragModel:
         hold) then counts more on exactly those nodes, so requests that could run anywhere leave scarce
         hardware to the requests that need it. Returns whether the weights changed.
         """
+        from .index import NodeClasses  # local import: index builds on the model like this module
+
+        # Static node classes (identical nodes) are counted once, times their size: O(classes).
+        classes = NodeClasses.of(snapshot)
         nodes = []
         total = 0
-        for node in snapshot.nodes:
+        for node, size in zip(classes.reps, classes.sizes, strict=True):
             cards = [d for d in node.devices if d.healthy and d.schedulable]
-            total += len(cards)
+            total += len(cards) * size
             if cards and (not capability or node.status == "ready"):
-                nodes.append((node, cards))
+                nodes.append((node, cards, size))
         scale: dict[tuple, float] = {}
         raw = weight = 0.0
         for gkey, base in self._members.items():
             _whole, count, _c, dmem, kind, vendors, models = gkey
             per_node = []
-            for node, cards in nodes:
+            for node, cards, size in nodes:
                 n = sum(
                     1
                     for d in cards
@@ -213,7 +217,7 @@ class FragModel:
                     and (not dmem or d.memory_mib >= dmem)
                 )
                 if n >= count:
-                    per_node.append((node, n))
+                    per_node.append((node, n * size))
             for i, (cpu, mem, w) in enumerate(base):
                 usable = sum(
                     n

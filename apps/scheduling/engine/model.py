@@ -13,7 +13,9 @@ Invariants the snapshot enforces on every ``apply`` (and ``check_invariants`` re
 * a card's compute is never over-sold: ``hard × F + shared × 100 ≤ 1000 × F`` where ``F`` is the pool's
   overcommit factor in percent (100 … 150). Hard-isolated slices therefore always fit in the real card
   and only shared slices can use the overcommit headroom;
-* a whole card excludes every other allocation on it.
+* a whole card excludes every other allocation on it;
+* on a card with a MIG geometry (``DeviceState.mig``) the MIG instances are valid, non-overlapping
+  GPU-instance placements and share the card with nothing else (``engine/mig.py``).
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ import math
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from . import mig as _mig
 
 WHOLE = 1000  # compute milli of one whole card
 _SNAPSHOT_IDS = itertools.count(1)
@@ -140,6 +144,8 @@ class DeviceState:
         "shared_used",
         "whole_by",
         "slices",
+        "mig",
+        "mig_used",
     )
 
     def __init__(
@@ -159,6 +165,7 @@ class DeviceState:
         healthy: bool = True,
         schedulable: bool = True,
         gray: bool = False,
+        mig: Any = None,
     ) -> None:
         self.id = id
         self.index = index
@@ -179,6 +186,10 @@ class DeviceState:
         self.shared_used = 0
         self.whole_by: str | None = None
         self.slices: dict[str, tuple[int, int, str]] = {}
+        # MIG (engine/mig.py): the card's geometry (apps.catalog.mig.Geometry, None = not modelled) and
+        # its GPU instances, slice key -> (profile, start slot); only MIG slices share such a card.
+        self.mig = mig
+        self.mig_used: dict[str, tuple[str, int]] = {}
 
     # ---- queries -------------------------------------------------------------------------------
 
@@ -201,7 +212,7 @@ class DeviceState:
         return WHOLE - self.hard_used - math.ceil(self.shared_used * 100 / factor_pct)
 
     def fits_slice(self, memory_mib: int, compute: int, isolation: str, factor_pct: int = 100) -> bool:
-        if self.whole_by is not None or self.mem_used + memory_mib > self.memory_mib:
+        if self.whole_by is not None or self.mig_used or self.mem_used + memory_mib > self.memory_mib:
             return False
         if isolation == Isolation.HARD:
             return (self.hard_used + compute) * factor_pct + self.shared_used * 100 <= WHOLE * factor_pct
@@ -225,6 +236,7 @@ class NodeState:
         "taints",
         "switch",
         "zone",
+        "cluster",
         "owner_project",
         "cpu_milli",
         "memory_mib",
@@ -253,6 +265,7 @@ class NodeState:
         switch: str = "",
         zone: str = "",
         owner_project: str | None = None,
+        cluster: str = "",
     ) -> None:
         if status not in NodeStatus.ALL:
             raise ValueError(f"node {name}: unknown status {status!r}")
@@ -265,6 +278,7 @@ class NodeState:
         self.taints = tuple(taints)
         self.switch = switch
         self.zone = zone
+        self.cluster = cluster  # a hard boundary for one job (engine/clusters.py)
         self.owner_project = owner_project
         self.cpu_milli = int(cpu_milli)
         self.memory_mib = int(memory_mib)
@@ -348,6 +362,7 @@ class DeviceGroup:
     models: frozenset[str] = frozenset()
     features: frozenset[str] = frozenset()
     name: str = ""
+    profile: str = ""  # a MIG profile (e.g. "3g.40gb"): placed by the card's geometry (engine/mig.py)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "vendors", _fs(self.vendors))
@@ -409,9 +424,11 @@ class Request:
     precheck_failures: Any = ()  # Mapping[node name, reason] from the caller's runtime precheck
     priority: int = 0
     gray_opt_in: bool = False  # may use cards on gray-release soak
+    cluster: str | None = None  # only nodes of this cluster (engine/clusters.py picks one when None)
     static_key: tuple = field(init=False, repr=False, compare=False, default=())
     shape_key: tuple = field(init=False, repr=False, compare=False, default=())
     compute_total: int = field(init=False, repr=False, compare=False, default=0)
+    mig: bool = field(init=False, repr=False, compare=False, default=False)  # a group names a MIG profile
 
     def __post_init__(self) -> None:
         sel = self.node_selector
@@ -436,14 +453,16 @@ class Request:
             tuple(
                 (g.kind, g.vendors, g.models, g.features, g.count, g.whole, g.memory_mib) for g in self.groups
             ),
+            self.cluster,
         )
         object.__setattr__(self, "static_key", static)
         shape = (
             self.cpu_milli,
             self.memory_mib,
-            tuple((g.count, g.whole, g.memory_mib, g.compute, g.isolation) for g in self.groups),
+            tuple((g.count, g.whole, g.memory_mib, g.compute, g.isolation, g.profile) for g in self.groups),
         )
         object.__setattr__(self, "shape_key", shape)
+        object.__setattr__(self, "mig", any(g.profile for g in self.groups))
         # requested compute of one replica in milli-cards (a whole card counts 1000)
         object.__setattr__(self, "compute_total", sum(g.count * g.compute for g in self.groups))
 
@@ -465,6 +484,8 @@ class DeviceAssignment:
     memory_mib: int
     compute: int
     isolation: str
+    profile: str = ""  # MIG profile of the slice ("" = none)
+    mig_start: int | None = None  # its GPU instance's start slot (None: not modelled / chosen on apply)
 
 
 @dataclass(frozen=True, slots=True)
@@ -512,6 +533,7 @@ class Placement:
                             "memory_mib": d.memory_mib,
                             "compute": d.compute,
                             "isolation": d.isolation,
+                            **({"profile": d.profile, "mig_start": d.mig_start} if d.profile else {}),
                         }
                         for d in p.devices
                     ],
@@ -538,6 +560,8 @@ class Placement:
                         memory_mib=int(d.get("memory_mib", 0)),
                         compute=int(d.get("compute", WHOLE)),
                         isolation=d.get("isolation", Isolation.HARD),
+                        profile=d.get("profile") or "",
+                        mig_start=d.get("mig_start"),
                     )
                     for d in p.get("devices", ())
                 ),
@@ -560,6 +584,38 @@ class Candidate:
     score: tuple
 
 
+class LazyMapping(Mapping):
+    """A read-only mapping computed on first access (per-node reasons nobody may ever read).
+
+    Compares equal to a dict with the same items; ``dict(m)`` copies it.
+    """
+
+    __slots__ = ("_fn", "_data")
+
+    def __init__(self, fn) -> None:
+        self._fn = fn
+        self._data: dict | None = None
+
+    @property
+    def data(self) -> dict:
+        if self._data is None:
+            self._data = self._fn()
+            self._fn = None
+        return self._data
+
+    def __getitem__(self, key):
+        return self.data[key]
+
+    def __iter__(self):
+        return iter(self.data)
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __repr__(self) -> str:
+        return repr(self.data) if self._data is not None else "<LazyMapping (not computed)>"
+
+
 @dataclass(slots=True)
 class Decision:
     """The outcome of placing one request, with an ordered trace (one trace id per decision)."""
@@ -570,7 +626,8 @@ class Decision:
     placement: Placement | None = None
     steps: list[TraceStep] = field(default_factory=list)
     explanation: str = ""
-    rejections: dict[str, str] = field(default_factory=dict)
+    # node -> reason; may be a LazyMapping built on first read (the explanation already has the counts)
+    rejections: Mapping[str, str] = field(default_factory=dict)
     candidates: list[Candidate] = field(default_factory=list)
 
     @property
@@ -584,7 +641,8 @@ class Decision:
     def step(self, tier: str, message: str, **data: Any) -> None:
         self.steps.append(TraceStep(tier, message, data))
 
-    def to_dict(self) -> dict:
+    def to_dict(self, rejections: bool = True) -> dict:
+        """``rejections=False`` leaves out the per-node reasons (O(nodes); the explanation counts them)."""
         return {
             "trace_id": self.trace_id,
             "request_id": self.request_id,
@@ -595,7 +653,7 @@ class Decision:
             "explanation": self.explanation,
             "steps": [{"tier": s.tier, "message": s.message, "data": s.data} for s in self.steps],
             "candidates": [{"node": c.node, "score": list(c.score)} for c in self.candidates],
-            "rejections": dict(self.rejections),
+            "rejections": dict(self.rejections) if rejections else {},
         }
 
 
@@ -621,6 +679,7 @@ class Snapshot:
         self.change_log: list[int] = []
         self.log_offset = 0
         self.indexes: dict = {}  # engine-owned caches, dropped when static_version changes
+        self.cluster_preference: dict[str, int] = {}  # cluster -> order (lower first), engine/clusters.py
         for node in nodes:
             self.add_node(node)
 
@@ -674,6 +733,7 @@ class Snapshot:
             "healthy",
             "schedulable",
             "gray",
+            "mig",
         )
         for rec in nodes:
             devices = [
@@ -695,6 +755,7 @@ class Snapshot:
                     switch=rec.get("switch", "") or "",
                     zone=rec.get("zone", "") or "",
                     owner_project=rec.get("owner_project"),
+                    cluster=rec.get("cluster", "") or "",
                 )
             )
         for alloc in allocations:
@@ -722,9 +783,11 @@ class Snapshot:
                     healthy=d.healthy,
                     schedulable=d.schedulable,
                     gray=d.gray,
+                    mig=d.mig,
                 )
                 c.mem_used, c.hard_used, c.shared_used = d.mem_used, d.hard_used, d.shared_used
                 c.whole_by, c.slices = d.whole_by, dict(d.slices)
+                c.mig_used = dict(d.mig_used)
                 devices.append(c)
             n = NodeState(
                 node.name,
@@ -739,10 +802,12 @@ class Snapshot:
                 switch=node.switch,
                 zone=node.zone,
                 owner_project=node.owner_project,
+                cluster=node.cluster,
             )
             n.cpu_used, n.mem_used = node.cpu_used, node.mem_used
             clone.add_node(n)
         clone.placements = dict(self.placements)
+        clone.cluster_preference = dict(self.cluster_preference)
         return clone
 
     # ---- static changes -----------------------------------------------------------------------
@@ -840,6 +905,11 @@ class Snapshot:
                 if len(assigns) > 1 or not dev.empty:
                     return f"device {dev_id}: a whole card must be free and exclusive"
                 continue
+            if dev.mig is not None and (dev.mig_used or any(a.profile for a in assigns)):
+                problem = _mig.check_device(dev, assigns)  # the card's MIG geometry decides
+                if problem is not None:
+                    return problem
+                continue
             m = sum(a.memory_mib for a in assigns)
             hard = sum(a.compute for a in assigns if a.isolation == Isolation.HARD)
             shared = sum(a.compute for a in assigns if a.isolation != Isolation.HARD)
@@ -871,12 +941,16 @@ class Snapshot:
                     key = f"{rid}#{part.replica}#{a.group}"
                     if key in dev.slices:
                         key = f"{key}#{len(dev.slices)}"
-                    dev.slices[key] = (a.memory_mib, a.compute, a.isolation)
-                    dev.mem_used += a.memory_mib
-                    if a.isolation == Isolation.HARD:
-                        dev.hard_used += a.compute
+                    mem, comp, iso = a.memory_mib, a.compute, a.isolation
+                    if dev.mig is not None and a.profile:  # a GPU instance: its slot share of the card
+                        mem, comp = _mig.reserve(dev, key, a)
+                        iso = Isolation.HARD
+                    dev.slices[key] = (mem, comp, iso)
+                    dev.mem_used += mem
+                    if iso == Isolation.HARD:
+                        dev.hard_used += comp
                     else:
-                        dev.shared_used += a.compute
+                        dev.shared_used += comp
             self._touch(node)
         self.placements[rid] = placement
 
@@ -898,6 +972,8 @@ class Snapshot:
                     prefix = f"{request_id}#{part.replica}#{a.group}"
                     key = next(k for k in dev.slices if k == prefix or k.startswith(prefix + "#"))
                     m, c, iso = dev.slices.pop(key)
+                    if dev.mig_used:
+                        dev.mig_used.pop(key, None)
                     dev.mem_used -= m
                     if iso == Isolation.HARD:
                         dev.hard_used -= c
@@ -935,6 +1011,8 @@ class Snapshot:
                     problems.append(f"{d.id}: compute {hard}+{shared} over {factor}%")
                 if shared and factor == 100 and hard + shared > WHOLE:
                     problems.append(f"{d.id}: compute {hard + shared} without overcommit")
+                if d.mig_used:
+                    problems.extend(_mig.invariant_problems(d))
         return problems
 
     def gpu_totals(self) -> tuple[int, int]:

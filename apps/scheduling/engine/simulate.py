@@ -18,6 +18,13 @@ node list (``--tie-break order``): with it best fit, GPU packing and FGD land mu
 published figures than with random tie-breaking (``--tie-break random``), which leaves best fit where
 it is but makes the policies whose integer scores tie a lot (packing, FGD) far worse.
 
+MIG (``--mig A100-80GB``, off by default, so the published comparison is untouched): every card becomes
+a MIG card with that geometry (``apps/catalog/data/mig-geometry.yaml``) and a GPU-sharing pod asks for
+the smallest GPU-instance profile whose compute slices cover its ``gpu_milli`` (no media extensions);
+the engine then places it only on a free placement (``engine/mig.py``), so the run shows what MIG's
+quantization and placement rules cost on this workload. A pod larger than the largest profile asks for
+whole cards as before.
+
 Optional, as in the paper: fragmentation at arrived = 100 % — idle GPU that the common pod shapes
 (95 % of pods, by frequency, CPU-only pods included) cannot use, and its rate (÷ idle GPU).
 
@@ -136,11 +143,35 @@ def load_pods(path: str | Path) -> list[PodSpec]:
     return pods
 
 
-def build_snapshot(nodes: Sequence[NodeSpec]) -> Snapshot:
+def mig_geometry(key: str | None):
+    """The geometry named ``key`` (e.g. ``A100-80GB``) from the catalog's MIG data, or None."""
+    if not key:
+        return None
+    from apps.catalog.mig import geometries
+
+    found = geometries().get(key)
+    if found is None:
+        raise ValueError(f"unknown MIG geometry {key!r}; known: {', '.join(sorted(geometries()))}")
+    return found
+
+
+def mig_profile_for(geometry, gpu_milli: int) -> str | None:
+    """The smallest profile (compute slices, then memory slices) whose compute covers ``gpu_milli``."""
+    best = None
+    for p in geometry.profiles.values():
+        if "+" in p.name or p.compute * WHOLE < gpu_milli * geometry.compute_slices:
+            continue
+        if best is None or (p.compute, p.size) < (best.compute, best.size):
+            best = p
+    return None if best is None else best.name
+
+
+def build_snapshot(nodes: Sequence[NodeSpec], mig=None) -> Snapshot:
     snap = Snapshot()
     for spec in nodes:
         devices = [
-            DeviceState(f"{spec.name}/gpu{i}", i, kind="gpu", model=spec.model) for i in range(spec.gpus)
+            DeviceState(f"{spec.name}/gpu{i}", i, kind="gpu", model=spec.model, mig=mig)
+            for i in range(spec.gpus)
         ]
         snap.add_node(
             NodeState(spec.name, cpu_milli=spec.cpu_milli, memory_mib=spec.memory_mib, devices=devices)
@@ -148,10 +179,23 @@ def build_snapshot(nodes: Sequence[NodeSpec]) -> Snapshot:
     return snap
 
 
-def to_request(pod: PodSpec, rid: str | None = None) -> Request:
+def to_request(pod: PodSpec, rid: str | None = None, mig=None) -> Request:
     groups: tuple[DeviceGroup, ...] = ()
+    profile = mig_profile_for(mig, pod.gpu_milli) if mig is not None and pod.num_gpu else None
     if pod.num_gpu:
-        if pod.gpu_milli >= WHOLE:
+        if profile is not None and pod.gpu_milli < WHOLE:
+            groups = (
+                DeviceGroup(
+                    count=pod.num_gpu,
+                    whole=False,
+                    compute=pod.gpu_milli,
+                    isolation=Isolation.HARD,
+                    kind="gpu",
+                    models=pod.models,
+                    profile=profile,
+                ),
+            )
+        elif pod.gpu_milli >= WHOLE:
             groups = (DeviceGroup(count=pod.num_gpu, whole=True, kind="gpu", models=pod.models),)
         else:
             groups = (
@@ -216,11 +260,13 @@ def run_once(
     ratio: float = INFLATION,
     frag: bool = True,
     tie_break: str = "order",
+    mig: str | None = None,
 ) -> dict:
     """One seed of one policy: the curve, the failed pods and (optionally) fragmentation at 100 %."""
-    snap = build_snapshot(nodes)
+    geometry = mig_geometry(mig)
+    snap = build_snapshot(nodes, geometry)
     capacity = sum(n.gpus for n in nodes) * WHOLE
-    requests = [to_request(p) for p in pods]
+    requests = [to_request(p, mig=geometry) for p in pods]
     engine = Engine(policy, seed=seed, explain=False, top_k=0, workload=requests, tie_break=tie_break)
     order = workload(pods, seed, capacity, ratio)
     arrived = allocated = 0
@@ -230,7 +276,7 @@ def run_once(
     scale = 100.0 / capacity if capacity else 0.0
     t0 = time.perf_counter()
     for n, pod in enumerate(order):
-        decision = engine.place(snap, to_request(pod, f"{pod.name}#{n}"))
+        decision = engine.place(snap, to_request(pod, f"{pod.name}#{n}", geometry))
         arrived += pod.gpu
         if decision.placement is not None:
             allocated += pod.gpu
@@ -253,6 +299,7 @@ def run_once(
         "unallocated_at_100": 100.0 - curve.get(100, records[-1][1] if records else 0.0),
         "fragmentation": frag_at_100,
         "seconds": elapsed,
+        **({"mig": mig, "invariant_problems": len(snap.check_invariants())} if mig else {}),
     }
 
 
@@ -284,11 +331,13 @@ def run_benchmark(
     jobs: int = 1,
     progress=None,
     tie_break: str = "order",
+    mig: str | None = None,
 ) -> dict[str, dict]:
     """``{policy: {"unallocated_at_100": {"mean", "sd"}, "curve": {...}, "failed_pods": n, ...}}``."""
     for name in policies:
         get_policy(name)  # fail fast on a typo
-    tasks = [(nodes, pods, name, seed, ratio, True, tie_break) for name in policies for seed in seeds]
+    mig_geometry(mig)  # fail fast on an unknown geometry
+    tasks = [(nodes, pods, name, seed, ratio, True, tie_break, mig) for name in policies for seed in seeds]
     runs: list[dict] = []
     if jobs > 1:
         with ProcessPoolExecutor(max_workers=jobs) as pool:
@@ -342,6 +391,86 @@ def summarize(runs: Sequence[dict], policies: Sequence[str]) -> dict[str, dict]:
             "seconds": round(sum(r["seconds"] for r in mine), 2),
         }
     return out
+
+
+# ---- offline references (engine/offline.py) --------------------------------------------------------
+
+
+def offline_once(
+    nodes: Sequence[NodeSpec], pods: Sequence[PodSpec], seed: int, time_limit: float = 5.0
+) -> dict:
+    """LP bound and hindsight packing for one seed's arrived workload at 100 %, in unallocated %."""
+    from . import offline
+
+    capacity = sum(n.gpus for n in nodes) * WHOLE
+    arrived = offline.arrived_at_100(workload(pods, seed, capacity), capacity)
+    scale = 100.0 / capacity if capacity else 0.0
+    lp = offline.lp_bound(nodes, arrived)
+    packed = offline.hindsight(lambda: build_snapshot(nodes), arrived, to_request, time_limit=time_limit)
+    return {
+        "seed": seed,
+        "arrived_pct": sum(p.gpu for p in arrived) * scale,
+        "bound": 100.0 - lp["allocated"] * scale if lp["allocated"] is not None else None,
+        "hindsight": 100.0 - packed["allocated"] * scale,
+        "hindsight_greedy": 100.0 - packed["greedy_allocated"] * scale,
+        "hindsight_moves": packed["moves"],
+        "lp_status": lp["status"],
+        "seconds": lp["seconds"] + packed["seconds"],
+    }
+
+
+def _offline_job(args: tuple) -> dict:
+    return offline_once(*args)
+
+
+def offline_references(
+    nodes: Sequence[NodeSpec],
+    pods: Sequence[PodSpec],
+    seeds: Sequence[int] = DEFAULT_SEEDS,
+    *,
+    results: dict[str, dict] | None = None,
+    time_limit: float = 5.0,
+    jobs: int = 1,
+) -> dict:
+    """Per seed and mean ± sd: the LP bound and the hindsight packing (unallocated GPU % at arrived =
+    100 %), and, given the online ``results``, the gap of the best online policy to each (points)."""
+    tasks = [(nodes, pods, seed, time_limit) for seed in seeds]
+    if jobs > 1:
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            runs = list(pool.map(_offline_job, tasks))
+    else:
+        runs = [_offline_job(t) for t in tasks]
+    out: dict = {"seeds": list(seeds), "per_seed": {}}
+    for key in ("bound", "hindsight", "hindsight_greedy"):
+        vals = [r[key] for r in runs if r[key] is not None]
+        out[key] = _mean_sd(vals)
+    out["per_seed"] = {
+        str(r["seed"]): {k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items() if k != "seed"}
+        for r in runs
+    }
+    if results:
+        best = min(results, key=lambda name: results[name]["unallocated_at_100"]["mean"])
+        online = results[best]["unallocated_at_100"]["mean"]
+        out["best_online"] = best
+        out["best_online_unallocated"] = online
+        out["gap_to_bound"] = round(online - out["bound"]["mean"], 4)
+        out["gap_to_hindsight"] = round(online - out["hindsight"]["mean"], 4)
+    return out
+
+
+def format_offline(ref: dict) -> str:
+    b, h = ref["bound"], ref["hindsight"]
+    lines = [
+        "offline references for the same arrived workload at 100 % (unallocated GPU %, lower is better):",
+        f"{'lp-bound':<10} {b['mean']:>24.2f} ± {b['sd']:<5.2f}   (no placement can do better)",
+        f"{'hindsight':<10} {h['mean']:>24.2f} ± {h['sd']:<5.2f}   (best packing found knowing every pod)",
+    ]
+    if "best_online" in ref:
+        lines.append(
+            f"best online policy {ref['best_online']} ({ref['best_online_unallocated']:.2f} %): "
+            f"{ref['gap_to_bound']:+.2f} points from the bound, {ref['gap_to_hindsight']:+.2f} from hindsight"
+        )
+    return "\n".join(lines)
 
 
 def format_report(results: dict[str, dict], published: dict[str, float] | None = None) -> str:
@@ -425,8 +554,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="order",
         help="exact score ties: first node in the node list (default; reproduces the published baselines) or random",
     )
+    parser.add_argument(
+        "--mig",
+        default=None,
+        help="model every card as a MIG card of this geometry (e.g. A100-80GB; default off)",
+    )
     parser.add_argument("--jobs", type=int, default=1, help="worker processes (default 1)")
     parser.add_argument("--quiet", action="store_true", help="no per-seed progress lines")
+    parser.add_argument(
+        "--no-offline",
+        dest="offline",
+        action="store_false",
+        help="skip the offline references (LP bound, hindsight packing)",
+    )
+    parser.add_argument(
+        "--hindsight-seconds",
+        type=float,
+        default=5.0,
+        help="time limit of the hindsight local search per seed (default 5)",
+    )
 
 
 def main(argv: Sequence[str] | None = None, stdout=None) -> int:
@@ -467,8 +613,21 @@ def execute(args: argparse.Namespace, stdout) -> int:
         jobs=max(1, args.jobs),
         progress=progress,
         tie_break=getattr(args, "tie_break", "order"),
+        mig=getattr(args, "mig", None),
     )
     print(format_report(results), file=stdout)
+    if getattr(args, "offline", True) and not getattr(args, "mig", None):
+        ref = offline_references(
+            nodes,
+            pods,
+            args.seeds,
+            results=results,
+            time_limit=getattr(args, "hindsight_seconds", 5.0),
+            jobs=max(1, args.jobs),
+        )
+        print("", file=stdout)
+        print(format_offline(ref), file=stdout)
+        results = {**results, "offline": ref}
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(results, indent=2, sort_keys=False) + "\n")
         print(f"wrote {args.json_out}", file=stdout)

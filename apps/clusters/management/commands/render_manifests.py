@@ -2,8 +2,10 @@
 
     python manage.py render_manifests (--job ID | --all) --out DIR
 
-Objects: the project Namespaces and each job's workload (batch/v1 Job, or apps/v1 Deployment for
-inference services); with ``--all`` also every node's labels and taints (the body of the Node
+Objects: the project Namespaces and each job's group (``workload_objects``: batch/v1 Jobs — one
+per replica of a gang, with its headless Service — or apps/v1 Deployments for inference services,
+and the resource.k8s.io/v1 ResourceClaims / ResourceClaimTemplates of clusters in DRA mode); with
+``--all`` also the DRA DeviceClasses and every node's labels and taints (the body of the Node
 patch). Files are named ``<kind>-<namespace>-<name>.yaml`` (kind lower-case; cluster-scoped objects
 use ``_cluster`` as the namespace part). For GitOps review and for tests.
 """
@@ -16,7 +18,7 @@ import yaml
 from django.core.management.base import BaseCommand, CommandError
 from django.db.models import Prefetch
 
-from apps.clusters.manifests import namespace_manifest, node_patch, workload_manifest
+from apps.clusters.manifests import device_class_manifests, namespace_manifest, node_patch, workload_objects
 from apps.inventory.models import Node
 from apps.jobs.models import ACTIVE_STATES, Allocation, Job
 
@@ -60,10 +62,13 @@ class Command(BaseCommand):
             cluster = allocations[0].node.cluster
             for obj in (
                 namespace_manifest(job.project),
-                workload_manifest(job, allocations, cluster, attempt=job.attempt),
+                *workload_objects(job, allocations, cluster, attempt=job.attempt),
             ):
                 objects[manifest_filename(obj)] = obj
         if options["all"]:
+            # The DeviceClasses the DRA claims name (also shipped in platform/kubernetes/dra/).
+            for obj in device_class_manifests():
+                objects[manifest_filename(obj)] = obj
             for node in Node.objects.exclude(status=Node.Status.RETIRED).order_by("name"):
                 obj = node_patch(node)
                 objects[manifest_filename(obj)] = obj

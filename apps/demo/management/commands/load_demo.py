@@ -5,6 +5,7 @@ from django.db import transaction
 
 from apps.catalog.services import catalog_sync, compute_template_sync_builtin
 from apps.demo import accounts as accounts_demo
+from apps.demo import benchlib as benchlib_demo
 from apps.demo import billing as billing_demo
 from apps.demo import inventory as inventory_demo
 from apps.demo import jobs as jobs_demo
@@ -41,6 +42,7 @@ class Command(BaseCommand):
         billing_demo.load(actor=actor, stdout=self.stdout)
         rollout_demo.load(actor=actor, stdout=self.stdout)
         migration_demo.load(actor=actor, stdout=self.stdout)
+        benchlib_demo.load(actor=actor, stdout=self.stdout)
         self.stdout.write(self.style.SUCCESS("Demo loaded. Sign in with:"))
         for username, password, role in credentials:
             self.stdout.write(f"  {username:<8} {password:<14} {role}")

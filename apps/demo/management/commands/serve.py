@@ -31,8 +31,25 @@ class Command(BaseCommand):
         env.setdefault(
             "DJANGO_SETTINGS_MODULE", os.environ.get("DJANGO_SETTINGS_MODULE", "config.settings.local")
         )
+        # The demo serves like production: DEBUG off (the styled 403/404/500 pages, not Django's
+        # technical 404) and static files collected with hashed names and gzip copies, which WhiteNoise
+        # serves compressed with a year-long immutable Cache-Control (config/settings/base.py STORAGES).
+        # DJANGO_DEBUG=1 in the environment still turns DEBUG on.
+        env.setdefault("DJANGO_DEBUG", "0")
         var_dir = Path(settings.VAR_DIR)
         var_dir.mkdir(parents=True, exist_ok=True)
+        subprocess.run(
+            [
+                sys.executable,
+                str(Path(settings.BASE_DIR) / "manage.py"),
+                "collectstatic",
+                "--noinput",
+                "-v",
+                "0",
+            ],
+            env=env,
+            check=True,
+        )
         commands = {
             "web": [
                 str(bin_dir / "gunicorn"),

@@ -1,0 +1,13 @@
+"""Account pages, mounted at /account/ (namespace "accounts")."""
+
+from django.urls import path
+
+from apps.accounts import views
+
+app_name = "accounts"
+
+urlpatterns = [
+    path("", views.profile, name="profile"),
+    path("tokens/", views.tokens, name="tokens"),
+    path("tokens/<int:pk>/revoke/", views.token_revoke, name="token-revoke"),
+]

@@ -1,0 +1,387 @@
+"""Which card, which slice, for this workload, at what cost: recommendations from measurements.
+
+For a workload profile and a target (throughput, an optional p99 latency bound, optional vendors), every
+device model present in the fleet is an option as a whole card and as each of its active compute
+templates. Each option gets:
+
+* **throughput of one instance**, from the library, by these rules (stated on every answer):
+  - *measured*: measurements taken on the same template (or on whole cards for the whole-card option);
+    their mean weighted by runs × the share of the card the measuring job had;
+  - *estimated*: no measurement at this share, but some at a larger share of the same model (a whole
+    card, a bigger slice): scaled **linearly in the compute share**. Never scaled up from a smaller
+    share — that would extrapolate beyond what was measured, so the option says "no data";
+  - with a latency bound only measurements at exactly this share whose p99 met the bound count
+    (latency does not scale with the share), so a latency-bound option is measured or has no data;
+* **instances** to reach the target: ``ceil(target ÷ per-instance)``, linear in instances (data-parallel
+  replicas), and at least what the profile's sharded model state needs (``total_memory_mib``); an option
+  whose memory per instance is below the profile's is not possible;
+* **cost**: compute units per hour (coefficient in force × share × instances), CU-hours per million
+  units of output, and money from the rate card in force where billing provides a price
+  (``PRICE_PER_CU_HOUR``, filled by ``apps.billing`` — it sits above this layer).
+
+Options are ranked by money per million units when every option with data has a price, else by CU-hours
+per million; options without data come last. The same function answers the ``recommend`` command, the
+API and the submit page, and gives the scheduler its ordered alternatives for profile requests.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime
+from decimal import ROUND_HALF_UP, Decimal
+
+from django.utils import timezone
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_noop
+
+from apps.benchlib.models import Measurement
+from apps.catalog.models import ComputeTemplate, DeviceModel, WorkloadProfile
+from apps.catalog.selectors import coefficients_on
+from apps.core.errors import NotFound, ValidationFailed
+from apps.core.slots import Slot
+from apps.inventory.models import Device
+
+MEASURED = "measured"
+ESTIMATED = "estimated"
+NO_DATA = "no-data"
+RULE_SLICE = gettext_noop(
+    "a slice without its own measurement is estimated from a larger share of the same model, linear in the "
+    "compute share; never from a smaller one"
+)
+RULE_REPLICAS = gettext_noop("several instances scale linearly in the number of instances")
+RULE_LATENCY = gettext_noop(
+    "with a latency bound, only measurements at the same share whose p99 met it count"
+)
+
+# provider(*, template_id, device_model_id) -> (price per CU-hour, currency) or None.
+PRICE_PER_CU_HOUR = Slot("benchlib_price_per_cu_hour")
+MILLION = Decimal(1_000_000)
+Q4 = Decimal("0.0001")
+
+
+@dataclass
+class Evidence:
+    measurements: list[int] = field(default_factory=list)
+    runs: int = 0
+    spread_pct: Decimal | None = None
+    newest: datetime | None = None
+    synthetic: bool = False
+
+    def as_dict(self) -> dict:
+        return {
+            "count": len(self.measurements),
+            "measurement_ids": self.measurements,
+            "runs": self.runs,
+            "spread_pct": None if self.spread_pct is None else str(self.spread_pct),
+            "newest": self.newest.isoformat() if self.newest else None,
+            "age_days": (timezone.now() - self.newest).days if self.newest else None,
+            "synthetic": self.synthetic,
+        }
+
+
+@dataclass
+class Option:
+    device_model: DeviceModel
+    template: ComputeTemplate | None
+    share: Decimal  # percent of one card per instance
+    memory_mib: int | None
+    basis: str = NO_DATA
+    per_instance: Decimal | None = None
+    instances: int | None = None
+    fits: str = ""  # "slice", "card", "several"
+    coefficient: Decimal | None = None
+    cu_per_hour: Decimal | None = None
+    cu_hours_per_million: Decimal | None = None
+    price_per_cu_hour: Decimal | None = None
+    currency: str = ""
+    money_per_hour: Decimal | None = None
+    money_per_million: Decimal | None = None
+    evidence: Evidence = field(default_factory=Evidence)
+    reason: str = ""  # why there is no figure
+    deciding: int | None = None  # the measurement with the most weight behind the figure
+
+    @property
+    def label(self) -> str:
+        if self.template is not None:
+            name = self.template.name
+            # Built-in template names already start with the model ("T4 · half (shared)").
+            return name if name.startswith(self.device_model.name) else f"{self.device_model.name} · {name}"
+        return f"{self.device_model.name} · {_('whole card')}"
+
+    @property
+    def has_data(self) -> bool:
+        return self.per_instance is not None and self.instances is not None
+
+    def as_dict(self) -> dict:
+        def s(v):
+            return None if v is None else str(v)
+
+        return {
+            "option": self.label,
+            "device_model": self.device_model.name,
+            "vendor": self.device_model.vendor,
+            "template": self.template.slug if self.template else None,
+            "share_pct": str(self.share),
+            "basis": self.basis,
+            "per_instance_throughput": s(self.per_instance),
+            "instances": self.instances,
+            "fits": self.fits or None,
+            "coefficient": s(self.coefficient),
+            "cu_per_hour": s(self.cu_per_hour),
+            "cu_hours_per_million": s(self.cu_hours_per_million),
+            "price_per_cu_hour": s(self.price_per_cu_hour),
+            "currency": self.currency or None,
+            "money_per_hour": s(self.money_per_hour),
+            "money_per_million": s(self.money_per_million),
+            "evidence": self.evidence.as_dict(),
+            "deciding_measurement": self.deciding,
+            "no_data": not self.has_data,
+            "reason": self.reason or None,
+        }
+
+
+@dataclass
+class Recommendation:
+    profile: WorkloadProfile
+    target: Decimal
+    latency_ms: Decimal | None
+    vendors: list[str]
+    options: list[Option]
+    ranked_by: str
+
+    @property
+    def best(self) -> Option | None:
+        return next((o for o in self.options if o.has_data), None)
+
+    def as_dict(self) -> dict:
+        return {
+            "profile": self.profile.key,
+            "unit": self.profile.unit,
+            "target": str(self.target),
+            "latency_ms": None if self.latency_ms is None else str(self.latency_ms),
+            "vendors": self.vendors,
+            "ranked_by": self.ranked_by,
+            "rules": [_(RULE_SLICE), _(RULE_REPLICAS), _(RULE_LATENCY)],
+            "options": [o.as_dict() for o in self.options],
+        }
+
+
+def _decimal(value, name: str, *, positive: bool = True) -> Decimal | None:
+    if value in (None, ""):
+        return None
+    try:
+        number = Decimal(str(value))
+    except ArithmeticError:
+        raise ValidationFailed(
+            _("%(name)s must be a number.") % {"name": name}, details={name: ["not a number"]}
+        )
+    if not number.is_finite() or (positive and number <= 0) or number > Decimal("1e12"):
+        raise ValidationFailed(
+            _("%(name)s must be a positive number.") % {"name": name}, details={name: ["must be > 0"]}
+        )
+    return number
+
+
+def profile_get(key: str) -> WorkloadProfile:
+    profile = WorkloadProfile.objects.filter(key=str(key or "")).first()
+    if profile is None:
+        known = ", ".join(WorkloadProfile.objects.values_list("key", flat=True)) or "-"
+        raise NotFound(
+            _("Unknown workload profile %(key)r; known profiles: %(known)s.") % {"key": key, "known": known}
+        )
+    return profile
+
+
+def _weight(m: Measurement) -> Decimal:
+    return Decimal(m.runs) * Decimal(m.compute_share) / 100
+
+
+def _summarise(rows: list[Measurement], value) -> tuple[Decimal, Evidence, int]:
+    """Weighted mean of ``value(m)`` over ``rows`` with its evidence and the deciding measurement."""
+    total_w = sum((_weight(m) for m in rows), Decimal(0))
+    mean = sum((value(m) * _weight(m) for m in rows), Decimal(0)) / total_w
+    values = [value(m) for m in rows]
+    spread = None
+    if len(values) > 1 and mean > 0:
+        spread = ((max(values) - min(values)) / mean * 100).quantize(Decimal("0.1"))
+    elif len(rows) == 1 and rows[0].spread_pct is not None:
+        spread = Decimal(rows[0].spread_pct)
+    evidence = Evidence(
+        measurements=[m.pk for m in rows],
+        runs=sum(m.runs for m in rows),
+        spread_pct=spread,
+        newest=max(m.measured_at for m in rows),
+        synthetic=any(m.synthetic for m in rows),
+    )
+    deciding = max(rows, key=lambda m: (_weight(m), m.measured_at)).pk
+    return mean, evidence, deciding
+
+
+def _same_share(m: Measurement, option: Option) -> bool:
+    if option.template is not None:
+        return m.template_id == option.template.pk or (
+            m.template_id is None and Decimal(m.compute_share) == option.share
+        )
+    return Decimal(m.compute_share) == 100 and (m.template_id is None or m.template.compute_share >= 100)
+
+
+def _estimate(
+    option: Option, rows: list[Measurement], profile: WorkloadProfile, latency: Decimal | None
+) -> None:
+    exact = [m for m in rows if _same_share(m, option)]
+    if latency is not None:
+        exact = [m for m in exact if m.p99_latency_ms is not None and Decimal(m.p99_latency_ms) <= latency]
+        if not exact:
+            option.reason = (
+                _("no measurement at this share met the p99 bound of %(ms)s ms") % {"ms": latency}
+                if rows
+                else _("no data")
+            )
+            return
+    if exact:
+        option.per_instance, option.evidence, option.deciding = _summarise(
+            exact, lambda m: Decimal(m.throughput) / m.cards
+        )
+        option.basis = MEASURED
+        return
+    larger = [m for m in rows if Decimal(m.compute_share) > option.share]
+    if not larger:
+        option.reason = _("measured only at smaller shares; not extrapolated") if rows else _("no data")
+        return
+    per_card, option.evidence, option.deciding = _summarise(larger, lambda m: m.per_card)
+    option.per_instance = per_card * option.share / 100
+    option.basis = ESTIMATED
+
+
+def recommend(
+    *,
+    profile: WorkloadProfile | str,
+    target,
+    latency_ms=None,
+    vendors: list[str] | None = None,
+    project_id: int | None = None,
+    day=None,
+) -> Recommendation:
+    """Rank the fleet's device models and templates for ``target`` units/s of ``profile``."""
+    if not isinstance(profile, WorkloadProfile):
+        profile = profile_get(profile)
+    target_d = _decimal(target, "target")
+    if target_d is None:
+        raise ValidationFailed(_("Give a target throughput."), details={"target": ["required"]})
+    latency = _decimal(latency_ms, "latency_ms")
+    vendors = sorted({str(v).lower() for v in vendors or [] if str(v).strip()})
+    unknown = [
+        v for v in vendors if v not in {c for c, _label in DeviceModel._meta.get_field("vendor").choices}
+    ]
+    if unknown:
+        raise ValidationFailed(
+            _("Unknown vendors: %(list)s.") % {"list": ", ".join(unknown)}, details={"vendors": unknown}
+        )
+
+    fleet_ids = set(
+        Device.objects.exclude(health=Device.Health.RETIRED)
+        .exclude(device_model__isnull=True)
+        .values_list("device_model_id", flat=True)
+        .distinct()
+    )
+    models = [m for m in DeviceModel.objects.filter(pk__in=fleet_ids) if not vendors or m.vendor in vendors]
+    coefficients = coefficients_on([m.pk for m in models], on=day)
+    by_model: dict[int, list[Measurement]] = defaultdict(list)
+    for m in (
+        Measurement.objects.filter(profile=profile, device_model__in=models)
+        .select_related("template")
+        .order_by("-measured_at", "-id")
+    ):
+        by_model[m.device_model_id].append(m)
+    templates: dict[int, list[ComputeTemplate]] = defaultdict(list)
+    for t in ComputeTemplate.objects.filter(device_model__in=models, is_retired=False).order_by(
+        "compute_share", "name"
+    ):
+        if Decimal(t.compute_share) < 100:
+            templates[t.device_model_id].append(t)
+
+    options: list[Option] = []
+    for model in models:
+        shapes = [(None, Decimal(100), model.memory_mib)] + [
+            (t, Decimal(t.compute_share), t.memory_mib) for t in templates[model.pk]
+        ]
+        for template, share, memory in shapes:
+            option = Option(device_model=model, template=template, share=share, memory_mib=memory)
+            option.coefficient = coefficients.get(model.pk)
+            options.append(option)
+            if profile.memory_mib and memory is not None and memory < profile.memory_mib:
+                option.reason = _("%(have)s MiB per instance is less than the profile's %(need)s MiB") % {
+                    "have": memory,
+                    "need": profile.memory_mib,
+                }
+                continue
+            _estimate(option, by_model.get(model.pk, []), profile, latency)
+            if option.per_instance is None or option.per_instance <= 0:
+                option.per_instance = None
+                continue
+            instances = math.ceil(target_d / option.per_instance)
+            if profile.total_memory_mib:
+                if not memory:
+                    option.per_instance, option.reason = None, _("memory of this model is unknown")
+                    continue
+                instances = max(instances, math.ceil(profile.total_memory_mib / memory))
+            option.instances = instances
+            option.per_instance = option.per_instance.quantize(Q4, rounding=ROUND_HALF_UP)
+            option.fits = "several" if instances > 1 else ("slice" if share < 100 else "card")
+            if option.coefficient is None:
+                option.reason = _("the model has no compute coefficient")
+                continue
+            option.cu_per_hour = (option.coefficient * share / 100 * instances).quantize(Q4)
+            # CU-hours per million units: CU/h ÷ (units/s × 3600 s/h) × 1e6
+            option.cu_hours_per_million = (option.cu_per_hour / (target_d * 3600) * MILLION).quantize(Q4)
+            price = PRICE_PER_CU_HOUR.first(
+                template_id=template.pk if template else None, device_model_id=model.pk, project_id=project_id
+            )
+            if price:
+                option.price_per_cu_hour, option.currency = price
+                option.money_per_hour = (option.cu_per_hour * option.price_per_cu_hour).quantize(
+                    Decimal("0.01")
+                )
+                option.money_per_million = (option.cu_hours_per_million * option.price_per_cu_hour).quantize(
+                    Q4
+                )
+
+    priced = [o for o in options if o.cu_hours_per_million is not None]
+    by_money = bool(priced) and all(o.money_per_million is not None for o in priced)
+    ranked_by = "money_per_million" if by_money else "cu_hours_per_million"
+
+    def key(o: Option):
+        if o.cu_hours_per_million is None:
+            return (1, Decimal(0), o.label)
+        return (0, o.money_per_million if by_money else o.cu_hours_per_million, o.label)
+
+    options.sort(key=key)
+    return Recommendation(profile, target_d, latency, vendors, options, ranked_by)
+
+
+def profiles_summary() -> list[dict]:
+    """Every profile with its measurement counts (``recommend --profiles``)."""
+    from django.db.models import Count, Q
+
+    rows = WorkloadProfile.objects.annotate(
+        measurements_total=Count("measurements"),
+        measurements_synthetic=Count("measurements", filter=Q(measurements__synthetic=True)),
+        models_measured=Count("measurements__device_model", distinct=True),
+    ).order_by("key")
+    return [
+        {
+            "profile": p.key,
+            "name": p.name,
+            "unit": p.unit,
+            "framework": p.framework,
+            "precision": p.precision,
+            "memory_mib": p.memory_mib,
+            "latency_bound": p.latency_bound,
+            "measurements": p.measurements_total,
+            "synthetic": p.measurements_synthetic,
+            "device_models": p.models_measured,
+        }
+        for p in rows
+    ]

@@ -1,0 +1,481 @@
+"""Writes of the benchmark library: measurements from every source, and coefficient proposals.
+
+Sources, one model (``Measurement``):
+
+* **job reports** — any job posts its measured throughput (and p99 latency) for its profile; the card,
+  template and share come from the job's allocations, never from the report, and the measurement is
+  weighted by how much of the card the job had;
+* **benchmark runs** — jobs of kind ``benchmark`` report the same way; on the simulated backend
+  ``synthetic_result`` makes a plausible figure from the device catalog's peaks (marked synthetic);
+* **gray-batch benchmark runs** (``rollout.BenchmarkRun``) that name a profile feed the same table
+  through ``measurement_from_benchmark_run``.
+
+Bad input is a precise 400 (403/409 where it is about who or when) with nothing written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from datetime import date, timedelta
+from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+from django.utils.translation import gettext as _
+
+from apps.benchlib.models import CoefficientProposal, Measurement
+from apps.catalog.models import ComputeCoefficient, DeviceModel, WorkloadProfile
+from apps.catalog.selectors import coefficients_on
+from apps.core.audit import actor_fields, change_record_create, snapshot
+from apps.core.errors import Conflict, PermissionDenied, ValidationFailed
+from apps.jobs.models import Allocation, Job, JobState
+
+MAX_THROUGHPUT = Decimal("1e12")
+REPORT_FIELDS = {"profile", "throughput", "p99_latency_ms", "runs", "spread_pct", "measured_at", "runtime"}
+# A proposal is made when measurements and the coefficient disagree by more than this (relative).
+PROPOSAL_THRESHOLD = Decimal("0.15")
+REFERENCE_MODEL_SLUG = "a100-80gb-sxm4"  # one CU = this card for one hour (apps.catalog.models)
+
+
+def _number(data: dict, name: str, *, required: bool = False, integer: bool = False, upper=MAX_THROUGHPUT):
+    value = data.get(name)
+    if value in (None, ""):
+        if required:
+            raise ValidationFailed(_("%(name)s is required.") % {"name": name}, details={name: ["required"]})
+        return None
+    if isinstance(value, bool):
+        raise ValidationFailed(
+            _("%(name)s must be a number.") % {"name": name}, details={name: ["not a number"]}
+        )
+    try:
+        number = Decimal(str(value))
+    except (InvalidOperation, ValueError):
+        raise ValidationFailed(
+            _("%(name)s must be a number.") % {"name": name}, details={name: ["not a number"]}
+        )
+    if not number.is_finite() or number <= 0 or number > upper:
+        raise ValidationFailed(
+            _("%(name)s must be greater than 0 and at most %(max)s.") % {"name": name, "max": upper},
+            details={name: ["out of range"]},
+        )
+    if integer:
+        if number != number.to_integral_value():
+            raise ValidationFailed(
+                _("%(name)s must be a whole number.") % {"name": name}, details={name: ["not an integer"]}
+            )
+        return int(number)
+    return number
+
+
+def _profile(key) -> WorkloadProfile:
+    profile = WorkloadProfile.objects.filter(key=str(key or "")).first()
+    if profile is None:
+        raise ValidationFailed(
+            _("Unknown workload profile %(key)r.") % {"key": key}, details={"profile": ["unknown"]}
+        )
+    return profile
+
+
+def _report_values(data: dict) -> dict[str, Any]:
+    if not isinstance(data, dict):
+        raise ValidationFailed(_("A report is a JSON object."), details={"body": ["not an object"]})
+    unknown = set(data) - REPORT_FIELDS
+    if unknown:
+        raise ValidationFailed(
+            _("Unknown fields: %(list)s.") % {"list": ", ".join(sorted(unknown))},
+            details={f: ["unknown"] for f in sorted(unknown)},
+        )
+    values: dict[str, Any] = {
+        "profile": _profile(data.get("profile")),
+        "throughput": _number(data, "throughput", required=True),
+        "p99_latency_ms": _number(data, "p99_latency_ms", upper=Decimal("1e7")),
+        "runs": _number(data, "runs", integer=True, upper=Decimal(10_000)) or 1,
+        "spread_pct": None,
+        "runtime": str(data.get("runtime") or "")[:60],
+    }
+    spread = data.get("spread_pct")
+    if spread not in (None, ""):
+        if spread in (0, "0"):
+            values["spread_pct"] = Decimal(0)
+        else:
+            values["spread_pct"] = _number(data, "spread_pct", upper=Decimal(1000))
+    measured = data.get("measured_at")
+    if measured in (None, ""):
+        values["measured_at"] = timezone.now()
+    else:
+        from django.utils.dateparse import parse_datetime
+
+        moment = parse_datetime(str(measured)) if isinstance(measured, str) else None
+        if moment is None or timezone.is_naive(moment):
+            raise ValidationFailed(
+                _("measured_at must be an ISO 8601 time with a UTC offset."),
+                details={"measured_at": ["invalid"]},
+            )
+        if moment > timezone.now() + timedelta(minutes=5):
+            raise ValidationFailed(
+                _("A measurement cannot be in the future."), details={"measured_at": ["future"]}
+            )
+        values["measured_at"] = moment
+    return values
+
+
+def _job_shape(job: Job) -> tuple[DeviceModel, Any, Decimal, int, Any, Any, str]:
+    """(device model, template, share %, cards of one replica, device, node, driver) from the job's
+    allocations of its current attempt (active, or the last ones released)."""
+    rows = list(
+        Allocation.objects.filter(job=job, attempt=job.attempt)
+        .select_related("device__device_model", "device__node")
+        .order_by("replica", "device_id")
+    )
+    if not rows:
+        raise Conflict(
+            _("Job %(job)s has no cards yet: a job reports its throughput after it has run.")
+            % {"job": job.pk}
+        )
+    first = rows[0]
+    models = {r.device.device_model_id for r in rows}
+    if len(models) != 1 or first.device.device_model is None:
+        raise Conflict(
+            _("Job %(job)s ran on several device models; report per model through a benchmark run.")
+            % {"job": job.pk}
+        )
+    replica_rows = [r for r in rows if r.replica == first.replica]
+    share = (
+        Decimal(100) if first.whole_card else (Decimal(first.compute_milli) / 10).quantize(Decimal("0.01"))
+    )
+    return (
+        first.device.device_model,
+        job.template if job.template_id else None,
+        share,
+        len(replica_rows),
+        first.device,
+        first.device.node,
+        first.device.node.driver_version or "",
+    )
+
+
+@transaction.atomic
+def job_report(*, job: Job, data: dict, actor) -> Measurement:
+    """A job posts its measured throughput for its profile: one measurement per attempt."""
+    values = _report_values(data)
+    if job.workload_profile_id and values["profile"].pk != job.workload_profile_id:
+        raise ValidationFailed(
+            _("Job %(job)s measures %(profile)s, not %(other)s.")
+            % {"job": job.pk, "profile": job.workload_profile.key, "other": values["profile"].key},
+            details={"profile": ["does not match the job"]},
+        )
+    if job.state not in (JobState.RUNNING, JobState.SUCCEEDED):
+        raise Conflict(
+            _("Job %(job)s is %(state)s: only a running or succeeded job reports throughput.")
+            % {"job": job.pk, "state": job.get_state_display()}
+        )
+    model, template, share, cards, device, node, driver = _job_shape(job)
+    source = Measurement.Source.BENCHMARK if job.kind == Job.Kind.BENCHMARK else Measurement.Source.JOB
+    measurement = Measurement(
+        device_model=model,
+        template=template,
+        compute_share=share,
+        cards=cards * job.replicas,
+        source=source,
+        source_label=f"job {job.pk} attempt {job.attempt}",
+        device=device,
+        node=node,
+        job=job,
+        driver_version=driver,
+        **values,
+    )
+    try:
+        with transaction.atomic():
+            measurement.save()
+    except IntegrityError:
+        raise Conflict(
+            _("Job %(job)s already reported its throughput for attempt %(attempt)s.")
+            % {"job": job.pk, "attempt": job.attempt}
+        )
+    change_record_create(
+        actor=actor,
+        action="measurement.report",
+        obj=measurement,
+        after=snapshot(measurement, ["throughput", "compute_share", "cards", "source"])
+        | {"profile": measurement.profile.key, "job": job.pk},
+    )
+    return measurement
+
+
+def job_report_allowed(*, job: Job, user) -> None:
+    """Only members (not viewers) of the job's project, or staff, may post for it (403 otherwise)."""
+    from apps.accounts.models import Membership
+    from apps.accounts.selectors import user_role
+
+    role = user_role(user, job.project)
+    if role is None:
+        raise PermissionDenied(_("You can report throughput only for jobs of your projects."))
+    if role == Membership.Role.VIEWER:
+        raise PermissionDenied(_("Viewers cannot report throughput; ask a project member."))
+
+
+# ---------------------------------------------------------------------------- synthetic results
+
+
+def _noise(seed: str, spread: float = 0.03) -> float:
+    """A repeatable factor in [1 - spread, 1 + spread] from ``seed`` (no global random state)."""
+    digest = hashlib.sha256(seed.encode()).digest()
+    unit = int.from_bytes(digest[:8], "big") / 2**64
+    return 1 - spread + 2 * spread * unit
+
+
+def synthetic_throughput(profile: WorkloadProfile, model: DeviceModel, share: Decimal, seed: str = ""):
+    """(throughput, p99 latency ms or None) a card could plausibly give, from the catalog's peak.
+
+    compute-bound: efficiency × dense FP16/BF16 TFLOPS × 1e12 ÷ FLOPs per unit;
+    bandwidth-bound (decode): efficiency × batch × memory bandwidth ÷ bytes read per step.
+    A slice gets its compute share (× 0.95 for the partition's overhead). None when the catalog does not
+    know the peak: the demo then shows "no data" for that model rather than a made-up figure.
+    """
+    spec = profile.synthetic or {}
+    bound = spec.get("bound")
+    fraction = float(share) / 100 * (0.95 if share < 100 else 1.0)
+    if bound == "compute":
+        peak = max((float(t) for t in (model.bf16_dense_tflops, model.fp16_dense_tflops) if t), default=None)
+        if not peak or not spec.get("work_per_unit"):
+            return None
+        value = float(spec.get("efficiency", 0.3)) * peak * 1e12 / float(spec["work_per_unit"]) * fraction
+    elif bound == "bandwidth":
+        if not model.memory_bandwidth_gbs or not spec.get("bytes_per_step"):
+            return None
+        value = (
+            float(spec.get("efficiency", 0.5))
+            * float(spec.get("batch", 1))
+            * float(model.memory_bandwidth_gbs)
+            * 1e9
+            / float(spec["bytes_per_step"])
+            * fraction
+        )
+    else:
+        return None
+    value *= _noise(seed)
+    latency = None
+    if profile.latency_bound and spec.get("latency_ms_base"):
+        # Latency grows as the slice shrinks (fewer SMs for the same batch).
+        latency = Decimal(
+            str(round(float(spec["latency_ms_base"]) / max(fraction, 0.05) * _noise(seed + "l"), 2))
+        )
+    return Decimal(str(round(value, 3))), latency
+
+
+@transaction.atomic
+def synthetic_result(*, job: Job, actor="simulated-backend") -> Measurement | None:
+    """The simulated backend's report at the end of a benchmark job (marked synthetic)."""
+    if job.kind != Job.Kind.BENCHMARK or not job.workload_profile_id:
+        return None
+    if Measurement.objects.filter(job=job, source_label=f"job {job.pk} attempt {job.attempt}").exists():
+        return None  # reported already (idempotent: reconcile may see the end twice)
+    model, template, share, cards, device, node, driver = _job_shape(job)
+    result = synthetic_throughput(
+        job.workload_profile, model, share, seed=f"{job.pk}:{job.attempt}:{device.pk}"
+    )
+    if result is None:
+        return None
+    per_instance, latency = result
+    runs = 3
+    measurement = Measurement.objects.create(
+        profile=job.workload_profile,
+        device_model=model,
+        template=template,
+        compute_share=share,
+        cards=cards * job.replicas,
+        throughput=(per_instance * cards * job.replicas).quantize(Decimal("0.001")),
+        p99_latency_ms=latency,
+        runs=runs,
+        spread_pct=Decimal(str(round((_noise(f"{job.pk}s", 0.5) - 0.5) * 8 + 4, 1))),
+        synthetic=True,
+        source=Measurement.Source.BENCHMARK,
+        source_label=f"job {job.pk} attempt {job.attempt}",
+        device=device,
+        node=node,
+        job=job,
+        driver_version=driver,
+        measured_at=timezone.now(),
+    )
+    change_record_create(
+        actor=actor,
+        action="measurement.synthetic",
+        obj=measurement,
+        after={"profile": job.workload_profile.key, "job": job.pk, "throughput": str(measurement.throughput)},
+    )
+    return measurement
+
+
+def measurement_from_benchmark_run(run, *, profile: WorkloadProfile) -> Measurement:
+    """A gray-batch benchmark run (``rollout.BenchmarkRun``) of a whole card on a node, in the library."""
+    device = run.node.devices.exclude(device_model__isnull=True).select_related("device_model").first()
+    if device is None:
+        raise ValidationFailed(
+            _("Node %(node)s has no card of a known model to attribute the run to.")
+            % {"node": run.node.name},
+            details={"node": ["no known model"]},
+        )
+    if str(run.unit or "").strip() and str(run.unit).strip() != profile.unit:
+        raise ValidationFailed(
+            _("The run is in %(unit)s but profile %(profile)s measures %(expected)s.")
+            % {"unit": run.unit, "profile": profile.key, "expected": profile.unit},
+            details={"unit": ["does not match the profile"]},
+        )
+    return Measurement.objects.create(
+        profile=profile,
+        device_model=device.device_model,
+        compute_share=Decimal(100),
+        cards=1,
+        throughput=run.throughput,
+        runs=1,
+        source=Measurement.Source.GRAY_BATCH,
+        source_label=(f"benchmark run {run.pk}" + (f" (batch {run.batch.name})" if run.batch_id else ""))[
+            :200
+        ],
+        device=device,
+        node=run.node,
+        job=run.job,
+        driver_version=run.node.driver_version or "",
+        measured_at=run.measured_at,
+    )
+
+
+# ---------------------------------------------------------------------------- coefficient proposals
+
+
+def per_card_throughput(profile: WorkloadProfile, model: DeviceModel) -> dict | None:
+    """The measured whole-card-equivalent throughput of ``model`` on ``profile`` (mean weighted by runs ×
+    share), with the measurement count; None without measurements."""
+    rows = list(Measurement.objects.filter(profile=profile, device_model=model))
+    if not rows:
+        return None
+    weights = [Decimal(m.runs) * Decimal(m.compute_share) / 100 for m in rows]
+    mean = sum((m.per_card * w for m, w in zip(rows, weights, strict=True)), Decimal(0)) / sum(
+        weights, Decimal(0)
+    )
+    return {"per_card": mean, "measurements": len(rows), "synthetic": any(m.synthetic for m in rows)}
+
+
+def measured_ratios(model: DeviceModel, reference: DeviceModel) -> dict[str, dict]:
+    """{profile key: {"ratio", "model_per_card", "reference_per_card", "measurements", "synthetic"}}: the
+    measured throughput of ``model`` over ``reference`` per profile both were measured on."""
+    out: dict[str, dict] = {}
+    for profile in WorkloadProfile.objects.filter(measurements__device_model=model).distinct():
+        mine, theirs = per_card_throughput(profile, model), per_card_throughput(profile, reference)
+        if not mine or not theirs:
+            continue
+        a, b = mine["per_card"], theirs["per_card"]
+        out[profile.key] = {
+            "ratio": str((a / b).quantize(Decimal("0.01"), rounding=ROUND_HALF_UP)),
+            "model_per_card": str(a.quantize(Decimal("0.01"))),
+            "reference_per_card": str(b.quantize(Decimal("0.01"))),
+            "measurements": mine["measurements"] + theirs["measurements"],
+            "synthetic": mine["synthetic"] or theirs["synthetic"],
+        }
+    return out
+
+
+def _reference() -> DeviceModel | None:
+    return DeviceModel.objects.filter(slug=REFERENCE_MODEL_SLUG).first()
+
+
+@transaction.atomic
+def coefficient_proposals_refresh(*, actor="worker") -> list[CoefficientProposal]:
+    """Open a proposal for every model whose measured ratio to the reference card (geometric mean over
+    profiles, normalised by the reference's own coefficient) differs from its coefficient by more than
+    15 %. An open proposal is updated in place; nothing is proposed without measurements of both."""
+    reference = _reference()
+    if reference is None:
+        return []
+    models = DeviceModel.objects.filter(measurements__isnull=False).exclude(pk=reference.pk).distinct()
+    coefficients = coefficients_on([m.pk for m in models] + [reference.pk])
+    ref_coef = coefficients.get(reference.pk)
+    out = []
+    for model in models:
+        current = coefficients.get(model.pk)
+        ratios = measured_ratios(model, reference)
+        if not current or not ref_coef or not ratios:
+            continue
+        geo = math.exp(sum(math.log(float(r["ratio"])) for r in ratios.values()) / len(ratios))
+        proposed = (Decimal(str(geo)) * ref_coef).quantize(Decimal("0.0001"))
+        if proposed <= 0 or abs(proposed - current) / current <= PROPOSAL_THRESHOLD:
+            CoefficientProposal.objects.filter(
+                device_model=model, state=CoefficientProposal.State.OPEN
+            ).delete()
+            continue
+        proposal, _created = CoefficientProposal.objects.update_or_create(
+            device_model=model,
+            state=CoefficientProposal.State.OPEN,
+            defaults={
+                "reference_model": reference,
+                "current_value": current,
+                "proposed_value": proposed,
+                "evidence": ratios,
+            },
+        )
+        out.append(proposal)
+    return out
+
+
+@transaction.atomic
+def coefficient_proposal_decide(
+    *, proposal: CoefficientProposal, accept: bool, actor, effective_from: date | None = None
+) -> CoefficientProposal:
+    """Accept (a new coefficient version from ``effective_from``, default tomorrow) or dismiss.
+
+    The effective date must be after today: metering already done and closed months keep the
+    coefficient they were priced with."""
+    proposal = CoefficientProposal.objects.select_for_update().get(pk=proposal.pk)
+    if proposal.state != CoefficientProposal.State.OPEN:
+        raise Conflict(_("This proposal was already %(state)s.") % {"state": proposal.get_state_display()})
+    label = actor_fields(actor)["actor_label"]
+    if not accept:
+        proposal.state = CoefficientProposal.State.DISMISSED
+        proposal.decided_by = label
+        proposal.save(update_fields=["state", "decided_by", "updated_at"])
+        change_record_create(actor=actor, action="coefficient_proposal.dismiss", obj=proposal)
+        return proposal
+    today = timezone.localdate()
+    effective = effective_from or today + timedelta(days=1)
+    if effective <= today:
+        raise ValidationFailed(
+            _(
+                "A new coefficient takes effect after today (from %(day)s at the earliest), so past metering "
+                "and closed bills are never rewritten."
+            )
+            % {"day": (today + timedelta(days=1)).isoformat()},
+            details={"effective_from": ["must be after today"]},
+        )
+    if ComputeCoefficient.objects.filter(
+        device_model=proposal.device_model, effective_from=effective
+    ).exists():
+        raise Conflict(
+            _("%(model)s already has a coefficient from %(day)s.")
+            % {"model": proposal.device_model.name, "day": effective.isoformat()}
+        )
+    evidence = ", ".join(f"{k} {v['ratio']}" for k, v in sorted(proposal.evidence.items()))
+    coefficient = ComputeCoefficient.objects.create(
+        device_model=proposal.device_model,
+        value=proposal.proposed_value,
+        effective_from=effective,
+        basis=ComputeCoefficient.Basis.BENCHMARK,
+        reason=f"benchmark library proposal {proposal.pk}: measured ratios {evidence}"[:300],
+        created_by=actor if getattr(actor, "pk", None) else None,
+    )
+    proposal.state = CoefficientProposal.State.ACCEPTED
+    proposal.effective_from = effective
+    proposal.decided_by = label
+    proposal.save(update_fields=["state", "effective_from", "decided_by", "updated_at"])
+    change_record_create(
+        actor=actor,
+        action="coefficient_proposal.accept",
+        obj=proposal,
+        after={
+            "coefficient": coefficient.pk,
+            "value": str(coefficient.value),
+            "effective_from": effective.isoformat(),
+        },
+    )
+    return proposal

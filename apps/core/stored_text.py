@@ -1,0 +1,99 @@
+"""Texts stored in the database (event messages, state reasons, trace steps) in the reader's language.
+
+Services and workers write texts that people read later, in their own language: an event written by a
+worker at night is read in Chinese by one person and in English by another. Such a text is written from
+a **registered message id** with parameters::
+
+    MOVED = stored("moved to %(to)s (was %(was)s)")
+    DeviceEvent.objects.create(..., message=MOVED % {"to": target, "was": current})
+
+The row keeps the English sentence (readable in the database, the API and old exports, and rows
+written before this existed still display). At display, ``localize(text)`` finds the registered id the
+sentence was made from, recovers its parameters, translates the id into the active language and puts
+the parameters back — each parameter itself localized (a nested registered text, or a word of a
+registered vocabulary such as a pool status). Unknown texts come back unchanged.
+
+``stored`` is an extraction keyword of ``manage.py makemessages`` (apps/core/management/commands/
+makemessages.py), so every registered id is in the catalogue that ``tests/core/test_i18n.py`` checks.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+from django.utils.translation import gettext
+
+_PLACEHOLDER = re.compile(r"%\((\w+)\)[sd]")
+_PATTERNS: dict[str, re.Pattern] = {}
+_PLAIN: set[str] = set()
+_VOCABULARY: dict[str, object] = {}  # stored word -> its (lazy) label
+_MAX_DEPTH = 3
+
+
+def _compile(msgid: str) -> re.Pattern:
+    parts, last, names = [], 0, set()
+    for match in _PLACEHOLDER.finditer(msgid):
+        parts.append(re.escape(msgid[last : match.start()].replace("%%", "%")))  # "%%" is printed "%"
+        name = match.group(1)
+        parts.append(f"(?P={name})" if name in names else f"(?P<{name}>.+?)")
+        names.add(name)
+        last = match.end()
+    parts.append(re.escape(msgid[last:].replace("%%", "%")))
+    return re.compile("".join(parts), re.DOTALL)
+
+
+def stored(msgid: str) -> str:
+    """Register ``msgid`` (English, with ``%(name)s`` parameters) as a text that is stored and
+    translated at display. Returns it unchanged, like ``gettext_noop``."""
+    if _PLACEHOLDER.search(msgid):
+        if msgid not in _PATTERNS:
+            _PATTERNS[msgid] = _compile(msgid)
+            _ordered.cache_clear()
+    else:
+        _PLAIN.add(msgid)
+    return msgid
+
+
+def stored_vocabulary(choices) -> None:
+    """Register the values of a ``TextChoices`` (or ``(value, label)`` pairs) so that a parameter equal
+    to a value is shown as its translated label (``gray`` → 灰度)."""
+    pairs = choices.choices if hasattr(choices, "choices") else choices
+    for value, label in pairs:
+        _VOCABULARY.setdefault(str(value), label)
+
+
+@lru_cache(maxsize=1)
+def _ordered() -> tuple[tuple[str, re.Pattern], ...]:
+    # Most literal text first: "moved to %(to)s (was %(was)s)" before "moved to %(to)s".
+    def literal(msgid: str) -> int:
+        return len(_PLACEHOLDER.sub("", msgid))
+
+    return tuple(sorted(_PATTERNS.items(), key=lambda item: (-literal(item[0]), item[0])))
+
+
+def localize(text, *, depth: int = 0) -> str:
+    """``text`` in the active language when it was made from a registered id; else unchanged."""
+    if not text or not isinstance(text, str):
+        return text
+    if text in _PLAIN:
+        return gettext(text)
+    if text in _VOCABULARY:
+        return str(_VOCABULARY[text])
+    if depth >= _MAX_DEPTH:
+        return text
+    for msgid, pattern in _ordered():
+        match = pattern.fullmatch(text)
+        if match is None:
+            continue
+        params = {name: localize(value, depth=depth + 1) for name, value in match.groupdict().items()}
+        try:
+            return gettext(msgid) % params
+        except (KeyError, TypeError, ValueError):
+            return text
+    return text
+
+
+def registered() -> list[str]:
+    """Every registered id (tests check each is in the catalogue and translated)."""
+    return sorted(_PATTERNS) + sorted(_PLAIN)

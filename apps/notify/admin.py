@@ -1,0 +1,26 @@
+from django.contrib import admin
+
+from apps.core.admin import ReadOnlyAdminMixin
+from apps.notify.models import Delivery, Subscription
+
+
+@admin.register(Subscription)
+class SubscriptionAdmin(admin.ModelAdmin):
+    list_display = ["owner", "project", "channel", "target", "active", "created_at"]
+    list_filter = ["channel", "active"]
+    search_fields = ["target", "owner__username", "project__slug"]
+    exclude = ["secret"]
+
+
+@admin.register(Delivery)
+class DeliveryAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    list_display = [
+        "created_at",
+        "event",
+        "subscription",
+        "state",
+        "attempts",
+        "response_status",
+        "last_error",
+    ]
+    list_filter = ["state", "event"]

@@ -1,0 +1,68 @@
+"""Offline references of the simulator (engine/offline.py): the LP bound and the hindsight packing."""
+
+from __future__ import annotations
+
+import pytest
+
+from apps.scheduling.engine import offline, simulate
+from apps.scheduling.engine.simulate import NodeSpec, PodSpec
+
+
+def pod(name, num, milli, cpu=1000, mem=1024, models=()):
+    return PodSpec(name, cpu, mem, num, milli, frozenset(models))
+
+
+def test_sharing_pods_above_half_a_card_never_pair_on_one_card():
+    nodes = [NodeSpec("n", 32_000, 65_536, 2, "T4")]
+    pods = [pod(f"p{i}", 1, 600) for i in range(3)]  # 1,800 of 2,000 milli, but no two share a card
+    lp = offline.lp_bound(nodes, pods)
+    assert lp["status"] == "optimal"
+    assert lp["allocated"] == pytest.approx(1200)  # the GPU-milli relaxation alone would say 1,800
+    packed = offline.hindsight(lambda: simulate.build_snapshot(nodes), pods, simulate.to_request)
+    assert packed["allocated"] == 1200
+
+
+def test_model_cpu_and_memory_constraints_bound_the_lp():
+    nodes = [NodeSpec("a", 8_000, 16_384, 4, "T4"), NodeSpec("b", 64_000, 262_144, 2, "V100")]
+    pods = [
+        pod("v", 2, 1000, models={"V100"}),
+        pod("v2", 2, 1000, models={"V100"}),  # only one V100 node with 2 cards: one of them fits
+        pod("cpu-heavy", 1, 1000, cpu=16_000),  # does not fit node a (8 cores); b is taken by a V100 pod
+        pod("t", 1, 1000),
+    ]
+    lp = offline.lp_bound(nodes, pods)
+    # V100: 2,000; node a: 1 card for "t"; "cpu-heavy" only fits b, whose cards hold one V100 pod
+    assert lp["allocated"] == pytest.approx(3000)
+    packed = offline.hindsight(lambda: simulate.build_snapshot(nodes), pods, simulate.to_request)
+    assert packed["allocated"] <= lp["allocated"] + 1e-6
+    assert packed["allocated"] == 3000
+
+
+def test_arrived_at_100_is_the_prefix_within_capacity():
+    pods = [pod("a", 1, 1000), pod("b", 1, 500), pod("c", 2, 1000), pod("d", 0, 0)]
+    assert [p.name for p in offline.arrived_at_100(pods, 2000)] == ["a", "b"]
+
+
+def test_references_order_and_gaps_on_a_small_trace(tmp_path):
+    (tmp_path / "n.csv").write_text(
+        "sn,cpu_milli,memory_mib,gpu,model\n"
+        + "".join(f"n{i},32000,131072,{1 + i % 4},T4\n" for i in range(8))
+    )
+    rows = [
+        f"p{i},{2000 + 1000 * (i % 5)},8192,{1 + i % 3},{1000 if i % 4 else 300 + 50 * (i % 7)}"
+        for i in range(40)
+    ]
+    (tmp_path / "p.csv").write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli\n" + "\n".join(rows) + "\n")
+    nodes = simulate.load_nodes(tmp_path / "n.csv")
+    pods = simulate.load_pods(tmp_path / "p.csv")
+    results = simulate.run_benchmark(nodes, pods, ["bestfit", "slotfrag"], [1, 2])
+    ref = simulate.offline_references(nodes, pods, [1, 2], results=results, time_limit=1.0)
+    for seed in ("1", "2"):
+        r = ref["per_seed"][seed]
+        assert r["bound"] <= r["hindsight"] + 1e-6  # nothing beats the bound
+        assert r["hindsight"] <= r["hindsight_greedy"] + 1e-6  # local search never loses ground
+    best = ref["best_online"]
+    assert ref["gap_to_bound"] == pytest.approx(
+        results[best]["unallocated_at_100"]["mean"] - ref["bound"]["mean"], abs=1e-3
+    )
+    assert ref["gap_to_bound"] >= -1e-6

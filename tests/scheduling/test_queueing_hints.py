@@ -1,0 +1,142 @@
+"""Queueing hints: a job that did not fit waits, without being re-examined, until something it could
+use changes (kube-scheduler's unschedulable queue and QueueingHints, KEP-4247)."""
+
+from __future__ import annotations
+
+import pytest
+from django.utils import timezone
+
+from apps.inventory.models import Device, Node
+from apps.jobs.models import QUEUED_STATES, Allocation, Job, JobState
+from apps.scheduling import services
+from apps.scheduling.lifecycle import job_submit
+from apps.scheduling.models import DecisionTrace
+from tests.jobs import conftest as jobs_fixtures
+
+pytestmark = pytest.mark.django_db
+
+a100 = jobs_fixtures.a100
+ascend = jobs_fixtures.ascend
+fleet = jobs_fixtures.fleet
+member_project = jobs_fixtures.member_project
+
+
+def _submit(project, user, model, count, name, **extra):
+    return job_submit(
+        project=project,
+        actor=user,
+        name=name,
+        image="x",
+        request_kind="whole_cards",
+        device_model=model,
+        count=count,
+        **extra,
+    )
+
+
+def _end(job: Job) -> None:
+    """Another process ends the job and releases its cards."""
+    Allocation.objects.filter(job=job).update(released_at=timezone.now(), release_reason="finished")
+    Job.objects.filter(pk=job.pk).update(state=JobState.SUCCEEDED)
+
+
+@pytest.fixture
+def full(fleet, member_project, a100, ascend):
+    """Both A100 nodes and the Ascend node busy; one A100 job and one Ascend job waiting."""
+    user, project = member_project
+    busy = [_submit(project, user, a100, 4, "a1"), _submit(project, user, a100, 4, "a2")]
+    busy.append(_submit(project, user, ascend, 8, "n1"))
+    assert services.scheduling_cycle_run().placed == 3
+    waiting = _submit(project, user, a100, 4, "wait-a100")
+    waiting_npu = _submit(project, user, ascend, 8, "wait-npu")
+    first = services.scheduling_cycle_run()
+    assert first.considered == 2 and first.placed == 0 and first.parked == 0
+    return user, project, busy, waiting, waiting_npu
+
+
+def test_a_pending_job_is_parked_and_keeps_its_explanation(full):
+    _user, _project, _busy, waiting, waiting_npu = full
+    traces = DecisionTrace.objects.filter(job=waiting).count()
+    reason = Job.objects.get(pk=waiting.pk).state_reason
+    assert reason
+    again = services.scheduling_cycle_run()
+    assert again.considered == 0 and again.parked == 2 and again.pending == 2
+    assert DecisionTrace.objects.filter(job=waiting).count() == traces
+    assert Job.objects.get(pk=waiting.pk).state_reason == reason
+
+
+def test_capacity_freed_on_the_matching_model_wakes_only_jobs_that_can_use_it(full):
+    _user, _project, busy, waiting, waiting_npu = full
+    _end(busy[0])  # four A100 cards free: the Ascend job has no use for them
+    result = services.scheduling_cycle_run()
+    assert result.placed_job_ids == [waiting.pk]
+    assert result.considered == 1 and result.parked == 1
+    _end(busy[2])  # the Ascend node frees up
+    result = services.scheduling_cycle_run()
+    assert result.placed_job_ids == [waiting_npu.pk]
+
+
+def test_a_node_added_wakes_every_parked_job(full, a100):
+    gpu01 = Node.objects.get(name="gpu-01")
+    node = Node.objects.create(
+        cluster=gpu01.cluster, pool=gpu01.pool, name="gpu-03", driver_version="550.54.15", taints=gpu01.taints
+    )
+    for i in range(4):
+        Device.objects.create(node=node, vendor="nvidia", index=i, device_model=a100, uuid=f"GPU-03-{i}")
+    result = services.scheduling_cycle_run()
+    assert result.considered == 2 and result.parked == 0
+    assert result.placed == 1  # the A100 job on the new node; the Ascend job examined, still pending
+
+
+def test_an_uncordoned_card_wakes_parked_jobs(full):
+    _user, _project, busy, waiting, _npu = full
+    _end(busy[0])
+    Device.objects.filter(node__name="gpu-01").update(cordoned=True)  # freed but cordoned
+    result = services.scheduling_cycle_run()
+    assert result.placed == 0 and waiting.pk not in result.placed_job_ids
+    assert services.scheduling_cycle_run().considered == 0  # parked again: nothing changed since
+    Device.objects.filter(node__name="gpu-01").update(cordoned=False)
+    assert services.scheduling_cycle_run().placed_job_ids == [waiting.pk]
+
+
+def test_an_edited_job_is_re_examined(full):
+    _user, _project, _busy, waiting, _npu = full
+    job = Job.objects.get(pk=waiting.pk)
+    job.count = 2
+    job.save()
+    result = services.scheduling_cycle_run()
+    assert result.considered == 1 and result.parked == 1
+
+
+def test_parked_jobs_are_flushed_after_the_safety_interval(full, monkeypatch):
+    monkeypatch.setattr(services, "UNSCHEDULABLE_FLUSH_S", 0.0)
+    result = services.scheduling_cycle_run()
+    assert result.considered == 2 and result.parked == 0
+
+
+def test_hints_switched_off_examine_every_job(full, settings):
+    settings.SUANCHI = {**settings.SUANCHI, "QUEUEING_HINTS": False}
+    assert services.scheduling_cycle_run().considered == 2
+
+
+def test_woken_jobs_keep_priority_order(full, a100):
+    user, project, busy, waiting, _npu = full
+    urgent = _submit(project, user, a100, 4, "urgent", priority_class="high")
+    assert services.scheduling_cycle_run().placed == 0  # examined once, parked
+    _end(busy[0])
+    result = services.scheduling_cycle_run()
+    assert result.placed_job_ids == [urgent.pk]  # the higher priority gets the freed node
+    assert Job.objects.get(pk=waiting.pk).state in QUEUED_STATES
+
+
+def test_an_event_on_the_jobs_model_wakes_it(full, a100):
+    """The event the cycle records when a placement is dropped at persist time (a lost race)."""
+    _user, _project, _busy, waiting, _npu = full
+    hints = services.unschedulable_queue()
+    seq = hints.seq
+    stamp = services._micros(Job.objects.get(pk=waiting.pk).updated_at)
+    assert hints.waiting(waiting.pk, stamp, 0.0) is True
+    # A release this cycle observed on an A100 card:
+    hints.freed("nvidia", a100.name)
+    assert hints.seq == seq + 1
+    assert hints.waiting(waiting.pk, stamp, 0.0) is False
