@@ -454,9 +454,12 @@ class NodeAdmin(LedgerRowAdmin):
                 messages.WARNING,
             )
 
-    @_each_action(description=_("Maintenance on"), done=_("Maintenance on"))
-    def maintenance_on(self, node: Node, actor) -> Node:
-        return node_status_set(node=node, status=Node.Status.MAINTENANCE, actor=actor)
+    @_reason_action(
+        description=_("Maintenance on"), title=_("Put nodes in maintenance"), done=_("Maintenance on")
+    )
+    def maintenance_on(self, node: Node, reason: str, actor) -> Node:
+        # Asks for a reason like every other state change (issue 21), kept as the node's status reason.
+        return node_status_set(node=node, status=Node.Status.MAINTENANCE, reason=reason, actor=actor)
 
     @admin.action(description=_("Maintenance off (back to ready)"), permissions=["change"])
     def maintenance_off(self, request, queryset):

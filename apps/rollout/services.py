@@ -143,6 +143,8 @@ AUTOSCALE = stored("autoscale: %(reason)s")
 AUTOSCALE_DISABLED = stored("disabled")
 SERVICE_IS = stored("the service is %(state)s")
 AUTOSCALE_NO_ROOM = stored("no room for another replica (asked %(asked)s)")
+BATCH_FAILED = stored("gray batch %(batch)s failed: %(reason)s")
+BATCH_ROLLED_BACK = stored("gray batch %(batch)s rolled back: %(reason)s")
 
 
 def _node_labels_record(node: Node, before: dict, actor, message: str) -> None:
@@ -493,7 +495,7 @@ def _fail(batch: GrayBatch, *, reason: str, actor, now: datetime) -> None:
         actor=actor,
         soak_ended_at=batch.soak_ended_at or now,
     )
-    why = f"gray batch {batch.name} failed: {reason}"[:300]
+    why = (BATCH_FAILED % {"batch": batch.name, "reason": reason})[:300]
     for node in _nodes(batch):
         for device in _in_service(node):
             device_pool_status_set(
@@ -566,7 +568,7 @@ def batch_rollback(*, batch: GrayBatch, actor, reason: str) -> GrayBatch:
                 device_pool_status_set(
                     device=device,
                     pool_status=Device.PoolStatus.PRODUCTION,
-                    reason=f"gray batch {batch.name} rolled back: {reason}"[:300],
+                    reason=(BATCH_ROLLED_BACK % {"batch": batch.name, "reason": reason})[:300],
                     actor=actor,
                 )
         node_gray_clear(node=node, batch=batch, actor=actor)

@@ -12,7 +12,7 @@ from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 
 from apps.core.admin import ReadOnlyAdminMixin
-from apps.jobs.models import Allocation
+from apps.jobs.models import Allocation, Job
 from apps.scheduling import job_admin  # noqa: F401 - registers JobAdmin (it calls the lifecycle)
 from apps.scheduling.models import DecisionTrace
 
@@ -39,6 +39,27 @@ class ActiveFilter(admin.SimpleListFilter):
         return queryset
 
 
+class JobFilter(admin.SimpleListFilter):
+    """Allocations of one job (``?job__id__exact=<id>``, as the job pages link). Only the chosen job is
+    listed: a list of every job (200,000 at scale) is neither readable nor cheap."""
+
+    title = _("job")
+    parameter_name = "job__id__exact"
+
+    def lookups(self, request, model_admin):
+        value = self.value()
+        if not value or not str(value).isdigit():
+            return []
+        job = Job.objects.select_related("project").filter(pk=int(value)).first()
+        return [(str(job.pk), str(job))] if job else []
+
+    def queryset(self, request, queryset):
+        value = self.value()
+        if value and str(value).isdigit():
+            return queryset.filter(job_id=int(value))
+        return queryset
+
+
 @admin.register(Allocation)
 class AllocationAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = (
@@ -60,7 +81,7 @@ class AllocationAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         "whole_card",
         "isolation",
         ("node", admin.RelatedOnlyFieldListFilter),
-        ("job", admin.RelatedOnlyFieldListFilter),
+        JobFilter,
     )
     search_fields = ("job__name", "node__name", "device__uuid", "=trace_id")
     list_select_related = ("job__project", "node", "device__node")  # Device.__str__ reads its node

@@ -8,6 +8,7 @@ class SchedulingConfig(AppConfig):
 
     def ready(self) -> None:
         from apps.clusters.signals import workload_push_failed
+        from apps.scheduling import engine_texts  # noqa: F401  (the explanation, shown translated)
         from apps.scheduling.handlers import workload_push_failed_receive
 
         # The pusher (clusters, a layer below) reports failed workload applies; scheduling owns the

@@ -596,15 +596,13 @@ def _why(job: Job, user=None) -> dict[str, Any]:
             outcome__in=[DecisionTrace.Outcome.PENDING, DecisionTrace.Outcome.CONFLICT]
         ).first()
         explanation = (trace.explanation if trace else "") or job.state_reason
-        answer = why_pending(job)  # quota + device fit + queue position, in one answer
+        # quota + device fit + position among the jobs this user sees + ETA (apps.scheduling.eta)
+        answer = why_pending(job, user)
         return {
             "mode": "pending",
             "trace": trace,
-            # Among the queued jobs this user can see; with the ETA from running jobs (apps.scheduling.eta).
-            "queue_position": eta.visible_queue_positions(user, [job]).get(job.pk)
-            if user is not None
-            else answer["queue_position"],
-            "eta": eta.pending_eta(job, user) if user is not None else None,
+            "queue_position": answer["queue_position"],
+            "eta": answer["eta"],
             "quota": answer["quota"] if not explanation.startswith("quota:") else None,
             # The last step repeats the explanation shown above it.
             "steps": [s for s in _step_rows(trace) if s["message"] != explanation] if trace else [],

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, JsonResponse
+from django.utils.translation import gettext as _
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_safe
 
@@ -50,7 +51,7 @@ def job_states(request: HttpRequest) -> JsonResponse:
     ids = _ids(request.GET.get("ids", ""))
     if ids is None:
         return JsonResponse(
-            {"error": "invalid", "message": "ids must be job ids separated by commas"}, status=400
+            {"error": "invalid", "message": _("ids must be job ids separated by commas.")}, status=400
         )
     labels = dict(JobState.choices)
     fields = {}

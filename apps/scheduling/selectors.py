@@ -16,9 +16,10 @@ from apps.quotas.selectors import queue_positions, quotas_configured
 from apps.scheduling.models import DecisionTrace
 
 
-def why_pending(job: Job) -> dict[str, Any]:
+def why_pending(job: Job, user=None) -> dict[str, Any]:
     """One answer for a queued job: the quota verdict, device fit / topology from the latest trace, and
-    the queue position. Empty ``reasons`` when the job is not queued."""
+    the queue position. Empty ``reasons`` when the job is not queued. With ``user``, the position counts
+    only the queued jobs that user can see and the answer has an ETA (``apps.scheduling.eta``)."""
     if job.state not in QUEUED_STATES:
         return {"queued": False, "reasons": [], "quota": None, "placement": None, "queue_position": None}
     trace = (
@@ -41,10 +42,18 @@ def why_pending(job: Job) -> dict[str, Any]:
             placement_reason = trace.explanation
     if quota_reason is None and quotas_configured():
         quota_reason = quota_context().verdict_now(job)
-    position = queue_positions([job.pk]).get(job.pk)
+    if user is not None:
+        from apps.scheduling import eta
+
+        position = eta.visible_queue_positions(user, [job]).get(job.pk)
+        estimate = eta.pending_eta(job, user)
+    else:
+        position, estimate = queue_positions([job.pk]).get(job.pk), None
     reasons = [r for r in (quota_reason and f"quota: {quota_reason}", placement_reason) if r]
     if position is not None:
         reasons.append(f"position {position} in the queue")
+    if estimate is not None:
+        reasons.append(estimate["text"])
     return {
         "queued": True,
         "reasons": reasons,
@@ -52,5 +61,6 @@ def why_pending(job: Job) -> dict[str, Any]:
         "quota_data": quota_data,
         "placement": placement_reason,
         "queue_position": position,
+        "eta": estimate,
         "text": "; ".join(reasons),
     }

@@ -28,5 +28,9 @@ class TelemetryConfig(AppConfig):
         from apps.telemetry.first_start import first_start_receive
 
         JOB_UTILIZATION_CHART.register(job_utilization_chart)
+        from apps.core.stored_text import stored_vocabulary
+        from apps.telemetry.models import Quality
+
+        stored_vocabulary(Quality)  # "exact" / "estimated" on the pages, shown translated (|localized)
         # First start: PROMETHEUS_URL → the default cluster's metric source (after the clusters app).
         post_migrate.connect(first_start_receive, sender=self, dispatch_uid="telemetry.first_start")

@@ -177,7 +177,9 @@ def test_model_list_shows_specs_unknowns_coefficient_and_sources(member_client, 
     assert response.status_code == 200
     assert "A100 80GB SXM4" in page and "Ascend 910B3" in page
     assert "unknown" in page  # e.g. Ascend 910B3 TFLOPS, H200 NVL memory
-    assert "1.0000" in page and "dense FP16/BF16 TFLOPS ÷ 312" in page
+    # One number format everywhere (issue 21 §9): the reference card's 1.0000 prints as "1".
+    assert '<span class="strong">1</span>' in response.content.decode()
+    assert "dense FP16/BF16 TFLOPS ÷ 312" in page
     assert "<details" in page and "mig-parted" in page
     h200_nvl = page[page.index('id="model-h200-nvl"') :]
     assert "unknown" in h200_nvl[: h200_nvl.index("</tr>")]

@@ -118,3 +118,43 @@ def test_the_migration_pages_load_in_chinese_without_the_stored_english(zh, hist
         body = _read(zh, url)
         assert "target weight 0 → 20 %" not in body, url
         assert 'lang="zh-hans"' in body or "迁移" in body, url
+
+
+def test_every_engine_reason_is_registered_and_an_explanation_reads_in_chinese():
+    from apps.core.stored_text import registered
+    from apps.scheduling import engine_texts
+    from apps.scheduling.engine import filters
+
+    reasons = [*filters.STATUS_REASONS.values()]
+    reasons += [v for k, v in vars(filters).items() if k.isupper() and isinstance(v, str)]
+    known = set(registered())
+    missing = [
+        r
+        for r in reasons
+        if r not in engine_texts.LEFT_IN_ENGLISH and "%(count)s " + r.replace("{}", "%(detail)s") not in known
+    ]
+    assert not missing, missing
+    text = filters.explain_counts(9, {filters.CARDS: 6, filters.STATUS_REASONS["quarantined"]: 3})
+    assert text == "0/9 nodes are available: 6 insufficient free cards, 3 node quarantined."
+    shown = _chinese(text)
+    assert "nodes are available" not in shown and "insufficient" not in shown and "quarantined" not in shown
+    assert "6" in shown and "3" in shown and "0/9" in shown
+
+
+def test_ledger_status_events_read_in_chinese(zh, fleet, staff_user):  # noqa: F811
+    from apps.inventory.services.ledger import device_cordon, device_pool_status_set, node_status_set
+
+    node = fleet["gpu-01"]
+    node_status_set(node=node, status="maintenance", reason="", actor=staff_user)
+    device = node.devices.order_by("index").first()
+    device_pool_status_set(device=device, pool_status="gray", reason="canary", actor=staff_user)
+    device_cordon(device=device, cordoned=True, reason="flaky fan", actor=staff_user)
+    texts = [
+        "node gpu-01 maintenance on",
+        f"device {device} moved to gray (was production): canary",
+        f"device {device} cordoned: no new allocations: flaky fan",
+    ]
+    stored_texts = set(DeviceEvent.objects.filter(node=node).values_list("message", flat=True))
+    assert set(texts) <= stored_texts, stored_texts
+    url = f"/inventory/nodes/{node.pk}/"
+    _assert_shown_in_chinese(_read(zh, url), texts, url)

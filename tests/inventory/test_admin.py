@@ -89,10 +89,14 @@ def test_staff_can_open_every_ledger_changelist(staff, name):
 
 def test_maintenance_on_and_off(staff):
     node = NodeFactory(name="gpu-a01")
-    response = action(staff, NODE_CHANGELIST, "maintenance_on", [node])
+    asked = action(staff, NODE_CHANGELIST, "maintenance_on", [node])
+    assert asked.status_code == 200 and b'name="reason"' in asked.content  # asks for a reason first
+    node.refresh_from_db()
+    assert node.status == S.READY
+    response = action(staff, NODE_CHANGELIST, "maintenance_on", [node], apply="1", reason="BIOS update")
     assert response.status_code == 302
     node.refresh_from_db()
-    assert node.status == S.MAINTENANCE
+    assert node.status == S.MAINTENANCE and node.status_reason == "BIOS update"
     assert "Maintenance on: 1" in texts(response)
 
     action(staff, NODE_CHANGELIST, "maintenance_off", [node])
@@ -156,7 +160,7 @@ def test_release_refuses_a_node_that_is_not_quarantined(staff):
 def test_node_page_shows_devices_and_history_but_status_is_read_only(staff):
     node = NodeFactory(name="gpu-a01")
     DeviceFactory(node=node, serial="SN-VISIBLE")
-    action(staff, NODE_CHANGELIST, "maintenance_on", [node])
+    action(staff, NODE_CHANGELIST, "maintenance_on", [node], apply="1", reason="BIOS update")
 
     page = staff.get(reverse("admin:inventory_node_change", args=[node.pk]))
 

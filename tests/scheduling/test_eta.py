@@ -107,3 +107,14 @@ def test_the_queue_position_counts_only_the_jobs_the_member_can_see(busy, a100, 
     assert "<strong>#1</strong>" in html
     listing = client.get(reverse("jobs:list")).content.decode()
     assert ">#1</span>" in listing and ">#4</span>" not in listing
+
+
+def test_the_api_trace_gives_the_visible_position_and_the_eta(busy, a100, client):
+    for i in range(2):
+        _submit(busy["nlp"], busy["bob"], a100, f"bob-{i}")  # older, hidden from alice
+    waiting = _submit(busy["vision"], busy["alice"], a100, "waiting")
+    client.force_login(busy["alice"])
+    body = client.get(f"/api/jobs/jobs/{waiting.pk}/trace/").json()
+    assert body["queue_position"] == 1 and body["eta_minutes"] == 14
+    assert "position 1 in the queue" in body["why_pending"]
+    assert "after job mine finishes (~14 min)" in body["why_pending"]

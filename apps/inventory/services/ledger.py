@@ -202,6 +202,26 @@ DEVICE_RETIRED = stored("device %(device)s retired")
 DEVICE_RETIRED_BECAUSE = stored("device %(device)s retired: %(reason)s")
 NODE_RETIRED_BECAUSE = stored("node %(node)s retired: %(reason)s")
 DEVICE_UPDATED = stored("device %(device)s updated: %(fields)s")
+NODE_CHANGE = stored("node %(node)s %(change)s")
+NODE_CHANGE_BECAUSE = stored("node %(node)s %(change)s: %(reason)s")
+RETIRED = stored("retired")
+QUARANTINED = stored("quarantined")
+MAINTENANCE_ON = stored("maintenance on")
+RELEASED_FROM_QUARANTINE = stored("released from quarantine to %(to)s")
+MAINTENANCE_OFF = stored("maintenance off (%(to)s)")
+STATUS_CHANGE = stored("status %(old)s → %(to)s")
+RELEASED_TO = stored("released to %(to)s")
+MOVED_TO = stored("moved to %(to)s")
+DEVICE_CHANGE = stored("device %(device)s %(change)s (was %(was)s)")
+DEVICE_CHANGE_BECAUSE = stored("device %(device)s %(change)s (was %(was)s): %(reason)s")
+CORDONED = stored("device %(device)s cordoned: no new allocations")
+CORDONED_BECAUSE = stored("device %(device)s cordoned: no new allocations: %(reason)s")
+CORDONED_RUNNING = stored("device %(device)s cordoned: no new allocations (running work continues: %(jobs)s)")
+CORDONED_RUNNING_BECAUSE = stored(
+    "device %(device)s cordoned: no new allocations (running work continues: %(jobs)s): %(reason)s"
+)
+CORDON_LIFTED = stored("device %(device)s cordon lifted")
+CORDON_LIFTED_BECAUSE = stored("device %(device)s cordon lifted: %(reason)s")
 
 
 def _reasoned(plain: str, because: str, reason: str, **params) -> str:
@@ -236,16 +256,24 @@ def _reason_required(current: str, target: str) -> bool:
 def _node_transition_wording(current: str, target: str) -> tuple[str, str, str]:
     """(event kind, severity, wording) for a node status change."""
     if target == S.RETIRED:
-        return DeviceEvent.Kind.RETIRED, DeviceEvent.Severity.WARNING, "retired"
+        return DeviceEvent.Kind.RETIRED, DeviceEvent.Severity.WARNING, RETIRED
     if target == S.QUARANTINED:
-        return DeviceEvent.Kind.QUARANTINE, DeviceEvent.Severity.WARNING, "quarantined"
+        return DeviceEvent.Kind.QUARANTINE, DeviceEvent.Severity.WARNING, QUARANTINED
     if current == S.QUARANTINED:
-        return DeviceEvent.Kind.QUARANTINE, DeviceEvent.Severity.INFO, f"released from quarantine to {target}"
+        return (
+            DeviceEvent.Kind.QUARANTINE,
+            DeviceEvent.Severity.INFO,
+            RELEASED_FROM_QUARANTINE % {"to": target},
+        )
     if target == S.MAINTENANCE:
-        return DeviceEvent.Kind.MAINTENANCE, DeviceEvent.Severity.INFO, "maintenance on"
+        return DeviceEvent.Kind.MAINTENANCE, DeviceEvent.Severity.INFO, MAINTENANCE_ON
     if current == S.MAINTENANCE:
-        return DeviceEvent.Kind.MAINTENANCE, DeviceEvent.Severity.INFO, f"maintenance off ({target})"
-    return DeviceEvent.Kind.STATUS_CHANGED, DeviceEvent.Severity.INFO, f"status {current} → {target}"
+        return DeviceEvent.Kind.MAINTENANCE, DeviceEvent.Severity.INFO, MAINTENANCE_OFF % {"to": target}
+    return (
+        DeviceEvent.Kind.STATUS_CHANGED,
+        DeviceEvent.Severity.INFO,
+        STATUS_CHANGE % {"old": current, "to": target},
+    )
 
 
 def _node_transition_locked(*, node: Node, status: str, reason: str, actor) -> bool:
@@ -270,7 +298,7 @@ def _node_transition_locked(*, node: Node, status: str, reason: str, actor) -> b
         action="node.status_set",
         kind=kind,
         severity=severity,
-        message=_with_reason(f"node {node.name} {wording}", reason),
+        message=_reasoned(NODE_CHANGE, NODE_CHANGE_BECAUSE, reason, node=node.name, change=wording),
         before=before,
         after=after,
         actor=actor,
@@ -305,10 +333,10 @@ def _pool_transition_wording(current: str, target: str) -> tuple[str, str, str]:
     """(event kind, severity, wording) for a device pool status change."""
     P = Device.PoolStatus
     if target == P.QUARANTINE:
-        return DeviceEvent.Kind.QUARANTINE, DeviceEvent.Severity.WARNING, "quarantined"
+        return DeviceEvent.Kind.QUARANTINE, DeviceEvent.Severity.WARNING, QUARANTINED
     if current == P.QUARANTINE:
-        return DeviceEvent.Kind.QUARANTINE, DeviceEvent.Severity.INFO, f"released to {target}"
-    return DeviceEvent.Kind.STATUS_CHANGED, DeviceEvent.Severity.INFO, f"moved to {target}"
+        return DeviceEvent.Kind.QUARANTINE, DeviceEvent.Severity.INFO, RELEASED_TO % {"to": target}
+    return DeviceEvent.Kind.STATUS_CHANGED, DeviceEvent.Severity.INFO, MOVED_TO % {"to": target}
 
 
 def _lock_device(device: Device) -> Device:
@@ -386,15 +414,18 @@ def device_cordon(*, device: Device, cordoned: bool, reason: str = "", actor) ->
         raise InvalidTransition(f"device {locked} is retired; there is nothing to cordon")
     before, after = _save_fields(locked, {"cordoned": cordoned, "cordon_reason": reason if cordoned else ""})
     running = _active_allocation_jobs(locked)
-    wording = "cordoned: no new allocations" if cordoned else "cordon lifted"
-    if cordoned and running:
-        wording += f" (running work continues: {', '.join(running)})"
+    if not cordoned:
+        plain, because = CORDON_LIFTED, CORDON_LIFTED_BECAUSE
+    elif running:
+        plain, because = CORDONED_RUNNING, CORDONED_RUNNING_BECAUSE
+    else:
+        plain, because = CORDONED, CORDONED_BECAUSE
     _record(
         locked,
         action="device.cordon" if cordoned else "device.uncordon",
         kind=DeviceEvent.Kind.CORDON,
         severity=DeviceEvent.Severity.WARNING if cordoned else DeviceEvent.Severity.INFO,
-        message=_with_reason(f"device {locked} {wording}", reason),
+        message=_reasoned(plain, because, reason, device=locked, jobs=", ".join(running)),
         before=before,
         after=after,
         actor=actor,
@@ -433,7 +464,9 @@ def device_pool_status_set(*, device: Device, pool_status: str, reason: str = ""
         action="device.pool_status_set",
         kind=kind,
         severity=severity,
-        message=_with_reason(f"device {locked} {wording} (was {current})", reason),
+        message=_reasoned(
+            DEVICE_CHANGE, DEVICE_CHANGE_BECAUSE, reason, device=locked, change=wording, was=current
+        ),
         before=before,
         after=after,
         actor=actor,

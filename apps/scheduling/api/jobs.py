@@ -98,8 +98,9 @@ class JobViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
         job = self.get_object()
         trace = DecisionTrace.objects.filter(job=job).order_by("-created_at", "-id").first()
         body = DecisionTraceSerializer(trace).data if trace else {}
-        answer = why_pending(job)  # quota + device fit + queue position
+        answer = why_pending(job, request.user)  # quota + device fit + position among what one sees + ETA
         body["queue_position"] = answer["queue_position"]
+        body["eta_minutes"] = answer["eta"]["minutes"] if answer.get("eta") else None
         body["why_pending"] = answer["text"] if answer["queued"] else ""
         body["state"] = job.state
         return Response(body)

@@ -1,0 +1,53 @@
+"""The scheduler's explanation ("0/9 nodes are available: 6 insufficient free cards, 3 node
+quarantined.") in the reader's language.
+
+The engine (apps/scheduling/engine/) stays free of Django and writes its explanation in English
+(``filters.explain_counts``, kube-scheduler's wording); it lands in ``Job.state_reason`` and the trace.
+This module registers that sentence as stored texts (apps.core.stored_text): the frame with one to
+four counted reasons, and each counted reason of ``engine/filters.py``, so ``|localized`` shows it
+translated. tests/core/test_zh_pages.py checks every reason of the engine is registered here.
+Two reasons are left in English on purpose: ``no {}`` and the switch-domain sentence, whose
+patterns would be too loose ("%(count)s no %(detail)s" would match unrelated texts).
+"""
+
+from __future__ import annotations
+
+from apps.core.stored_text import stored
+
+FRAMES = (
+    stored("%(available)s/%(total)s nodes are available."),
+    stored("%(available)s/%(total)s nodes are available: %(a)s."),
+    stored("%(available)s/%(total)s nodes are available: %(a)s, %(b)s."),
+    stored("%(available)s/%(total)s nodes are available: %(a)s, %(b)s, %(c)s."),
+    stored("%(available)s/%(total)s nodes are available: %(a)s, %(b)s, %(c)s, %(d)s."),
+)
+
+# "%(count)s " + each reason of engine/filters.py ("{}" → "%(detail)s").
+COUNTED_REASONS = (
+    stored("%(count)s node not ready"),
+    stored("%(count)s node in maintenance"),
+    stored("%(count)s node quarantined"),
+    stored("%(count)s node draining"),
+    stored("%(count)s node retired"),
+    stored("%(count)s node not in the requested pool"),
+    stored("%(count)s node in another cluster"),
+    stored("%(count)s pool reserved for another project"),
+    stored("%(count)s node reserved for another project"),
+    stored("%(count)s node selector mismatch"),
+    stored("%(count)s untolerated taint %(detail)s"),
+    stored("%(count)s runtime precheck failed: %(detail)s"),
+    stored("%(count)s missing required feature %(detail)s"),
+    stored("%(count)s card memory below request"),
+    stored("%(count)s matching devices unhealthy or not schedulable"),
+    stored("%(count)s matching devices are on gray-release soak (the job did not opt in)"),
+    stored("%(count)s matching devices reserved for another project"),
+    stored("%(count)s too few matching devices"),
+    stored("%(count)s insufficient cpu"),
+    stored("%(count)s insufficient memory"),
+    stored("%(count)s insufficient free cards"),
+    stored("%(count)s insufficient device memory"),
+    stored("%(count)s insufficient device compute"),
+    stored("%(count)s insufficient free devices"),
+    stored("%(count)s no free MIG placement for %(detail)s"),
+)
+LEFT_IN_ENGLISH = ("no {}", "no switch domain can host every part")
