@@ -198,7 +198,13 @@ class Job(BaseModel):
             ),
             models.CheckConstraint(
                 condition=Q(
-                    request_kind__in=["template", "whole_cards", "compute_units", "request_template", "profile"]
+                    request_kind__in=[
+                        "template",
+                        "whole_cards",
+                        "compute_units",
+                        "request_template",
+                        "profile",
+                    ]
                 ),
                 name="jobs_job_request_kind_valid",
             ),
