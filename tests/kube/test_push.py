@@ -342,3 +342,37 @@ def test_a_changed_job_gets_422_and_suanchi_never_releases_the_cards_of_a_live_j
     unchanged()
     patches = [p for m, p in server.requests if m == "PATCH" and "/jobs/" in p]
     assert len(patches) == 1  # one refused patch, no loop
+
+
+def test_a_cycle_placing_several_jobs_sends_one_message_for_all_their_streams(
+    fleet, member_project, a100, django_capture_on_commit_callbacks
+):
+    """Issue 20: one broker publish per scheduling batch, not per job (the publish dominated persist)."""
+    from worker.tasks.push import push_streams_task
+
+    user, project = member_project
+    jobs = [
+        job_submit(
+            project=project,
+            actor=user,
+            name=f"j{i}",
+            image="pytorch:2.3",
+            request_kind="whole_cards",
+            device_model=a100,
+            count=1,
+        )
+        for i in range(3)
+    ]
+    with (
+        mock.patch.object(push_streams_task, "apply_async") as many,
+        mock.patch.object(push_stream_task, "apply_async") as one,
+        django_capture_on_commit_callbacks(execute=True),
+    ):
+        result = scheduling_cycle_run()
+    assert set(result.placed_job_ids) == {j.pk for j in jobs}
+    many.assert_called_once()
+    assert sorted(many.call_args.kwargs["args"][0]) == sorted(f"job:{j.pk}" for j in jobs)
+    assert not one.called
+    # The worker side: one task applies every stream of the batch.
+    totals = push_streams_task.run(sorted(f"job:{j.pk}" for j in jobs))
+    assert all(a.state == PushAction.State.APPLIED for j in jobs for a in actions(j)), totals

@@ -5,7 +5,7 @@ from worker.tasks.clusters import cluster_sync_task
 from worker.tasks.inventory import ledger_import_task, node_staleness_check_task
 from worker.tasks.migration import gates_evaluate_task
 from worker.tasks.notify import deliveries_send_task, quota_check_task
-from worker.tasks.push import push_pending_task, push_stream_task
+from worker.tasks.push import push_pending_task, push_stream_task, push_streams_task
 from worker.tasks.reconcile import reconcile_task
 from worker.tasks.rollout import autoscale_task, rollout_evaluate_task
 from worker.tasks.scheduling import scheduling_cycle_task
@@ -22,6 +22,7 @@ __all__ = [
     "node_staleness_check_task",
     "push_pending_task",
     "push_stream_task",
+    "push_streams_task",
     "quota_check_task",
     "reconcile_task",
     "rollout_evaluate_task",

@@ -25,6 +25,17 @@ def push_stream_task(stream: str) -> dict:
     return push_stream_run(stream=stream, actor="worker")
 
 
+@shared_task(name="worker.tasks.push.push_streams_task", **PUSH_TASK_OPTIONS)
+def push_streams_task(streams: list[str]) -> dict:
+    """Apply the pending actions of several streams (one message per scheduling batch)."""
+    totals: dict = {}
+    for stream in streams:
+        for key, value in (push_stream_run(stream=stream, actor="worker") or {}).items():
+            if isinstance(value, int):
+                totals[key] = totals.get(key, 0) + value
+    return totals
+
+
 @shared_task(name="worker.tasks.push.push_pending_task", acks_late=True, ignore_result=True)
 def push_pending_task(limit: int = PENDING_BATCH) -> dict:
     """Catch up: push every stream with a due pending action (retries, or an enqueue the broker lost)."""
