@@ -158,6 +158,10 @@ def test_production_sets_secure_cookies_and_headers(tmp_path):
     secret.write_text("Zq8-W1x_Pc4!Rv7@Ty2#Nm5$Lb9%Hk3^Gj6&Fd0*Sa1(Ew4)Qo8+Iu2\n")
     script = (
         "import django, json; django.setup()\n"
+        "from django.core.management import call_command\n"
+        # Production serves hashed static files from the manifest collectstatic writes (as the image
+        # build does), so the pages need it collected first.
+        "call_command('collectstatic', interactive=False, verbosity=0)\n"
         "from django.conf import settings\n"
         "from django.test import Client\n"
         "c = Client()\n"
@@ -178,6 +182,7 @@ def test_production_sets_secure_cookies_and_headers(tmp_path):
         "DATABASE_URL": "postgres://postgres@127.0.0.1:5432/suanchi",
         "CELERY_BROKER_URL": "redis://127.0.0.1:6379/0",
         "DJANGO_ALLOWED_HOSTS": "suanchi.example.com",
+        "DJANGO_STATIC_ROOT": str(tmp_path / "static"),
     }
     done = subprocess.run(
         [sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120

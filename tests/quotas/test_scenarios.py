@@ -22,6 +22,25 @@ from tests.quotas.conftest import cards, quota, submit
 pytestmark = pytest.mark.django_db
 
 
+def confirm_releases(seconds: float = 60) -> None:
+    """Let the simulated cluster run the deletes and end the grace period, then reconcile: the cards
+    of preempted jobs are freed only once Kubernetes confirms their objects gone (issue 17). Like
+    kube-scheduler's nominated preemptor, the job that preempted waits for that."""
+    from apps.clusters.connections import backend_for
+    from apps.inventory.models import Cluster
+    from apps.scheduling.reconcile import reconcile_all
+    from tests.kube.test_reconcile import push_everything
+
+    push_everything()
+    for cluster in Cluster.objects.all():
+        backend = backend_for(cluster)
+        if hasattr(backend, "advance"):
+            backend.advance(seconds)
+    reconcile_all()
+    push_everything()
+    reconcile_all()
+
+
 def active(project, **filters):
     return Allocation.objects.filter(job__project=project, released_at__isnull=True, **filters)
 
@@ -134,8 +153,10 @@ def test_a_lender_reclaims_its_guarantee_from_the_newest_borrowers(fleet, a100, 
     nlp_jobs = cards(nlp, user, a100, 4, prefix="n")
     result = scheduling_cycle_run()
     assert sorted(result.preempted) == sorted(borrowers)
+    confirm_releases()
+    scheduling_cycle_run()
     for job in nlp_jobs:
-        assert Job.objects.get(pk=job.pk).state == JobState.SCHEDULED
+        assert Job.objects.get(pk=job.pk).state in (JobState.SCHEDULED, JobState.RUNNING)
     assert cu(active(nlp, borrowed=False)) == Decimal(4)
     assert cu(active(vision, borrowed=False)) == Decimal(4)  # the guaranteed four never moved
     assert not active(vision, borrowed=True).exists()
@@ -171,8 +192,10 @@ def test_a_higher_priority_job_preempts_a_lower_one_of_its_own_project(fleet, a1
     )
     result = scheduling_cycle_run()
     assert result.preempted == [low[1].pk]  # the newest of the lowest priority
-    assert Job.objects.get(pk=urgent.pk).state == JobState.SCHEDULED
-    assert Job.objects.get(pk=low[0].pk).state == JobState.SCHEDULED
+    confirm_releases()
+    scheduling_cycle_run()
+    assert Job.objects.get(pk=urgent.pk).state in (JobState.SCHEDULED, JobState.RUNNING)
+    assert Job.objects.get(pk=low[0].pk).state in (JobState.SCHEDULED, JobState.RUNNING)
     assert cu(active(vision)) == Decimal(2)
 
 
@@ -312,6 +335,7 @@ def test_when_a_lending_window_closes_the_borrowers_are_reclaimed(fleet, a100, t
     result = scheduling_cycle_run()
     # Only 1 CU stays lendable: the two newest borrowers go back to the queue.
     assert sorted(result.preempted) == sorted([jobs[5].pk, jobs[6].pk])
+    confirm_releases()  # their cards are held until the deletes are confirmed
     assert cu(active(vision, borrowed=True)) == Decimal(1)
     assert cu(active(vision, borrowed=False)) == Decimal(4)
 

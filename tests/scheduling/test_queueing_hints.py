@@ -90,12 +90,13 @@ def test_a_node_added_wakes_every_parked_job(full, a100):
 
 def test_an_uncordoned_card_wakes_parked_jobs(full):
     _user, _project, busy, waiting, _npu = full
+    node = Allocation.objects.filter(job=busy[0]).values_list("node__name", flat=True).first()
     _end(busy[0])
-    Device.objects.filter(node__name="gpu-01").update(cordoned=True)  # freed but cordoned
+    Device.objects.filter(node__name=node).update(cordoned=True)  # freed but cordoned
     result = services.scheduling_cycle_run()
     assert result.placed == 0 and waiting.pk not in result.placed_job_ids
     assert services.scheduling_cycle_run().considered == 0  # parked again: nothing changed since
-    Device.objects.filter(node__name="gpu-01").update(cordoned=False)
+    Device.objects.filter(node__name=node).update(cordoned=False)
     assert services.scheduling_cycle_run().placed_job_ids == [waiting.pk]
 
 
