@@ -220,7 +220,13 @@ def test_the_main_pages_log_no_content_security_policy_violation(browser, live_s
         if url == "/inventory/":  # the fleet chart was drawn by static/js/charts.js
             assert page.locator("#fleet-cards-chart .main-svg").count() >= 1
         if url == "/jobs/submit/":  # translated strings reached the form's script
-            assert page.evaluate("Object.keys(window.SUANCHI_JOBS_TEXT || {}).length") == 20
+            # every data-* text of the page's hidden element, none lost (data-page-text names it)
+            expected = page.evaluate(
+                "[...document.querySelector('[data-page-text=SUANCHI_JOBS_TEXT]').attributes]"
+                ".filter(a => a.name.startsWith('data-') && a.name !== 'data-page-text').length"
+            )
+            assert expected >= 26
+            assert page.evaluate("Object.keys(window.SUANCHI_JOBS_TEXT || {}).length") == expected
     context.close()
     assert not violations, violations
     assert not console, console
