@@ -21,17 +21,13 @@ UUIDS = [f"GPU-{i:08d}-aaaa-bbbb-cccc-{i:012d}" for i in range(4)]
 
 
 @pytest.fixture
-def server():
-    srv = FakeApiServer().start()
-    yield srv
-    srv.stop()
+def server(fake_server):
+    return fake_server
 
 
 @pytest.fixture
-def api(server, tmp_path):
-    api_client = k8s_config.new_client_from_config(config_file=str(kubeconfig_for(server, tmp_path)))
-    yield api_client
-    api_client.close()
+def api(fake_api):
+    return fake_api
 
 
 @pytest.fixture
@@ -40,8 +36,8 @@ def dra(api):
 
 
 @pytest.fixture
-def core(api):
-    return k8s.CoreV1Api(api)
+def core(fake_core):
+    return fake_core
 
 
 def devices(node: str, product: str = "NVIDIA H100 80GB HBM3", offset: int = 0) -> list[dict]:

@@ -8,29 +8,24 @@ import json
 
 import pytest
 from kubernetes import client as k8s
-from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
-from tests.kube.fake_apiserver import FakeApiServer, kubeconfig_for
+from tests.kube.fake_apiserver import FakeApiServer
 
 
 @pytest.fixture
-def server():
-    srv = FakeApiServer().start()
-    yield srv
-    srv.stop()
+def server(fake_server):
+    return fake_server
 
 
 @pytest.fixture
-def api(server, tmp_path):
-    api_client = k8s_config.new_client_from_config(config_file=str(kubeconfig_for(server, tmp_path)))
-    yield api_client
-    api_client.close()
+def api(fake_api):
+    return fake_api
 
 
 @pytest.fixture
-def core(api):
-    return k8s.CoreV1Api(api)
+def core(fake_core):
+    return fake_core
 
 
 @pytest.fixture
