@@ -34,6 +34,7 @@ from apps.core.permissions import require_staff
 from apps.core.stored_text import stored
 from apps.core.validation import validate, validate_and_save
 from apps.jobs.models import ACTIVE_STATES, Allocation, Job
+from apps.migration.capacity import shortfall_message, track_shortfall
 from apps.migration.gates import service_gate_results
 from apps.migration.models import (
     PHASE_ORDER,
@@ -417,9 +418,11 @@ def _scale_tracks(service: MigratedService, target_weight: int, actor, reason: s
     for track, job, wanted in order:
         reached = inference_scale(job=job, replicas=wanted, actor=actor, reason=why)
         if reached < wanted:
+            # Name the real shortfall (model, pool, shape, needed vs free, what holds the rest).
+            short = track_shortfall(job=job, wanted=wanted, reached=reached)
             raise InsufficientCapacity(
-                f"The {track} track could reach only {reached} of {wanted} replicas; nothing was shifted.",
-                details={track: {"wanted": wanted, "reached": reached}},
+                shortfall_message(track=str(track), job=job, wanted=wanted, reached=reached, short=short),
+                details={str(track): {"wanted": wanted, "reached": reached, **short.as_dict()}},
             )
         after[track] = reached
     return {track: [before[track], after[track]] for track in before}

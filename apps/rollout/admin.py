@@ -9,7 +9,7 @@ from django.utils.translation import gettext_lazy as _
 
 from apps.core.admin import run_each
 from apps.core.errors import ApplicationError
-from apps.core.stored_text import stored
+from apps.core.stored_text import localize, stored
 from apps.rollout import services
 from apps.rollout.models import (
     AutoscalePolicy,
@@ -95,7 +95,14 @@ class GrayBatchAdmin(_ServiceSaveMixin, admin.ModelAdmin):
     list_select_related = ("criteria",)
     prepopulated_fields = {"slug": ("name",)}
     inlines = [SoakResultInline]
-    readonly_fields = ("stage", "stage_reason", "soak_started_at", "soak_ended_at", "decided_at")
+    readonly_fields = (
+        "stage",
+        "stage_reason",
+        "soak_started_at",
+        "soak_ended_at",
+        "decided_at",
+        "excluded_devices",
+    )
     actions = ["start_soak", "evaluate", "admit", "fail", "rollback"]
 
     def get_readonly_fields(self, request: HttpRequest, obj=None):
@@ -177,13 +184,18 @@ class GrayBatchAdmin(_ServiceSaveMixin, admin.ModelAdmin):
     @admin.action(description=_("Roll back (change reverted)"))
     def rollback(self, request, queryset):
         reason = ROLLED_BACK_BY % {"user": request.user}
-        run_each(
-            self,
-            request,
-            queryset,
-            lambda b: services.batch_rollback(batch=b, actor=request.user, reason=reason),
-            _("Rolled back"),
-        )
+
+        def run(batch):
+            done = services.batch_rollback(batch=batch, actor=request.user, reason=reason)
+            for kept in done.quarantine_outcome["kept"]:  # say it: the node is still out of service
+                self.message_user(
+                    request,
+                    _("Node %(node)s stays quarantined: %(why)s. Release it from the batch page.")
+                    % {"node": kept["node"], "why": localize(kept["reason"])},
+                    level=messages.WARNING,
+                )
+
+        run_each(self, request, queryset, run, _("Rolled back"))
 
 
 @admin.register(SoakResult)

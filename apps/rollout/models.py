@@ -153,6 +153,10 @@ class GrayBatch(BaseModel):
     soak_started_at = models.DateTimeField(_("soak started"), null=True, blank=True)
     soak_ended_at = models.DateTimeField(_("soak ended"), null=True, blank=True)
     decided_at = models.DateTimeField(_("admitted / rolled back"), null=True, blank=True)
+    # Cards of the batch's nodes that were unhealthy (lost, degraded, cordoned for a hardware fault)
+    # when the soak started: left out of the batch, so the soak judges only what happens during it.
+    # [{"device": pk, "card": "node#vendorN", "node": name, "health": ..., "reason": stored text}]
+    excluded_devices = models.JSONField(_("cards left out"), default=list, blank=True)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )

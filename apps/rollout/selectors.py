@@ -132,9 +132,12 @@ def soak_measure(*, batch: GrayBatch, now: datetime) -> SoakMeasure:
     hours = Decimal((end - start).total_seconds() / 3600).quantize(TWO, ROUND_HALF_UP)
     measure = SoakMeasure(window_start=start, window_end=end, soak_hours=hours)
     node_ids = list(batch.nodes.values_list("pk", flat=True))
+    # Cards left out at the start (unhealthy before the soak, services.batch_soak_start) are not judged.
+    excluded_ids = {int(e["device"]) for e in batch.excluded_devices or [] if e.get("device")}
     devices = list(
         Device.objects.filter(node_id__in=node_ids)
         .exclude(health=Device.Health.RETIRED)
+        .exclude(pk__in=excluded_ids)
         .select_related("node")
         .order_by("node__name", "vendor", "index")
     )
@@ -149,15 +152,24 @@ def soak_measure(*, batch: GrayBatch, now: datetime) -> SoakMeasure:
         DeviceEvent.objects.filter(node_id__in=node_ids, **in_soak)
         .filter(severity=DeviceEvent.Severity.CRITICAL)
         .exclude(kind=DeviceEvent.Kind.LOST)
+        .exclude(device_id__in=excluded_ids)
         .order_by("created_at", "pk")
         .values("pk", "created_at", "device_id", "kind", "message")
     )
+    # Losses during the soak window only: a LOST event inside it, or a card of the batch that is lost
+    # now — unless a LOST event from before the soak shows it already was (batches started before
+    # unhealthy cards were left out at the start).
     lost_ids = set(
-        DeviceEvent.objects.filter(node_id__in=node_ids, kind=DeviceEvent.Kind.LOST, **in_soak)
-        .exclude(device_id__isnull=True)
-        .values_list("device_id", flat=True)
+        DeviceEvent.objects.filter(
+            device_id__in=device_ids, kind=DeviceEvent.Kind.LOST, **in_soak
+        ).values_list("device_id", flat=True)
     )
-    lost_ids |= {d.pk for d in devices if d.health == Device.Health.LOST}
+    lost_before = set(
+        DeviceEvent.objects.filter(
+            device_id__in=device_ids, kind=DeviceEvent.Kind.LOST, created_at__lt=start
+        ).values_list("device_id", flat=True)
+    )
+    lost_ids |= {d.pk for d in devices if d.health == Device.Health.LOST and d.pk not in lost_before}
     measure.error_events = len(events)
     measure.lost_devices = len(lost_ids)
 
@@ -249,6 +261,7 @@ def soak_measure(*, batch: GrayBatch, now: datetime) -> SoakMeasure:
         ],
         "counter_increases": {k: v for k, v in sorted(counters.items()) if v},
         "lost_device_ids": sorted(lost_ids),
+        "excluded_device_ids": sorted(excluded_ids),
         "coverage_by_device": per_device,
         "expected_hours": len(expected),
         "benchmark_runs": runs,

@@ -14,9 +14,22 @@ Stages of a gray batch::
 * ``batch_evaluate`` computes a ``SoakResult`` from telemetry and device events (never typed in):
   any violated limit fails the batch at once; it passes when the soak time, telemetry coverage and
   benchmark evidence are all there.
+* A card that is already unhealthy when the soak starts (lost, degraded, or cordoned for a hardware
+  fault) is left out of the batch: it stays out of the gray pool, an event on the card says why, and
+  the batch keeps it in ``excluded_devices``. The soak judges only what happens during it: a loss
+  counts when it happens inside the soak window, on a card that was in the batch.
 * Admitting (only a passed batch) moves the cards to production and removes label and taint;
-  failing quarantines the nodes and their cards; rolling back returns gray cards to production and
-  leaves quarantined nodes to the operator.
+  failing quarantines the nodes and their cards (``suanchi.io/quarantine=true:NoExecute``).
+* Rolling back means the change was reverted on the nodes: gray cards return to production, label
+  and taint go, and a node that this batch's failure quarantined is released — with the cards the
+  failure quarantined — when that failure is the only reason it is quarantined. It stays quarantined
+  when something else holds it: another reason on the node (an operator's, Kubernetes NotReady), or
+  a node-level hardware fault (``faults.NODE_FAULT_INCIDENTS`` separate card faults). The rollback's
+  stage reason and an event on the node say which nodes stay and why; the batch page offers the
+  release (``batch_node_release``, staff, with a reason). A platform team reverts a change to get the
+  node back: keeping a node out after the cause is gone only strands capacity (on the demo, the T4
+  cards a migration rollback then missed), while card-level containment (lost cards, fault cordons)
+  stays in place either way.
 * A batch that belongs to an upgrade wave starts only after every earlier layer's wave of the plan
   passed (seed 000 §5: collector / device plugin → scheduler → node drivers).
 """
@@ -51,6 +64,7 @@ from apps.rollout.models import (
     UpgradePlan,
     UpgradeWave,
 )
+from apps.scheduling.faults import FAULT_CORDON_PREFIX, NODE_FAULT_INCIDENTS, node_fault_incidents
 
 GRAY_KEY = "suanchi.io/gray"
 GRAY_TAINT = {"key": GRAY_KEY, "value": "true", "effect": "NoSchedule"}
@@ -145,6 +159,26 @@ SERVICE_IS = stored("the service is %(state)s")
 AUTOSCALE_NO_ROOM = stored("no room for another replica (asked %(asked)s)")
 BATCH_FAILED = stored("gray batch %(batch)s failed: %(reason)s")
 BATCH_ROLLED_BACK = stored("gray batch %(batch)s rolled back: %(reason)s")
+# Cards left out of a batch at the start of its soak (unhealthy before it began).
+SOAK_STARTED_LEFT_OUT = stored(
+    "soak started on %(count)s node(s); %(left)s card(s) left out, unhealthy before the soak: %(cards)s"
+)
+LEFT_OUT = stored("card %(card)s left out of gray batch %(batch)s: %(why)s")
+WAS_LOST = stored("lost before the soak started")
+WAS_DEGRADED = stored("degraded before the soak started")
+WAS_FAULT_CORDONED = stored("cordoned for a hardware fault before the soak started (%(reason)s)")
+# What a rollback did with the nodes the batch's failure quarantined.
+ROLLBACK_RELEASED = stored("%(reason)s (quarantine released on %(released)s)")
+ROLLBACK_KEPT = stored("%(reason)s (still quarantined: %(kept)s: %(why)s)")
+ROLLBACK_RELEASED_KEPT = stored(
+    "%(reason)s (quarantine released on %(released)s; still quarantined: %(kept)s: %(why)s)"
+)
+STAYS_QUARANTINED = stored(
+    "node %(node)s stays quarantined after the rollback of gray batch %(batch)s: %(why)s"
+)
+HELD_OTHER_REASON = stored("it is quarantined for another reason (%(reason)s)")
+HELD_NODE_FAULT = stored("%(count)s separate card faults on the node, a node-level fault")
+RELEASED_FROM_BATCH = stored("released from the page of gray batch %(batch)s: %(reason)s")
 
 
 def _node_labels_record(node: Node, before: dict, actor, message: str) -> None:
@@ -404,26 +438,82 @@ def batch_soak_start(*, batch: GrayBatch, actor, now: datetime | None = None) ->
             problems[node.name] = f"cards in quarantine on {node.name}: {', '.join(quarantined)}"
     if problems:
         raise Conflict("cannot start the soak: " + "; ".join(problems.values()), details={"nodes": problems})
+    # Judge only what happens during the soak: cards already unhealthy are left out at the start.
+    excluded: list[tuple[Node, Device, str]] = []
+    soaked: list[tuple[Node, list[Device]]] = []
+    for node in nodes:
+        cards = list(
+            Device.objects.filter(node=node).exclude(health=Device.Health.RETIRED).order_by("vendor", "index")
+        )
+        keep = []
+        for device in cards:
+            why = _unhealthy_before_soak(device)
+            if why:
+                excluded.append((node, device, why))
+            else:
+                keep.append(device)
+        soaked.append((node, keep))
+    if not any(keep for _node, keep in soaked):
+        raise Conflict(
+            "cannot start the soak: no healthy card on the batch's nodes (left out: "
+            + "; ".join(f"{d}: {why}" for _n, d, why in excluded)
+            + ")",
+            code="no_healthy_card",
+            details={"excluded": [{"card": str(d), "reason": why} for _n, d, why in excluded]},
+        )
     reason = GRAY_REASON % {
         "batch": batch.name,
         "kind": batch.get_kind_display(),
         "version": batch.target_version,
     }
-    for node in nodes:
-        for device in _in_service(node):
+    for node, keep in soaked:
+        for device in keep:
             device_pool_status_set(
                 device=device, pool_status=Device.PoolStatus.GRAY, reason=reason, actor=actor
             )
         node_gray_mark(node=node, batch=batch, actor=actor)
+    label = actor_fields(actor)["actor_label"][:150]
+    for node, device, why in excluded:
+        DeviceEvent.objects.create(
+            node=node,
+            device=device,
+            kind=DeviceEvent.Kind.UPDATED,
+            severity=DeviceEvent.Severity.WARNING,
+            message=(LEFT_OUT % {"card": str(device), "batch": batch.name, "why": why})[:500],
+            actor_label=label,
+        )
+    GrayBatch.objects.filter(pk=batch.pk).update(
+        excluded_devices=[
+            {"device": d.pk, "card": str(d), "node": n.name, "health": d.health, "reason": why}
+            for n, d, why in excluded
+        ]
+    )
+    started = (
+        SOAK_STARTED_LEFT_OUT
+        % {"count": len(nodes), "left": len(excluded), "cards": ", ".join(str(d) for _n, d, _w in excluded)}
+        if excluded
+        else SOAK_STARTED % {"count": len(nodes)}
+    )
     _move(
         batch,
         to=Stage.SOAKING,
         expected=(Stage.PLANNED,),
-        reason=SOAK_STARTED % {"count": len(nodes)},
+        reason=started,
         actor=actor,
         soak_started_at=now,
     )
     return batch
+
+
+def _unhealthy_before_soak(device: Device) -> str:
+    """Why a card is left out of a soak that starts now ("" when it takes part)."""
+    if device.health == Device.Health.LOST:
+        return WAS_LOST
+    if device.health == Device.Health.DEGRADED:
+        return WAS_DEGRADED
+    if device.cordoned and (device.cordon_reason or "").startswith(FAULT_CORDON_PREFIX):
+        return WAS_FAULT_CORDONED % {"reason": device.cordon_reason}
+    return ""
 
 
 @transaction.atomic
@@ -549,10 +639,56 @@ def batch_admit(*, batch: GrayBatch, actor, reason: str = "") -> GrayBatch:
     return batch
 
 
+def failure_reason_prefix(batch: GrayBatch) -> str:
+    """How the reason of a node this batch's failure quarantined begins (``_fail`` writes it)."""
+    return BATCH_FAILED % {"batch": batch.name, "reason": ""}
+
+
+def quarantine_hold(*, batch: GrayBatch, node: Node) -> str:
+    """Why ``node`` must stay quarantined once ``batch`` is rolled back ("" when the batch's failure
+    is the only reason, or the node is not quarantined). A stored text."""
+    if node.status != Node.Status.QUARANTINED:
+        return ""
+    if not (node.status_reason or "").startswith(failure_reason_prefix(batch)):
+        return HELD_OTHER_REASON % {"reason": node.status_reason or "-"}
+    incidents = node_fault_incidents(node)
+    if incidents >= NODE_FAULT_INCIDENTS:
+        return HELD_NODE_FAULT % {"count": incidents}
+    return ""
+
+
+def _release_node(*, batch: GrayBatch, node: Node, reason: str, actor) -> None:
+    """Release a quarantined node of ``batch`` and return the cards this batch's failure quarantined
+    (their latest quarantine event carries the failure's text) to production."""
+    failure = (
+        node.status_reason if (node.status_reason or "").startswith(failure_reason_prefix(batch)) else ""
+    )
+    node_status_set(node=node, status=Node.Status.READY, reason=reason[:300], actor=actor)
+    if not failure:
+        return
+    for device in _in_service(node):
+        if device.pool_status != Device.PoolStatus.QUARANTINE:
+            continue
+        latest = (
+            DeviceEvent.objects.filter(device=device, kind=DeviceEvent.Kind.QUARANTINE)
+            .order_by("-created_at", "-pk")
+            .values_list("message", flat=True)
+            .first()
+        )
+        if latest and failure[:200] in latest:
+            device_pool_status_set(
+                device=device, pool_status=Device.PoolStatus.PRODUCTION, reason=reason[:300], actor=actor
+            )
+
+
 @transaction.atomic
 def batch_rollback(*, batch: GrayBatch, actor, reason: str) -> GrayBatch:
     """The change was reverted on the nodes: gray cards return to production, label and taint go.
-    Nodes a failure quarantined stay quarantined until an operator releases them (with a reason)."""
+
+    A node this batch's failure quarantined is released (with the cards the failure quarantined) when
+    that failure is the only reason (``quarantine_hold``); otherwise it stays quarantined and the
+    stage reason and an event on the node say why. ``batch.quarantine_outcome`` tells the caller:
+    ``{"released": [node names], "kept": [{"node", "reason"}]}``."""
     reason = (reason or "").strip()
     if not reason:
         raise ValidationFailed(
@@ -562,26 +698,90 @@ def batch_rollback(*, batch: GrayBatch, actor, reason: str) -> GrayBatch:
     expected = (Stage.SOAKING, Stage.PASSED, Stage.FAILED)
     if batch.stage not in expected:
         _move(batch, to=Stage.ROLLED_BACK, expected=expected, reason=reason, actor=actor)
+    why = (BATCH_ROLLED_BACK % {"batch": batch.name, "reason": reason})[:300]
+    released: list[str] = []
+    kept: list[dict[str, str]] = []
     for node in _nodes(batch):
         for device in _in_service(node):
             if device.pool_status == Device.PoolStatus.GRAY:
                 device_pool_status_set(
-                    device=device,
-                    pool_status=Device.PoolStatus.PRODUCTION,
-                    reason=(BATCH_ROLLED_BACK % {"batch": batch.name, "reason": reason})[:300],
-                    actor=actor,
+                    device=device, pool_status=Device.PoolStatus.PRODUCTION, reason=why, actor=actor
                 )
-        node_gray_clear(node=node, batch=batch, actor=actor)
+        node = node_gray_clear(node=node, batch=batch, actor=actor)
+        if node.status != Node.Status.QUARANTINED:
+            continue
+        hold = quarantine_hold(batch=batch, node=node)
+        if not hold:
+            _release_node(batch=batch, node=node, reason=why, actor=actor)
+            released.append(node.name)
+            continue
+        kept.append({"node": node.name, "reason": hold})
+        DeviceEvent.objects.create(
+            node=node,
+            kind=DeviceEvent.Kind.QUARANTINE,
+            severity=DeviceEvent.Severity.WARNING,
+            message=(STAYS_QUARANTINED % {"node": node.name, "batch": batch.name, "why": hold})[:500],
+            actor_label=actor_fields(actor)["actor_label"][:150],
+        )
+    text = reason
+    if released and kept:
+        text = ROLLBACK_RELEASED_KEPT % {
+            "reason": reason,
+            "released": ", ".join(released),
+            "kept": ", ".join(k["node"] for k in kept),
+            "why": kept[0]["reason"],
+        }
+    elif released:
+        text = ROLLBACK_RELEASED % {"reason": reason, "released": ", ".join(released)}
+    elif kept:
+        text = ROLLBACK_KEPT % {
+            "reason": reason,
+            "kept": ", ".join(k["node"] for k in kept),
+            "why": kept[0]["reason"],
+        }
     _move(
         batch,
         to=Stage.ROLLED_BACK,
         expected=expected,
-        reason=reason,
+        reason=text,
         actor=actor,
         soak_ended_at=batch.soak_ended_at or timezone.now(),
         decided_at=timezone.now(),
     )
+    batch.quarantine_outcome = {"released": released, "kept": kept}
     return batch
+
+
+@transaction.atomic
+def batch_node_release(*, batch: GrayBatch, node: Node, actor, reason: str) -> Node:
+    """Release a node of a rolled-back batch from quarantine (the batch page's action, staff): the
+    node goes back to ready, and the cards this batch's failure quarantined back to production."""
+    reason = (reason or "").strip()
+    if not reason:
+        raise ValidationFailed(
+            "say why the node is released from quarantine", details={"reason": ["This field is required."]}
+        )
+    batch = _lock_batch(batch)
+    if not batch.nodes.filter(pk=node.pk).exists():
+        raise ValidationFailed(
+            f"node {node.name} is not in batch {batch.name}", details={"node": [node.name]}
+        )
+    if batch.stage != Stage.ROLLED_BACK:
+        raise InvalidTransition(
+            f"batch {batch.name} is {batch.get_stage_display()}; roll it back (revert the change on the "
+            "nodes) before releasing its nodes from quarantine",
+            details={"stage": batch.stage},
+        )
+    locked = Node.objects.select_for_update(of=("self",)).get(pk=node.pk)
+    if locked.status != Node.Status.QUARANTINED:
+        raise InvalidTransition(
+            f"node {locked.name} is {locked.get_status_display()}, not quarantined",
+            details={"status": locked.status},
+        )
+    text = (RELEASED_FROM_BATCH % {"batch": batch.name, "reason": reason})[:300]
+    _release_node(batch=batch, node=locked, reason=text, actor=actor)
+    locked.refresh_from_db()
+    return locked
 
 
 def batches_evaluate(*, actor="worker", now: datetime | None = None) -> dict[str, int]:

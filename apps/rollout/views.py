@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+from django import forms
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.safestring import mark_safe
+from django.utils.translation import gettext as _
 from django.views.decorators.cache import never_cache
-from django.views.decorators.http import require_safe
+from django.views.decorators.http import require_POST, require_safe
 
 from apps.accounts.selectors import is_platform_staff
+from apps.core.errors import ApplicationError
 from apps.core.permissions import staff_required
 from apps.core.stored_text import localize
-from apps.rollout import charts, selectors
+from apps.inventory.models import Node
+from apps.rollout import charts, selectors, services
 from apps.rollout.filtersets import GrayBatchFilterSet
 from apps.rollout.models import GrayBatch, Layer, UpgradeWave
 
@@ -32,27 +37,81 @@ def batch_list(request: HttpRequest) -> HttpResponse:
     )
 
 
+class NodeReleaseForm(forms.Form):
+    """Release a node of a rolled-back batch from quarantine; the reason goes to the ledger history."""
+
+    node = forms.IntegerField()
+    reason = forms.CharField(max_length=300, strip=True)
+
+
+def _quarantined_nodes(batch: GrayBatch, nodes: list[Node]) -> list[dict]:
+    """The batch's quarantined nodes: why each is quarantined, and why it stays after a rollback."""
+    return [
+        {
+            "node": node,
+            "by_batch": (node.status_reason or "").startswith(services.failure_reason_prefix(batch)),
+            "hold": services.quarantine_hold(batch=batch, node=node),
+        }
+        for node in nodes
+        if node.status == Node.Status.QUARANTINED
+    ]
+
+
+def _detail_context(batch: GrayBatch) -> dict:
+    results = list(batch.results.order_by("-computed_at", "-pk")[:20])
+    latest = results[0] if results else None
+    wave = UpgradeWave.objects.filter(batch=batch).select_related("plan").first()
+    nodes = list(batch.nodes.select_related("cluster").order_by("name"))
+    return {
+        "batch": batch,
+        "nodes": nodes,
+        "quarantined": _quarantined_nodes(batch, nodes),
+        "can_release": batch.stage == GrayBatch.Stage.ROLLED_BACK,
+        "results": results,
+        "latest": latest,
+        "wave": wave,
+        "blockers": selectors.wave_blockers(wave) if wave else [],
+        "runs": batch.benchmark_runs.select_related("node").order_by("-measured_at")[:20],
+        "chart_html": mark_safe(charts.soak_evidence_html(latest, batch.criteria)),  # noqa: S308 - plotly markup
+    }
+
+
 @staff_required
 @require_safe
 def batch_detail(request: HttpRequest, pk: int) -> HttpResponse:
     batch = get_object_or_404(selectors.batch_list(user=request.user), pk=pk)
-    results = list(batch.results.order_by("-computed_at", "-pk")[:20])
-    latest = results[0] if results else None
-    wave = UpgradeWave.objects.filter(batch=batch).select_related("plan").first()
-    return render(
-        request,
-        "rollout/batch_detail.html",
-        {
-            "batch": batch,
-            "nodes": batch.nodes.select_related("cluster").order_by("name"),
-            "results": results,
-            "latest": latest,
-            "wave": wave,
-            "blockers": selectors.wave_blockers(wave) if wave else [],
-            "runs": batch.benchmark_runs.select_related("node").order_by("-measured_at")[:20],
-            "chart_html": mark_safe(charts.soak_evidence_html(latest, batch.criteria)),  # noqa: S308 - plotly markup
-        },
-    )
+    return render(request, "rollout/batch_detail.html", _detail_context(batch))
+
+
+@staff_required
+@require_POST
+def batch_node_release(request: HttpRequest, pk: int) -> HttpResponse:
+    """Release one of the batch's nodes from quarantine (staff, with a reason). A missing reason or a
+    node outside the batch is a 400, a batch not rolled back or a node not quarantined a 409; both
+    re-render the page with the error next to the form."""
+    batch = get_object_or_404(selectors.batch_list(user=request.user), pk=pk)
+    form = NodeReleaseForm(request.POST)
+    status = 400
+    error = _("Give a reason for releasing the node.")
+    if form.is_valid():
+        node = batch.nodes.filter(pk=form.cleaned_data["node"]).first()
+        if node is None:
+            error = _("That node is not in this batch.")
+        else:
+            try:
+                services.batch_node_release(
+                    batch=batch, node=node, actor=request.user, reason=form.cleaned_data["reason"]
+                )
+            except ApplicationError as exc:
+                error, status = exc.message, exc.status_code
+            else:
+                messages.success(request, _("Node %(node)s released from quarantine.") % {"node": node.name})
+                return redirect("rollout:batch-detail", pk=batch.pk)
+    batch.refresh_from_db()
+    context = _detail_context(batch)
+    context["release_error"] = error
+    context["release_node"] = request.POST.get("node", "")
+    return render(request, "rollout/batch_detail.html", context, status=status)
 
 
 # Badge tones per stage, as templates/rollout/_stage.html draws them.

@@ -168,7 +168,7 @@ def test_a_shift_that_cannot_get_its_replicas_writes_nothing(dual):
     MigratedService.objects.filter(pk=service.pk).update(capacity_replicas=20)
     allocations_before = Allocation.objects.count()
     pushes_before = PushAction.objects.count()
-    with pytest.raises(InsufficientCapacity, match="target track could reach only"):
+    with pytest.raises(InsufficientCapacity, match=r"target track \(job chat-ascend\) could reach only"):
         services.service_shift(service=service, actor=user, target_weight=100)
     service.refresh_from_db()
     assert service.target_weight == 0

@@ -84,6 +84,7 @@ class GrayBatchSerializer(serializers.ModelSerializer):
             "soak_started_at",
             "soak_ended_at",
             "decided_at",
+            "excluded_devices",
             "created_at",
             "updated_at",
         ]
@@ -114,6 +115,31 @@ class GrayBatchCreateSerializer(GrayBatchUpdateSerializer):
 
 class ReasonSerializer(serializers.Serializer):
     reason = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
+
+
+class KeptNodeSerializer(serializers.Serializer):
+    node = serializers.CharField()
+    reason = serializers.CharField(help_text="why the node stays quarantined (stored text)")
+
+
+class QuarantineOutcomeSerializer(serializers.Serializer):
+    released = serializers.ListField(child=serializers.CharField(), help_text="nodes released")
+    kept = KeptNodeSerializer(many=True, help_text="nodes that stay quarantined, and why")
+
+
+class RollbackResultSerializer(GrayBatchSerializer):
+    """The rolled-back batch and what became of the nodes its failure quarantined."""
+
+    quarantine = QuarantineOutcomeSerializer(read_only=True)
+
+    class Meta(GrayBatchSerializer.Meta):
+        fields = [*GrayBatchSerializer.Meta.fields, "quarantine"]
+        read_only_fields = fields
+
+
+class NodeReleaseSerializer(serializers.Serializer):
+    node = serializers.PrimaryKeyRelatedField(queryset=Node.objects.all())
+    reason = serializers.CharField(max_length=300)
 
 
 class BenchmarkRunSerializer(serializers.ModelSerializer):

@@ -115,15 +115,28 @@ class GrayBatchViewSet(viewsets.ModelViewSet):
             services.batch_fail(batch=self.get_object(), actor=request.user, **data.validated_data)
         )
 
-    @extend_schema(request=s.ReasonSerializer, responses=s.GrayBatchSerializer)
+    @extend_schema(request=s.ReasonSerializer, responses=s.RollbackResultSerializer)
     @action(detail=True, methods=["post"])
     def rollback(self, request, pk=None):
-        """The change was reverted: gray cards back to production, label and taint removed."""
+        """The change was reverted: gray cards back to production, label and taint removed; nodes its
+        failure quarantined are released when that was the only reason (``quarantine`` says which
+        stay quarantined and why)."""
         data = s.ReasonSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        return self._out(
-            services.batch_rollback(batch=self.get_object(), actor=request.user, **data.validated_data)
-        )
+        batch = services.batch_rollback(batch=self.get_object(), actor=request.user, **data.validated_data)
+        fresh = self.get_queryset().get(pk=batch.pk)
+        fresh.quarantine = batch.quarantine_outcome
+        return Response(s.RollbackResultSerializer(fresh).data)
+
+    @extend_schema(request=s.NodeReleaseSerializer, responses=s.GrayBatchSerializer)
+    @action(detail=True, methods=["post"], url_path="release-node")
+    def release_node(self, request, pk=None):
+        """Release a node of a rolled-back batch from quarantine (with a reason)."""
+        data = s.NodeReleaseSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        batch = self.get_object()
+        services.batch_node_release(batch=batch, actor=request.user, **data.validated_data)
+        return self._out(batch)
 
 
 class SoakResultViewSet(viewsets.ReadOnlyModelViewSet):

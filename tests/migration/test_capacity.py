@@ -1,0 +1,75 @@
+"""A refused migration rollback names the real shortfall (issue 21, item 10 c): on the demo the
+source track's cards sat on a node a failed gray batch had quarantined, and the refusal only said
+"could reach only 1 of 2 replicas" while the fleet page showed free compute units."""
+
+from __future__ import annotations
+
+import pytest
+
+from apps.core.errors import InsufficientCapacity
+from apps.inventory.models import Node
+from apps.inventory.services.ledger import node_status_set
+from apps.jobs.models import Allocation
+from apps.migration import services
+from apps.migration.models import MigratedService
+from apps.scheduling.lifecycle import job_submit
+from apps.scheduling.services import scheduling_cycle_run
+from tests.migration.conftest import samples
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def shifted(dual, fleet, a100):
+    """The service with all traffic on the target: the source keeps one A100 replica (the fallback)."""
+    service, user, project = dual
+    samples(service)
+    services.service_promote(service=service, actor=user)
+    MigratedService.objects.filter(pk=service.pk).update(capacity_replicas=2)
+    service.refresh_from_db()
+    services.service_shift(service=service, actor=user, target_weight=100)
+    source = service.source_job
+    held = set(
+        Allocation.objects.filter(job=source, released_at__isnull=True).values_list("node__name", flat=True)
+    )
+    assert len(held) == 1
+    return service, user, project, held.pop()
+
+
+def test_a_refused_rollback_names_model_pool_needed_free_and_the_quarantined_node(shifted, fleet, a100):
+    service, user, project, home = shifted
+    other = "gpu-02" if home == "gpu-01" else "gpu-01"
+    node_status_set(node=fleet[other], status=Node.Status.QUARANTINED, reason="PSU check", actor="ops")
+    # Another job takes the three free A100 cards left on the source's node.
+    filler = job_submit(
+        project=project,
+        actor=user,
+        name="filler",
+        kind="training",
+        image="pytorch:2.4",
+        request_kind="whole_cards",
+        device_model=a100,
+        count=3,
+    )
+    assert filler.pk in scheduling_cycle_run().placed_job_ids
+    before = Allocation.objects.filter(released_at__isnull=True).count()
+
+    with pytest.raises(InsufficientCapacity) as refused:
+        services.service_rollback(service=service, actor=user, reason="p99 regression")
+
+    message = refused.value.message
+    assert message.startswith(
+        "The source track (job chat-nvidia) could reach only 1 of 2 replicas; nothing was shifted."
+    )
+    assert (
+        f"It needs 1 more whole {a100} card(s) in pool training and 0 of the 8 there are free "
+        f"(the others: 4 busy, 4 on quarantined node(s) {other})." in message
+    )
+    details = refused.value.details["source"]
+    assert details["wanted"] == 2 and details["reached"] == 1
+    assert details["needed_cards"] == 1 and details["free_cards"] == 0 and details["total_cards"] == 8
+    assert details["held"] == {"busy": 4, "quarantined_node": 4}
+    assert details["quarantined_nodes"] == [other] and details["pools"] == ["training"]
+    service.refresh_from_db()
+    assert service.target_weight == 100
+    assert Allocation.objects.filter(released_at__isnull=True).count() == before
