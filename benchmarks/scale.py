@@ -122,7 +122,9 @@ def _block_ascend(models, projects) -> int:
         )
         for i, (pk, node_id) in enumerate(
             Device.objects.filter(device_model=models["910b3"], index=0)
-            .exclude(node__allocations__released_at__isnull=True)  # nodes already in use block already
+            # nodes with a live allocation block already (a subquery: ``exclude`` across the relation
+            # would also drop the nodes with no allocation at all, whose LEFT JOIN yields NULL)
+            .exclude(node_id__in=Allocation.objects.filter(released_at__isnull=True).values("node_id"))
             .values_list("pk", "node_id")
         )
     ]

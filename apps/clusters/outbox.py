@@ -29,6 +29,7 @@ from django.utils import timezone
 
 from apps.clusters.manifests import namespace_manifest, node_patch, workload_objects
 from apps.clusters.models import PushAction
+from apps.core.bulk import copy_create
 from apps.core.tasks import enqueue_on_commit
 from apps.jobs.models import Job
 
@@ -90,7 +91,7 @@ def push_actions_enqueue_many(items: Iterable[tuple[Job, Sequence[Any], Any]]) -
         )
         for offset, obj in enumerate(objects):
             actions.append(_action(job, cluster, obj, seq + offset, now))
-    PushAction.objects.bulk_create(actions)
+    copy_create(actions)  # COPY (apps.core.bulk): the cycle enqueues thousands at once
     streams = [job_stream(job.pk) for job, _a, _c in items]
     if len(streams) == 1:
         request_push(streams[0])

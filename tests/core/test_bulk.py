@@ -1,0 +1,125 @@
+"""apps.core.bulk.copy_create: the rows COPY writes are the rows bulk_create writes; violations roll back."""
+
+from __future__ import annotations
+
+import uuid
+from decimal import Decimal
+
+import pytest
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from apps.catalog.models import DeviceModel
+from apps.core.bulk import copy_create
+from apps.inventory.models import Cluster, Device, Node, Pool
+from apps.jobs.models import Allocation, Job, JobEvent
+
+pytestmark = pytest.mark.django_db
+
+N = 30  # above the size at which copy_create switches from bulk_create to COPY
+
+
+@pytest.fixture
+def job(make_project):
+    return Job.objects.create(project=make_project("bulk"), name="j", image="x", request_kind="whole_cards")
+
+
+def _events(job, tag: str):
+    return [
+        JobEvent(
+            job=job,
+            kind=JobEvent.Kind.STATE,
+            from_state="pending",
+            to_state="scheduled",
+            message=f'{tag} 调度到 node-{i} \\ tab\there "quoted"',
+            actor_label="scheduler",
+            data={"i": i, "nested": {"list": [1, 2.5, None, "x"]}, "zh": "中文", "empty": {}},
+        )
+        for i in range(N)
+    ]
+
+
+def _stored(tag: str):
+    return [
+        (
+            e.kind,
+            e.from_state,
+            e.to_state,
+            e.message.replace(tag, ""),
+            e.actor_label,
+            e.data,
+            e.created_at is not None,
+        )
+        for e in JobEvent.objects.filter(message__startswith=tag).order_by("pk")
+    ]
+
+
+def test_copy_writes_the_same_rows_as_bulk_create(job):
+    before = timezone.now()
+    JobEvent.objects.bulk_create(_events(job, "A"))
+    assert copy_create(_events(job, "B")) == N
+    assert _stored("A") == _stored("B")
+    assert len(_stored("B")) == N
+    # auto_now_add was filled in, keys were assigned by the database
+    copied = JobEvent.objects.filter(message__startswith="B")
+    assert all(e.created_at >= before for e in copied)
+    assert len({e.pk for e in copied}) == N
+
+
+def test_json_none_and_empty_values_round_trip(job):
+    rows = _events(job, "C")
+    rows[0].data = {}
+    rows[1].data = []
+    copy_create(rows)
+    stored = list(
+        JobEvent.objects.filter(message__startswith="C").order_by("pk").values_list("data", flat=True)
+    )
+    assert stored[0] == {} and stored[1] == []
+
+
+def _fleet():
+    model = DeviceModel.objects.create(
+        vendor="nvidia", kind="gpu", name="A100 80GB SXM4", slug="a100", memory_mib=81920
+    )
+    cluster = Cluster.objects.create(name="c", slug="c")
+    pool = Pool.objects.create(cluster=cluster, name="p", slug="p")
+    node = Node.objects.create(cluster=cluster, pool=pool, name="n1")
+    return [
+        Device.objects.create(node=node, vendor="nvidia", index=i, uuid=f"GPU-{i}", device_model=model)
+        for i in range(N)
+    ], node
+
+
+def _allocation(job, device, node, replica):
+    return Allocation(
+        job=job,
+        device=device,
+        node=node,
+        replica=replica,
+        whole_card=True,
+        memory_mib=81920,
+        compute_milli=1000,
+        trace_id=uuid.uuid4(),
+        started_at=timezone.now(),
+        compute_units=Decimal("1.0000"),
+    )
+
+
+def test_a_constraint_violation_raises_and_writes_nothing(job):
+    devices, node = _fleet()
+    rows = [_allocation(job, d, node, i) for i, d in enumerate(devices)]
+    rows.append(_allocation(job, devices[0], node, 99))  # a second live allocation of a whole card
+    with pytest.raises(IntegrityError), transaction.atomic():
+        copy_create(rows)
+    assert Allocation.objects.count() == 0
+    # the same rows without the duplicate go in
+    assert copy_create(rows[:-1]) == N
+    assert Allocation.objects.filter(released_at__isnull=True).count() == N
+
+
+def test_mixed_models_are_refused(job):
+    devices, node = _fleet()
+    rows = [*_events(job, "D"), _allocation(job, devices[0], node, 0)]
+    with pytest.raises(TypeError, match="among JobEvent rows"):
+        copy_create(rows)
+    assert not JobEvent.objects.filter(message__startswith="D").exists()
