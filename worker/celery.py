@@ -32,7 +32,8 @@ app.conf.task_routes = {
 # the next one does the same work, so a backlog after an outage never replays.
 BEAT = [
     ("scheduling-cycle", "worker.tasks.scheduling.scheduling_cycle_task", 5.0),
-    ("push-pending", "worker.tasks.push.push_pending_task", 10.0),
+    # push and reconcile fan out: one task per cluster, so a cluster that hangs delays only itself
+    ("push-pending", "worker.tasks.push.push_clusters_task", 10.0),
     ("reconcile", "worker.tasks.reconcile.reconcile_task", 10.0),
     ("cluster-sync", "worker.tasks.clusters.cluster_sync_task", 300.0),
     ("telemetry-ingest", "worker.tasks.telemetry.telemetry_ingest_task", 60.0),

@@ -126,3 +126,41 @@ class ClusterPreference(models.Model):
 
     def __str__(self) -> str:
         return f"{self.cluster_id}: {self.preference}"
+
+
+class ClusterLoop(models.Model):
+    """How a periodic per-cluster loop (reconcile, push) last went for one cluster: written by
+    ``apps.clusters.health`` after every run, never typed in.
+
+    A run that could not reach the cluster (no answer within the client timeout, connection refused
+    or reset, the API server answering 5xx) counts as a failure: ``consecutive_failures`` grows and
+    the next try waits ``next_attempt_at`` (exponential backoff), so an unreachable cluster costs one
+    bounded timeout per backoff period, while every other cluster's loop goes on in its own task.
+    """
+
+    class Loop(models.TextChoices):
+        RECONCILE = "reconcile", _("reconcile")
+        PUSH = "push", _("push")
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="loops")
+    loop = models.CharField(max_length=20, choices=Loop.choices)
+    last_started_at = models.DateTimeField(null=True, blank=True)
+    last_success_at = models.DateTimeField(null=True, blank=True)
+    last_failure_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+    consecutive_failures = models.PositiveIntegerField(default=0)
+    # No try before this (set after a failure); null: due at every period.
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    last_duration_ms = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "loop"], name="clusters_clusterloop_unique_loop"),
+            models.CheckConstraint(
+                condition=Q(loop__in=["reconcile", "push"]), name="clusters_clusterloop_loop_valid"
+            ),
+        ]
+        verbose_name = _("cluster loop state")
+
+    def __str__(self) -> str:
+        return f"{self.loop} of {self.cluster_id}: {self.consecutive_failures} failure(s)"

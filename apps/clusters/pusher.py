@@ -36,9 +36,13 @@ from apps.clusters.backend import (
     TransientBackendError,
 )
 from apps.clusters.connections import backend_for
-from apps.clusters.models import PushAction
+from apps.clusters.health import cluster_unreachable, clusters_in_backoff, loop_record, no_answer
+from apps.clusters.models import ClusterLoop, PushAction
 from apps.clusters.outbox import job_stream
 from apps.clusters.signals import workload_push_failed
+from apps.core.locks import try_lock
+from apps.core.stored_text import stored
+from apps.inventory.models import Cluster
 from apps.jobs.models import Job, JobState
 
 logger = logging.getLogger(__name__)
@@ -56,6 +60,11 @@ def backoff_delay(
     """Exponential backoff with "equal jitter": half the capped delay, plus up to the other half."""
     delay = min(cap, base * (2 ** max(0, attempts - 1)))
     return delay / 2 + random.uniform(0, delay / 2)  # noqa: S311 - jitter, not cryptography
+
+
+# Texts stored in job reasons and events, shown in the reader's language (apps.core.stored_text).
+PUSH_FAILED = stored("push failed: %(action)s: %(error)s")
+NOT_ATTEMPTED = stored("not attempted: %(action)s failed")
 
 
 def _describe(action: PushAction) -> str:
@@ -77,7 +86,7 @@ def _fail(action: PushAction, *, error: str, attempts: int, actor: Any, now: dt.
     is reported with ``workload_push_failed`` inside the same transaction, so what the receivers do
     (the job back to pending, its allocations released) commits or rolls back with it. Returns
     whether this call failed it."""
-    reason = f"push failed: {_describe(action)}: {error}"[:500]
+    reason = (PUSH_FAILED % {"action": _describe(action), "error": error})[:500]
     with transaction.atomic():
         won = PushAction.objects.filter(pk=action.pk, state=PushAction.State.PENDING).update(
             state=PushAction.State.FAILED, attempts=attempts, last_error=error[:2000], next_attempt_at=now
@@ -86,7 +95,7 @@ def _fail(action: PushAction, *, error: str, attempts: int, actor: Any, now: dt.
             return False
         PushAction.objects.filter(
             stream=action.stream, attempt=action.attempt, seq__gt=action.seq, state=PushAction.State.PENDING
-        ).update(state=PushAction.State.FAILED, last_error=f"not attempted: {_describe(action)} failed")
+        ).update(state=PushAction.State.FAILED, last_error=NOT_ATTEMPTED % {"action": _describe(action)})
         if action.job_id is None or action.verb != PushAction.Verb.APPLY:
             return True
         workload_push_failed.send(sender=PushAction, action=action, reason=reason, actor=actor)
@@ -174,10 +183,14 @@ def push_stream_run(
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     now: dt.datetime | None = None,
     session: PushSession | None = None,
+    cluster_id: int | None = None,
 ) -> dict:
     """Apply a stream's due pending actions in order. Returns counts: applied / retry / failed / waiting.
 
     A caller pushing many streams passes one ``session`` (see ``push_pending_run``) and closes it.
+    With ``cluster_id`` only that cluster's actions of the stream are pushed (a per-cluster push: a
+    job retried on another cluster keeps its old attempt's deletes on the first one). Actions of a
+    cluster that gave no answer earlier in the session (``PushSession.unreachable``) wait, untried.
     """
     now = now or timezone.now()
     summary = {"stream": stream, "applied": 0, "retry": 0, "failed": 0, "waiting": 0, "errors": []}
@@ -186,11 +199,12 @@ def push_stream_run(
     try:
         # One read for the stream's pending actions and one for its job's state; each outcome is
         # still recorded by a conditional update, so a concurrent pusher never double-applies.
-        pending = list(
-            PushAction.objects.select_related("cluster")
-            .filter(stream=stream, state=PushAction.State.PENDING)
-            .order_by("attempt", "seq")
+        rows = PushAction.objects.select_related("cluster").filter(
+            stream=stream, state=PushAction.State.PENDING
         )
+        if cluster_id is not None:
+            rows = rows.filter(cluster_id=cluster_id)
+        pending = list(rows.order_by("attempt", "seq"))
         job_id = next((a.job_id for a in pending if a.job_id), None)
         job_state = Job.objects.filter(pk=job_id).values_list("state", "attempt").first() if job_id else None
         for action in pending:
@@ -213,6 +227,10 @@ def push_stream_run(
                 )
                 summary["failed"] += 1
                 continue
+            if action.cluster_id in session.unreachable:
+                # The cluster did not answer a moment ago: another call would wait the timeout again.
+                summary["waiting"] += 1
+                break
             attempts = action.attempts + 1
             namespace = (action.cluster_id, action.name)
             is_namespace = action.kind == "Namespace" and action.verb == PushAction.Verb.APPLY
@@ -236,6 +254,7 @@ def push_stream_run(
                         session.namespaces.add(namespace)
             except TransientBackendError as e:
                 summary["errors"].append(f"{_describe(action)}: {e.message}")
+                session.note_error(action.cluster_id, e)
                 if attempts >= max_attempts:
                     _fail(
                         action,
@@ -260,6 +279,7 @@ def push_stream_run(
                     session.backend(action.cluster).delete(action.kind, action.namespace or None, action.name)
                 except BackendError as delete_error:
                     summary["errors"].append(f"delete for replacement: {delete_error.message}")
+                    session.note_error(action.cluster_id, delete_error)
                     _retry_later(action, attempts=attempts, error=delete_error.message, now=now)
                     summary["retry"] += 1
                     break
@@ -301,17 +321,31 @@ def push_stream_run(
 
 
 class PushSession:
-    """What a batch of pushes shares: one backend (client and connection pool) per cluster, and the
-    namespaces already applied in this batch."""
+    """What a batch of pushes shares: one backend (client and connection pool) per cluster, the
+    namespaces already applied in this batch, and the clusters that gave no answer (timed out,
+    refused, reset): their remaining actions wait for a later round instead of each waiting the
+    client timeout again (``unreachable``; ``skip`` pre-fills it, e.g. with clusters backing off).
+    ``down`` keeps, per cluster, the first error that says its API server is down (no answer, 5xx,
+    429), for the cluster's health record."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, timeout: float | None = None, skip: Any = ()) -> None:
         self.backends: dict[int, Any] = {}
         self.namespaces: set[tuple[int, str]] = set()
+        self.timeout = timeout
+        self.unreachable: dict[int, str] = {pk: "backing off after failures" for pk in skip}
+        self.down: dict[int, str] = {}
 
     def backend(self, cluster: Any) -> Any:
         if cluster.pk not in self.backends:
-            self.backends[cluster.pk] = backend_for(cluster)
+            kwargs = {"timeout": self.timeout} if self.timeout else {}
+            self.backends[cluster.pk] = backend_for(cluster, **kwargs)
         return self.backends[cluster.pk]
+
+    def note_error(self, cluster_id: int, error: BackendError) -> None:
+        if cluster_unreachable(error):
+            self.down.setdefault(cluster_id, error.message)
+        if no_answer(error):
+            self.unreachable.setdefault(cluster_id, error.message)
 
     def close(self) -> None:
         for backend in self.backends.values():
@@ -338,13 +372,77 @@ def push_pending_run(*, actor: Any = "worker", limit: int = 100, now: dt.datetim
     return {"pushed": done, "errors": errors}
 
 
-def push_due_streams(*, now: dt.datetime | None = None, limit: int = 100) -> list[str]:
-    """Streams with a pending action that is due, oldest first."""
+def push_due_streams(
+    *, now: dt.datetime | None = None, limit: int = 100, cluster_id: int | None = None
+) -> list[str]:
+    """Streams with a pending action that is due (on ``cluster_id`` when given), oldest first."""
     now = now or timezone.now()
-    rows = (
-        PushAction.objects.filter(state=PushAction.State.PENDING, next_attempt_at__lte=now)
-        .values("stream")
-        .annotate(due=Max("next_attempt_at"))
-        .order_by("due", "stream")[:limit]
-    )
+    due = PushAction.objects.filter(state=PushAction.State.PENDING, next_attempt_at__lte=now)
+    if cluster_id is not None:
+        due = due.filter(cluster_id=cluster_id)
+    rows = due.values("stream").annotate(due=Max("next_attempt_at")).order_by("due", "stream")[:limit]
     return [row["stream"] for row in rows]
+
+
+# One push of a cluster at a time (apps.core.locks): a push waiting on a slow API server makes the next
+# period's task for that cluster skip; the other clusters' tasks take their own locks.
+PUSH_LOCK = "suanchi:push:cluster:%d"
+
+
+def push_due_clusters(*, now: dt.datetime | None = None) -> tuple[list[int], list[int]]:
+    """(clusters with a due pending action to push this period, such clusters skipped because their
+    last push found the cluster down and their backoff has not run out)."""
+    now = now or timezone.now()
+    ids = sorted(
+        set(
+            PushAction.objects.filter(state=PushAction.State.PENDING, next_attempt_at__lte=now).values_list(
+                "cluster_id", flat=True
+            )
+        )
+    )
+    waiting = clusters_in_backoff(loop=ClusterLoop.Loop.PUSH, now=now)
+    return [pk for pk in ids if pk not in waiting], [pk for pk in ids if pk in waiting]
+
+
+def push_cluster_run(
+    *,
+    cluster_id: int,
+    actor: Any = "worker",
+    limit: int = 100,
+    now: dt.datetime | None = None,
+    timeout: float | None = None,
+    force: bool = False,
+) -> dict:
+    """One cluster's periodic push (the per-cluster task): its streams with a due action, one client
+    for all of them, under the cluster's lock. Skipped when the cluster is gone, backing off (unless
+    ``force``) or being pushed by another worker. The first call the cluster does not answer stops
+    the round (the rest wait, untried); an answer saying its API server is down (5xx, 429) or no
+    answer marks the cluster failed (``apps.clusters.health``), which backs its pushes off."""
+    cluster = Cluster.objects.filter(pk=cluster_id).first()
+    if cluster is None:
+        return {"cluster_id": cluster_id, "skipped": "gone"}
+    if not force and cluster.pk in clusters_in_backoff(loop=ClusterLoop.Loop.PUSH, now=now):
+        return {"cluster": cluster.slug, "skipped": "backing off after failures"}
+    done, errors = [], []
+    with try_lock(PUSH_LOCK % cluster.pk, holder="push") as taken:
+        if not taken:
+            return {"cluster": cluster.slug, "skipped": "another push of this cluster is running"}
+        started = timezone.now()
+        session = PushSession(timeout=timeout)
+        try:
+            for stream in push_due_streams(now=now, limit=limit, cluster_id=cluster.pk):
+                if cluster.pk in session.unreachable:
+                    break
+                try:
+                    push_stream_run(
+                        stream=stream, actor=actor, now=now, session=session, cluster_id=cluster.pk
+                    )
+                    done.append(stream)
+                except Exception as e:  # noqa: BLE001
+                    logger.exception("push of %s failed", stream)
+                    errors.append(f"{stream}: {e}")
+        finally:
+            session.close()
+        error = session.down.get(cluster.pk)
+        loop_record(cluster=cluster, loop=ClusterLoop.Loop.PUSH, error=error, started_at=started, actor=actor)
+    return {"cluster": cluster.slug, "pushed": done, "errors": errors, "unreachable": error or ""}

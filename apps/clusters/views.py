@@ -17,6 +17,7 @@ from django.views.decorators.http import require_POST
 from apps.clusters.backend import BackendError
 from apps.clusters.connect import check_lines, cluster_connection_test, cluster_save
 from apps.clusters.forms import CONNECTION_FIELDS, ClusterConnectionForm
+from apps.clusters.health import ClusterHealth, cluster_health
 from apps.clusters.sync import cluster_sync
 from apps.core.errors import ApplicationError
 from apps.inventory.models import Cluster, DeviceEvent
@@ -24,7 +25,10 @@ from apps.inventory.models import Cluster, DeviceEvent
 
 @staff_member_required
 def cluster_list(request: HttpRequest) -> HttpResponse:
-    clusters = Cluster.objects.annotate(node_count=Count("nodes")).order_by("name")
+    clusters = list(Cluster.objects.annotate(node_count=Count("nodes")).order_by("name"))
+    health = cluster_health(c.pk for c in clusters)
+    for cluster in clusters:
+        cluster.health = health.get(cluster.pk) or ClusterHealth()
     return render(request, "clusters/cluster_list.html", {"clusters": clusters})
 
 
@@ -41,6 +45,7 @@ def cluster_detail(request: HttpRequest, slug: str) -> HttpResponse:
         "clusters/cluster_detail.html",
         {
             "cluster": cluster,
+            "health": cluster_health([cluster.pk]).get(cluster.pk) or ClusterHealth(),
             "check_lines": check_lines(cluster.last_check) if cluster.last_check else [],
             "events": events,
         },

@@ -41,14 +41,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.utils import timezone
-from django.utils.translation import gettext as _
 
 from apps.benchlib.services import synthetic_result
 from apps.clusters.backend import BackendError
 from apps.clusters.connections import backend_for
+from apps.clusters.health import clusters_in_backoff, loop_record
 from apps.clusters.manifests import HOSTNAME_LABEL, LABEL_ATTEMPT, LABEL_JOB
-from apps.clusters.models import PushAction
+from apps.clusters.models import ClusterLoop, PushAction
 from apps.clusters.outbox import job_stream
+from apps.core.locks import try_lock
+from apps.core.stored_text import stored
 from apps.inventory.models import Cluster, Device, DeviceEvent, Node
 from apps.jobs.models import ACTIVE_STATES, Allocation, Job, JobEvent, JobState
 from apps.jobs.services import job_event
@@ -63,6 +65,30 @@ logger = logging.getLogger(__name__)
 # message) and, when no pod was created for this long, its attempt ends: retried per the job's
 # policy (a quota may have room again later), failed once its retries are used up.
 POD_CREATE_REFUSED_TIMEOUT_S = 300
+# The reads of one pass (paged lists of Jobs, Deployments, Pods, Nodes, Events) end within this many
+# seconds in all, whatever the page count (an API server that answers, but slowly); each call is also
+# bounded by the client timeout. Generous: a big cluster's pages must fit (the lock keeps the next
+# period's pass of this cluster from starting meanwhile; other clusters are not held up).
+RECONCILE_DEADLINE_S = 300.0
+
+# Texts stored in events and state reasons, shown in the reader's language (apps.core.stored_text).
+CRASH_LOOPING = stored(
+    "container %(container)s of pod %(pod)s is crash-looping (CrashLoopBackOff, "
+    "%(restarts)s restarts, last exit code %(code)s); the kubelet keeps restarting it"
+)
+PODS_REFUSED = stored("Kubernetes refused the pods of Job %(workload)s: %(why)s")
+NO_POD_CREATED = stored("no pod could be created for %(seconds)s s: %(why)s")
+CARD_LOST = stored("a card it used was lost (%(nodes)s)")
+NODE_NOT_READY = stored("its node is NotReady (%(nodes)s)")
+DELETED_OUTSIDE = stored("%(kind)s %(namespace)s/%(name)s was deleted outside Suanchi")
+COMPLETED = stored("completed")
+EVICTED = stored("pod %(pod)s evicted from %(nodes)s: %(reason)s: %(message)s")
+EVICTED_NO_MESSAGE = stored("pod %(pod)s evicted from %(nodes)s: %(reason)s")
+ITS_NODE = stored("its node")
+POD_FAILED = stored("pod %(pod)s failed: %(reason)s")
+JOB_GAVE_UP = stored("Job %(workload)s failed: %(reason)s: %(message)s")
+JOB_GAVE_UP_NO_MESSAGE = stored("Job %(workload)s failed: %(reason)s")
+NOT_READY_RESCHEDULED = stored("Kubernetes reports node %(node)s NotReady; its jobs are rescheduled")
 
 
 @dataclass
@@ -77,6 +103,8 @@ class ReconcileResult:
     crash_looping: int = 0  # pods newly flagged as crash-looping this pass
     quarantined: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    # The cluster could not be read (its lists failed): nothing was reconciled this pass.
+    list_error: str = ""
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
@@ -225,10 +253,7 @@ def _flag_crash_loops(job: Job, pods: list[dict], actor: Any) -> int:
             job_event(
                 job,
                 kind=JobEvent.Kind.RETRY,
-                message=_(
-                    "container %(container)s of pod %(pod)s is crash-looping (CrashLoopBackOff, "
-                    "%(restarts)s restarts, last exit code %(code)s); the kubelet keeps restarting it"
-                )
+                message=CRASH_LOOPING
                 % {"container": cs.get("name") or "?", "pod": name, "restarts": restarts, "code": last},
                 actor=actor,
                 data={
@@ -264,7 +289,7 @@ def _pod_create_refused(
         events, key=lambda e: (e.get("lastTimestamp") or "", e["metadata"].get("resourceVersion", ""))
     )
     why = _POD_NAME.sub("", latest.get("message") or "") or latest.get("reason") or "FailedCreate"
-    message = _("Kubernetes refused the pods of Job %(workload)s: %(why)s") % {
+    message = PODS_REFUSED % {
         "workload": f"{action.namespace}/{action.name}",
         "why": why,
     }
@@ -288,8 +313,7 @@ def _pod_create_refused(
         _failure(
             job,
             cluster=cluster,
-            reason=_("no pod could be created for %(seconds)s s: %(why)s")
-            % {"seconds": POD_CREATE_REFUSED_TIMEOUT_S, "why": why},
+            reason=NO_POD_CREATED % {"seconds": POD_CREATE_REFUSED_TIMEOUT_S, "why": why},
             nodes=[],
             hardware=False,
             failure_class="pod_create_refused",
@@ -299,10 +323,16 @@ def _pod_create_refused(
 
 
 def reconcile_cluster(
-    *, cluster: Cluster, actor: Any = "reconciler", now: dt.datetime | None = None
+    *,
+    cluster: Cluster,
+    actor: Any = "reconciler",
+    now: dt.datetime | None = None,
+    timeout: float | None = None,
+    deadline_s: float | None = RECONCILE_DEADLINE_S,
 ) -> ReconcileResult:
     """One pass over one cluster. Network reads first (no transaction), then one short transaction
-    per job change."""
+    per job change. Each Kubernetes call waits at most ``timeout`` seconds (the backend's default
+    when None) and the reads together at most ``deadline_s``."""
     now = now or timezone.now()
     result = ReconcileResult(cluster=cluster.slug)
     jobs = list(
@@ -318,7 +348,9 @@ def reconcile_cluster(
     # What we know was applied is read BEFORE the cluster: an object applied after our list (a push
     # racing this pass) must not look "deleted behind our back".
     actions = _workload_actions(jobs)
-    backend = backend_for(cluster)
+    backend = backend_for(cluster, **({"timeout": timeout} if timeout else {}))
+    if deadline_s is not None and hasattr(backend, "set_deadline"):
+        backend.set_deadline(deadline_s)
     try:
         workloads = {
             (o["kind"], o["metadata"].get("namespace", ""), o["metadata"]["name"]): o
@@ -341,6 +373,7 @@ def reconcile_cluster(
                     refusals[uid].append(event)
     except BackendError as e:
         result.errors.append(f"list: {e.message}")
+        result.list_error = e.message
         return result
     finally:
         close = getattr(backend, "close", None)
@@ -381,11 +414,11 @@ def reconcile_cluster(
         if job.pk in lost:
             nodes = sorted(lost[job.pk])
             hardware = bool(hardware_nodes & set(nodes))
-            why = "a card it used was lost" if hardware else "its node is NotReady"
+            why = CARD_LOST if hardware else NODE_NOT_READY
             _failure(
                 job,
                 cluster=cluster,
-                reason=f"{why} ({', '.join(nodes)})",
+                reason=why % {"nodes": ", ".join(nodes)},
                 nodes=nodes,
                 hardware=hardware,
                 infrastructure=True,
@@ -404,7 +437,8 @@ def reconcile_cluster(
             _failure(
                 job,
                 cluster=cluster,
-                reason=f"{gone[0].kind} {gone[0].namespace}/{gone[0].name} was deleted outside Suanchi",
+                reason=DELETED_OUTSIDE
+                % {"kind": gone[0].kind, "namespace": gone[0].namespace, "name": gone[0].name},
                 nodes=[],
                 hardware=False,
                 actor=actor,
@@ -445,7 +479,7 @@ def reconcile_cluster(
         ):
             if job.state == JobState.SCHEDULED:
                 job_to_running(job=job, actor=actor)
-            if job_finish(job=job, succeeded=True, reason="completed", actor=actor):
+            if job_finish(job=job, succeeded=True, reason=COMPLETED, actor=actor):
                 result.succeeded += 1
                 if job.kind == Job.Kind.BENCHMARK and backend.name == "simulated":
                     # The simulated cluster runs no benchmark image: it reports a synthetic figure made
@@ -461,8 +495,13 @@ def reconcile_cluster(
                 job,
                 cluster=cluster,
                 reason=(
-                    f"pod {evicted[0]['metadata']['name']} evicted from {', '.join(nodes) or 'its node'}: "
-                    f"{cond.get('reason') or 'DisruptionTarget'}: {cond.get('message') or ''}"
+                    (EVICTED if cond.get("message") else EVICTED_NO_MESSAGE)
+                    % {
+                        "pod": evicted[0]["metadata"]["name"],
+                        "nodes": ", ".join(nodes) or ITS_NODE,
+                        "reason": cond.get("reason") or "DisruptionTarget",
+                        "message": cond.get("message") or "",
+                    }
                 ).rstrip(": "),
                 nodes=nodes,
                 hardware=False,
@@ -480,7 +519,7 @@ def reconcile_cluster(
             _failure(
                 job,
                 cluster=cluster,
-                reason=f"pod {failed[0]['metadata']['name']} failed: {reason}",
+                reason=POD_FAILED % {"pod": failed[0]["metadata"]["name"], "reason": reason},
                 nodes=nodes,
                 hardware=hardware,
                 failure_class=key,
@@ -501,8 +540,12 @@ def reconcile_cluster(
                 job,
                 cluster=cluster,
                 reason=(
-                    f"Job {gave_up.namespace}/{gave_up.name} failed: "
-                    f"{verdict.get('reason') or verdict.get('type')}: {verdict.get('message') or ''}"
+                    (JOB_GAVE_UP if verdict.get("message") else JOB_GAVE_UP_NO_MESSAGE)
+                    % {
+                        "workload": f"{gave_up.namespace}/{gave_up.name}",
+                        "reason": verdict.get("reason") or verdict.get("type"),
+                        "message": verdict.get("message") or "",
+                    }
                 ).rstrip(": "),
                 nodes=[],
                 hardware=False,
@@ -556,23 +599,97 @@ def _note_not_ready(cluster: Cluster, name: str, actor: Any) -> None:
         node=node,
         kind=DeviceEvent.Kind.NOT_READY,
         severity=DeviceEvent.Severity.WARNING,
-        message=f"Kubernetes reports node {name} NotReady; its jobs are rescheduled",
+        message=NOT_READY_RESCHEDULED % {"node": name},
         actor_label=actor_fields(actor)["actor_label"],
     )
 
 
-def reconcile_all(*, actor: Any = "reconciler") -> list[dict]:
-    """Reconcile every cluster that has active jobs (one cluster's failure does not stop the others)."""
-    out = []
+# One reconcile of a cluster at a time (apps.core.locks: dies with its holder, no expiry to tune): a
+# pass that waits on a slow API server makes the next period's task for that cluster skip, never
+# run beside it; the other clusters' tasks take their own locks.
+RECONCILE_LOCK = "suanchi:reconcile:cluster:%d"
+
+
+def reconcile_cluster_ids() -> list[int]:
+    """Clusters with something to reconcile: jobs with live allocations there, or cards whose release
+    waits for the cluster to confirm their objects gone."""
     cluster_ids = (
         Allocation.objects.filter(released_at__isnull=True, job__state__in=ACTIVE_STATES)
         .values_list("node__cluster_id", flat=True)
         .distinct()
     )
-    for cluster in Cluster.objects.filter(pk__in=[*cluster_ids, *releasing_clusters()]).order_by("pk"):
+    return sorted(
+        Cluster.objects.filter(pk__in=[*cluster_ids, *releasing_clusters()]).values_list("pk", flat=True)
+    )
+
+
+def reconcile_due_clusters(*, now: dt.datetime | None = None) -> tuple[list[int], list[int]]:
+    """(clusters to reconcile this period, clusters skipped because their last pass failed and their
+    backoff has not run out)."""
+    waiting = clusters_in_backoff(loop=ClusterLoop.Loop.RECONCILE, now=now)
+    ids = reconcile_cluster_ids()
+    return [pk for pk in ids if pk not in waiting], [pk for pk in ids if pk in waiting]
+
+
+def reconcile_cluster_run(
+    *,
+    cluster_id: int,
+    actor: Any = "reconciler",
+    now: dt.datetime | None = None,
+    timeout: float | None = None,
+    force: bool = False,
+) -> dict:
+    """One cluster's periodic pass (the per-cluster task): skipped when the cluster is gone, backing
+    off after failures (unless ``force``) or already being reconciled by another worker; otherwise
+    ``reconcile_cluster`` under the cluster's lock, and its outcome recorded on the cluster
+    (``apps.clusters.health``: a pass whose lists failed marks it unreachable and backs off)."""
+    cluster = Cluster.objects.filter(pk=cluster_id).first()
+    if cluster is None:
+        return {"cluster_id": cluster_id, "skipped": "gone"}
+    if not force and cluster.pk in clusters_in_backoff(loop=ClusterLoop.Loop.RECONCILE, now=now):
+        return {"cluster": cluster.slug, "skipped": "backing off after failures"}
+    with try_lock(RECONCILE_LOCK % cluster.pk, holder="reconcile") as taken:
+        if not taken:
+            return {"cluster": cluster.slug, "skipped": "another reconcile of this cluster is running"}
+        started = timezone.now()
         try:
-            out.append(reconcile_cluster(cluster=cluster, actor=actor).as_dict())
+            result = reconcile_cluster(cluster=cluster, actor=actor, now=now, timeout=timeout)
+        except BackendError as e:  # no client at all (e.g. an unreadable kubeconfig)
+            loop_record(
+                cluster=cluster, loop=ClusterLoop.Loop.RECONCILE, error=e, started_at=started, actor=actor
+            )
+            return {"cluster": cluster.slug, "list_error": e.message, "errors": [e.message]}
+        except Exception as e:
+            try:
+                loop_record(
+                    cluster=cluster,
+                    loop=ClusterLoop.Loop.RECONCILE,
+                    error=repr(e),
+                    started_at=started,
+                    actor=actor,
+                )
+            except Exception:  # noqa: BLE001 - e.g. the database is gone too: the first error counts
+                logger.exception("could not record the failed reconcile of %s", cluster)
+            raise
+        loop_record(
+            cluster=cluster,
+            loop=ClusterLoop.Loop.RECONCILE,
+            error=result.list_error or None,
+            started_at=started,
+            actor=actor,
+        )
+    return result.as_dict()
+
+
+def reconcile_all(*, actor: Any = "reconciler") -> list[dict]:
+    """Reconcile every cluster that has active jobs, one after the other (commands, tests; the worker
+    runs one task per cluster instead). One cluster's failure does not stop the others; a cluster
+    being reconciled by a worker right now is skipped."""
+    out = []
+    for cluster_id in reconcile_cluster_ids():
+        try:
+            out.append(reconcile_cluster_run(cluster_id=cluster_id, actor=actor, force=True))
         except Exception as e:  # noqa: BLE001
-            logger.exception("reconcile of %s failed", cluster)
-            out.append({"cluster": cluster.slug, "errors": [str(e)]})
+            logger.exception("reconcile of cluster %s failed", cluster_id)
+            out.append({"cluster_id": cluster_id, "errors": [str(e)]})
     return out

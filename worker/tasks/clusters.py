@@ -6,6 +6,9 @@ from apps.clusters.backend import PermanentBackendError, TransientBackendError
 from apps.clusters.sync import cluster_sync
 from apps.inventory.models import Cluster
 
+# The beat period of "cluster-sync" (worker/celery.py).
+SYNC_PERIOD_S = 300.0
+
 
 @shared_task(
     name="worker.tasks.clusters.cluster_sync_task",
@@ -16,17 +19,21 @@ from apps.inventory.models import Cluster
     acks_late=True,  # idempotent: a second sync records nothing new
     ignore_result=True,
 )
-def cluster_sync_task(cluster_id: int | None = None) -> list[dict]:
-    """One cluster (on demand) or every Kubernetes cluster (beat). A gone cluster is skipped."""
+def cluster_sync_task(cluster_id: int | None = None) -> list[dict] | dict:
+    """One cluster (on demand, or sent by beat's run), or — with no id (beat) — one task per Kubernetes
+    cluster, so a cluster that does not answer (and its retries) never delays another's sync."""
     clusters = Cluster.objects.filter(backend=Cluster.Backend.KUBERNETES).order_by("pk")
-    if cluster_id is not None:
-        clusters = clusters.filter(pk=cluster_id)
+    if cluster_id is None:
+        sent = list(clusters.values_list("pk", flat=True))
+        for pk in sent:
+            cluster_sync_task.apply_async(args=[pk], expires=SYNC_PERIOD_S)
+        return {"sent": sent}
     out = []
-    for cluster in clusters:
+    for cluster in clusters.filter(pk=cluster_id):  # a gone cluster is skipped
         try:
             out.append(
                 {"cluster": cluster.slug, **cluster_sync(cluster=cluster, actor="cluster-sync").summary()}
             )
-        except PermanentBackendError as e:  # recorded on the row (last_sync.error); the others go on
+        except PermanentBackendError as e:  # recorded on the row (last_sync.error)
             out.append({"cluster": cluster.slug, "error": e.message})
     return out

@@ -1,11 +1,32 @@
-"""Reconcile task: move jobs through their states from what the clusters report."""
+"""Reconcile tasks: move jobs through their states from what the clusters report.
+
+Beat runs ``reconcile_task`` every period; it sends one ``reconcile_cluster_task`` per cluster with
+something to reconcile, so a cluster whose API server hangs holds up its own task only (each
+Kubernetes call is bounded by the client timeout, the pass by ``RECONCILE_DEADLINE_S``), never the
+other clusters' passes. A cluster whose last pass failed is not sent again before its backoff ran out
+(``apps.clusters.health``); two passes over one cluster never overlap (a per-cluster lock).
+"""
 
 from celery import shared_task
 
-from apps.scheduling.reconcile import reconcile_all
+from apps.scheduling.reconcile import reconcile_cluster_run, reconcile_due_clusters
+
+# The beat period of "reconcile" (worker/celery.py): a cluster's message not started within one
+# period is dropped, the next period sends a fresh one (no backlog replays after an outage).
+RECONCILE_PERIOD_S = 10.0
 
 
-@shared_task(name="worker.tasks.reconcile.reconcile_task", acks_late=True, ignore_result=True)
-def reconcile_task() -> list[dict]:
-    """Every cluster with active jobs: list our objects, update job states, retry or fail."""
-    return reconcile_all(actor="reconciler")
+@shared_task(name="worker.tasks.reconcile.reconcile_task", ignore_result=True)
+def reconcile_task() -> dict:
+    """Send this period's reconcile of every due cluster, one task each."""
+    due, waiting = reconcile_due_clusters()
+    for cluster_id in due:
+        reconcile_cluster_task.apply_async(args=[cluster_id], expires=RECONCILE_PERIOD_S)
+    return {"sent": due, "backing_off": waiting}
+
+
+@shared_task(name="worker.tasks.reconcile.reconcile_cluster_task", acks_late=True, ignore_result=True)
+def reconcile_cluster_task(cluster_id: int) -> dict:
+    """One cluster: list our objects, update job states, retry or fail (skipped when the cluster is
+    gone, backing off, or already being reconciled). Idempotent: every state change is conditional."""
+    return reconcile_cluster_run(cluster_id=cluster_id, actor="reconciler")

@@ -1,0 +1,277 @@
+"""Reconcile benchmark: one cluster with 50,000 pods, and N healthy clusters with one hanging one.
+
+1. reconcile of one cluster with 50,000 pods on the fake Kubernetes API server (the reconcile part
+   of ``scale.py``: ``tests/kube/fake_apiserver.py`` over HTTP with the official client);
+2. one reconcile period over N healthy clusters (each its own fake API server, every node running
+   one job), measured until every healthy cluster's pass has finished, in steady state (the jobs
+   already running, so every period does the same work):
+
+   - *per cluster* (what the worker does): beat sends one ``reconcile_cluster_task`` per cluster,
+     run here by a pool of ``--workers`` threads standing for a worker's concurrency;
+   - *one task* (what it did before): one task walking every cluster in turn;
+
+   each without and with one more cluster whose API server accepts connections and never answers
+   (the client timeout ``--timeout`` bounds its pass), queued first (the worst case). The ratio
+   "with / without" is printed for both designs, and the period after, when the hanging cluster
+   backs off and is not sent at all.
+
+Figures only; nothing is asserted on time.
+
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/suanchi_bench_reconcile \
+        python benchmarks/reconcile_clusters.py [--quick] [--clusters 8] [--timeout 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import queue
+import socket
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from _setup import bootstrap, ensure_database
+
+bootstrap("suanchi_bench_reconcile")
+
+import django  # noqa: E402
+
+
+class SilentServer:
+    """Accepts TCP connections and never answers (an API server that hangs)."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.connections: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def port(self) -> int:
+        return self.sock.getsockname()[1]
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.connections.append(conn)
+
+    def stop(self) -> None:
+        for conn in self.connections:
+            conn.close()
+        self.sock.close()
+
+
+def build_clusters(n_clusters: int, nodes_per_cluster: int, tmp: Path):
+    """N Kubernetes clusters, each on its own fake API server, every node running one whole-node job."""
+    from datetime import date
+    from decimal import Decimal
+
+    import scheduling_cycle as sc
+    from django.db import connection
+
+    from apps.accounts.models import Department, Project
+    from apps.catalog.models import ComputeCoefficient, DeviceModel
+    from apps.clusters.models import PushAction
+    from apps.clusters.pusher import push_pending_run
+    from apps.inventory.models import Cluster, Device, Node, Pool
+    from apps.jobs.models import Job
+    from apps.scheduling.services import scheduling_cycle_run
+    from tests.kube.fake_apiserver import FakeApiServer, kubeconfig_for
+
+    sc.reset_database()
+    with connection.cursor() as cursor:
+        cursor.execute("TRUNCATE scheduling_pushaction CASCADE")
+    a100 = DeviceModel.objects.create(
+        vendor="nvidia", kind="gpu", name="A100 80GB SXM4", slug="a100", memory_mib=81920
+    )
+    ComputeCoefficient.objects.create(
+        device_model=a100, value=Decimal("1.0"), effective_from=date(2024, 1, 1)
+    )
+    servers, clusters = [], []
+    for c in range(n_clusters):
+        server = FakeApiServer().start()
+        directory = tmp / f"c{c}"
+        directory.mkdir()
+        cluster = Cluster.objects.create(
+            name=f"k8s-{c}",
+            slug=f"k8s-{c}",
+            backend=Cluster.Backend.KUBERNETES,
+            kubeconfig_path=str(kubeconfig_for(server, directory)),
+        )
+        pool = Pool.objects.create(cluster=cluster, name="p", slug="p")
+        nodes = Node.objects.bulk_create(
+            Node(cluster=cluster, pool=pool, name=f"c{c}-gpu-{i:04d}", driver_version="550.54.15")
+            for i in range(nodes_per_cluster)
+        )
+        Device.objects.bulk_create(
+            Device(node=n, vendor="nvidia", index=i, uuid=f"GPU-{n.name}-{i}", device_model=a100)
+            for n in nodes
+            for i in range(8)
+        )
+        for n in nodes:
+            server.add_node(n.name)
+        servers.append(server)
+        clusters.append(cluster)
+    dept = Department.objects.create(name="d", slug="d")
+    project = Project.objects.create(department=dept, name="r", slug="r", namespace="r")
+    Job.objects.bulk_create(
+        Job(project=project, name=f"r{i}", image="x", request_kind="whole_cards", device_model=a100, count=8)
+        for i in range(n_clusters * nodes_per_cluster)
+    )
+    placed = scheduling_cycle_run().placed
+    push_pending_run(limit=10**6)
+    workloads = {(a.cluster_id, a.namespace, a.name) for a in PushAction.objects.filter(kind="Job")}
+    for server, cluster in zip(servers, clusters, strict=True):
+        names = {name for cid, _ns, name in workloads if cid == cluster.pk}
+        for pod in server.objects("Pod", "r"):
+            if pod["metadata"]["labels"].get("job-name") in names:
+                server.set_pod_phase("r", pod["metadata"]["name"], "Running")
+    return servers, clusters, placed
+
+
+def period(cluster_ids: list[int], *, workers: int, per_cluster: bool, timeout: float) -> dict:
+    """One reconcile period: seconds until every cluster's pass ended, and until the healthy ones did."""
+    from django.db import connection
+
+    from apps.scheduling.reconcile import reconcile_cluster_run
+
+    finished: dict[int, float] = {}
+    errors: dict[int, str] = {}
+    started = time.perf_counter()
+
+    def one(cluster_id: int) -> None:
+        result = reconcile_cluster_run(cluster_id=cluster_id, actor="bench", timeout=timeout, force=True)
+        finished[cluster_id] = time.perf_counter() - started
+        if result.get("list_error"):
+            errors[cluster_id] = result["list_error"]
+
+    if per_cluster:
+        tasks: queue.Queue = queue.Queue()
+        for cluster_id in cluster_ids:
+            tasks.put(cluster_id)
+
+        def worker() -> None:
+            try:
+                while True:
+                    try:
+                        cluster_id = tasks.get_nowait()
+                    except queue.Empty:
+                        return
+                    one(cluster_id)
+            finally:
+                connection.close()
+
+        threads = [threading.Thread(target=worker) for _ in range(workers)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    else:
+        for cluster_id in cluster_ids:  # one task over every cluster, in turn
+            one(cluster_id)
+    healthy = [s for cid, s in finished.items() if cid not in errors]
+    return {"all": max(finished.values()), "healthy": max(healthy), "failed": len(errors)}
+
+
+def clusters_figures(n_clusters: int, nodes_per_cluster: int, workers: int, timeout: float) -> dict:
+    from apps.clusters.health import clusters_in_backoff
+    from apps.clusters.models import ClusterLoop
+    from apps.inventory.models import Cluster
+    from apps.jobs.models import Job
+    from apps.scheduling.reconcile import reconcile_due_clusters
+    from tests.kube.fake_apiserver import kubeconfig_for
+
+    with tempfile.TemporaryDirectory() as tmp:
+        # One cluster more, built healthy (its jobs pushed), then its API server "hangs".
+        servers, clusters, placed = build_clusters(n_clusters + 1, nodes_per_cluster, Path(tmp))
+        silent = SilentServer()
+        try:
+            directory = Path(tmp) / "hanging"
+            directory.mkdir()
+            hanging, clusters = clusters[-1], clusters[:-1]
+            Cluster.objects.filter(pk=hanging.pk).update(
+                kubeconfig_path=str(kubeconfig_for(silent, directory))
+            )
+            healthy_ids = [c.pk for c in clusters]
+            warm = period(healthy_ids, workers=workers, per_cluster=True, timeout=timeout)  # jobs → running
+            running = Job.objects.filter(state="running").count()
+            print(
+                f"clusters: {n_clusters} healthy x {nodes_per_cluster} nodes ({placed} jobs placed, {running} "
+                f"running after the first period, {warm['healthy']:.2f}s); one more cluster that never "
+                f"answers (client timeout {timeout:.1f}s); {workers} worker threads"
+            )
+            figures = {}
+            for per_cluster, label in ((True, "per cluster"), (False, "one task")):
+                without = period(healthy_ids, workers=workers, per_cluster=per_cluster, timeout=timeout)
+                with_ = period(
+                    [hanging.pk, *healthy_ids], workers=workers, per_cluster=per_cluster, timeout=timeout
+                )
+                ratio = with_["healthy"] / without["healthy"]
+                figures[label] = ratio
+                print(
+                    f"    {label:>11}: healthy clusters done in {without['healthy']:.2f}s without the hanging "
+                    f"one, {with_['healthy']:.2f}s with it (all done {with_['all']:.2f}s): ratio {ratio:.2f}x"
+                )
+            due, waiting = reconcile_due_clusters()
+            backing_off = clusters_in_backoff(loop=ClusterLoop.Loop.RECONCILE)
+            after = period(due, workers=workers, per_cluster=True, timeout=timeout)
+            print(
+                f"    the period after: the hanging cluster backs off (waiting {waiting == [hanging.pk]}, "
+                f"{len(backing_off)} in backoff), {len(due)} clusters sent, done in {after['all']:.2f}s"
+            )
+            return figures
+        finally:
+            silent.stop()
+            for server in servers:
+                server.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="smaller sizes")
+    parser.add_argument(
+        "--pods", type=int, default=None, help="pods in the one-cluster reconcile (0: skip it)"
+    )
+    parser.add_argument("--clusters", type=int, default=0, help="healthy clusters")
+    parser.add_argument("--nodes", type=int, default=0, help="nodes (= running jobs) per healthy cluster")
+    parser.add_argument("--workers", type=int, default=4, help="worker threads (a worker's concurrency)")
+    parser.add_argument("--timeout", type=float, default=5.0, help="Kubernetes client timeout, seconds")
+    parser.add_argument(
+        "--pods-timeout", type=float, default=120.0, help="client timeout of the 50,000-pod part, seconds"
+    )
+    args = parser.parse_args(argv)
+    pods = args.pods if args.pods is not None else (5000 if args.quick else 50000)
+    n_clusters = args.clusters or (4 if args.quick else 8)
+    nodes = args.nodes or (10 if args.quick else 25)
+    ensure_database()
+    django.setup()
+    if pods:
+        import functools
+
+        import scale
+
+        from apps.scheduling import reconcile
+
+        # The fake API server runs in this process and answers a 500-pod page in seconds on a busy
+        # machine: the part gets a client timeout of its own (the figure is the pass, not a timeout).
+        original = reconcile.reconcile_cluster
+        reconcile.reconcile_cluster = functools.partial(original, timeout=args.pods_timeout)
+        try:
+            scale.reconcile_figures(pods, 500 if args.quick else 2000, 1000 if args.quick else 4000)
+        finally:
+            reconcile.reconcile_cluster = original
+    clusters_figures(n_clusters, nodes, args.workers, args.timeout)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
