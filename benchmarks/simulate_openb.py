@@ -7,9 +7,10 @@ run, next to the figure the trace's authors published for the same method where 
     python benchmarks/simulate_openb.py [--seeds 42-51] [--policies a,b] [--jobs 1] [--json out.json]
         [--variant default|no-models] [--no-offline] [--hindsight-seconds 5]
 
-Then the offline references for the same arrived workload at 100 % (``engine/offline.py``): the LP
-bound no placement can beat and the best packing found with full hindsight, with the gap of the best
-online policy to each.
+Then the offline references for the same arrived workload at 100 % (``engine/offline.py``): the
+card-level LP bound no placement can beat (beside the looser aggregated LP) and the best packing found
+with full hindsight, with the gap of the best online policy to each. The default trace has no GPU-model
+constraint (its ``gpu_spec`` is empty), so ``--variant no-models`` replays the same pods on it.
 """
 
 from __future__ import annotations
@@ -119,8 +120,10 @@ def main(argv: list[str] | None = None) -> int:
         print(simulate.format_offline(ref))
         for seed, r in ref["per_seed"].items():
             print(
-                f"  seed {seed}: bound {r['bound']:.2f} %, hindsight {r['hindsight']:.2f} % "
-                f"({r['hindsight_moves']} local-search moves), {r['seconds']:.1f} s"
+                f"  seed {seed}: bound {r['bound']:.2f} % (aggregate LP {r['bound_aggregate']:.2f} %, "
+                f"{r['lp_rounds']} LP rounds, {r['bound_seconds']:.1f} s), hindsight {r['hindsight']:.2f} % "
+                f"(from {r['hindsight_start']}, {r['hindsight_moves']} local-search moves, "
+                f"{r['hindsight_seconds']:.1f} s)"
             )
         print(f"offline references in {time.perf_counter() - t0:.0f} s")
         results = {**results, "offline": ref}

@@ -5,28 +5,41 @@ request stays within the cluster's GPU capacity (the pods an online policy has s
 100 %). Two references are computed for it, both in unallocated GPU % of capacity, like the online
 figures (lower is better):
 
-* **bound** — an upper bound on what any placement can allocate, from an LP relaxation solved with
-  HiGHS (``scipy.optimize.linprog``, https://docs.scipy.org/doc/scipy/reference/generated/scipy.optimize.linprog.html).
-  Pods are aggregated into identical types (CPU, memory, cards, milli per card, allowed models) and
-  nodes into identical classes (CPU, memory, cards, model); ``x[t, c]`` pods of type ``t`` go to class
-  ``c`` (only where one pod fits one node of the class and the model is allowed), at most the type's
-  count. Per class: CPU, memory and GPU milli within the class's totals, and the sharing rule (a pod with
-  ``gpu_milli`` < 1000 sits on one card) in its strongest linear form we use here: whole cards taken plus
-  the sharing pods above 500 milli (no two of them fit one card) stay within the class's card count.
-  The objective is the GPU milli allocated. No online policy — nor any exact packing — can allocate
-  more, so its unallocated % is a floor.
+* **bound** — an upper bound on what any placement can allocate: the lesser of two LP relaxations solved
+  with HiGHS (``scipy.optimize.linprog``,
+  https://docs.scipy.org/doc/scipy/reference/generated/scipy.optimize.linprog.html). Pods are
+  aggregated into identical types (CPU, memory, cards, milli per card, allowed models) and nodes into
+  identical classes (CPU, memory, cards, model).
+
+  - :func:`card_lp_bound`, the bound reported: per class, CPU and memory within the class's totals, and
+    the cards packed exactly — a configuration (cutting-stock) LP over *card patterns*, sets of sharing
+    milli values that fit one card — by column generation with an exact knapsack pricing. It sees that
+    an 810-milli pod leaves room only for pods of ≤ 190 milli, which the aggregated form cannot.
+  - :func:`lp_bound`, the aggregated form (kept for comparison, ``bound_aggregate``): ``x[t, c]`` pods
+    of type ``t`` on class ``c``, per class CPU, memory and GPU milli within the totals, and whole cards
+    plus sharing pods above 500 milli within the class's cards. When a trace's arrived workload is by
+    construction within the GPU capacity, this is nearly trivial.
+
+  Neither keeps the per-node knapsack (CPU and memory of one node, a multi-card pod's cards on one
+  node) beyond the class totals, so the true limit may lie above the bound. No online policy — nor any
+  exact packing — can allocate more, so its unallocated % is a floor.
 * **hindsight** — the best packing found knowing the whole workload in advance: the pods sorted by GPU
   request (then CPU, then memory) decreasing and placed by the engine with best fit and with Suanchi's
   policy, and the arrival order placed by Suanchi's policy (a packing hindsight may simply keep); the
-  best of these, then a time-bounded local search that moves up to two placed pods off a node to make
-  room for a pod left out, keeping the move only when every moved pod finds a place again (so the
-  allocation grows). Every packing found is achievable, so the limit lies between the bound and this.
+  best of these, then a local search bounded by ``time_limit`` (``--hindsight-seconds``) whose moves
+  only ever grow the allocation (:func:`_repack`): a left-out whole-card pod takes the cards with the
+  least sharing milli where it then fits, and a card's sharing pods are re-chosen among its own and the
+  left-out ones (a knapsack: e.g. an 810-milli pod makes way for two of 470), the pods moved off placed
+  again where they fit; then moves of up to two placed pods off a node to make room for a pod left
+  out. Every packing found is achievable (each placement goes through the snapshot, which refuses
+  anything that does not fit), so the limit lies between the bound and this.
 
 The gap of an online policy to each is its unallocated % minus the reference's, in percentage points.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
 
@@ -115,6 +128,186 @@ def lp_bound(nodes: Sequence, pods: Sequence) -> dict:
     }
 
 
+def _best_card(millis: Sequence[int], price: Sequence[float]) -> tuple[float, list[int]]:
+    """The most valuable multiset of sharing slots on one card (milli sum ≤ 1000): an unbounded
+    knapsack solved exactly by dynamic programming over the card's milli. Returns (value, slot counts)."""
+    step = 0
+    for m in millis:
+        step = math.gcd(step, m)
+    step = math.gcd(step, WHOLE) or 1
+    cap = WHOLE // step
+    best = [0.0] * (cap + 1)
+    take = [-1] * (cap + 1)
+    for w in range(1, cap + 1):
+        best[w] = best[w - 1]
+        take[w] = -1
+        for i, m in enumerate(millis):
+            q = m // step
+            if q <= w and price[i] > 0 and best[w - q] + price[i] > best[w] + 1e-12:
+                best[w] = best[w - q] + price[i]
+                take[w] = i
+    counts = [0] * len(millis)
+    w = cap
+    while w > 0:
+        if take[w] < 0:
+            w -= 1
+        else:
+            counts[take[w]] += 1
+            w -= millis[take[w]] // step
+    return best[cap], counts
+
+
+def card_lp_bound(nodes: Sequence, pods: Sequence, *, time_limit: float = 60.0) -> dict:
+    """Upper bound on allocatable GPU milli: the aggregated LP of :func:`lp_bound` with the sharing rule
+    kept exactly card by card, through a configuration LP over the cards.
+
+    Per node class ``c`` (CPU, memory, cards, model) and pod type ``t``: ``w[t, c]`` whole-card pods and
+    ``s[t, c]`` sharing pods (only where one pod fits one node of the class and the model is allowed);
+    ``y[c, p]`` cards of the class filled with the *card pattern* ``p`` — a multiset of sharing milli
+    values summing to ≤ 1000 — each offering one slot per value. Rows per class: cards (whole-card pods'
+    cards plus pattern cards ≤ the class's cards), CPU and memory (≤ the class's totals) and, per milli
+    value, sharing pods ≤ slots offered; per type, pods ≤ its count. Every placement gives such a
+    solution in integers (each card with sharing pods is one pattern: they sit on one card and their milli
+    stays within it; whole-card pods hold cards alone), so the LP value bounds what any placement
+    allocates. It is the cutting-stock LP of Gilmore & Gomory ("A linear programming approach to the
+    cutting-stock problem", Operations Research 9(6), 1961) for the cards, beside the node class's
+    CPU and memory.
+
+    Patterns come by column generation: the best card pattern at the LP's slot prices (``_best_card``,
+    exact) enters while it is worth more than the price of a card. Stopped on time, the bound is the
+    dual value with each class's card price raised to the best pattern's worth (still a feasible dual,
+    so still an upper bound by weak duality).
+    """
+    import numpy as np
+    from scipy.optimize import linprog
+    from scipy.sparse import coo_matrix
+
+    t0 = time.perf_counter()
+    deadline = t0 + time_limit
+    types = _pod_types(pods)
+    classes = _node_classes(nodes)
+    total = sum(p.gpu for p in pods)
+    n_t, n_c = len(types), len(classes)
+    # rows: types, then per class cards, cpu, memory, then per (class, milli value) slots
+    slot_row: dict[tuple[int, int], int] = {}
+    millis_of: list[list[int]] = []
+    for c, (ck, _ns) in enumerate(classes):
+        ms = sorted({tk[3] for tk, _n in types if tk[3] < WHOLE and _fits_alone(tk, ck)})
+        millis_of.append(ms)
+        for m in ms:
+            slot_row[(c, m)] = n_t + 3 * n_c + len(slot_row)
+    n_rows = n_t + 3 * n_c + len(slot_row)
+    rows: list[int] = []
+    cols: list[int] = []
+    vals: list[float] = []
+    obj: list[float] = []
+    patterns: set[tuple] = set()
+
+    def column(entries: list[tuple[int, float]], value: float) -> None:
+        k = len(obj)
+        for r, v in entries:
+            if v:
+                rows.append(r)
+                cols.append(k)
+                vals.append(v)
+        obj.append(value)
+
+    for t, ((cpu, mem, num, milli, _models), _n) in enumerate(types):
+        for c, (ck, _ns) in enumerate(classes):
+            if not _fits_alone(types[t][0], ck):
+                continue
+            base = n_t + 3 * c
+            entries = [(t, 1), (base + 1, cpu), (base + 2, mem)]
+            entries.append((base, num) if milli >= WHOLE else (slot_row[(c, milli)], 1))
+            column(entries, float(num * milli))
+
+    def add_pattern(c: int, counts: Sequence[int]) -> bool:
+        key = (c, tuple(counts))
+        if key in patterns or not any(counts):
+            return False
+        patterns.add(key)
+        entries = [(n_t + 3 * c, 1)]
+        entries += [(slot_row[(c, m)], -q) for m, q in zip(millis_of[c], counts, strict=True) if q]
+        column(entries, 0.0)
+        return True
+
+    for c, ms in enumerate(millis_of):
+        for i, m in enumerate(ms):  # one value per card, as many as fit
+            counts = [0] * len(ms)
+            counts[i] = WHOLE // m
+            add_pattern(c, counts)
+    b = np.zeros(n_rows)
+    b[:n_t] = [n for _k, n in types]
+    for c, ((ccpu, cmem, cgpus, _model), ns) in enumerate(classes):
+        b[n_t + 3 * c : n_t + 3 * c + 3] = [cgpus * len(ns), ccpu * len(ns), cmem * len(ns)]
+    best = float(total) if obj else 0.0  # no pod fits any node alone: nothing can be placed
+    rounds = 0
+    lp_value = 0.0
+    converged = not obj
+    while obj:
+        a = coo_matrix((vals, (rows, cols)), shape=(n_rows, len(obj))).tocsr()
+        res = linprog(-np.array(obj), A_ub=a, b_ub=b, bounds=(0, None), method="highs")
+        if res.status != 0:  # pragma: no cover - feasible (all zero) and bounded (type counts)
+            break
+        rounds += 1
+        lp_value = -float(res.fun)
+        duals = np.maximum(-np.asarray(res.ineqlin.marginals), 0.0)
+        dual_value = float(b @ duals)
+        added = False
+        for c, ms in enumerate(millis_of):
+            if not ms:
+                continue
+            card_price = duals[n_t + 3 * c]
+            worth, counts = _best_card(ms, [duals[slot_row[(c, m)]] for m in ms])
+            if worth > card_price + 1e-9:
+                dual_value += b[n_t + 3 * c] * (worth - card_price)
+                added |= add_pattern(c, counts)
+        best = min(best, dual_value)
+        if not added:
+            converged = True
+            break
+        if time.perf_counter() > deadline:
+            break
+    best = max(best, lp_value)
+    return {
+        "allocated": min(float(total), best),
+        "lp_value": lp_value,
+        "requested": total,
+        "status": "optimal" if converged else "time limit",
+        "rounds": rounds,
+        "card_patterns": len(patterns),
+        "pod_types": n_t,
+        "node_classes": n_c,
+        "seconds": time.perf_counter() - t0,
+    }
+
+
+# ---- shared helpers ---------------------------------------------------------------------------------
+
+
+def _pod_types(pods: Sequence) -> list[tuple[tuple, int]]:
+    types: dict[tuple, int] = {}
+    for p in pods:
+        if p.gpu <= 0:
+            continue  # CPU-only pods allocate no GPU: an upper bound may leave them out
+        key = (p.cpu_milli, p.memory_mib, p.num_gpu, p.gpu_milli, p.models)
+        types[key] = types.get(key, 0) + 1
+    return sorted(types.items(), key=lambda item: (-item[0][2] * item[0][3], item[0][:4], sorted(item[0][4])))
+
+
+def _node_classes(nodes: Sequence) -> list[tuple[tuple, list]]:
+    classes: dict[tuple, list] = {}
+    for n in nodes:
+        classes.setdefault((n.cpu_milli, n.memory_mib, n.gpus, n.model), []).append(n)
+    return list(classes.items())
+
+
+def _fits_alone(tkey: tuple, ckey: tuple) -> bool:
+    cpu, mem, num, _milli, models = tkey
+    ccpu, cmem, cgpus, cmodel = ckey
+    return cpu <= ccpu and mem <= cmem and num <= cgpus and (not models or cmodel in models)
+
+
 def _greedy(make_snapshot, pods: Sequence, requests: dict, order: Sequence[int], policy: str):
     from .engine import Engine
 
@@ -134,6 +327,190 @@ def _greedy(make_snapshot, pods: Sequence, requests: dict, order: Sequence[int],
     return allocated, snapshot, engine, left, where
 
 
+def _best_refill(units: list[tuple[int, int]], room: int, step: int) -> tuple[float, list[int]]:
+    """0/1 knapsack over ``units`` ((milli, tag) each; tag 1 = already on the card) into ``room`` milli:
+    the most milli, then the fewest pods moved off the card. Returns (value, chosen positions)."""
+    cap = room // step
+    best = [0.0] * (cap + 1)
+    keep: list[list[bool]] = []
+    for m, tag in units:
+        q = m // step
+        worth = m + (1e-3 if tag else 0.0)  # keeping a pod where it is wins ties
+        row = [False] * (cap + 1)
+        for w in range(cap, q - 1, -1):
+            if best[w - q] + worth > best[w] + 1e-9:
+                best[w] = best[w - q] + worth
+                row[w] = True
+        keep.append(row)
+    chosen = []
+    w = cap
+    for i in range(len(units) - 1, -1, -1):
+        if keep[i][w]:
+            chosen.append(i)
+            w -= units[i][0] // step
+    return best[cap], chosen
+
+
+def _repack(snapshot, engine, pods: Sequence, requests: dict, left: list[int], deadline: float) -> int:
+    """Ejection moves that only ever grow the allocation, until none is found or time is up:
+
+    * a whole-card pod left out takes the cards with the least sharing milli on a node where it then
+      fits, when that milli is below its own; the pods moved off are placed again by the engine where
+      they fit, else join the left-out pods;
+    * a card's sharing pods are re-chosen among its own and the left-out ones (the most milli within
+      1,000, a knapsack), when that is more than the card holds and CPU and memory still fit; pods moved
+      off are placed again or join the left-out pods.
+
+    Returns the number of moves kept."""
+    from . import assign
+
+    step = 10
+    rid_of = {n: requests[n].id for n in requests}
+    n_of = {rid: n for n, rid in rid_of.items()}
+    on_card: dict[str, list[int]] = {}  # device id -> sharing pods on it
+    for rid, placement in snapshot.placements.items():
+        for part in placement.parts:
+            for a in part.devices:
+                if not a.whole:
+                    on_card.setdefault(a.device_id, []).append(n_of[rid])
+    pool = {n for n in left if rid_of[n] not in snapshot.placements}
+    moves = 0
+
+    def load(dev) -> int:
+        return dev.hard_used + dev.shared_used
+
+    def place_on(node, n: int, devs: tuple[int, ...]) -> None:
+        req = requests[n]
+        part = assign.build_part(node, req, (devs,), assign.topology_tier([node.devices[i] for i in devs]))
+        snapshot.apply(Placement(req.id, (part,)))
+        if pods[n].gpu_milli < WHOLE:
+            on_card.setdefault(node.devices[devs[0]].id, []).append(n)
+        pool.discard(n)
+
+    def take_off(n: int) -> None:
+        placement = snapshot.release(rid_of[n])
+        for part in placement.parts:
+            for a in part.devices:
+                if not a.whole:
+                    on_card[a.device_id].remove(n)
+        pool.add(n)
+
+    def settle(moved: list[int]) -> None:
+        for n in sorted(moved, key=lambda k: -pods[k].gpu):
+            d = engine.place(snapshot, requests[n])
+            if d.placement is not None:
+                pool.discard(n)
+                for part in d.placement.parts:
+                    for a in part.devices:
+                        if not a.whole:
+                            on_card.setdefault(a.device_id, []).append(n)
+
+    def fits_model(node, pod) -> bool:
+        return not pod.models or (bool(node.devices) and node.devices[0].model in pod.models)
+
+    improved = True
+    while improved and time.perf_counter() < deadline:
+        improved = False
+        # whole-card pods left out, most GPU first
+        for n in sorted((k for k in pool if pods[k].gpu_milli >= WHOLE), key=lambda k: (-pods[k].gpu, k)):
+            if time.perf_counter() > deadline:
+                break
+            pod = pods[n]
+            best = None
+            for node in snapshot.nodes:
+                if len(node.devices) < pod.num_gpu or not fits_model(node, pod):
+                    continue
+                cards = sorted((load(d), d.index) for d in node.devices if d.whole_by is None)
+                if len(cards) < pod.num_gpu:
+                    continue
+                chosen = cards[: pod.num_gpu]
+                milli = sum(c[0] for c in chosen)
+                if milli >= pod.gpu or (best is not None and milli >= best[0]):
+                    continue
+                moved = [k for _l, i in chosen for k in on_card.get(node.devices[i].id, ())]
+                cpu = node.cpu_milli - node.cpu_used + sum(pods[k].cpu_milli for k in moved)
+                mem = node.memory_mib - node.mem_used + sum(pods[k].memory_mib for k in moved)
+                if cpu < pod.cpu_milli or mem < pod.memory_mib:
+                    continue
+                best = (milli, node, tuple(sorted(i for _l, i in chosen)), moved)
+            if best is None:
+                continue
+            _milli, node, devs, moved = best
+            for k in moved:
+                take_off(k)
+            place_on(node, n, devs)
+            settle(moved)
+            moves += 1
+            improved = True
+        # cards re-chosen among their own pods and the left-out sharing pods
+        spare: dict[int, list[int]] = {}
+        for k in pool:
+            if 0 < pods[k].gpu_milli < WHOLE:
+                spare.setdefault(pods[k].gpu_milli, []).append(k)
+        if not spare:
+            continue
+        tried: set[tuple] = set()
+        for node in snapshot.nodes:
+            if time.perf_counter() > deadline:
+                break
+            for dev in node.devices:
+                if dev.whole_by is not None:
+                    continue
+                mine = on_card.get(dev.id, [])
+                held = load(dev)
+                sig = (
+                    tuple(sorted(pods[k].gpu_milli for k in mine)),
+                    node.devices[0].model if node.devices else "",
+                )
+                if sig in tried:
+                    continue
+                units = [(pods[k].gpu_milli, 1) for k in mine]
+                for m, ks in spare.items():
+                    fitting = [k for k in ks if fits_model(node, pods[k])]
+                    units += [(m, 0)] * min(len(fitting), WHOLE // m)
+                value, chosen = _best_refill(units, WHOLE, step)
+                if value <= held + 0.5:
+                    tried.add(sig)  # no gain for this content here; others with it neither
+                    continue
+                own = [units[i][0] for i in chosen if units[i][1]]
+                new = [units[i][0] for i in chosen if not units[i][1]]
+                stay = list(mine)
+                moved = []
+                for k in sorted(mine, key=lambda k: -pods[k].gpu_milli):
+                    if pods[k].gpu_milli in own:
+                        own.remove(pods[k].gpu_milli)
+                    else:
+                        moved.append(k)
+                        stay.remove(k)
+                incoming = []
+                for m in new:
+                    cand = [k for k in spare.get(m, ()) if fits_model(node, pods[k]) and k not in incoming]
+                    if not cand:
+                        break
+                    incoming.append(cand[0])
+                if len(incoming) != len(new):
+                    continue
+                cpu = node.cpu_milli - node.cpu_used + sum(pods[k].cpu_milli for k in moved)
+                mem = node.memory_mib - node.mem_used + sum(pods[k].memory_mib for k in moved)
+                if cpu < sum(pods[k].cpu_milli for k in incoming) or mem < sum(
+                    pods[k].memory_mib for k in incoming
+                ):
+                    continue
+                for k in moved:
+                    take_off(k)
+                for k in incoming:
+                    place_on(node, k, (dev.index,))
+                    spare[pods[k].gpu_milli].remove(k)
+                settle(moved)
+                for k in moved:
+                    if k in pool:
+                        spare.setdefault(pods[k].gpu_milli, []).append(k)
+                moves += 1
+                improved = True
+    left[:] = sorted(pool)
+    return moves
+
+
 def hindsight(
     make_snapshot,
     pods: Sequence,
@@ -143,8 +520,9 @@ def hindsight(
     time_limit: float = 5.0,
 ) -> dict:
     """Best packing found with full hindsight: the pods sorted decreasing (GPU, CPU, memory) and placed
-    by each of ``policies`` (best fit and Suanchi's policy by default); the best of those, then a
-    time-bounded local search. ``make_snapshot()`` returns a fresh, empty fleet."""
+    by each of ``policies`` (best fit and Suanchi's policy by default), and the arrival order by
+    Suanchi's policy; the best of those, then a local search of ``time_limit`` seconds (ejection moves,
+    :func:`_repack`, then moves of up to two pods). ``make_snapshot()`` returns a fresh, empty fleet."""
     from . import assign, filters
 
     t0 = time.perf_counter()
@@ -184,7 +562,12 @@ def hindsight(
         snapshot.apply(placement)
         return placement
 
-    deadline = t0 + time_limit
+    deadline = time.perf_counter() + time_limit  # the local search's own time
+    moves += _repack(snapshot, engine, pods, requests, left, deadline)
+    allocated = sum(gpu_of.get(rid, 0) for rid in snapshot.placements)
+    where = {}
+    for rid, placement in snapshot.placements.items():
+        where.setdefault(placement.parts[0].node, []).append(rid)
     for n in left:
         if time.perf_counter() > deadline:
             break
@@ -227,6 +610,7 @@ def hindsight(
                 snapshot.release(req.id)
             for p in held:
                 snapshot.apply(p)
+    allocated = sum(gpu_of.get(rid, 0) for rid in snapshot.placements)
     problems = snapshot.check_invariants()
     if problems:  # pragma: no cover - the snapshot refuses over-allocation on apply
         raise RuntimeError(f"hindsight packing broke an invariant: {problems[0]}")
@@ -234,6 +618,7 @@ def hindsight(
         "allocated": allocated,
         "greedy_allocated": greedy,
         "greedy_by_policy": tried,
+        "start": max(tried, key=lambda k: tried[k]),
         "moves": moves,
         "requested": sum(p.gpu for p in pods),
         "seconds": time.perf_counter() - t0,
