@@ -131,7 +131,8 @@ class _DeviceRow:
     80,000 cards, building ``Device`` instances with their model and project joined (and the model's JSON
     columns decoded once per card) was most of a rebuild."""
 
-    __slots__ = (
+    # The columns read as they are, then the two that are resolved (model instance, project slug).
+    PLAIN = (
         "pk",
         "node_id",
         "vendor",
@@ -145,46 +146,15 @@ class _DeviceRow:
         "pcie_switch",
         "numa_node",
         "mig_profiles",
-        "device_model",
-        "owner_slug",
     )
-
-    FIELDS = (
-        "pk",
-        "node_id",
-        "vendor",
-        "index",
-        "raw_model_name",
-        "memory_mib",
-        "health",
-        "pool_status",
-        "cordoned",
-        "topology_group",
-        "pcie_switch",
-        "numa_node",
-        "mig_profiles",
-        "device_model_id",
-        "owner_project__slug",
-    )
+    FIELDS = (*PLAIN, "device_model_id", "owner_project__slug")
+    __slots__ = (*PLAIN, "device_model", "owner_slug")
 
     def __init__(self, row: tuple, models: dict) -> None:
-        (
-            self.pk,
-            self.node_id,
-            self.vendor,
-            self.index,
-            self.raw_model_name,
-            self.memory_mib,
-            self.health,
-            self.pool_status,
-            self.cordoned,
-            self.topology_group,
-            self.pcie_switch,
-            self.numa_node,
-            self.mig_profiles,
-            model_id,
-            self.owner_slug,
-        ) = row
+        plain = len(self.PLAIN)
+        for name, value in zip(self.PLAIN, row[:plain], strict=True):
+            setattr(self, name, value)
+        model_id, self.owner_slug = row[plain:]
         self.device_model = models.get(model_id) if model_id is not None else None
 
 
