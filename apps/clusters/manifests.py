@@ -835,6 +835,12 @@ def workload_objects(
         return objects + workloads
 
     base = workload_name(job, attempt)
+    # One pod per replica and node: a replica whose device groups were placed on several nodes of one
+    # switch (seed 000 §3.2's cross-node fallback) runs as one pinned pod per node, like a gang.
+    pods: dict[tuple[int, str], list[Any]] = defaultdict(list)
+    for allocation in allocations:
+        pods[(allocation.replica, allocation.node.name)].append(allocation)
+    replicas = dict(enumerate(pods[key] for key in sorted(pods)))
     if len(replicas) == 1:
         (allocs,) = replicas.values()
         claim = _claim_manifest(job, f"{base}-devices", [allocs], cluster, attempt=attempt, template=False)

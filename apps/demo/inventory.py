@@ -1,4 +1,5 @@
-"""The demo fleet, mirroring the seeds (seed 001 §3.1 batch table, seed 004 node pools).
+"""The demo fleet, mirroring the seeds (seed 001 §3.1 batch table, seed 004 node pools, and an A100
+40GB node beside the 910B nodes on one switch for seed 000 §3.2's mixed GPU + NPU training example).
 
 It arrives through the product's own paths: the ledger CSV import, node reports (nvidia-smi topo
 and CSV outputs run through the real parsers), and the label service. Loading twice changes nothing.
@@ -157,7 +158,27 @@ NODES = [
         "leaf-03",
         dtk="24.04.1",
     ),
+    # Seed 000 §3.2's mixed-training example asks for one A100 40GB GPU and two 910B NPUs, all with
+    # RDMA; no node holds both, so it falls back to one switch: this node shares leaf-03 with the
+    # 910B nodes. Its RDMA NICs arrive through its `nvidia-smi topo -m` report (``pcie_topo``); the
+    # 910B's RoCE port is on the chip (catalog feature ``rdma``). CUDA 12.4 Update 1 ↔ 550.54.15
+    # (runtime-compat.yaml); the VBIOS version is not recorded (no sourced value).
+    DemoNode(
+        "a100-40g-pcie-01",
+        "training",
+        "nvidia",
+        "A100 40GB PCIe",
+        4,
+        "x86_64",
+        "550.54.15",
+        "",
+        "r04",
+        "leaf-03",
+        cuda="12.4",
+    ),
 ]
+# PCIe GPU nodes whose `nvidia-smi topo -m` shows RDMA NICs (node name -> NICs, one per PCIe switch).
+PCIE_RDMA_NICS = {"a100-40g-pcie-01": 2}
 # A workstation node with a card the catalog does not know: recorded with its raw name and flagged.
 UNKNOWN_NODE = ("dev-ws-01", "NVIDIA RTX PRO 6000 Blackwell Server Edition")
 # Compute coefficients for models whose TFLOPS the catalog does not know. These are platform
@@ -277,6 +298,51 @@ def nvswitch_topo(count: int, nics: int = 4) -> str:
     return "\n".join(lines) + "\n"
 
 
+def pcie_topo(count: int, nics: int) -> str:
+    """`nvidia-smi topo -m` of a PCIe server: each NIC shares a PCIe switch with ``count // nics``
+    GPUs (``PIX``), switches on the same CPU socket meet at its host bridge (``NODE``), otherwise
+    ``SYS``. No NVLink bridges. The NICs are what make the node RDMA-capable in the ledger."""
+    per = count // nics
+
+    def switch(label: str) -> int:
+        number = int(label[3:])
+        return number // per if label.startswith("GPU") else number
+
+    def numa(label: str) -> int:
+        return switch(label) * 2 // nics
+
+    def cell(a: str, b: str) -> str:
+        if a == b:
+            return "X"
+        if switch(a) == switch(b):
+            return "PIX"
+        return "NODE" if numa(a) == numa(b) else "SYS"
+
+    gpus = [f"GPU{i}" for i in range(count)]
+    nic_names = [f"NIC{n}" for n in range(nics)]
+    labels = gpus + nic_names
+    lines = ["\t" + "\t".join(labels + ["CPU Affinity", "NUMA Affinity", "GPU NUMA ID"])]
+    for gpu in gpus:
+        cpus = "0-31,64-95" if numa(gpu) == 0 else "32-63,96-127"
+        lines.append("\t".join([gpu, *(cell(gpu, b) for b in labels), cpus, str(numa(gpu)), "N/A"]))
+    for nic in nic_names:
+        lines.append("\t".join([nic, *(cell(nic, b) for b in labels), "", "", ""]))
+    lines += [
+        "",
+        "Legend:",
+        "",
+        "  X    = Self",
+        "  SYS  = Connection traversing PCIe as well as the SMP interconnect between NUMA nodes",
+        "  NODE = Connection traversing PCIe as well as the interconnect between PCIe Host Bridges",
+        "  PIX  = Connection traversing at most a single PCIe bridge",
+        "",
+        "NIC Legend:",
+        "",
+        *(f"  NIC{n}: mlx5_{n}" for n in range(nics)),
+    ]
+    return "\n".join(lines) + "\n"
+
+
 def t4_csv(node: DemoNode, present: list[int]) -> str:
     """`nvidia-smi --query-gpu=<agent fields> --format=csv,noheader,nounits` for the given cards."""
     rows = []
@@ -324,16 +390,18 @@ def load(*, actor, stdout) -> dict:
 
     report = ledger.ledger_import_csv(data=fleet_csv(), actor=actor)
 
-    # Topology through the real topo parser; one T4 missing from its node's report: 掉卡.
+    # Topology (and the RDMA NICs next to the GPUs) through the real topo parser; one T4 missing from
+    # its node's report: 掉卡.
     for node in NODES:
         if node.model == "A100 80GB SXM4":
-            discovery.node_report_ingest(
-                node_name=node.name,
-                kind="nvidia-topo",
-                text=nvswitch_topo(node.count),
-                actor=actor,
-                cluster=cluster,
-            )
+            topo = nvswitch_topo(node.count)
+        elif node.name in PCIE_RDMA_NICS:
+            topo = pcie_topo(node.count, PCIE_RDMA_NICS[node.name])
+        else:
+            continue
+        discovery.node_report_ingest(
+            node_name=node.name, kind="nvidia-topo", text=topo, actor=actor, cluster=cluster
+        )
     t4 = next(n for n in NODES if n.name == "t4-infer-02")
     discovery.node_report_ingest(
         node_name=t4.name, kind="nvidia-smi-csv", text=t4_csv(t4, [0, 1, 2]), actor=actor, cluster=cluster

@@ -107,11 +107,15 @@ def test_demo_renders_exact_requests_in_plain_and_dra_mode(tmp_path, capsys):
     nvidia = [a for a in active if a.device.vendor == "nvidia"]
     for a in nvidia:
         assert a.device.uuid in selected[str(a.job_id)], (a.job_id, a.device.uuid)
-    nvidia_jobs = {str(a.job_id) for a in nvidia}
+    # Pods holding NVIDIA cards (a mixed GPU + NPU job placed across nodes also has an NPU-only pod).
+    nvidia_pods = {(str(a.job_id), a.node.name) for a in nvidia}
     for obj in dra:
-        if obj["kind"] not in m.WORKLOAD_KINDS or obj["metadata"]["labels"][m.LABEL_JOB] not in nvidia_jobs:
+        if obj["kind"] not in m.WORKLOAD_KINDS:
             continue
         spec = obj["spec"]["template"]["spec"]
+        pod = (obj["metadata"]["labels"][m.LABEL_JOB], spec["nodeSelector"][m.HOSTNAME_LABEL])
+        if pod not in nvidia_pods:
+            continue
         claims = spec["resourceClaims"]
         assert [c["name"] for c in claims] == [m.POD_CLAIM_NAME]
         for container in spec["containers"]:

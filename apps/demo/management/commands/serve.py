@@ -1,5 +1,7 @@
 """python manage.py serve: the web server, a Celery worker and Celery beat as one supervised group.
 
+The web server writes to the terminal; the worker and beat write to ``var/log/worker.log`` and
+``var/log/beat.log``, and only their warnings and errors also reach the terminal (``apps/demo/logtee.py``).
 Stops all three when any of them exits or on Ctrl-C / SIGTERM.
 """
 
@@ -14,6 +16,19 @@ from pathlib import Path
 
 from django.conf import settings
 from django.core.management.base import BaseCommand
+
+from apps.demo.logtee import LogTee, open_log
+
+# Processes whose output goes to var/log/<name>.log (warnings and errors also to the terminal).
+LOGGED = ("worker", "beat")
+
+
+def _shown(path: Path) -> str:
+    """A path as the person at the terminal would type it (relative to where they are, if inside)."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
 
 
 class Command(BaseCommand):
@@ -87,11 +102,34 @@ class Command(BaseCommand):
                 "--schedule",
                 str(var_dir / "celerybeat-schedule"),
             ]
+        base_dir = Path(settings.BASE_DIR)  # gunicorn and celery import config/ and worker/ from here
+        log_dir = var_dir / "log"
         procs: dict[str, subprocess.Popen] = {}
+        tees: dict[str, LogTee] = {}
+        logs: dict[str, Path] = {}
+        pumps = []
         for name, cmd in commands.items():
-            procs[name] = subprocess.Popen(cmd, env=env)
+            if name in LOGGED:
+                logs[name] = log_dir / f"{name}.log"
+                tees[name] = LogTee(name, log=open_log(logs[name]), terminal=sys.stderr)
+                procs[name] = subprocess.Popen(
+                    cmd,
+                    cwd=base_dir,
+                    env={**env, "PYTHONUNBUFFERED": "1"},
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    text=True,
+                    encoding="utf-8",
+                    errors="replace",
+                )
+                pumps.append(tees[name].start(procs[name].stdout))
+            else:
+                procs[name] = subprocess.Popen(cmd, cwd=base_dir, env=env)
             self.stdout.write(f"started {name} (pid {procs[name].pid})")
         self.stdout.write(self.style.SUCCESS(f"Suanchi is up: http://{options['host']}:{options['port']}/"))
+        for name, path in logs.items():
+            self.stdout.write(f"  {name} log: {_shown(path)} (its warnings and errors also appear here)")
 
         stopping = False
 
@@ -106,6 +144,12 @@ class Command(BaseCommand):
                 exited = [name for name, proc in procs.items() if proc.poll() is not None]
                 if exited:
                     self.stderr.write(f"{', '.join(exited)} exited; stopping the rest")
+                    for name in exited:
+                        if name in tees:
+                            time.sleep(0.2)  # let its last lines arrive
+                            self.stderr.write(f"the last lines of {_shown(logs[name])}:")
+                            for line in tees[name].recent:
+                                self.stderr.write(f"{name} | {line}")
                     break
                 time.sleep(0.5)
         finally:
@@ -118,3 +162,9 @@ class Command(BaseCommand):
                     proc.wait(timeout=max(0.1, deadline - time.monotonic()))
                 except subprocess.TimeoutExpired:
                     proc.kill()
+                    proc.wait()
+            for pump in pumps:  # a pipe ends once its process (and any child holding it) is gone
+                pump.join(timeout=2)
+            for name, tee in tees.items():
+                if not any(p.is_alive() for p in pumps if p.name == f"logtee-{name}"):
+                    tee.log.close()
