@@ -30,6 +30,7 @@ from apps.catalog.models import ComputeCoefficient, DeviceModel, WorkloadProfile
 from apps.catalog.selectors import coefficients_on
 from apps.core.audit import actor_fields, change_record_create, snapshot
 from apps.core.errors import Conflict, PermissionDenied, ValidationFailed
+from apps.core.stored_text import stored
 from apps.jobs.models import Allocation, Job, JobState
 
 MAX_THROUGHPUT = Decimal("1e12")
@@ -37,6 +38,8 @@ REPORT_FIELDS = {"profile", "throughput", "p99_latency_ms", "runs", "spread_pct"
 # A proposal is made when measurements and the coefficient disagree by more than this (relative).
 PROPOSAL_THRESHOLD = Decimal("0.15")
 REFERENCE_MODEL_SLUG = "a100-80gb-sxm4"  # one CU = this card for one hour (apps.catalog.models)
+# The reason of a coefficient taken from a proposal (a stored text: apps.core.stored_text).
+COEFFICIENT_REASON = stored("benchmark library proposal %(proposal)s: measured ratios %(evidence)s")
 
 
 def _number(data: dict, name: str, *, required: bool = False, integer: bool = False, upper=MAX_THROUGHPUT):
@@ -461,7 +464,7 @@ def coefficient_proposal_decide(
         value=proposal.proposed_value,
         effective_from=effective,
         basis=ComputeCoefficient.Basis.BENCHMARK,
-        reason=f"benchmark library proposal {proposal.pk}: measured ratios {evidence}"[:300],
+        reason=(COEFFICIENT_REASON % {"proposal": proposal.pk, "evidence": evidence})[:300],
         created_by=actor if getattr(actor, "pk", None) else None,
     )
     proposal.state = CoefficientProposal.State.ACCEPTED

@@ -301,6 +301,8 @@ class UsageEntry(models.Model):
         indexes = [
             models.Index(fields=["month", "project"], name="billing_entry_month_proj_idx"),
             models.Index(fields=["project", "slice_start"], name="billing_entry_proj_slice_idx"),
+            # The ledger's order (newest slice first): a page without sorting every entry (issue 20).
+            models.Index(fields=["slice_start", "id"], name="billing_entry_slice_idx"),
         ]
         verbose_name = _("usage entry")
         verbose_name_plural = _("usage entries")

@@ -8,8 +8,10 @@ from decimal import Decimal
 
 from django.db.models import Count, QuerySet, Sum
 
+from apps.accounts.models import Project
 from apps.accounts.selectors import is_platform_staff, user_project_ids
 from apps.billing.models import Adjustment, Bill, BillingPeriod, RateCard, UsageEntry
+from apps.jobs.models import Job
 
 
 def _scoped(qs: QuerySet, user) -> QuerySet:
@@ -94,23 +96,36 @@ def cost_by_month(*, user, project_ids: set[int] | None = None) -> list[dict]:
     ]
 
 
-def cost_by_job(*, user, month: date | None = None, project_ids: set[int] | None = None) -> list[dict]:
+def cost_by_job_rows(*, user, month: date | None = None, project_ids: set[int] | None = None) -> QuerySet:
+    """The per-job sums as a query (a page slices it: a month has a row per job that ran)."""
     entries = usage_entry_list(user=user)
     if month is not None:
         entries = entries.filter(month=month)
     if project_ids is not None:
         entries = entries.filter(project_id__in=project_ids)
-    rows = (
+    # Grouped on the entry's own columns (no join per entry); the names are read for the page's rows.
+    return (
         entries.order_by()
-        .values("job_id", "job__name", "project__name", "project_id")
+        .values("job_id", "project_id")
         .annotate(amount=Sum("amount"), cu_hours=Sum("cu_hours"), slices=Count("pk"))
         .order_by("-amount", "job_id")
     )
+
+
+def cost_by_job(
+    *, user, month: date | None = None, project_ids: set[int] | None = None, rows=None
+) -> list[dict]:
+    """Cost per job: every job of the period, or the given slice of ``cost_by_job_rows``."""
+    if rows is None:
+        rows = cost_by_job_rows(user=user, month=month, project_ids=project_ids)
+    rows = list(rows)
+    jobs = dict(Job.objects.filter(pk__in={r["job_id"] for r in rows}).values_list("pk", "name"))
+    projects = dict(Project.objects.filter(pk__in={r["project_id"] for r in rows}).values_list("pk", "name"))
     return [
         {
             "job_id": r["job_id"],
-            "job": r["job__name"],
-            "project": r["project__name"],
+            "job": jobs.get(r["job_id"], ""),
+            "project": projects.get(r["project_id"], ""),
             "project_id": r["project_id"],
             "amount": r["amount"].quantize(Decimal("0.01")),
             "cu_hours": r["cu_hours"].quantize(Decimal("0.01")),

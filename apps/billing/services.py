@@ -26,6 +26,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import Count, Min, OuterRef, Q, Subquery, Sum
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from apps.accounts.models import Project
 from apps.billing.models import (
@@ -52,6 +53,7 @@ from apps.core.audit import actor_fields, change_record_create, snapshot
 from apps.core.errors import Conflict, ValidationFailed
 from apps.core.formatting import format_datetime
 from apps.core.locks import try_lock
+from apps.core.stored_text import stored
 from apps.inventory.models import Device
 from apps.jobs.models import Allocation, Job
 from apps.quotas.selectors import guaranteed_cu_hours
@@ -131,7 +133,8 @@ def parse_month(text: str) -> date:
         parsed = datetime.strptime((text or "").strip(), "%Y-%m")
     except ValueError:
         raise ValidationFailed(
-            f"Give the month as YYYY-MM (e.g. 2026-10), not {text!r}.", details={"month": ["format YYYY-MM"]}
+            _("Give the month as YYYY-MM (e.g. 2026-10), not %(text)r.") % {"text": text},
+            details={"month": ["format YYYY-MM"]},
         )
     return date(parsed.year, parsed.month, 1)
 
@@ -206,8 +209,11 @@ def _rate_card_check(card: RateCard) -> None:
     if clash is not None:
         until = clash.effective_to.isoformat() if clash.effective_to else "open-ended"
         raise Conflict(
-            f"Rate card {card.name!r} overlaps {clash.name!r} (same scope, {clash.effective_from} – {until}); "
-            "end the other card first or pick other dates.",
+            _(
+                "Rate card %(card)r overlaps %(other)r (same scope, %(start)s – %(until)s); "
+                "end the other card first or pick other dates."
+            )
+            % {"card": card.name, "other": clash.name, "start": clash.effective_from, "until": until},
             details={"effective_from": [f"overlaps rate card {clash.pk}"]},
             code="rate_card_overlap",
         )
@@ -222,7 +228,9 @@ def _lock_rate_cards() -> None:
 def rate_card_create(*, actor, **fields) -> RateCard:
     unknown = set(fields) - set(RATE_CARD_FIELDS)
     if unknown:
-        raise ValidationFailed(f"Unknown rate card field(s): {', '.join(sorted(unknown))}")
+        raise ValidationFailed(
+            _("Unknown rate card field(s): %(fields)s") % {"fields": ", ".join(sorted(unknown))}
+        )
     fields.setdefault("currency", default_currency())
     _lock_rate_cards()
     card = RateCard(**fields)
@@ -238,7 +246,9 @@ def rate_card_create(*, actor, **fields) -> RateCard:
 def rate_card_update(*, card: RateCard, actor, **fields) -> RateCard:
     unknown = set(fields) - set(RATE_CARD_FIELDS)
     if unknown:
-        raise ValidationFailed(f"Unknown rate card field(s): {', '.join(sorted(unknown))}")
+        raise ValidationFailed(
+            _("Unknown rate card field(s): %(fields)s") % {"fields": ", ".join(sorted(unknown))}
+        )
     _lock_rate_cards()
     card = RateCard.objects.get(pk=card.pk)
     before = snapshot(card, RATE_CARD_FIELDS)
@@ -260,7 +270,10 @@ def rate_card_update(*, card: RateCard, actor, **fields) -> RateCard:
 def rate_card_delete(*, card: RateCard, actor) -> None:
     if UsageEntry.objects.filter(rate_card=card).exists():
         raise Conflict(
-            f"Rate card {card.name!r} has priced usage already; end it (set 'effective to') instead of deleting it.",
+            _(
+                "Rate card %(card)r has priced usage already; end it (set 'effective to') instead of deleting it."
+            )
+            % {"card": card.name},
             code="rate_card_in_use",
         )
     change_record_create(
@@ -278,7 +291,7 @@ def rate_card_discount_set(*, card: RateCard, project: Project, percent: Decimal
     discount.percent = percent
     discount.full_clean()
     if not (Decimal(0) <= Decimal(percent) <= Decimal(100)):
-        raise ValidationFailed("A discount is between 0 and 100 %.", details={"percent": ["0–100"]})
+        raise ValidationFailed(_("A discount is between 0 and 100 %."), details={"percent": ["0–100"]})
     discount.save()
     change_record_create(
         actor=actor,
@@ -625,6 +638,10 @@ def _guaranteed_showback(*, project: Project, month: date) -> Decimal | None:
 ProgressCallback = Callable[[BillingPeriod], None]
 # The BackgroundRun kind of a month close (BillingPeriod.close_run).
 MONTH_CLOSE_RUN_KIND = "billing.month_close"
+# The month close's progress (a stored text, shown in the reader's language: apps.core.stored_text).
+METERING = stored("metering")
+BUILDING_BILLS = stored("building bills")
+BILL_PROGRESS = stored("bill %(done)s/%(total)s: %(project)s")
 
 
 def _period_for(month: date) -> BillingPeriod:
@@ -638,7 +655,8 @@ def _ensure_ended(month: date, now: datetime | None = None) -> None:
     _start, end = month_bounds(month)
     if end > (now or timezone.now()):
         raise ValidationFailed(
-            f"Month {month:%Y-%m} has not ended yet (it ends {format_datetime(end)}); only a past month can be closed.",
+            _("Month %(month)s has not ended yet (it ends %(end)s); only a past month can be closed.")
+            % {"month": f"{month:%Y-%m}", "end": format_datetime(end)},
             details={"month": ["not ended"]},
             code="month_not_ended",
         )
@@ -664,14 +682,15 @@ def _ensure_after_first_use(month: date) -> None:
     first = platform_first_use()
     if first is None:
         raise ValidationFailed(
-            f"Month {month:%Y-%m} cannot be closed: nothing has been allocated or metered yet.",
+            _("Month %(month)s cannot be closed: nothing has been allocated or metered yet.")
+            % {"month": f"{month:%Y-%m}"},
             details={"month": ["before the platform's first usage"]},
             code="month_before_first_use",
         )
     if end <= first:
         raise ValidationFailed(
-            f"Month {month:%Y-%m} cannot be closed: it ended before the platform's first usage "
-            f"({timezone.localtime(first, platform_tz()).isoformat()}).",
+            _("Month %(month)s cannot be closed: it ended before the platform's first usage (%(first)s).")
+            % {"month": f"{month:%Y-%m}", "first": timezone.localtime(first, platform_tz()).isoformat()},
             details={"month": ["before the platform's first usage"], "first_use": first.isoformat()},
             code="month_before_first_use",
         )
@@ -686,8 +705,11 @@ def _ensure_capacity_kept(month: date) -> None:
         return
     shown = violations[:MAX_REPORTED_VIOLATIONS]
     raise Conflict(
-        f"Month {month:%Y-%m} cannot be finalized: {len(violations)} over-allocation(s) of a card, "
-        f"e.g. {shown[0].describe()}. Correct the allocations first.",
+        _(
+            "Month %(month)s cannot be finalized: %(count)s over-allocation(s) of a card, "
+            "e.g. %(example)s. Correct the allocations first."
+        )
+        % {"month": f"{month:%Y-%m}", "count": len(violations), "example": shown[0].describe()},
         details={"violations": [v.as_dict() for v in shown], "count": len(violations)},
         code="capacity_exceeded",
     )
@@ -714,7 +736,9 @@ def month_close_start(
     _ensure_capacity_kept(month)
     earlier_open = BillingPeriod.objects.filter(month__lt=month).exclude(state=BillingPeriod.State.CLOSED)
     if earlier_open.filter(state=BillingPeriod.State.CLOSING).exists():
-        raise Conflict("An earlier month is being closed; wait for it to finish.", code="close_in_progress")
+        raise Conflict(
+            _("An earlier month is being closed; wait for it to finish."), code="close_in_progress"
+        )
     before = snapshot(period, ["state", "idle_policy"])
     period.state = BillingPeriod.State.CLOSING
     if idle_policy:
@@ -726,7 +750,7 @@ def month_close_start(
         kind=MONTH_CLOSE_RUN_KIND,
         actor=actor,
         params={"period": period.pk, "month": period.label},
-        message="metering",
+        message=METERING,
     )
     period.save()
     change_record_create(
@@ -916,7 +940,9 @@ def month_close_run(
         return period
     if period.state != BillingPeriod.State.CLOSING:
         raise Conflict(
-            f"Month {period} is {period.state}, not closing; start the close first.", code="not_closing"
+            _("Month %(month)s is %(state)s, not closing; start the close first.")
+            % {"month": period, "state": period.state},
+            code="not_closing",
         )
     if period.close_run is None:  # a month marked closing before closes had runs
         period.close_run = runs.run_create(
@@ -941,7 +967,7 @@ def _month_close_build(
     *, period: BillingPeriod, actor, finalize: bool, progress: ProgressCallback | None
 ) -> BillingPeriod:
     start, end = month_bounds(period.month)
-    _progress(period, message="metering")
+    _progress(period, message=METERING)
     metering_run(start=start, end=end, actor=actor)
     with transaction.atomic():
         # Drafts from an earlier run are rebuilt (a finalized bill is never touched).
@@ -983,7 +1009,7 @@ def _month_close_build(
     models = DeviceModel.objects.in_bulk(model_ids)
     templates = ComputeTemplate.objects.in_bulk(template_ids)
     jobs = Job.objects.only("pk", "name").in_bulk(job_ids)
-    _progress(period, done=0, total=len(projects), message="building bills")
+    _progress(period, done=0, total=len(projects), message=BUILDING_BILLS)
     if progress:
         progress(period)
     for index, project in enumerate(projects, start=1):
@@ -997,7 +1023,11 @@ def _month_close_build(
                 templates=templates,
                 jobs=jobs,
             )
-            _progress(period, done=index, message=f"bill {index}/{len(projects)}: {project.slug}")
+            _progress(
+                period,
+                done=index,
+                message=BILL_PROGRESS % {"done": index, "total": len(projects), "project": project.slug},
+            )
         if progress:
             progress(period)
     with transaction.atomic():
@@ -1045,7 +1075,9 @@ def month_close(
     """Close a month end to end (the close_month command). Closing a closed month changes nothing."""
     with ledger_lock("close") as taken:
         if not taken:
-            raise Conflict("Metering or another close is running; try again in a minute.", code="ledger_busy")
+            raise Conflict(
+                _("Metering or another close is running; try again in a minute."), code="ledger_busy"
+            )
         period = month_close_start(month=month, actor=actor, idle_policy=idle_policy, now=now)
         if period.state == BillingPeriod.State.CLOSED:
             return period
@@ -1099,9 +1131,12 @@ def bill_update(*, bill: Bill, actor, **fields) -> Bill:
     """Bills are built by month close, not edited: a draft is rebuilt by closing again; a finalized
     bill is corrected with an adjustment. Always refuses (409) so callers get a precise message."""
     if Bill.objects.filter(pk=bill.pk, state=Bill.State.FINALIZED).exists():
-        raise BillFinalized(f"Bill {bill} is finalized and cannot change; record an adjustment instead.")
+        raise BillFinalized(
+            _("Bill %(bill)s is finalized and cannot change; record an adjustment instead.") % {"bill": bill}
+        )
     raise Conflict(
-        "Bills are computed from the ledger; close the month again to rebuild a draft.", code="bill_computed"
+        _("Bills are computed from the ledger; close the month again to rebuild a draft."),
+        code="bill_computed",
     )
 
 

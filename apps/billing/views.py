@@ -25,6 +25,7 @@ from apps.billing.forms import AdjustmentForm, MonthCloseForm, RateCardForm
 from apps.billing.models import Bill, BillingPeriod, BillLine
 from apps.core.errors import ApplicationError
 from apps.core.filters import page_filter
+from apps.core.paginators import EstimatedCountPaginator
 from apps.core.permissions import staff_required
 from apps.core.runs import run_progress_read
 
@@ -121,9 +122,15 @@ def job_costs(request: HttpRequest) -> HttpResponse:
             error = exc.message
     if error:
         messages.error(request, error)
-    rows = [] if error else selectors.cost_by_job(user=request.user, month=month)
+    # A page of jobs at a time (a month of a large fleet has a row per job that ran: issue 20).
+    page = Paginator(
+        [] if error else selectors.cost_by_job_rows(user=request.user, month=month), PAGE_SIZE
+    ).get_page(request.GET.get("page"))
+    rows = selectors.cost_by_job(user=request.user, rows=page.object_list)
     context = {
         "rows": rows,
+        "page": page,
+        "page_query": _query_without_page(request),
         "month": month,
         "form": page_filter(BillFilterSet, request, Bill.objects.none(), fields=("month",))[1],
         "currency": services.default_currency(),
@@ -208,7 +215,10 @@ def ledger(request: HttpRequest) -> HttpResponse:
     )
     if error:
         messages.error(request, error)
-    page = Paginator(entries.order_by("-slice_start", "-id"), PAGE_SIZE).get_page(request.GET.get("page"))
+    # The ledger grows by an entry per allocation-hour: its count is estimated when unfiltered (issue 20).
+    page = EstimatedCountPaginator(entries.order_by("-slice_start", "-id"), PAGE_SIZE).get_page(
+        request.GET.get("page")
+    )
     return render(
         request,
         "billing/ledger.html",

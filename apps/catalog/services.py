@@ -13,6 +13,7 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import IntegrityError, transaction
 from django.db.models import ProtectedError
 from django.utils.text import slugify
+from django.utils.translation import gettext as _
 
 from apps.catalog import request_spec, selectors
 from apps.catalog.mig import carve, layout_problem_text, model_geometry
@@ -33,9 +34,10 @@ from apps.catalog.partitions import (
     share_percent,
     whole_gib_mib,
 )
+from apps.catalog.upsert import synced_upsert
 from apps.core.audit import change_record_create, snapshot
 from apps.core.errors import Conflict, ParseFailed, ValidationFailed
-from apps.core.stored_text import stored
+from apps.core.stored_text import localize, stored
 from apps.core.validation import validate, validate_and_save, validation_details, validation_message
 
 DEFAULT_CATALOG_PATH = Path(__file__).resolve().parent / "data" / "device_models.yaml"
@@ -171,36 +173,19 @@ def catalog_sync(*, actor, path: str | Path | None = None) -> dict[str, int]:
     synced: list[DeviceModel] = []
     for row in rows:
         values = _field_values(row)
-        model = existing.get(row["slug"])
-        if model is None:
-            model = DeviceModel(slug=row["slug"], **values)
-            _save(model)
-            change_record_create(
-                actor=actor,
-                action="device_model.sync",
-                obj=model,
-                after=snapshot(model, ["slug", *SYNCED_FIELDS]),
-                message="created from the catalog file",
-            )
-            counts["created"] += 1
-        else:
-            changed = [name for name in SYNCED_FIELDS if getattr(model, name) != values[name]]
-            if not changed:
-                counts["unchanged"] += 1
-            else:
-                before = snapshot(model, changed)
-                for name in changed:
-                    setattr(model, name, values[name])
-                _save(model)
-                change_record_create(
-                    actor=actor,
-                    action="device_model.sync",
-                    obj=model,
-                    before=before,
-                    after=snapshot(model, changed),
-                    message="updated from the catalog file",
-                )
-                counts["updated"] += 1
+        model = existing.get(row["slug"]) or DeviceModel(slug=row["slug"], **values)
+        outcome, _reason = synced_upsert(
+            model,
+            values,
+            fields=SYNCED_FIELDS,
+            save=_save,
+            actor=actor,
+            action="device_model.sync",
+            created_fields=["slug", *SYNCED_FIELDS],
+            created_message="created from the catalog file",
+            updated_message="updated from the catalog file",
+        )
+        counts[outcome] += 1
         synced.append(model)
 
     with_coefficient = set(
@@ -556,18 +541,24 @@ def compute_template_update(*, template: ComputeTemplate, actor, **changes: Any)
     unknown = set(changes) - _EDITABLE_FIELDS
     if unknown:
         raise ValidationFailed(
-            f"these fields cannot be changed: {', '.join(sorted(unknown))}",
+            _("these fields cannot be changed: %(fields)s") % {"fields": ", ".join(sorted(unknown))},
             details={name: ["cannot be changed"] for name in sorted(unknown)},
         )
     locked = ComputeTemplate.objects.select_for_update().select_related("device_model").get(pk=template.pk)
     if locked.is_builtin:
         raise Conflict(
-            f"{locked.name} is a built-in template generated from the catalog and is read-only; "
-            "copy it into a new template to change it",
+            _(
+                "%(name)s is a built-in template generated from the catalog and is read-only; "
+                "copy it into a new template to change it"
+            )
+            % {"name": localize(locked.name)},
             code="read_only",
         )
     if locked.is_retired:
-        raise Conflict(f"{locked.name} is retired; retired templates are read-only", code="read_only")
+        raise Conflict(
+            _("%(name)s is retired; retired templates are read-only") % {"name": localize(locked.name)},
+            code="read_only",
+        )
     before = snapshot(locked, _AUDIT_FIELDS)
     values = {name: getattr(locked, name) for name in TEMPLATE_FIELDS}
     values.update(changes)
@@ -619,7 +610,8 @@ def compute_template_delete(*, template: ComputeTemplate, actor) -> None:
     locked = ComputeTemplate.objects.select_for_update().get(pk=template.pk)
     if locked.is_builtin:
         raise Conflict(
-            f"{locked.name} is a built-in template generated from the catalog; retire it instead",
+            _("%(name)s is a built-in template generated from the catalog; retire it instead")
+            % {"name": localize(locked.name)},
             code="read_only",
         )
     record = snapshot(locked, _AUDIT_FIELDS)
@@ -628,7 +620,10 @@ def compute_template_delete(*, template: ComputeTemplate, actor) -> None:
         with transaction.atomic():
             locked.delete()
     except ProtectedError:
-        raise Conflict(f"{locked.name} is in use; retire it instead of deleting it", code="in_use")
+        raise Conflict(
+            _("%(name)s is in use; retire it instead of deleting it") % {"name": localize(locked.name)},
+            code="in_use",
+        )
     locked.pk = pk  # the audit record names the deleted row
     change_record_create(actor=actor, action="compute_template.delete", obj=locked, before=record)
 
@@ -758,42 +753,27 @@ def compute_template_sync_builtin(*, actor) -> dict[str, Any]:
         template = existing.get(spec["slug"])
         if template is None:
             template = ComputeTemplate(device_model=model, is_builtin=True, **spec)
-            problem = _sync_save(template, taken="the name or slug is taken by another template")
-            if problem:
-                counts["skipped"].append(f"{spec['name']}: {problem}")
-                continue
-            change_record_create(
-                actor=actor,
-                action="compute_template.sync",
-                obj=template,
-                after=snapshot(template, _AUDIT_FIELDS),
-                message="built-in template created from the catalog",
-            )
-            counts["created"] += 1
-            continue
-        if not template.is_builtin or template.device_model_id != model.pk:
+            taken = "the name or slug is taken by another template"
+        elif not template.is_builtin or template.device_model_id != model.pk:
             counts["skipped"].append(f"{spec['name']}: slug {spec['slug']} is taken by a custom template")
             continue
-        changed = [name for name in fields if getattr(template, name) != spec[name]]
-        if not changed:
-            counts["unchanged"] += 1
-            continue
-        before = snapshot(template, changed)
-        for name in changed:
-            setattr(template, name, spec[name])
-        problem = _sync_save(template, taken="the name is taken by another template")
-        if problem:
-            counts["skipped"].append(f"{spec['name']}: {problem}")
-            continue
-        change_record_create(
+        else:
+            taken = "the name is taken by another template"
+        outcome, problem = synced_upsert(
+            template,
+            spec,
+            fields=fields,
+            save=lambda t, taken=taken: _sync_save(t, taken=taken),
             actor=actor,
             action="compute_template.sync",
-            obj=template,
-            before=before,
-            after=snapshot(template, changed),
-            message="built-in template updated from the catalog",
+            created_fields=_AUDIT_FIELDS,
+            created_message="built-in template created from the catalog",
+            updated_message="built-in template updated from the catalog",
         )
-        counts["updated"] += 1
+        if outcome == "skipped":
+            counts["skipped"].append(f"{spec['name']}: {problem}")
+        else:
+            counts[outcome] += 1
     return counts
 
 
@@ -933,6 +913,6 @@ def request_template_delete(*, template: DeviceRequestTemplate, actor) -> None:
         with transaction.atomic():
             template.delete()
     except ProtectedError:
-        raise Conflict(f"{template.name} is in use", code="in_use")
+        raise Conflict(_("%(name)s is in use") % {"name": template.name}, code="in_use")
     template.pk = pk
     change_record_create(actor=actor, action="request_template.delete", obj=template, before=record)

@@ -13,7 +13,7 @@ import yaml
 from django.db import transaction
 
 from apps.catalog.models import WorkloadProfile
-from apps.core.audit import change_record_create, snapshot
+from apps.catalog.upsert import synced_upsert
 from apps.core.errors import ParseFailed
 
 DEFAULT_PROFILES_PATH = Path(__file__).resolve().parent / "data" / "workload-profiles.yaml"
@@ -59,33 +59,17 @@ def workload_profile_sync(*, actor, path: str | Path | None = None) -> dict[str,
             values[text] = values[text] or ""
         values["latency_bound"] = bool(values["latency_bound"])
         values["synthetic"] = values["synthetic"] or {}
-        profile = existing.get(row["key"])
-        if profile is None:
-            profile = WorkloadProfile.objects.create(key=row["key"], is_builtin=True, **values)
-            change_record_create(
-                actor=actor,
-                action="workload_profile.sync",
-                obj=profile,
-                after=snapshot(profile, ["key", *SYNCED_FIELDS]),
-                message="created from the profiles file",
-            )
-            counts["created"] += 1
-            continue
-        changed = [name for name in SYNCED_FIELDS if getattr(profile, name) != values[name]]
-        if not changed:
-            counts["unchanged"] += 1
-            continue
-        before = snapshot(profile, changed)
-        for name in changed:
-            setattr(profile, name, values[name])
-        profile.save()
-        change_record_create(
+        profile = existing.get(row["key"]) or WorkloadProfile(key=row["key"], is_builtin=True, **values)
+        outcome, _reason = synced_upsert(
+            profile,
+            values,
+            fields=SYNCED_FIELDS,
+            save=lambda p: p.save(),
             actor=actor,
             action="workload_profile.sync",
-            obj=profile,
-            before=before,
-            after=snapshot(profile, changed),
-            message="updated from the profiles file",
+            created_fields=["key", *SYNCED_FIELDS],
+            created_message="created from the profiles file",
+            updated_message="updated from the profiles file",
         )
-        counts["updated"] += 1
+        counts[outcome] += 1
     return counts

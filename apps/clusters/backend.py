@@ -22,9 +22,11 @@ import json
 import random
 import re
 import threading
+import time
 import uuid
+import zlib
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 MANAGED_BY = "app.kubernetes.io/managed-by=suanchi"
 EXPECTED_DURATION_ANNOTATION = "suanchi.io/expected-duration-seconds"
@@ -345,6 +347,24 @@ def _validate_taints(taints: list) -> None:
 
 
 NODE_PATCH_ATTEMPTS = 5
+# What the job page reads of a pod (issue 21): its newest events and the tail of its log.
+POD_EVENT_LIMIT = 100
+LOG_TAIL_LINES = 200
+LOG_LIMIT_BYTES = 64 * 1024
+LOG_STEP_S = 10  # a simulated container writes one log line every 10 simulated seconds
+
+
+@dataclass(frozen=True)
+class LogOptions:
+    """What to read of a container's log (core/v1 PodLogOptions: container, tailLines, limitBytes,
+    previous)."""
+
+    container: str | None = None
+    tail_lines: int = LOG_TAIL_LINES
+    limit_bytes: int = LOG_LIMIT_BYTES
+    previous: bool = False
+
+
 # Objects per list call (reconcile reads every owned Job, Deployment, Pod and Node of a cluster).
 LIST_PAGE_SIZE = 500
 
@@ -435,11 +455,87 @@ class ClusterBackend(abc.ABC):
         Nothing where the backend has no admission that could refuse a pod (the simulated one)."""
         return []
 
+    def pod_events(self, namespace: str, pod: str, *, limit: int = POD_EVENT_LIMIT) -> list[dict]:
+        """core/v1 Events whose involved object is the Pod ``namespace/pod`` (at most ``limit``).
+        Nothing where the backend has no events (a test stub)."""
+        return []
+
+    def pod_log(
+        self,
+        namespace: str,
+        pod: str,
+        *,
+        container: str | None = None,
+        tail_lines: int = LOG_TAIL_LINES,
+        limit_bytes: int = LOG_LIMIT_BYTES,
+        previous: bool = False,
+    ) -> str:
+        """The last ``tail_lines`` lines of a container's log, at most ``limit_bytes`` bytes (the
+        semantics of core/v1 PodLogOptions). Backends implement :meth:`_pod_log`."""
+        return self._pod_log(namespace, pod, LogOptions(container, tail_lines, limit_bytes, previous))
+
+    def _pod_log(self, namespace: str, pod: str, options: LogOptions) -> str:
+        """ "" where the backend has no logs (a test stub)."""
+        return ""
+
+    def list_watched(self, kind: str, selector: str = MANAGED_BY) -> list[dict]:
+        """Every object of ``kind`` matching ``selector`` in all namespaces, as ``list_owned`` reads
+        it; a backend that can watch serves it from a cache kept up to date by watching
+        (:class:`KubernetesBackend`). The objects are shared: read them, never change them."""
+        return self.list_owned(kind, None, selector)
+
     @abc.abstractmethod
     def patch_node(self, name: str, labels: dict | None = None, taints: list | None = None) -> dict:
         """Merge ``labels`` into the node's labels (a value of None removes the label) and, when
         ``taints`` is not None, make the taints Suanchi owns (``owned_taint``) exactly that list,
         keeping every other taint. Returns the node."""
+
+
+# -- watched views ---------------------------------------------------------------------------------
+# A watch reads only what changed since a resourceVersion; a full relist still happens this often.
+WATCH_RESYNC_S = 300.0
+# ``timeoutSeconds`` of one catch-up watch: the server ends the stream after it (a client that got
+# a BOOKMARK stops earlier).
+WATCH_TIMEOUT_S = 5
+
+
+def _view_key(obj: dict) -> tuple[str, str]:
+    meta = obj.get("metadata") or {}
+    return (meta.get("namespace") or "", meta.get("name") or "")
+
+
+@dataclass
+class WatchedView:
+    """What this process knows of one kind of one cluster: the objects at ``resource_version``.
+    Kept per process (the per-cluster reconcile lock keeps two processes from working one cluster
+    at once; in a process, ``lock`` makes readers take turns)."""
+
+    items: dict[tuple[str, str], dict] = field(default_factory=dict)
+    resource_version: str = ""
+    listed_at: float = 0.0
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    lists: int = 0  # full lists made
+    watches: int = 0  # catch-up watches made
+    events: int = 0  # watch events applied
+
+    def clear(self) -> None:
+        self.items, self.resource_version = {}, ""
+
+    # One registry per process: (cluster, API server, kind, selector) -> view.
+    _all: ClassVar[dict[tuple, WatchedView]] = {}
+    _all_lock: ClassVar[threading.Lock] = threading.Lock()
+
+    @classmethod
+    def of(cls, cluster_id: tuple, kind: str, selector: str) -> WatchedView:
+        with cls._all_lock:
+            return cls._all.setdefault((*cluster_id, kind, selector), cls())
+
+    @classmethod
+    def forget(cls, cluster_id: tuple | None = None) -> None:
+        """Drop the views of one cluster (all when None): the next read lists."""
+        with cls._all_lock:
+            for key in [k for k in cls._all if cluster_id is None or k[: len(cluster_id)] == cluster_id]:
+                del cls._all[key]
 
 
 # -- Kubernetes --------------------------------------------------------------------------------------
@@ -467,7 +563,13 @@ class KubernetesBackend(ClusterBackend):
             kubeconfig = cluster.kubeconfig_path or None
             context = context or cluster.kube_context or None
             in_cluster = in_cluster or cluster.in_cluster
+        # Every call is bounded: ``_request_timeout`` (the official client's per-request limit, a
+        # total for connect + answer: kubernetes/client/rest.py RESTClientObject.request turns a
+        # number into urllib3.Timeout(total=...)); a pass of several calls (paged lists) is also
+        # bounded as a whole by ``deadline`` (``set_deadline``): no call starts after it, and none
+        # waits past it.
         self.timeout = timeout
+        self.deadline: float | None = None  # time.monotonic() value
         configuration = client.Configuration()
         try:
             if in_cluster:
@@ -483,6 +585,11 @@ class KubernetesBackend(ClusterBackend):
             raise PermanentBackendError(f"cannot load {where}: {e}") from e
         configuration.retries = False  # no hidden retries: the caller decides
         self.api_client = client.ApiClient(configuration)
+        # The watched views of this cluster (list_watched): its row and its API server.
+        self._view_id = (
+            getattr(cluster_or_kubeconfig_path, "pk", None) or str(kubeconfig),
+            configuration.host,
+        )
         self._apis = {
             "CoreV1Api": client.CoreV1Api(self.api_client),
             "BatchV1Api": client.BatchV1Api(self.api_client),
@@ -492,6 +599,18 @@ class KubernetesBackend(ClusterBackend):
 
     def close(self) -> None:
         self.api_client.close()
+
+    def set_deadline(self, seconds: float | None) -> None:
+        """Bound the calls made from now on to ``seconds`` in all (None: each call by ``timeout`` only)."""
+        self.deadline = None if seconds is None else time.monotonic() + seconds
+
+    def _timeout(self, what: str) -> float:
+        if self.deadline is None:
+            return self.timeout
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise TransientBackendError(f"{what}: not sent, the pass ran out of time (deadline exceeded)")
+        return min(self.timeout, left)
 
     # The client's typed methods, e.g. create_namespaced_job / read_node / list_pod_for_all_namespaces.
     def _method(self, verb: str, kind: str, all_namespaces: bool = False):
@@ -506,15 +625,25 @@ class KubernetesBackend(ClusterBackend):
 
     def _call(self, what: str, func, *args, **kwargs) -> dict:
         """Call the client without model deserialization; map every failure."""
+        data = self._call_bytes(what, func, *args, **kwargs)
+        try:
+            return json.loads(data) if data else {}
+        except ValueError as e:  # a 2xx answer that is not JSON
+            raise TransientBackendError(f"{what}: unreadable answer ({e})") from e
+
+    def _call_bytes(self, what: str, func, *args, **kwargs) -> bytes:
+        """The raw body of a client call (JSON, or text/plain for a pod log); every failure mapped.
+        ``_request_timeout`` as one number bounds the whole request (kubernetes/client/rest.py turns
+        it into ``urllib3.Timeout(total=...)``)."""
         from kubernetes.client.exceptions import ApiException
         from pydantic import ValidationError
         from urllib3.exceptions import HTTPError, ProtocolError
         from urllib3.exceptions import TimeoutError as Urllib3Timeout
 
+        timeout = self._timeout(what)
         try:
-            response = func(*args, _preload_content=False, _request_timeout=self.timeout, **kwargs)
-            data = response.data if hasattr(response, "data") else response.read()
-            return json.loads(data) if data else {}
+            response = func(*args, _preload_content=False, _request_timeout=timeout, **kwargs)
+            return response.data if hasattr(response, "data") else response.read()
         except ApiException as e:
             raise self._map_api_exception(what, e) from e
         except ValidationError as e:
@@ -623,6 +752,11 @@ class KubernetesBackend(ClusterBackend):
         server answers from one consistent snapshot, so a page boundary never loses or repeats an
         object; Kubernetes API concepts, "Retrieving large results sets in chunks"). A token that
         expired (410 Gone: its snapshot was compacted) restarts the list once from the beginning."""
+        return self._list_pages(kind, namespace, selector)[0]
+
+    def _list_pages(self, kind: str, namespace: str | None, selector: str) -> tuple[list[dict], str]:
+        """``list_owned`` and the list's ``metadata.resourceVersion`` (the snapshot every page came
+        from: the version a watch continues from)."""
         func, namespaced = self._method("list", kind, all_namespaces=not namespace)
         args = (namespace,) if namespaced and namespace else ()
         where = f" in {namespace}" if namespace else ""
@@ -647,7 +781,87 @@ class KubernetesBackend(ClusterBackend):
         for item in items:  # lists carry items without kind/apiVersion
             item.setdefault("kind", kind)
             item.setdefault("apiVersion", API_VERSIONS[kind])
-        return items
+        return items, str((result.get("metadata") or {}).get("resourceVersion") or "")
+
+    def list_watched(self, kind: str, selector: str = MANAGED_BY) -> list[dict]:
+        """The objects of ``kind`` matching ``selector`` in all namespaces, from this process's
+        :class:`WatchedView` of the cluster: the first read lists (paged, ``list_owned``) and keeps
+        the list's ``resourceVersion``; a later read watches from that version and applies only the
+        changes since ("list, then watch from the list's resourceVersion": Kubernetes API concepts,
+        "Efficient detection of changes"). A 410 Expired (the version left the server's history)
+        or any other refusal of the watch relists; so does a view older than ``WATCH_RESYNC_S``
+        (informers resync the same way). The objects are shared with the view: read only."""
+        view = WatchedView.of(self._view_id, kind, selector)
+        with view.lock:  # one reader at a time in this process (other processes have their own view)
+            due = not view.resource_version or time.monotonic() - view.listed_at >= WATCH_RESYNC_S
+            if due or not self._catch_up(view, kind, selector):
+                self._relist(view, kind, selector)
+            return list(view.items.values())
+
+    def _relist(self, view: WatchedView, kind: str, selector: str) -> None:
+        view.clear()
+        items, rv = self._list_pages(kind, None, selector)
+        view.items = {_view_key(o): o for o in items}
+        view.resource_version, view.listed_at = rv, time.monotonic()
+        view.lists += 1
+
+    def _catch_up(self, view: WatchedView, kind: str, selector: str) -> bool:
+        """Apply the events after ``view.resource_version``, until a BOOKMARK (every change up to its
+        version was sent), the end of the stream (``timeoutSeconds``) or a read that waits too long.
+        False when the server refuses to continue from there (the caller relists). The events come
+        in resourceVersion order, so the view is consistent at the last one applied whatever stops
+        the stream; a failure before any answer is the cluster's error (raised)."""
+        from kubernetes import watch
+        from kubernetes.client.exceptions import ApiException
+        from urllib3.exceptions import HTTPError
+
+        func, _ = self._method("list", kind, all_namespaces=True)
+        what = f"watch {kind} ({selector}) from {view.resource_version}"
+        timeout = self._timeout(what)
+        # return_type=object: the client hands back the JSON objects as they are (no model
+        # deserialization) and still turns an ERROR event into an ApiException (kubernetes/watch/watch.py).
+        w = watch.Watch(return_type=object)
+        stream = w.stream(
+            func,
+            resource_version=view.resource_version,
+            timeout_seconds=max(1, min(WATCH_TIMEOUT_S, int(timeout) - 1)),
+            allow_watch_bookmarks=True,
+            label_selector=selector or None,
+            _request_timeout=timeout,
+        )
+        answered = False
+        try:
+            for event in stream:
+                answered = True
+                obj = event.get("raw_object") or {}
+                rv = str((obj.get("metadata") or {}).get("resourceVersion") or "")
+                kind_of = event.get("type")
+                if kind_of == "BOOKMARK":
+                    view.resource_version = rv or view.resource_version
+                    break
+                if kind_of in ("ADDED", "MODIFIED"):
+                    obj.setdefault("kind", kind)
+                    obj.setdefault("apiVersion", API_VERSIONS[kind])
+                    view.items[_view_key(obj)] = obj
+                elif kind_of == "DELETED":
+                    view.items.pop(_view_key(obj), None)
+                else:
+                    return False  # not an event type of the API: trust nothing, relist
+                view.resource_version = rv or view.resource_version
+                view.events += 1
+        except ApiException as e:  # an ERROR event (410 Expired, ...) or a refused request
+            if e.status in (401, 403):
+                raise self._map_api_exception(what, e) from e
+            return False
+        except (HTTPError, OSError) as e:
+            if not answered:
+                view.clear()
+                raise TransientBackendError(f"{what}: {e}") from e
+        finally:
+            w.stop()
+            stream.close()
+        view.watches += 1
+        return True
 
     def list_events(self, *, field_selector: str = "") -> list[dict]:
         """Events carry no labels of ours: they are selected by field (Kubernetes docs "Field
@@ -656,6 +870,37 @@ class KubernetesBackend(ClusterBackend):
         func, _ = self._method("list", "Event", all_namespaces=True)
         result = self._call(f"list Event ({field_selector})", func, field_selector=field_selector or None)
         return result.get("items") or []
+
+    def pod_events(self, namespace: str, pod: str, *, limit: int = POD_EVENT_LIMIT) -> list[dict]:
+        """``CoreV1Api.list_namespaced_event`` with ``fieldSelector=involvedObject.kind=Pod,
+        involvedObject.name=<pod>`` (Event selectable fields: pkg/registry/core/event/strategy.go
+        ToSelectableFields) and ``limit`` (Kubernetes API concepts, "Retrieving large results sets
+        in chunks"; one page is all the page shows)."""
+        api = self._apis["CoreV1Api"]
+        result = self._call(
+            f"list Event of pod {namespace}/{pod}",
+            api.list_namespaced_event,
+            namespace,
+            field_selector=f"involvedObject.kind=Pod,involvedObject.name={pod}",
+            limit=limit,
+        )
+        return result.get("items") or []
+
+    def _pod_log(self, namespace: str, pod: str, options: LogOptions) -> str:
+        """``CoreV1Api.read_namespaced_pod_log``: GET /api/v1/namespaces/{ns}/pods/{name}/log,
+        text/plain, with ``tailLines`` / ``limitBytes`` / ``container`` / ``previous`` (Kubernetes API
+        reference, Pod v1 "read log of the specified Pod"). The bytes are decoded as UTF-8 with
+        replacement: ``limitBytes`` may cut a character in two."""
+        api = self._apis["CoreV1Api"]
+        kwargs: dict[str, Any] = {"tail_lines": options.tail_lines, "limit_bytes": options.limit_bytes}
+        if options.container:
+            kwargs["container"] = options.container
+        if options.previous:
+            kwargs["previous"] = True
+        data = self._call_bytes(
+            f"read log of pod {namespace}/{pod}", api.read_namespaced_pod_log, pod, namespace, **kwargs
+        )
+        return data.decode("utf-8", errors="replace") if isinstance(data, bytes) else str(data or "")
 
     def patch_node(self, name: str, labels: dict | None = None, taints: list | None = None) -> dict:
         """Read-modify-write of the labels and taints Suanchi owns, guarded by the Node's
@@ -939,6 +1184,154 @@ class SimulatedBackend(ClusterBackend):
 
     def pods_of(self, namespace: str, job_name: str) -> list[dict]:
         return self.list_owned("Pod", namespace, f"job-name={job_name}")
+
+    # -- what a user reads of a pod (issue 21): synthetic, from the pod's real lifecycle -----------
+    def _instant(self, value: str | None) -> dt.datetime | None:
+        if not value:
+            return None
+        return dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+    def _pod_container(self, pod: dict, container: str | None) -> str:
+        names = [c.get("name", "") for c in (pod.get("spec") or {}).get("containers") or []]
+        ref = f"{pod['metadata']['name']}"
+        if container:
+            if container not in names:
+                raise PermanentBackendError(
+                    f"container {container} is not valid for pod {ref}", 400, "BadRequest"
+                )
+            return container
+        if len(names) != 1:
+            raise PermanentBackendError(
+                f"a container name must be specified for pod {ref}, choose one of: [{' '.join(names)}]",
+                400,
+                "BadRequest",
+            )
+        return names[0]
+
+    def pod_events(self, namespace: str, pod: str, *, limit: int = POD_EVENT_LIMIT) -> list[dict]:
+        """The Events a scheduler and a kubelet would have written for this pod, made up from what the
+        simulation did to it (bound when created, started at ``status.startTime``, stopped when
+        deleted). Reasons and messages follow kube-scheduler ("Scheduled") and the kubelet
+        (pkg/kubelet/events: Pulled, Created, Started, Killing). Marked simulated
+        (``source.component`` "suanchi-simulator")."""
+        with self._lock:
+            live = self._store.get(("Pod", namespace, pod))
+            if live is None:
+                return []
+            live = copy.deepcopy(live)
+        meta, spec, status = live["metadata"], live.get("spec") or {}, live.get("status") or {}
+        node = spec.get("nodeName") or (spec.get("nodeSelector") or {}).get("kubernetes.io/hostname") or ""
+        containers = spec.get("containers") or []
+        out: list[tuple[str, str, str, str]] = []  # (at, type, reason, message)
+        out.append(
+            (
+                meta.get("creationTimestamp", ""),
+                "Normal",
+                "Scheduled",
+                f"Successfully assigned {namespace}/{pod} to {node or 'a simulated node'}",
+            )
+        )
+        if status.get("startTime"):
+            for c in containers:
+                name = c.get("name", "")
+                out += [
+                    (
+                        status["startTime"],
+                        "Normal",
+                        "Pulled",
+                        f'Container image "{c.get("image", "")}" already present on machine',
+                    ),
+                    (status["startTime"], "Normal", "Created", f"Created container: {name}"),
+                    (status["startTime"], "Normal", "Started", f"Started container {name}"),
+                ]
+        if meta.get("deletionTimestamp"):
+            for c in containers:
+                out.append(
+                    (
+                        meta["deletionTimestamp"],
+                        "Normal",
+                        "Killing",
+                        f"Stopping container {c.get('name', '')}",
+                    )
+                )
+        events = []
+        for i, (at, type_, reason, message) in enumerate(out[:limit]):
+            events.append(
+                {
+                    "metadata": {"name": f"{pod}.sim{i}", "namespace": namespace},
+                    "involvedObject": {
+                        "kind": "Pod",
+                        "name": pod,
+                        "namespace": namespace,
+                        "uid": meta["uid"],
+                    },
+                    "type": type_,
+                    "reason": reason,
+                    "message": message,
+                    "count": 1,
+                    "firstTimestamp": at,
+                    "lastTimestamp": at,
+                    "source": {"component": "suanchi-simulator"},
+                }
+            )
+        return events
+
+    def _pod_log(self, namespace: str, pod: str, options: LogOptions) -> str:
+        """Synthetic log lines, one per ``LOG_STEP_S`` simulated seconds the container ran (from
+        ``startTime`` to its end or now), each marked ``[simulated]``, the exit on the last line. The
+        errors follow the API server and the kubelet: 404 for a missing pod, 400 "a container name
+        must be specified" / "is waiting to start" (pkg/registry/core/pod/strategy.go LogLocation,
+        pkg/kubelet/kubelet_pods.go validateContainerLogStatus)."""
+        with self._lock:
+            live = self._store.get(("Pod", namespace, pod))
+            if live is None:
+                raise PermanentBackendError(f'pods "{pod}" not found', 404, "NotFound")
+            live = copy.deepcopy(live)
+            now = self._epoch + dt.timedelta(seconds=self._t)
+        container, tail_lines, limit_bytes = options.container, options.tail_lines, options.limit_bytes
+        name = self._pod_container(live, container)
+        status = live.get("status") or {}
+        if options.previous:
+            raise PermanentBackendError(
+                f'previous terminated container "{name}" in pod "{pod}" not found', 400, "BadRequest"
+            )
+        start = self._instant(status.get("startTime"))
+        if start is None:
+            raise PermanentBackendError(
+                f'container "{name}" in pod "{pod}" is waiting to start: ContainerCreating',
+                400,
+                "BadRequest",
+            )
+        state = {}
+        for cs in status.get("containerStatuses") or []:
+            if cs.get("name") == name:
+                state = cs.get("state") or {}
+        terminated = state.get("terminated")
+        end = self._instant((terminated or {}).get("finishedAt")) or now
+        steps = max(0, int((end - start).total_seconds() // LOG_STEP_S))
+        lines = []
+        uid = live["metadata"].get("uid", "")
+        first = max(1, steps - max(0, tail_lines) + 1)  # only the lines the tail can show are made
+        for i in range(first, steps + 1):
+            at = start + dt.timedelta(seconds=i * LOG_STEP_S)
+            noise = (zlib.crc32(f"{uid}/{i}".encode()) % 1000) / 1000  # varies per line, reproducibly
+            loss = 2.5 / (1 + i / 60) + 0.05 * noise
+            lines.append(
+                f"{at:%Y-%m-%dT%H:%M:%SZ} [simulated] {name}: step {i} loss={loss:.4f} "
+                f"samples/s={900 + 200 * noise:.1f}"
+            )
+        if terminated:
+            lines.append(
+                f"{end:%Y-%m-%dT%H:%M:%SZ} [simulated] {name}: exited with code "
+                f"{terminated.get('exitCode')} ({terminated.get('reason') or 'Completed'})"
+            )
+        if tail_lines >= 0:
+            lines = lines[-tail_lines:] if tail_lines else []
+        text = "".join(line + "\n" for line in lines)
+        data = text.encode()
+        if limit_bytes and len(data) > limit_bytes:  # limitBytes stops reading after that many bytes
+            data = data[:limit_bytes]
+        return data.decode("utf-8", errors="replace")
 
     def advance(self, seconds: float) -> list[tuple[str, str, str]]:
         """Move the simulated clock; returns the (namespace, pod, new phase) transitions, in order."""

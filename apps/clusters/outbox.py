@@ -66,33 +66,45 @@ def _action(job: Job, cluster: Any, obj: dict, seq: int, now: dt.datetime) -> Pu
     )
 
 
+def push_objects(job: Job, allocations: Sequence[Any], cluster: Any) -> tuple[dict, ...]:
+    """The objects one placed job's attempt needs, in the order they must exist: its namespace, then
+    the whole group (DRA claims, the rendezvous Service, one workload per replica of a gang —
+    ``workload_objects``). Allocations must have ``device`` and ``node`` loaded, the job its
+    ``project``. Raises what rendering raises (e.g. ``ValueError`` for a placement no manifest can
+    express)."""
+    return (
+        namespace_manifest(job.project),
+        *workload_objects(job, allocations, cluster, attempt=job.attempt),
+    )
+
+
 def push_actions_enqueue_many(items: Iterable[tuple[Job, Sequence[Any], Any]]) -> list[PushAction]:
-    """``push_actions_enqueue`` for a batch of ``(job, allocations, cluster)``: one query for the next
-    sequence numbers, one insert, one after-commit enqueue per job. Allocations must have ``device``
-    and ``node`` loaded, jobs their ``project``."""
+    """``push_actions_enqueue`` for a batch of ``(job, allocations, cluster)``."""
+    return push_actions_enqueue_rendered(
+        [(job, cluster, push_objects(job, allocations, cluster)) for job, allocations, cluster in items]
+    )
+
+
+def push_actions_enqueue_rendered(items: Sequence[tuple[Job, Any, Sequence[dict]]]) -> list[PushAction]:
+    """Write the applies of ``(job, cluster, objects)`` (objects from ``push_objects``): one query for
+    the next sequence numbers, one insert, one after-commit enqueue per batch of streams."""
     items = list(items)
     if not items:
         return []
     now = timezone.now()
     next_seq = {
         (row["job_id"], row["attempt"]): row["top"] + 1
-        for row in PushAction.objects.filter(stream__in=[job_stream(job.pk) for job, _a, _c in items])
+        for row in PushAction.objects.filter(stream__in=[job_stream(job.pk) for job, _c, _o in items])
         .values("job_id", "attempt")
         .annotate(top=Max("seq"))
     }
     actions: list[PushAction] = []
-    for job, allocations, cluster in items:
+    for job, cluster, objects in items:
         seq = next_seq.get((job.pk, job.attempt), 0)
-        # The whole group of the attempt: DRA claims, the rendezvous Service, one workload per
-        # replica of a gang (``workload_objects``), in the order they must exist.
-        objects = (
-            namespace_manifest(job.project),
-            *workload_objects(job, allocations, cluster, attempt=job.attempt),
-        )
         for offset, obj in enumerate(objects):
             actions.append(_action(job, cluster, obj, seq + offset, now))
     copy_create(actions)  # COPY (apps.core.bulk): the cycle enqueues thousands at once
-    streams = [job_stream(job.pk) for job, _a, _c in items]
+    streams = [job_stream(job.pk) for job, _c, _o in items]
     if len(streams) == 1:
         request_push(streams[0])
     else:

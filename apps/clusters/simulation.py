@@ -38,7 +38,14 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from apps.clusters.backend import ApplyResult, ClusterBackend, SimulatedBackend, _owner_uid
+from apps.clusters.backend import (
+    POD_EVENT_LIMIT,
+    ApplyResult,
+    ClusterBackend,
+    LogOptions,
+    SimulatedBackend,
+    _owner_uid,
+)
 from apps.clusters.models import SimulatedCluster
 
 T = TypeVar("T")
@@ -324,6 +331,12 @@ class DurableSimulatedBackend(ClusterBackend):
             return sim.patch_node(name, labels=labels, taints=taints)
 
         return self._run(patch)
+
+    def pod_events(self, namespace: str, pod: str, *, limit: int = POD_EVENT_LIMIT) -> list[dict]:
+        return self._run(lambda sim: sim.pod_events(namespace, pod, limit=limit))
+
+    def _pod_log(self, namespace: str, pod: str, options: LogOptions) -> str:
+        return self._run(lambda sim: sim._pod_log(namespace, pod, options))
 
     # -- simulation controls (tests, demo) ----------------------------------------------------------
     def advance(self, seconds: float) -> list[tuple[str, str, str]]:

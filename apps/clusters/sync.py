@@ -56,12 +56,39 @@ from apps.clusters.models import PushAction
 from apps.clusters.outbox import object_stream, push_object_enqueue
 from apps.core.audit import actor_fields, change_record_create
 from apps.core.errors import ValidationFailed
+from apps.core.stored_text import stored
 from apps.inventory.models import Cluster, Device, DeviceEvent, Node, Pool, node_name_problem
 from apps.inventory.services.discovery import node_confirm_in_cluster
 
 SUANCHI_PREFIX = "suanchi.io/"
 POOL_LABEL = "suanchi.io/pool"
 DEFAULT_POOL_SLUG = "default"
+
+# Texts stored in node and device events, shown in the reader's language (apps.core.stored_text).
+NODE_FOUND = stored("node %(name)s found in Kubernetes by cluster sync (pool %(pool)s, %(cards)d cards)")
+LABELS_KEPT = stored("labels or taints of node %(name)s changed outside Suanchi; kept: %(keys)s")
+LABELS_RESTORING = stored(
+    "Suanchi's labels or taints on node %(name)s were changed outside Suanchi (%(keys)s); restoring them"
+)
+LABELS_OK = stored("Suanchi's labels and taints on node %(name)s are as the ledger wants")
+NOT_READY = stored("Kubernetes reports node %(name)s NotReady (%(reason)s)")
+READY_AGAIN = stored("Kubernetes reports node %(name)s Ready again")
+LISTED_AGAIN = stored("node %(name)s is listed by Kubernetes again")
+PLUGIN_DROPPED = stored(
+    "node %(name)s: Kubernetes can allocate %(alloc)d %(res)s but the ledger has %(have)d healthy cards: the device plugin dropped %(short)d"
+)
+ALLOCATABLE_OK = stored("node %(name)s: %(res)s allocatable matches the ledger again")
+CARD_UUID = stored("card %(index)d of node %(name)s: UUID %(uuid)s from ResourceSlice %(slice)s")
+SLICE_UNKNOWN_DEVICE = stored(
+    "ResourceSlice %(slice)s of driver %(driver)s publishes device %(uuid)s on node %(name)s; the ledger lacks it"
+)
+SLICE_DEVICE_OK = stored("device %(uuid)s of node %(name)s is in the ledger")
+CARD_NOT_PUBLISHED = stored(
+    "card %(uuid)s of node %(name)s is in the ledger but in no ResourceSlice of its driver"
+)
+CARD_PUBLISHED = stored("card %(uuid)s of node %(name)s is published again")
+NODE_NOT_LISTED = stored("node %(name)s is in the ledger but Kubernetes no longer lists it")
+TAINTS = stored("taints")  # a parameter of LABELS_KEPT / LABELS_RESTORING
 
 # Whole-device extended resources -> vendor (sources in the module docstring).
 WHOLE_DEVICE_RESOURCES: dict[str, str] = {
@@ -442,7 +469,7 @@ def _node_create(s: _Sync, view: NodeView) -> Node:
             devices.append(device)
     Device.objects.bulk_create(devices)
     s.report.created_devices += len(devices)
-    message = _("node %(name)s found in Kubernetes by cluster sync (pool %(pool)s, %(cards)d cards)") % {
+    message = NODE_FOUND % {
         "name": view.name,
         "pool": pool.slug,
         "cards": len(devices),
@@ -493,8 +520,8 @@ def _sync_labels(s: _Sync, node: Node, view: NodeView) -> None:
             kind=DeviceEvent.Kind.UPDATED,
             severity=DeviceEvent.Severity.INFO,
             message=(
-                _("labels or taints of node %(name)s changed outside Suanchi; kept: %(keys)s")
-                % {"name": node.name, "keys": ", ".join(sorted({k for k, _v in changed})) or _("taints")}
+                LABELS_KEPT
+                % {"name": node.name, "keys": ", ".join(sorted({k for k, _v in changed})) or TAINTS}
             )[:500],
             before=before,
             after={"labels": node.labels, "taints": node.taints},
@@ -521,14 +548,9 @@ def _sync_labels(s: _Sync, node: Node, view: NodeView) -> None:
         state,
         {"keys": [], "taints": False},
         kind=DeviceEvent.Kind.UPDATED,
-        message=(
-            _(
-                "Suanchi's labels or taints on node %(name)s were changed outside Suanchi (%(keys)s); restoring them"
-            )
-            % {"name": node.name, "keys": ", ".join(wrong) or _("taints")}
-        )
+        message=(LABELS_RESTORING % {"name": node.name, "keys": ", ".join(wrong) or TAINTS})
         if wrong or taints_wrong
-        else _("Suanchi's labels and taints on node %(name)s are as the ledger wants") % {"name": node.name},
+        else LABELS_OK % {"name": node.name},
     )
     if not (wrong or taints_wrong):
         return
@@ -550,10 +572,9 @@ def _sync_node(s: _Sync, node: Node, view: NodeView, created: bool) -> None:
         {"ready": True, "reason": ""},
         kind=DeviceEvent.Kind.NOT_READY if not view.ready else DeviceEvent.Kind.STATUS_CHANGED,
         message=(
-            _("Kubernetes reports node %(name)s NotReady (%(reason)s)")
-            % {"name": node.name, "reason": view.ready_reason}
+            NOT_READY % {"name": node.name, "reason": view.ready_reason}
             if not view.ready
-            else _("Kubernetes reports node %(name)s Ready again") % {"name": node.name}
+            else READY_AGAIN % {"name": node.name}
         ),
     )
     s.drift(
@@ -562,7 +583,7 @@ def _sync_node(s: _Sync, node: Node, view: NodeView, created: bool) -> None:
         {"present": True},
         {"present": True},
         kind=DeviceEvent.Kind.STATUS_CHANGED,
-        message=_("node %(name)s is listed by Kubernetes again") % {"name": node.name},
+        message=LISTED_AGAIN % {"name": node.name},
     )
     healthy: dict[str, int] = {}
     for vendor in Device.objects.filter(node=node, health=Device.Health.HEALTHY).values_list(
@@ -582,14 +603,10 @@ def _sync_node(s: _Sync, node: Node, view: NodeView, created: bool) -> None:
             {"short": 0},
             kind=DeviceEvent.Kind.CONFLICT,
             message=(
-                _(
-                    "node %(name)s: Kubernetes can allocate %(alloc)d %(res)s but the ledger has %(have)d "
-                    "healthy cards: the device plugin dropped %(short)d"
-                )
+                PLUGIN_DROPPED
                 % {"name": node.name, "alloc": allocatable, "res": res, "have": have, "short": short}
                 if short
-                else _("node %(name)s: %(res)s allocatable matches the ledger again")
-                % {"name": node.name, "res": res}
+                else ALLOCATABLE_OK % {"name": node.name, "res": res}
             ),
         )
     if not created:
@@ -631,8 +648,7 @@ def _sync_slices(s: _Sync, nodes: dict[str, Node], devices: list[SliceDevice]) -
                         device=match,
                         kind=DeviceEvent.Kind.UPDATED,
                         message=(
-                            _("card %(index)d of node %(name)s: UUID %(uuid)s from ResourceSlice %(slice)s")
-                            % {"index": match.index, "name": name, "uuid": d.uuid, "slice": d.slice}
+                            CARD_UUID % {"index": match.index, "name": name, "uuid": d.uuid, "slice": d.slice}
                         )[:500],
                         before=before,
                         after={"uuid": d.uuid},
@@ -648,13 +664,10 @@ def _sync_slices(s: _Sync, nodes: dict[str, Node], devices: list[SliceDevice]) -
                 {"in_ledger": True},
                 kind=DeviceEvent.Kind.CONFLICT,
                 message=(
-                    _(
-                        "ResourceSlice %(slice)s of driver %(driver)s publishes device %(uuid)s on node %(name)s; the ledger lacks it"
-                    )
+                    SLICE_UNKNOWN_DEVICE
                     % {"slice": d.slice, "driver": d.driver, "uuid": d.uuid, "name": name}
                     if match is None
-                    else _("device %(uuid)s of node %(name)s is in the ledger")
-                    % {"uuid": d.uuid, "name": name}
+                    else SLICE_DEVICE_OK % {"uuid": d.uuid, "name": name}
                 ),
             )
         for card in cards:
@@ -669,11 +682,9 @@ def _sync_slices(s: _Sync, nodes: dict[str, Node], devices: list[SliceDevice]) -
                 kind=DeviceEvent.Kind.CONFLICT,
                 device=card,
                 message=(
-                    _("card %(uuid)s of node %(name)s is in the ledger but in no ResourceSlice of its driver")
-                    % {"uuid": card.uuid, "name": name}
+                    CARD_NOT_PUBLISHED % {"uuid": card.uuid, "name": name}
                     if not present
-                    else _("card %(uuid)s of node %(name)s is published again")
-                    % {"uuid": card.uuid, "name": name}
+                    else CARD_PUBLISHED % {"uuid": card.uuid, "name": name}
                 ),
             )
 
@@ -727,8 +738,7 @@ def cluster_sync_apply(
                 {"present": False},
                 {"present": True},
                 kind=DeviceEvent.Kind.STATUS_CHANGED,
-                message=_("node %(name)s is in the ledger but Kubernetes no longer lists it")
-                % {"name": name},
+                message=NODE_NOT_LISTED % {"name": name},
             )
         if slice_devices is not None:
             _sync_slices(s, seen, slice_devices)

@@ -24,10 +24,11 @@ from django.utils import timezone
 
 from apps.core.audit import actor_fields
 from apps.core.models import BackgroundRun
+from apps.core.stored_text import stored
 
 Status = BackgroundRun.Status
 PROGRESS_TTL_S = 24 * 3600
-BROKER_DOWN = "could not reach the task broker; the run is still queued"
+BROKER_DOWN = stored("could not reach the task broker; the run is still queued")
 
 
 def progress_key(run_id: int) -> str:

@@ -36,7 +36,9 @@ def _compile(msgid: str) -> re.Pattern:
     for match in _PLACEHOLDER.finditer(msgid):
         parts.append(re.escape(msgid[last : match.start()].replace("%%", "%")))  # "%%" is printed "%"
         name = match.group(1)
-        parts.append(f"(?P={name})" if name in names else f"(?P<{name}>.+?)")
+        # A "%(n)d" parameter is a whole number (given back as an int: "%d" refuses a string).
+        value = r"-?\d+" if match.group(0).endswith("d") else ".+?"
+        parts.append(f"(?P={name})" if name in names else f"(?P<{name}>{value})")
         names.add(name)
         last = match.end()
     parts.append(re.escape(msgid[last:].replace("%%", "%")))
@@ -86,7 +88,10 @@ def localize(text, *, depth: int = 0) -> str:
         match = pattern.fullmatch(text)
         if match is None:
             continue
-        params = {name: localize(value, depth=depth + 1) for name, value in match.groupdict().items()}
+        params = {
+            name: int(value) if f"%({name})d" in msgid else localize(value, depth=depth + 1)
+            for name, value in match.groupdict().items()
+        }
         try:
             return gettext(msgid) % params
         except (KeyError, TypeError, ValueError):

@@ -87,6 +87,10 @@ def run_progress_json(request: HttpRequest, pk: int) -> JsonResponse:
     if run is None or not (user.is_staff or run.actor_id == user.pk):
         error = NotFound(_("No background run #%(id)d.") % {"id": pk})
         return JsonResponse({"error": error.as_dict()}, status=error.status_code)
-    response = JsonResponse(run_progress_read(run))
+    from apps.core.stored_text import localize
+
+    progress = run_progress_read(run)
+    progress["message"] = localize(progress["message"])  # a stored text, in the reader's language
+    response = JsonResponse(progress)
     response["Cache-Control"] = "no-store"
     return response

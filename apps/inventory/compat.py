@@ -33,22 +33,59 @@ import yaml
 
 from apps.catalog.models import Vendor
 from apps.core.errors import ValidationFailed
+from apps.core.stored_text import stored
 
 DATA_PATH = Path(__file__).resolve().parent / "data" / "runtime-compat.yaml"
 
 RUNTIME_VENDOR = {"cuda": Vendor.NVIDIA, "cann": Vendor.HUAWEI, "rocm": Vendor.AMD, "dtk": Vendor.HYGON}
 RUNTIME_LABEL = {"cuda": "CUDA", "cann": "CANN", "rocm": "ROCm", "dtk": "DTK"}
 _NODE_PHRASE = {
-    Vendor.NVIDIA: "an NVIDIA node",
-    Vendor.HUAWEI: "a Huawei Ascend node",
-    Vendor.AMD: "an AMD node",
-    Vendor.HYGON: "a Hygon DCU node",
+    Vendor.NVIDIA: stored("an NVIDIA node"),
+    Vendor.HUAWEI: stored("a Huawei Ascend node"),
+    Vendor.AMD: stored("an AMD node"),
+    Vendor.HYGON: stored("a Hygon DCU node"),
 }
 ACCEPTED_FORMS = (
     "'cuda 12.4', 'CUDA 12.4.1', 'cuda>=12.2', 'cann 8.0.RC3', 'cann 8.0.0', 'rocm 6.2', 'dtk 24.04'"
 )
-DRIVER_UNKNOWN = "driver version unknown on this node"
-MVC_CAVEAT = "limited feature set; PTX JIT from a newer toolkit fails with error 222"
+# Reasons end up in job state reasons and scheduler explanations ("runtime precheck failed: …"):
+# stored texts, shown in the reader's language (apps.core.stored_text); the API keeps the English.
+DRIVER_UNKNOWN = stored("driver version unknown on this node")
+MVC_CAVEAT = stored("limited feature set; PTX JIT from a newer toolkit fails with error 222")
+DRIVER_NOT_A_VERSION = stored("driver version %(value)s on this node is not a version number")
+VENDOR_MISMATCH = stored("%(runtime)s images need %(node)s; this node has %(vendor)s devices")
+NOT_IN_TABLE = stored("%(requirement)s is not in the compatibility table (known: %(known)s)")
+NOT_IN_TABLE_SERIES = stored(
+    "%(requirement)s is not in the compatibility table (known %(series)s releases: %(known)s)"
+)
+NO_VOLTA = stored(
+    "%(requirement)s does not support Volta GPUs (%(model)s): V100 workloads need a CUDA 12.x image"
+)
+DRIVER_NEW_ENOUGH = stored("driver %(driver)s >= %(required)s required by %(requirement)s")
+DRIVER_TOO_OLD = stored("driver %(driver)s < %(required)s required by %(requirement)s")
+MVC_RUNS = stored(
+    "%(strict)s, but >= %(floor)s (CUDA %(family)s minor-version compatibility minimum): "
+    "runs under CUDA minor-version compatibility (%(caveat)s)"
+)
+MVC_ALSO_MINIMUM = stored("%(strict)s (also the CUDA %(family)s minor-version compatibility minimum)")
+# The refusals of CANN and ROCm (a failed precheck), without and with the host's runtime version.
+CANN_MISMATCH = stored("driver %(driver)s does not match %(requirement)s (pairs with %(pairing)s)")
+CANN_MISMATCH_HOST = stored(
+    "driver %(driver)s does not match %(requirement)s (pairs with %(pairing)s) (host CANN %(host)s)"
+)
+AMDGPU_OTHER_ROCM = stored("amdgpu %(driver)s supports ROCm %(supported)s; not %(requirement)s")
+AMDGPU_OTHER_ROCM_HOST = stored(
+    "amdgpu %(driver)s supports ROCm %(supported)s; not %(requirement)s (host ROCm %(host)s)"
+)
+KMD_OTHER_ROCM = stored("KMD %(driver)s supports ROCm user space %(supported)s; not %(requirement)s")
+KMD_OTHER_ROCM_HOST = stored(
+    "KMD %(driver)s supports ROCm user space %(supported)s; not %(requirement)s (host ROCm %(host)s)"
+)
+KMD_TOO_FAR = stored("KMD %(driver)s is %(distance)s releases away from %(requirement)s; ROCm supports +/-2")
+KMD_TOO_FAR_HOST = stored(
+    "KMD %(driver)s is %(distance)s releases away from %(requirement)s; ROCm supports +/-2 (host ROCm %(host)s)"
+)
+MVC_BELOW = stored("%(strict)s, and < %(floor)s, the CUDA %(family)s minor-version compatibility minimum")
 
 
 @functools.cache
@@ -114,7 +151,7 @@ def _parse_driver(text: str | None) -> tuple[str | None, CompatResult | None]:
         version_key(value)
     except ValueError:
         return None, CompatResult(
-            ok=False, reason=f"driver version {value!r} on this node is not a version number", verified=False
+            ok=False, reason=DRIVER_NOT_A_VERSION % {"value": repr(value)}, verified=False
         )
     return value, None
 
@@ -194,10 +231,12 @@ def precheck(
     if node_vendor != needed:
         return CompatResult(
             ok=False,
-            reason=(
-                f"{RUNTIME_LABEL[req.runtime]} images need {_NODE_PHRASE[needed]}; "
-                f"this node has {Vendor(node_vendor).label} devices"
-            ),
+            reason=VENDOR_MISMATCH
+            % {
+                "runtime": RUNTIME_LABEL[req.runtime],
+                "node": _NODE_PHRASE[needed],
+                "vendor": Vendor(node_vendor).label,
+            },
             rule=f"{RUNTIME_LABEL[req.runtime]} runs on {Vendor(needed).label} devices only",
         )
     if req.runtime == "cuda":
@@ -281,12 +320,16 @@ def _cuda(
                 ),
                 key=version_key,
             )
-            known = f"known {_series(version)} releases: {', '.join(releases)}"
+            reason = NOT_IN_TABLE_SERIES % {
+                "requirement": req.label,
+                "series": _series(version),
+                "known": ", ".join(releases),
+            }
         else:
-            known = f"known: {', '.join(known_series)}"
+            reason = NOT_IN_TABLE % {"requirement": req.label, "known": ", ".join(known_series)}
         return CompatResult(
             ok=False,
-            reason=f"{req.label} is not in the compatibility table ({known})",
+            reason=reason,
             rule="cuda_toolkit_driver_table",
             source=_cuda_table()[0]["source"],
             verified=False,
@@ -295,7 +338,7 @@ def _cuda(
     if device_model_name and major >= 13 and _VOLTA.search(device_model_name.replace("-", " ")):
         return CompatResult(
             ok=False,
-            reason=f"{req.label} does not support Volta GPUs ({device_model_name}): V100 workloads need a CUDA 12.x image",
+            reason=NO_VOLTA % {"requirement": req.label, "model": device_model_name},
             rule="mvc_caveats: CUDA 13.0 removed offline compilation/library support for Maxwell, Pascal and Volta",
             source=_caveat_source("Volta"),
         )
@@ -306,9 +349,12 @@ def _cuda(
     rule, source = _cuda_rule(row), row["source"]
     if version_key(driver) >= version_key(required):
         return CompatResult(
-            ok=True, reason=f"driver {driver} >= {required} required by {req.label}", rule=rule, source=source
+            ok=True,
+            reason=DRIVER_NEW_ENOUGH % {"driver": driver, "required": required, "requirement": req.label},
+            rule=rule,
+            source=source,
         )
-    strict_reason = f"driver {driver} < {required} required by {req.label}"
+    strict_reason = DRIVER_TOO_OLD % {"driver": driver, "required": required, "requirement": req.label}
     if not allow_mvc or major < 11:
         return CompatResult(ok=False, reason=strict_reason, rule=rule, source=source)
     family = _mvc_family(major)
@@ -322,17 +368,15 @@ def _cuda(
     if version_key(driver) >= version_key(floor):
         return CompatResult(
             ok=True,
-            reason=(
-                f"{strict_reason}, but >= {floor} (CUDA {family_row['family']} minor-version compatibility minimum): "
-                f"runs under CUDA minor-version compatibility ({MVC_CAVEAT})"
-            ),
+            reason=MVC_RUNS
+            % {"strict": strict_reason, "floor": floor, "family": family_row["family"], "caveat": MVC_CAVEAT},
             rule=mvc_rule,
             source=mvc_source,
         )
     if version_key(floor) == version_key(required):
-        why = f"{strict_reason} (also the CUDA {family_row['family']} minor-version compatibility minimum)"
+        why = MVC_ALSO_MINIMUM % {"strict": strict_reason, "family": family_row["family"]}
     else:
-        why = f"{strict_reason}, and < {floor}, the CUDA {family_row['family']} minor-version compatibility minimum"
+        why = MVC_BELOW % {"strict": strict_reason, "floor": floor, "family": family_row["family"]}
     return CompatResult(ok=False, reason=why, rule=mvc_rule, source=mvc_source)
 
 
@@ -413,7 +457,8 @@ def _cann(
     if row is None:
         return CompatResult(
             ok=False,
-            reason=f"{req.label} is not in the compatibility table (known: {', '.join(str(r['cann']) for r in rows)})",
+            reason=NOT_IN_TABLE
+            % {"requirement": req.label, "known": ", ".join(str(r["cann"]) for r in rows)},
             rule="cann_hdk_pairs",
             source=rows[0]["source"],
             verified=False,
@@ -456,7 +501,8 @@ def _cann(
     if all(o == "no" for o in outcomes.values()):
         return CompatResult(
             ok=False,
-            reason=f"driver {driver} does not match {req.label} (pairs with {pairing}){host}",
+            reason=(CANN_MISMATCH_HOST if cann_version else CANN_MISMATCH)
+            % {"driver": driver, "requirement": req.label, "pairing": pairing, "host": cann_version},
             rule=rule,
             source=row["source"],
         )
@@ -499,7 +545,7 @@ def _rocm(req: Requirement, driver_version: str | None, rocm_version: str | None
     if _rocm_series(req.version) not in known:
         return CompatResult(
             ok=False,
-            reason=f"{req.label} is not in the compatibility table (known: {', '.join(ordered)})",
+            reason=NOT_IN_TABLE % {"requirement": req.label, "known": ", ".join(ordered)},
             rule="amd_rocm",
             source=kmd["source"],
             verified=False,
@@ -541,7 +587,8 @@ def _rocm(req: Requirement, driver_version: str | None, rocm_version: str | None
             )
         return CompatResult(
             ok=False,
-            reason=f"amdgpu {driver} supports ROCm {supported}; not {req.label}{host}",
+            reason=(AMDGPU_OTHER_ROCM_HOST if rocm_version else AMDGPU_OTHER_ROCM)
+            % {"driver": driver, "supported": supported, "requirement": req.label, "host": rocm_version},
             rule=rule,
             source=row["source"],
         )
@@ -560,7 +607,8 @@ def _rocm(req: Requirement, driver_version: str | None, rocm_version: str | None
             )
         return CompatResult(
             ok=False,
-            reason=f"KMD {driver} supports ROCm user space {supported}; not {req.label}{host}",
+            reason=(KMD_OTHER_ROCM_HOST if rocm_version else KMD_OTHER_ROCM)
+            % {"driver": driver, "supported": supported, "requirement": req.label, "host": rocm_version},
             rule=rule,
             source=kmd["source"],
         )
@@ -576,7 +624,8 @@ def _rocm(req: Requirement, driver_version: str | None, rocm_version: str | None
             )
         return CompatResult(
             ok=False,
-            reason=f"KMD {driver} is {distance} releases away from {req.label}; ROCm supports +/-2{host}",
+            reason=(KMD_TOO_FAR_HOST if rocm_version else KMD_TOO_FAR)
+            % {"driver": driver, "distance": distance, "requirement": req.label, "host": rocm_version},
             rule=rule,
             source=kmd["source"],
         )

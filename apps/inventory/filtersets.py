@@ -9,6 +9,7 @@ those filters under the page's parameter names and the API's FilterSets stay as 
 
 import django_filters
 from django import forms
+from django.core.exceptions import ValidationError
 from django.db.models import Q
 from django.utils.translation import gettext_lazy as _
 
@@ -84,9 +85,44 @@ def _visible_device_models(request):
     return DeviceModel.objects.filter(pk__in=visible.values("device_model_id")).order_by("vendor", "name")
 
 
+# Up to this many visible nodes the device page picks its node from a drop-down; a larger fleet
+# (10,000 nodes: issue 20) gets a text box taking the node's id, its name or "cluster / name".
+NODE_SELECT_MAX = 200
+
+
 class _NodeField(Int64ModelChoiceField):
+    """A visible node by id (the links from the node and device pages) or by its label or name."""
+
     def label_from_instance(self, obj: Node) -> str:
         return f"{obj.cluster.name} / {obj.name}"
+
+    def to_python(self, value):
+        text = "" if value in self.empty_values else str(value).strip()
+        if not text or text.isdigit():
+            node = super().to_python(value)
+        else:
+            cluster, sep, name = text.rpartition(" / ")
+            found = self.queryset.filter(name=name)
+            if sep:
+                found = found.filter(cluster__name=cluster)
+            found = list(found[:2])
+            if len(found) != 1:  # unknown, invisible, or a name several clusters use
+                raise ValidationError(
+                    self.error_messages["invalid_choice"], code="invalid_choice", params={"value": text}
+                )
+            node = found[0]
+        self._resolved = (value, node)
+        return node
+
+    def prepare_value(self, value):
+        if not isinstance(self.widget, forms.TextInput) or value in self.empty_values:
+            return super().prepare_value(value)
+        resolved = getattr(self, "_resolved", (None, None))
+        if isinstance(value, Node):
+            return self.label_from_instance(value)
+        if resolved[0] == value and resolved[1] is not None:
+            return self.label_from_instance(resolved[1])
+        return value
 
 
 class _NodeChoiceFilter(django_filters.ModelChoiceFilter):
@@ -170,6 +206,12 @@ class DevicePageFilterSet(DeviceFilterSet):
     unrecognized = django_filters.BooleanFilter(
         method="filter_unrecognized", label=_("Unrecognized models only"), widget=forms.CheckboxInput
     )
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        node = self.filters["node"]
+        if node.get_queryset(self.request).count() > NODE_SELECT_MAX:
+            node.extra["widget"] = _search(_("Node name or cluster / name"))
 
 
 class DeviceEventFilterSet(FilterSet):

@@ -224,6 +224,8 @@ class Node(BaseModel):
                 name="inventory_node_status_valid",
             ),
         ]
+        # The device list's order (node name, index) walks this index instead of sorting every card.
+        indexes = [models.Index(fields=["name"], name="inventory_node_name_idx")]
         verbose_name = _("node")
 
     def __str__(self) -> str:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from zoneinfo import ZoneInfo
 
+from django.db.models import Count, Sum
 from django.utils import timezone
 
 from apps.catalog.selectors import coefficients_on
@@ -78,12 +79,18 @@ class QuotaContext:
         return last
 
 
-def quota_context(*, lock: bool = False, now: dt.datetime | None = None) -> QuotaContext:
+def quota_context(
+    *, lock: bool = False, now: dt.datetime | None = None, per_job: bool = True
+) -> QuotaContext:
     """Load every quota row (locked ``FOR UPDATE`` in primary-key order when ``lock``), the fleet's
     capacity per class and the active allocations' use of each row.
 
     Locking every quota row serializes admissions: concurrent cycles can never both take the same
     guarantee or borrowing headroom (they read usage only after the lock is theirs).
+
+    ``per_job=False`` (the pages and reports, which read totals only): the book holds one summed
+    holding per project and card class, aggregated in SQL, instead of one per running job; the rows'
+    use (``book.used``) and the borrowing flows are the same, ``book.holdings`` names no job.
     """
     now = now or timezone.now()
     qs = Quota.objects.select_related("project", "department", "project__department").order_by("pk")
@@ -131,26 +138,58 @@ def quota_context(*, lock: bool = False, now: dt.datetime | None = None) -> Quot
     ctx = QuotaContext(
         book=admission.Book(rows, departments, capacity), project_rows=dict(project_rows), quotas=by_key
     )
-    for holding in _holdings(ctx):
+    for holding in _holdings(ctx) if per_job else _summed_holdings(ctx):
         ctx.book.hold(holding)
     return ctx
 
 
 def class_capacity(classes: set[str], *, on: dt.date) -> dict[str, Decimal | None]:
     """CU of the usable cards in each class (a card without a coefficient counts 0)."""
-    devices = list(
+    # Counted in SQL per (vendor, model, pool): a handful of rows, not one per card (issue 20).
+    groups = list(
         Device.objects.exclude(health__in=[Device.Health.LOST, Device.Health.RETIRED])
         .exclude(node__status="retired")
+        .order_by()
         .values_list("vendor", "device_model_id", "node__pool_id")
+        .annotate(cards=Count("pk"))
     )
-    coefficients = coefficients_on({m for _v, m, _p in devices if m}, on=on)
+    coefficients = coefficients_on({m for _v, m, _p, _n in groups if m}, on=on)
     capacity: dict[str, Decimal | None] = {cls: Decimal(0) for cls in classes}
-    for vendor, model_id, pool_id in devices:
+    for vendor, model_id, pool_id, cards in groups:
         coef = coefficients.get(model_id, Decimal(0))
         for cls in device_classes(vendor, model_id, pool_id):
             if cls in capacity:
-                capacity[cls] += coef
+                capacity[cls] += coef * cards
     return capacity
+
+
+def _summed_holdings(ctx: QuotaContext) -> list[admission.Holding]:
+    """What the active allocations hold of each row, summed in SQL per project, card class and
+    borrowed flag (one holding per row and kind, not per job)."""
+    rows = (
+        Allocation.objects.filter(released_at__isnull=True, job__project_id__in=list(ctx.project_rows))
+        .order_by()
+        .values_list(
+            "job__project_id", "device__vendor", "device__device_model_id", "node__pool_id", "borrowed"
+        )
+        .annotate(cu=Sum("compute_units"), memory=Sum("memory_mib"))
+    )
+    summed: dict[str, admission.Holding] = {}
+    for project_id, vendor, model_id, pool_id, borrowed, cu, memory in rows:
+        key = ctx.row_for(project_id, device_classes(vendor, model_id, pool_id))
+        if key is None:
+            continue
+        h = summed.get(key)
+        if h is None:
+            h = summed[key] = admission.Holding(
+                job=f"row:{key}", row=key, guaranteed=Decimal(0), borrowed=Decimal(0)
+            )
+        if borrowed:
+            h.borrowed += cu
+        else:
+            h.guaranteed += cu
+        h.memory_mib += memory or 0
+    return list(summed.values())
 
 
 def _holdings(ctx: QuotaContext) -> list[admission.Holding]:

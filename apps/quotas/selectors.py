@@ -12,7 +12,23 @@ from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Q, QuerySet
+from django.core.exceptions import EmptyResultSet
+from django.db import connection
+from django.db.models import (
+    Case,
+    DurationField,
+    ExpressionWrapper,
+    F,
+    FloatField,
+    Func,
+    Q,
+    QuerySet,
+    Sum,
+    Value,
+    When,
+    Window,
+)
+from django.db.models.functions import Cast, Coalesce, Greatest, Least, RowNumber
 from django.utils import timezone
 
 from apps.accounts.models import Project
@@ -55,13 +71,14 @@ def decayed_usage(
     now = now or timezone.now()
     h = half_life if half_life is not None else half_life_hours()
     horizon = now - dt.timedelta(hours=max(h, 1.0) * 10)
-    rows = (
-        Allocation.objects.filter(job__project_id__in=list(project_ids))
-        .filter(Q(released_at__isnull=True) | Q(released_at__gte=horizon))
-        .values_list("job__project_id", "compute_units", "started_at", "released_at")
+    allocations = Allocation.objects.filter(job__project_id__in=list(project_ids)).filter(
+        Q(released_at__isnull=True) | Q(released_at__gte=horizon)
     )
-    usage: dict[int, float] = defaultdict(float)
     k = math.log(2) / h if h > 0 else 0.0
+    if connection.vendor == "postgresql":
+        return _decayed_usage_sql(allocations, now=now, k=k)
+    rows = allocations.values_list("job__project_id", "compute_units", "started_at", "released_at")
+    usage: dict[int, float] = defaultdict(float)
     for project_id, cu, started, released in rows:
         end_age = max((now - (released or now)).total_seconds() / 3600, 0.0)
         start_age = max((now - started).total_seconds() / 3600, 0.0)
@@ -70,6 +87,35 @@ def decayed_usage(
         else:  # ∫ 2^(-age/h) d(age) from end_age to start_age
             usage[project_id] += float(cu) * (math.exp(-k * end_age) - math.exp(-k * start_age)) / k
     return dict(usage)
+
+
+def _decayed_usage_sql(allocations: QuerySet, *, now: dt.datetime, k: float) -> dict[int, float]:
+    """``decayed_usage`` summed by PostgreSQL, one row per project (the same integral, in float8):
+    the scheduler and the pages no longer read every running allocation for it (issue 20).
+    ``exp`` of a very negative number underflows to an error in PostgreSQL (Python gives 0.0): the
+    exponent is floored at -700, where exp is below 1e-304."""
+
+    def age_hours(field):  # hours before ``now``, at least 0
+        return Func(
+            Value(now),
+            field,
+            template="GREATEST(EXTRACT(EPOCH FROM (%(expressions)s))::float8 / 3600.0, 0.0)",
+            arg_joiner=" - ",
+            output_field=FloatField(),
+        )
+
+    def decay(age):
+        return Func(
+            age, template=f"EXP(GREATEST(-{k!r} * %(expressions)s, -700.0))", output_field=FloatField()
+        )
+
+    cu = Cast("compute_units", FloatField())
+    end_age, start_age = age_hours(Coalesce("released_at", Value(now))), age_hours(F("started_at"))
+    term = cu * (start_age - end_age) if k == 0 else cu * (decay(end_age) - decay(start_age)) / Value(k)
+    rows = (
+        allocations.order_by().values("job__project_id").annotate(usage=Sum(term, output_field=FloatField()))
+    )
+    return {row["job__project_id"]: row["usage"] or 0.0 for row in rows}
 
 
 def fair_shares(project_ids, *, now: dt.datetime | None = None) -> dict[int, float]:
@@ -100,19 +146,41 @@ def fair_share_order(jobs: list[Job], *, now: dt.datetime | None = None) -> list
     )
 
 
-def queue_positions(job_ids) -> dict[int, int]:
-    """1-based positions of the given queued jobs in the scheduling order."""
-    wanted = set(job_ids)
+def queue_positions(job_ids, *, among: QuerySet[Job] | None = None) -> dict[int, int]:
+    """1-based positions of the given queued jobs in the scheduling order (``fair_share_order``: priority,
+    then fair share when quotas are configured, then age, then id) among the queued jobs, or among the
+    queued jobs of ``among`` (e.g. the ones a reader can see).
+
+    Ranked in SQL (``ROW_NUMBER() OVER (ORDER BY …)``, the projects' fair shares as a CASE) and only the
+    wanted rows come back: a queue of 20,000 jobs is not loaded and sorted in Python for a page of 50
+    (issue 20)."""
+    wanted = sorted(set(job_ids))
     if not wanted:
         return {}
-    queued = list(
-        Job.objects.filter(state__in=QUEUED_STATES).only("id", "priority", "project_id", "created_at")
-    )
+    queued = (Job.objects.all() if among is None else among).filter(state__in=QUEUED_STATES).order_by()
+    order = [F("priority").desc()]
     if quotas_configured():
-        order = fair_share_order(queued)
-    else:
-        order = sorted(queued, key=lambda j: (-j.priority, j.created_at, j.pk))
-    return {job.pk: i for i, job in enumerate(order, start=1) if job.pk in wanted}
+        # Every project's share (a small table) rather than a DISTINCT over the queue; a project
+        # without recent usage has share 0.0, the CASE's default.
+        shares = fair_shares(Project.objects.values_list("pk", flat=True))
+        order.append(
+            Case(
+                *(When(project_id=pk, then=Value(share)) for pk, share in sorted(shares.items()) if share),
+                default=Value(0.0),
+                output_field=FloatField(),
+            ).asc()
+        )
+    order += [F("created_at").asc(), F("pk").asc()]
+    ranked = queued.annotate(position=Window(RowNumber(), order_by=order)).values_list("pk", "position")
+    try:
+        sql, params = ranked.query.sql_with_params()
+    except EmptyResultSet:  # ``among`` is .none(): nothing queued the reader can see
+        return {}
+    marks = ", ".join(["%s"] * len(wanted))
+    with connection.cursor() as cursor:
+        # Filtered outside the window: a WHERE on the annotated query would rank the wanted rows only.
+        cursor.execute(f"SELECT * FROM ({sql}) ranked WHERE ranked.pk IN ({marks})", (*params, *wanted))  # noqa: S608
+        return {pk: position for pk, position in cursor.fetchall()}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -141,7 +209,7 @@ class QuotaUsage:
 def quota_usage(*, user, now: dt.datetime | None = None) -> tuple[list[QuotaUsage], list[admission.Flow]]:
     """Each visible project quota with what is in use now (guaranteed / borrowed), and the borrowing
     flows (who borrows from whom) of the classes the user's quotas are in."""
-    ctx = quota_context(now=now)
+    ctx = quota_context(now=now, per_job=False)
     visible = list(quota_list(user=user).filter(project__isnull=False))
     rows = []
     classes = set()
@@ -175,23 +243,50 @@ def usage_history(
     from apps.jobs.models import Allocation
 
     guarantee = sum((q.guaranteed_cu for q in Quota.objects.filter(project=project)), Decimal(0))
-    allocations = list(
-        Allocation.objects.filter(job__project=project, started_at__lt=end)
-        .filter(Q(released_at__isnull=True) | Q(released_at__gt=start))
-        .values_list("started_at", "released_at", "compute_units", "borrowed")
+    allocations = Allocation.objects.filter(job__project=project, started_at__lt=end).filter(
+        Q(released_at__isnull=True) | Q(released_at__gt=start)
     )
-    points = []
+    steps = []
     t = start
     while t <= end:
-        used = borrowed = Decimal(0)
-        for started, released, cu, is_borrowed in allocations:
-            if started <= t and (released is None or released > t):
-                used += cu
-                if is_borrowed:
-                    borrowed += cu
-        points.append({"at": t, "guaranteed": guarantee, "used": used, "borrowed": borrowed})
+        steps.append(t)
         t += step
-    return points
+    if steps and connection.vendor == "postgresql":
+        totals = _usage_at_steps_sql(allocations, start=start, step=step, count=len(steps))
+        return [
+            {"at": at, "guaranteed": guarantee, "used": totals[i][0], "borrowed": totals[i][1]}
+            for i, at in enumerate(steps)
+        ]
+    # One conditional sum per step, in SQL: one row back, not one per allocation (issue 20).
+    sums: dict[str, Any] = {}
+    for i, at in enumerate(steps):
+        held = Q(started_at__lte=at) & (Q(released_at__isnull=True) | Q(released_at__gt=at))
+        sums[f"u{i}"] = Sum("compute_units", filter=held, default=Decimal(0))
+        sums[f"b{i}"] = Sum("compute_units", filter=held & Q(borrowed=True), default=Decimal(0))
+    totals = allocations.order_by().aggregate(**sums) if steps else {}
+    return [
+        {"at": at, "guaranteed": guarantee, "used": totals[f"u{i}"], "borrowed": totals[f"b{i}"]}
+        for i, at in enumerate(steps)
+    ]
+
+
+def _usage_at_steps_sql(allocations: QuerySet, *, start: dt.datetime, step: dt.timedelta, count: int) -> list:
+    """(used, borrowed) CU at ``start + i × step`` for i < count, summed by PostgreSQL over the steps
+    (``generate_series``) joined to the allocations: ``count`` rows back, however many allocations."""
+    inner, params = (
+        allocations.order_by()
+        .values("started_at", "released_at", "compute_units", "borrowed")
+        .query.sql_with_params()
+    )
+    # ``inner`` is Django's own SQL for the queryset (its values are parameters); ``at`` is step i.
+    at = "(%s::timestamptz + s.i * %s::interval)"
+    head = "SELECT s.i, COALESCE(SUM(a.compute_units), 0), COALESCE(SUM(a.compute_units) FILTER (WHERE a.borrowed), 0)"
+    join = f"ON a.started_at <= {at} AND (a.released_at IS NULL OR a.released_at > {at})"
+    sql = f"{head} FROM generate_series(0, %s) AS s(i) LEFT JOIN ({inner}) a {join} GROUP BY s.i ORDER BY s.i"  # noqa: S608
+    with connection.cursor() as cursor:
+        cursor.execute(sql, (count - 1, *params, start, step, start, step))
+        rows = cursor.fetchall()
+    return [(used, borrowed) for _i, used, borrowed in rows]
 
 
 def guarantee_share_used(*, project: Project, start: dt.datetime, end: dt.datetime) -> Decimal | None:
@@ -203,16 +298,24 @@ def guarantee_share_used(*, project: Project, start: dt.datetime, end: dt.dateti
     hours = Decimal((end - start).total_seconds()) / Decimal(3600)
     if not guarantee or hours <= 0:
         return None
-    used = Decimal(0)
-    for started, released, cu in (
+    # Σ CU × overlap, the overlaps summed in SQL per CU value (a few rows, not one per allocation).
+    overlap = ExpressionWrapper(
+        Least(Coalesce("released_at", Value(end)), Value(end)) - Greatest("started_at", Value(start)),
+        output_field=DurationField(),
+    )
+    rows = (
         Allocation.objects.filter(job__project=project, borrowed=False, started_at__lt=end)
         .filter(Q(released_at__isnull=True) | Q(released_at__gt=start))
-        .values_list("started_at", "released_at", "compute_units")
-    ):
-        a = max(started, start)
-        b = min(released or end, end)
-        if b > a:
-            used += cu * Decimal((b - a).total_seconds()) / Decimal(3600)
+        .order_by()
+        .annotate(overlap=overlap)
+        .filter(overlap__gt=dt.timedelta(0))
+        .values("compute_units")
+        .annotate(held=Sum("overlap"))
+    )
+    used = sum(
+        (row["compute_units"] * Decimal(row["held"].total_seconds()) / Decimal(3600) for row in rows),
+        Decimal(0),
+    )
     return (used / (guarantee * hours) * 100).quantize(Decimal("0.1"))
 
 

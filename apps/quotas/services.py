@@ -12,6 +12,8 @@ from typing import Any
 
 from django.db import transaction
 from django.db.models import Sum
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 from apps.accounts.models import Department, Project
 from apps.catalog.models import DeviceModel
@@ -43,7 +45,7 @@ FIELDS = (
 )
 UPDATABLE = FIELDS[6:]
 DECIMALS = ("guaranteed_cu", "borrowing_limit_cu", "lending_limit_cu", "over_quota_weight")
-_STAFF_ONLY = "Only platform administrators can change quotas."
+_STAFF_ONLY = gettext_lazy("Only platform administrators can change quotas.")
 # Why a job waits (its state reason), in the reader's language (apps.core.stored_text).
 UNCOVERED = stored("project %(project)s has no quota covering %(vendor)s cards")
 UNCOVERED_ANY = stored("project %(project)s has no quota covering these cards")
@@ -64,7 +66,7 @@ def _decimals(fields: dict[str, Any]) -> None:
         except InvalidOperation:
             errors[name] = ["not a number"]
     if errors:
-        raise ValidationFailed("Quota amounts must be numbers.", details=errors)
+        raise ValidationFailed(_("Quota amounts must be numbers."), details=errors)
 
 
 def _same_class(qs, quota: Quota):
@@ -99,22 +101,32 @@ def _check_department_bound(quota: Quota) -> None:
         total += quota.guaranteed_cu
         if dept_row is not None and total > dept_row.guaranteed_cu:
             raise ValidationFailed(
-                "The project guarantees would exceed the department's.",
+                _("The project guarantees would exceed the department's."),
                 details={
                     "guaranteed_cu": [
-                        f"Projects of department {dept_row.department.slug} would be guaranteed "
-                        f"{admission.fmt(total)} CU of {quota.class_label()}, more than the department's "
-                        f"{admission.fmt(dept_row.guaranteed_cu)} CU."
+                        _(
+                            "Projects of department %(department)s would be guaranteed %(total)s CU of "
+                            "%(class)s, more than the department's %(guaranteed)s CU."
+                        )
+                        % {
+                            "department": dept_row.department.slug,
+                            "total": admission.fmt(total),
+                            "class": quota.class_label(),
+                            "guaranteed": admission.fmt(dept_row.guaranteed_cu),
+                        }
                     ]
                 },
             )
     elif total > quota.guaranteed_cu:
         raise ValidationFailed(
-            "The department guarantee is smaller than its projects' guarantees.",
+            _("The department guarantee is smaller than its projects' guarantees."),
             details={
                 "guaranteed_cu": [
-                    f"Its projects are already guaranteed {admission.fmt(total)} CU of {quota.class_label()}; "
-                    f"the department's guarantee cannot be lower."
+                    _(
+                        "Its projects are already guaranteed %(total)s CU of %(class)s; "
+                        "the department's guarantee cannot be lower."
+                    )
+                    % {"total": admission.fmt(total), "class": quota.class_label()}
                 ]
             },
         )
@@ -125,11 +137,12 @@ AUDIT_FIELDS = list(FIELDS)
 
 @transaction.atomic
 def quota_create(*, actor, **fields: Any) -> Quota:
-    require_staff(actor, message=_STAFF_ONLY)
+    require_staff(actor, message=str(_STAFF_ONLY))
     unknown = set(fields).difference(FIELDS)
     if unknown:
         raise ValidationFailed(
-            f"Unknown fields: {', '.join(sorted(unknown))}.", details={f: ["unknown"] for f in unknown}
+            _("Unknown fields: %(fields)s.") % {"fields": ", ".join(sorted(unknown))},
+            details={f: ["unknown"] for f in unknown},
         )
     _decimals(fields)
     quota = Quota(**fields)
@@ -144,11 +157,11 @@ def quota_create(*, actor, **fields: Any) -> Quota:
 
 @transaction.atomic
 def quota_update(*, quota: Quota, actor, **fields: Any) -> Quota:
-    require_staff(actor, message=_STAFF_ONLY)
+    require_staff(actor, message=str(_STAFF_ONLY))
     unknown = set(fields).difference(UPDATABLE)
     if unknown:
         raise ValidationFailed(
-            f"These fields cannot be changed: {', '.join(sorted(unknown))}.",
+            _("These fields cannot be changed: %(fields)s.") % {"fields": ", ".join(sorted(unknown))},
             details={f: ["cannot be changed; delete the quota and create another"] for f in unknown},
         )
     _decimals(fields)
@@ -168,14 +181,14 @@ def quota_update(*, quota: Quota, actor, **fields: Any) -> Quota:
 
 @transaction.atomic
 def quota_delete(*, quota: Quota, actor) -> None:
-    require_staff(actor, message=_STAFF_ONLY)
+    require_staff(actor, message=str(_STAFF_ONLY))
     quota = Quota.objects.select_for_update().get(pk=quota.pk)
     if (
         quota.department_id
         and _same_class(Quota.objects.filter(project__department_id=quota.department_id), quota).exists()
     ):
         raise Conflict(
-            "Projects of this department still have quotas of this class; delete or move them first."
+            _("Projects of this department still have quotas of this class; delete or move them first.")
         )
     before = snapshot(quota, AUDIT_FIELDS)
     change_record_create(actor=actor, action="quota.delete", obj=quota, before=before)

@@ -12,6 +12,7 @@ from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 
 from apps.core.admin import ReadOnlyAdminMixin
+from apps.inventory.models import Node
 from apps.jobs.models import Allocation, Job
 from apps.scheduling import job_admin  # noqa: F401 - registers JobAdmin (it calls the lifecycle)
 from apps.scheduling.models import DecisionTrace
@@ -60,6 +61,28 @@ class JobFilter(admin.SimpleListFilter):
         return queryset
 
 
+class NodeFilter(admin.SimpleListFilter):
+    """Allocations on one node (``?node__id__exact=<id>``, the parameter the related-only filter used).
+    Only the chosen node is listed: every node holding an allocation (thousands at scale) made each
+    page of the list render thousands of links (issue 20); search by node name finds the others."""
+
+    title = _("node")
+    parameter_name = "node__id__exact"
+
+    def lookups(self, request, model_admin):
+        value = self.value()
+        if not value or not str(value).isdigit() or int(value) >= 2**63:
+            return []
+        node = Node.objects.filter(pk=int(value)).first()
+        return [(str(node.pk), str(node))] if node else []
+
+    def queryset(self, request, queryset):
+        value = self.value()
+        if value and str(value).isdigit() and int(value) < 2**63:
+            return queryset.filter(node_id=int(value))
+        return queryset
+
+
 @admin.register(Allocation)
 class AllocationAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = (
@@ -80,7 +103,7 @@ class AllocationAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         ActiveFilter,
         "whole_card",
         "isolation",
-        ("node", admin.RelatedOnlyFieldListFilter),
+        NodeFilter,
         JobFilter,
     )
     search_fields = ("job__name", "node__name", "device__uuid", "=trace_id")

@@ -51,3 +51,38 @@ COUNTED_REASONS = (
     stored("%(count)s no free MIG placement for %(detail)s"),
 )
 LEFT_IN_ENGLISH = ("no {}", "no switch domain can host every part")
+
+# The other explanations and trace steps of engine/engine.py and engine/clusters.py (their English
+# wording, "{x}" → "%(x)s"); tests/core/test_zh_pages.py checks each reads in Chinese.
+EXPLANATIONS = (
+    stored("request %(id)s is already placed"),
+    stored("gang of %(replicas)s replicas: only %(placed)s fit. %(detail)s"),
+    stored("gang of %(replicas)s replicas: only %(placed)s fit"),
+    stored("%(detail)s Fallback %(level)s: no switch domain can host every part."),
+    stored("no single cluster can hold the whole job (a job never spans clusters): %(failures)s"),
+    stored("no node fits"),
+    stored("does not fit"),
+)
+STEPS = (
+    stored("%(eligible)s/%(total)s nodes pass the static filters"),
+    stored("placed on %(nodes)s"),
+    stored("placed on %(nodes)s (cross-node)"),
+    stored("policy %(policy)s: %(node)s scores %(score)s"),
+    stored("all %(replicas)s replicas fit on switch %(domain)s"),
+    stored("all %(replicas)s replicas fit on any nodes"),
+    stored("only %(placed)s/%(replicas)s replicas fit; gang not placed (all or nothing)"),
+    stored("no single node holds every group; trying %(level)s"),
+    stored("placed across %(count)s node(s) under switch %(domain)s; marked cross-node"),
+    stored("placed across %(count)s node(s) under any nodes; marked cross-node"),
+    # engine/clusters.py: the cluster chosen, why, and the clusters that could not hold the job
+    stored("cluster %(cluster)s: preference %(preference)s"),
+    stored(
+        "cluster %(cluster)s: preference %(preference)s; best policy score among feasible clusters of that "
+        "preference (%(others)s)"
+    ),
+    stored("cluster %(cluster)s: preference %(preference)s; not feasible: %(failures)s"),
+    stored(
+        "cluster %(cluster)s: preference %(preference)s; best policy score among feasible clusters of that "
+        "preference (%(others)s); not feasible: %(failures)s"
+    ),
+)

@@ -107,8 +107,5 @@ def visible_queue_positions(user, jobs: list[Job]) -> dict[int, int]:
     wanted = {job.pk for job in jobs if job.state in QUEUED_STATES}
     if not wanted:
         return {}
-    visible_ids = list(
-        selectors.job_list(user=user).filter(state__in=QUEUED_STATES).values_list("pk", flat=True)
-    )
-    order = sorted(queue_positions(visible_ids).items(), key=lambda item: item[1])
-    return {pk: rank for rank, (pk, _pos) in enumerate(order, start=1) if pk in wanted}
+    # Ranked among the visible queued jobs in SQL (the same order as among all of them).
+    return queue_positions(wanted, among=selectors.job_list(user=user).select_related(None))

@@ -15,3 +15,5 @@ from apps.core.slots import Slot
 JOB_UTILIZATION_CHART = Slot("job_utilization_chart")
 # provider(job, compute_units: Decimal) -> what an hour of the request costs, e.g. "12.50 CNY", or None.
 JOB_COST_PER_HOUR = Slot("job_cost_per_hour")
+# provider(job, user) -> HTML of the per-card curves (utilization, memory, temperature, power), or "".
+JOB_CARD_CURVES = Slot("job_card_curves")

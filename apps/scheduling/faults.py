@@ -16,6 +16,8 @@ from pathlib import Path
 
 import yaml
 
+from apps.core.stored_text import stored
+
 RUNBOOK_FILE = Path(__file__).resolve().parent / "data" / "runbook.yaml"
 
 
@@ -99,6 +101,12 @@ NODE_FAULT_INCIDENTS = 2
 # Cordon reasons Suanchi writes for a hardware fault start with this marker (counted as incidents).
 FAULT_CORDON_PREFIX = "hardware fault: "
 
+# Texts stored in reasons and events, shown in the reader's language (apps.core.stored_text).
+FAULT_CORDON = stored("hardware fault: %(cause)s")  # FAULT_CORDON_PREFIX + the cause
+CARD_FAULT = stored("hardware fault on card %(cards)s (cordoned): %(cause)s")
+CARDS_FAILED = stored("%(count)s cards failed on this node; latest: %(cause)s")
+NODE_QUARANTINED = stored("node %(node)s quarantined (NoExecute): %(cause)s")
+
 
 def _jobs_on(**allocation_filter):
     from apps.jobs.models import ACTIVE_STATES, Allocation, Job
@@ -143,7 +151,6 @@ def cards_fault(*, devices: list, reason: str, actor) -> list[str]:
     on them, and quarantine the node once it has ``NODE_FAULT_INCIDENTS`` separate card faults.
     Returns the names of the nodes this quarantined."""
     from django.db import transaction
-    from django.utils.translation import gettext_noop
 
     from apps.inventory.models import Node
     from apps.inventory.services.ledger import device_cordon
@@ -161,8 +168,7 @@ def cards_fault(*, devices: list, reason: str, actor) -> list[str]:
         for job in _jobs_on(device__in=[d.pk for d in devices]):
             _retry(
                 job,
-                reason=gettext_noop("hardware fault on card %(cards)s (cordoned): %(cause)s")
-                % {"cards": names, "cause": reason},
+                reason=CARD_FAULT % {"cards": names, "cause": reason},
                 nodes=[],
                 actor=actor,
                 failure_class="device_lost",
@@ -174,8 +180,7 @@ def cards_fault(*, devices: list, reason: str, actor) -> list[str]:
             if incidents >= NODE_FAULT_INCIDENTS:
                 node_quarantine(
                     node=node,
-                    reason=gettext_noop("%(count)s cards failed on this node; latest: %(cause)s")
-                    % {"count": incidents, "cause": reason},
+                    reason=CARDS_FAILED % {"count": incidents, "cause": reason},
                     actor=actor,
                 )
                 quarantined.append(node.name)
@@ -245,13 +250,10 @@ def node_quarantined_receive(sender, *, node, reason: str = "", actor=None, **kw
     """The ledger quarantined ``node`` (``apps.inventory.signals.node_quarantined``, in its
     transaction): the NoExecute taint will evict every pod there, so each job on the node is retried
     elsewhere from its checkpoint now, without using up a retry, its event naming the cause."""
-    from django.utils.translation import gettext_noop
-
     for job in _jobs_on(node=node):
         _retry(
             job,
-            reason=gettext_noop("node %(node)s quarantined (NoExecute): %(cause)s")
-            % {"node": node.name, "cause": reason or "-"},
+            reason=NODE_QUARANTINED % {"node": node.name, "cause": reason or "-"},
             nodes=[node.name],
             actor=actor or "ledger",
             failure_class="node_quarantined",

@@ -14,6 +14,7 @@ urlpatterns = [
     path("cancel/", views.job_bulk_cancel, name="bulk-cancel"),
     path("submit/preview/", views.job_submit_preview, name="submit-preview"),
     path("<int:pk>/", views.job_detail, name="detail"),
+    path("<int:pk>/pod/", views.job_pod, name="pod"),
     path("runbook/", views.runbook, name="runbook"),
     path("<int:pk>/cancel/", views.job_cancel, name="cancel"),
 ]

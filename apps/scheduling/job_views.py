@@ -13,24 +13,28 @@ cancel); their ApplicationErrors become form errors or messages, never a 500.
 
 from __future__ import annotations
 
+import re
 from decimal import Decimal
 from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
-from django.core.paginator import Page, Paginator
+from django.core.paginator import Page
 from django.db.models import Sum
 from django.http import HttpRequest, HttpResponse, JsonResponse, QueryDict
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils.translation import gettext as _
+from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods, require_POST, require_safe
 
 from apps.accounts.models import Membership
 from apps.accounts.selectors import is_platform_staff, project_list, user_role
+from apps.clusters.pod_report import job_pod_report
 from apps.core.errors import ApplicationError, ValidationFailed
 from apps.core.filters import page_filter
+from apps.core.paginators import EstimatedCountPaginator
 from apps.core.templatetags.suanchi import DEVICE_KIND_BY_VENDOR
 from apps.inventory import selectors as inventory_selectors
 from apps.inventory.models import Device, Node
@@ -52,7 +56,7 @@ from apps.quotas.services import submission_check
 from apps.scheduling import eta, lifecycle
 from apps.scheduling import services as scheduling
 from apps.scheduling.engine.engine import Engine
-from apps.scheduling.extensions import JOB_COST_PER_HOUR, JOB_UTILIZATION_CHART
+from apps.scheduling.extensions import JOB_CARD_CURVES, JOB_COST_PER_HOUR, JOB_UTILIZATION_CHART
 from apps.scheduling.faults import runbook as runbook_entries
 from apps.scheduling.faults import runbook_entry
 from apps.scheduling.models import DecisionTrace
@@ -66,6 +70,8 @@ from apps.scheduling.selectors import why_pending
 from apps.scheduling.snapshot import fleet_snapshot
 
 PAGE_SIZE = 50
+# The log tail of an active job is fetched again this often (seconds).
+POD_REFRESH_S = 10
 # The filters the job list's bar shows (apps.core.filters.page_filter).
 JOB_FILTERS = ("search", "project", "state", "kind", "mine")
 # Sortable columns of the job list: ?sort=<key> or ?sort=-<key>.
@@ -96,7 +102,8 @@ STATE_TONES = {
 
 
 def _paginate(request: HttpRequest, qs) -> Page:
-    return Paginator(qs, PAGE_SIZE).get_page(request.GET.get("page"))
+    # Estimated count over the whole unfiltered job table (issue 20); exact whenever filtered.
+    return EstimatedCountPaginator(qs, PAGE_SIZE).get_page(request.GET.get("page"))
 
 
 def _query_without_page(request: HttpRequest) -> str:
@@ -665,8 +672,30 @@ def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "is_active": job.state in ACTIVE_STATES,
         "runbook": _runbook_card(job.failure_class, request),
         "utilization_chart": _utilization_chart(job, user),
+        # Per card: utilization, memory, temperature, power over the job's life (telemetry's provider).
+        "card_curves": (card_curves := JOB_CARD_CURVES.first(job, user) or ""),
+        # plotly.js only when a curve is drawn (the charts' divs are "job-card-<metric>-chart")
+        "card_curves_charts": bool(re.search(r'id="job-card-\w+-chart"', card_curves)),
+        # Pod events and the log tail come lazily from job_pod (static/js/job-pod.js).
+        "pod_url": reverse("jobs:pod", args=[job.pk]),
+        "pod_refresh_s": POD_REFRESH_S if job.state in ACTIVE_STATES else 0,
     }
     return render(request, "jobs/job_detail.html", context)
+
+
+@never_cache
+@login_required
+@require_safe
+def job_pod(request: HttpRequest, pk: int) -> HttpResponse:
+    """The job page's "Pods, events and log" panel as an HTML fragment, fetched by the page after it
+    loaded and again every ``POD_REFRESH_S`` seconds while the job is active. The cluster is asked
+    through the backend interface (``apps.clusters.pod_report``) with a bounded timeout; a cluster
+    that does not answer is a message in the fragment. Same visibility as the page: another
+    project's job is a 404; viewers read it like members (nothing here writes)."""
+    job = get_object_or_404(selectors.job_list(user=request.user), pk=pk)
+    report = job_pod_report(job)
+    context = {"report": report, "refresh": POD_REFRESH_S if job.state in ACTIVE_STATES else 0}
+    return render(request, "jobs/_job_pod.html", context)
 
 
 @login_required

@@ -37,14 +37,15 @@ from typing import Any
 
 from django.db import transaction
 from django.db.models import F
-from django.utils import timezone
-from django.utils.translation import gettext_noop
+from django.utils import timezone, translation
+from django.utils.translation import gettext as _
 
 from apps.accounts.models import Membership, Project
 from apps.accounts.selectors import user_role
 from apps.clusters.outbox import workload_delete_enqueue
 from apps.core.audit import actor_fields, change_record_create
 from apps.core.errors import InvalidTransition, PermissionDenied, ValidationFailed
+from apps.core.stored_text import stored
 from apps.core.tasks import enqueue_on_commit
 from apps.jobs.models import (
     ACTIVE_STATES,
@@ -63,19 +64,69 @@ from apps.scheduling import requests as scheduling_requests
 # Sent by name after a submit commits (worker/ sits above every app).
 SCHEDULING_CYCLE_TASK = "worker.tasks.scheduling.scheduling_cycle_task"
 
+# Texts stored in job events, state and release reasons, shown in the reader's language
+# (apps.core.stored_text): the row keeps the English sentence.
+SUBMITTED = stored("submitted: %(request)s")
+# The request in words inside SUBMITTED: the msgids of ``requests.request_describe`` (written in English,
+# see ``_request_in_english``), registered so the description is translated too (without a suffix
+# such as " × 2 replicas", which makes it a sentence of its own that stays in English).
+REQUEST_WORDS = (
+    stored("%(count)s whole card(s) of %(what)s"),
+    stored("%(count)s × template %(template)s (%(model)s)"),
+    stored("%(cu)s CU%(memory)s on %(vendors)s"),
+    stored("request template %(name)s"),
+    stored("any vendor"),
+)
+CANCELLED_BY_USER = stored("cancelled by user")
+PODS_RUNNING = stored("pods running")
+RELEASING = stored(
+    "%(count)s allocation(s) releasing: %(reason)s; the cards stay held until Kubernetes "
+    "confirms %(objects)s and its pods gone"
+)
+RELEASED = stored("%(count)s allocation(s) released: %(reason)s")
+PREEMPTED_BECAUSE = stored("preempted: %(reason)s")
+REQUEUED_AFTER_PREEMPTION = stored("requeued after preemption: %(reason)s")
+PREEMPTED_ATTEMPT = stored("preempted (attempt %(attempt)s): %(reason)s")
+FAILED_BECAUSE = stored("failed: %(reason)s")
+RETRYING_BECAUSE = stored("retrying: %(reason)s")
+RETRY_BECAUSE = stored("retry: %(reason)s")
+# The retry event: the first part, then ", avoiding …" and ", resuming from …" when they apply
+# (``data["message_parts"]`` keeps the parts); each whole sentence is registered to be shown translated.
+ATTEMPT_ENDED = stored("attempt %(attempt)s ended: %(reason)s; attempt %(next)s after %(backoff)s s")
+AVOIDING = stored(", avoiding %(nodes)s")
+RESUMING = stored(", resuming from %(resume)s")
+ATTEMPT_ENDED_AVOIDING = stored(
+    "attempt %(attempt)s ended: %(reason)s; attempt %(next)s after %(backoff)s s, avoiding %(nodes)s"
+)
+ATTEMPT_ENDED_RESUMING = stored(
+    "attempt %(attempt)s ended: %(reason)s; attempt %(next)s after %(backoff)s s, resuming from %(resume)s"
+)
+ATTEMPT_ENDED_AVOIDING_RESUMING = stored(
+    "attempt %(attempt)s ended: %(reason)s; attempt %(next)s after %(backoff)s s, avoiding %(nodes)s, "
+    "resuming from %(resume)s"
+)
+
 
 # --------------------------------------------------------------------------------------------------
 # submit and cancel (a user's request)
+
+
+def _request_in_english(job: Job) -> str:
+    """The request in words for a stored text: always written in English (whoever submits), and
+    shown translated by ``|localized`` — ``request_describe`` speaks the active language."""
+    with translation.override("en"):
+        return scheduling_requests.request_describe(job)
 
 
 def _check_can_submit(*, user, project: Project) -> None:
     role = user_role(user, project)
     if role is None:
         # Same answer as for a project that does not exist: no information leaks.
-        raise PermissionDenied(f"You are not a member of project {project.slug!r}.")
+        raise PermissionDenied(_("You are not a member of project %(project)r.") % {"project": project.slug})
     if role == Membership.Role.VIEWER:
         raise PermissionDenied(
-            f"Viewers cannot submit jobs in project {project.slug!r}; ask a project admin."
+            _("Viewers cannot submit jobs in project %(project)r; ask a project admin.")
+            % {"project": project.slug}
         )
 
 
@@ -89,7 +140,8 @@ def job_submit(*, project: Project, actor, **fields: Any) -> Job:
     unknown = set(fields).difference(SUBMIT_FIELDS)
     if unknown:
         raise ValidationFailed(
-            f"Unknown fields: {', '.join(sorted(unknown))}.", details={f: ["unknown"] for f in unknown}
+            _("Unknown fields: %(fields)s.") % {"fields": ", ".join(sorted(unknown))},
+            details={f: ["unknown"] for f in unknown},
         )
     _check_can_submit(user=actor, project=project)
     # What Kubernetes would refuse in the pod (and wrong-typed JSON), before anything is built from it.
@@ -99,7 +151,7 @@ def job_submit(*, project: Project, actor, **fields: Any) -> Job:
             fields["compute_units"] = Decimal(str(fields["compute_units"]))
         except InvalidOperation:
             raise ValidationFailed(
-                "Compute units must be a number.", details={"compute_units": ["not a number"]}
+                _("Compute units must be a number."), details={"compute_units": [_("not a number")]}
             )
     job = Job(project=project, submitted_by=actor if getattr(actor, "pk", None) else None, **fields)
     job.priority = PRIORITY_VALUES[job.priority_class]
@@ -108,7 +160,8 @@ def job_submit(*, project: Project, actor, **fields: Any) -> Job:
     feasibility = scheduling_requests.request_feasible_anywhere(job)
     if not feasibility.ok:
         raise ValidationFailed(
-            f"No device in the fleet could ever satisfy this request: {feasibility.reason}",
+            _("No device in the fleet could ever satisfy this request: %(reason)s")
+            % {"reason": feasibility.reason},
             details={"request": [feasibility.reason]},
         )
     job.requested_cu = feasibility.compute_units
@@ -119,7 +172,7 @@ def job_submit(*, project: Project, actor, **fields: Any) -> Job:
     job_event(
         job,
         kind=JobEvent.Kind.SUBMITTED,
-        message=f"submitted: {scheduling_requests.request_describe(job)}",
+        message=SUBMITTED % {"request": _request_in_english(job)},
         actor=actor,
         to_state=JobState.PENDING,
         data={"requested_cu": str(job.requested_cu) if job.requested_cu is not None else None},
@@ -139,12 +192,18 @@ def job_submit(*, project: Project, actor, **fields: Any) -> Job:
 def job_cancel(*, job: Job, actor, reason: str = "") -> Job:
     role = user_role(actor, job.project)
     if role not in (Membership.Role.MEMBER, Membership.Role.ADMIN):
-        raise PermissionDenied("Only project members and admins can cancel jobs.")
+        raise PermissionDenied(_("Only project members and admins can cancel jobs."))
     if job.state in (JobState.SUCCEEDED, JobState.CANCELLED):
-        raise InvalidTransition(f"Job {job} is already {job.state}; it cannot be cancelled.")
-    if not job_transition(job, to=JobState.CANCELLED, actor=actor, reason=reason or "cancelled by user"):
+        raise InvalidTransition(
+            _("Job %(job)s is already %(state)s; it cannot be cancelled.")
+            % {"job": job, "state": job.get_state_display()}
+        )
+    if not job_transition(job, to=JobState.CANCELLED, actor=actor, reason=reason or CANCELLED_BY_USER):
         job.refresh_from_db()
-        raise InvalidTransition(f"Job {job} is {job.state}; it cannot be cancelled now.")
+        raise InvalidTransition(
+            _("Job %(job)s is %(state)s; it cannot be cancelled now.")
+            % {"job": job, "state": job.get_state_display()}
+        )
     # Its Kubernetes objects are deleted after commit; the cards are released once they are gone.
     deletes = workload_delete_enqueue(job=job)
     hold_until_gone(job=job, deletes=deletes, reason="cancelled", actor=actor)
@@ -173,10 +232,7 @@ def hold_until_gone(*, job: Job, deletes: list, reason: str, actor: Any) -> int:
     now = timezone.now()
     count = _held(job).update(releasing_since=now, release_reason=reason[:200])
     if count:
-        msgid = gettext_noop(
-            "%(count)s allocation(s) releasing: %(reason)s; the cards stay held until Kubernetes "
-            "confirms %(objects)s and its pods gone"
-        )
+        msgid = RELEASING
         params = {
             "count": count,
             "reason": reason,
@@ -202,7 +258,7 @@ def _release_now(*, job: Job, reason: str, actor: Any) -> int:
     attempt's releasing rows stay until their objects are gone). Idempotent."""
     count = _held(job).update(released_at=timezone.now(), release_reason=reason[:200])
     if count:
-        msgid = gettext_noop("%(count)s allocation(s) released: %(reason)s")
+        msgid = RELEASED
         params = {"count": count, "reason": reason}
         JobEvent.objects.create(
             job=job,
@@ -222,7 +278,7 @@ def job_to_running(*, job: Job, actor: Any) -> bool:
     """The job's pods run: scheduled → running. Returns whether this call moved it."""
     with transaction.atomic():
         return job_transition(
-            job, to=JobState.RUNNING, actor=actor, reason="pods running", expected=(JobState.SCHEDULED,)
+            job, to=JobState.RUNNING, actor=actor, reason=PODS_RUNNING, expected=(JobState.SCHEDULED,)
         )
 
 
@@ -277,13 +333,13 @@ def job_preempt(*, job: Job, reason: str, actor: Any) -> bool:
     if not job_transition(job, to=JobState.PREEMPTED, actor=actor, reason=reason, expected=ACTIVE_STATES):
         return False
     deletes = workload_delete_enqueue(job=job, attempt=attempt)
-    hold_until_gone(job=job, deletes=deletes, reason=f"preempted: {reason}", actor=actor)
+    hold_until_gone(job=job, deletes=deletes, reason=PREEMPTED_BECAUSE % {"reason": reason}, actor=actor)
     resume = job.checkpoint_dir or job.resume_from
     job_transition(
         job,
         to=JobState.PENDING,
         actor=actor,
-        reason=f"requeued after preemption: {reason}",
+        reason=REQUEUED_AFTER_PREEMPTION % {"reason": reason},
         expected=(JobState.PREEMPTED,),
         attempt=F("attempt") + 1,
         resume_from=resume,
@@ -292,7 +348,7 @@ def job_preempt(*, job: Job, reason: str, actor: Any) -> bool:
     job_event(
         job,
         kind=JobEvent.Kind.PREEMPTED,
-        message=f"preempted (attempt {attempt}): {reason}",
+        message=PREEMPTED_ATTEMPT % {"attempt": attempt, "reason": reason},
         actor=actor,
         data={"attempt": attempt, "deletes": [f"{d.kind}/{d.name}" for d in deletes], "resume_from": resume},
     )
@@ -336,7 +392,7 @@ def job_retry_or_fail(
         ):
             return ""
         deletes = workload_delete_enqueue(job=job, attempt=attempt)
-        hold_until_gone(job=job, deletes=deletes, reason=f"failed: {reason}", actor=actor)
+        hold_until_gone(job=job, deletes=deletes, reason=FAILED_BECAUSE % {"reason": reason}, actor=actor)
         return "failed"
     backoff = min(3600, job.retry_backoff_s * (2 ** min(retries_used, 10))) if count_attempt else 0
     excluded = sorted(set(job.excluded_nodes or []) | set(failed_nodes or []))
@@ -345,7 +401,7 @@ def job_retry_or_fail(
         job,
         to=JobState.PENDING,
         actor=actor,
-        reason=f"retrying: {reason}",
+        reason=RETRYING_BECAUSE % {"reason": reason},
         expected=ACTIVE_STATES,
         attempt=F("attempt") + 1,
         excluded_nodes=excluded,
@@ -355,19 +411,19 @@ def job_retry_or_fail(
     ):
         return ""
     deletes = workload_delete_enqueue(job=job, attempt=attempt)
-    hold_until_gone(job=job, deletes=deletes, reason=f"retry: {reason}", actor=actor)
+    hold_until_gone(job=job, deletes=deletes, reason=RETRY_BECAUSE % {"reason": reason}, actor=actor)
     job.refresh_from_db(fields=["attempt"])
     # Stored in English with its message ids and parameters (translated at display).
     parts = [
         (
-            gettext_noop("attempt %(attempt)s ended: %(reason)s; attempt %(next)s after %(backoff)s s"),
+            ATTEMPT_ENDED,
             {"attempt": attempt, "reason": reason, "next": job.attempt, "backoff": backoff},
         )
     ]
     if excluded:
-        parts.append((gettext_noop(", avoiding %(nodes)s"), {"nodes": ", ".join(excluded)}))
+        parts.append((AVOIDING, {"nodes": ", ".join(excluded)}))
     if resume:
-        parts.append((gettext_noop(", resuming from %(resume)s"), {"resume": resume}))
+        parts.append((RESUMING, {"resume": resume}))
     job_event(
         job,
         kind=JobEvent.Kind.RETRY,

@@ -1,7 +1,8 @@
 """Reconcile: keep Suanchi's jobs in step with what the cluster actually runs.
 
-For each cluster, the worker lists our Jobs, Deployments and pods by label (one list call per kind,
-no transaction open), then walks the jobs Suanchi believes are scheduled or running there:
+For each cluster, the worker reads our Jobs, Deployments and pods by label (a list per kind on the
+first pass, then a watch of the changes since that list; no transaction open), then walks the jobs
+Suanchi believes are scheduled or running there:
 
 * a job's workloads are one group (a gang's per-replica Jobs, an inference service's per-node
   Deployments): every replica's pod running → the job is ``running``; every batch Job complete →
@@ -352,13 +353,15 @@ def reconcile_cluster(
     if deadline_s is not None and hasattr(backend, "set_deadline"):
         backend.set_deadline(deadline_s)
     try:
+        # Read from the backend's watched view (apps.clusters.backend.KubernetesBackend.list_watched:
+        # the first pass lists, later passes apply only the changes since); read only.
         workloads = {
             (o["kind"], o["metadata"].get("namespace", ""), o["metadata"]["name"]): o
             for kind in ("Job", "Deployment")
-            for o in backend.list_owned(kind)
+            for o in backend.list_watched(kind)
         }
-        pods = backend.list_owned("Pod")
-        k8s_nodes = backend.list_owned("Node", selector="")
+        pods = backend.list_watched("Pod")
+        k8s_nodes = backend.list_watched("Node", selector="")
         # Why a Job has no pod at all is only in its Events (one more list, only when needed).
         refusals: dict[str, list[dict]] = defaultdict(list)
         if any(_podless(o) for o in workloads.values()):

@@ -37,16 +37,22 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
-from django.utils.translation import gettext_noop
 
 from apps.clusters.manifests import HOSTNAME_LABEL, LABEL_ATTEMPT, LABEL_JOB
 from apps.clusters.models import PushAction
 from apps.clusters.outbox import job_stream
 from apps.core.audit import actor_fields
+from apps.core.stored_text import stored
 from apps.jobs.models import Allocation, JobEvent
 
 NOT_READY_RELEASE_S = 300
 TERMINAL_PHASES = ("Succeeded", "Failed")
+
+# Texts stored in job events, shown in the reader's language (apps.core.stored_text).
+NODE_GONE = stored("node %(node)s is gone from the cluster")
+NODE_NOT_READY_LONG = stored("node %(node)s has been NotReady for over %(seconds)s s")
+OBJECTS_GONE = stored("its objects and pods are gone from node %(node)s")
+RELEASED_CONFIRMED = stored("%(count)s allocation(s) released: Kubernetes confirmed %(why)s")
 
 
 def _node_name(pod: dict) -> str:
@@ -135,15 +141,15 @@ def releases_confirm(
         for node_name, pks in sorted(per_node.items()):
             node = listed_nodes.get(node_name)
             if node is None:
-                why = gettext_noop("node %(node)s is gone from the cluster")
+                why = NODE_GONE
             else:
                 since = _not_ready_since(node)
                 if since is not None and listed_at - since >= dt.timedelta(seconds=NOT_READY_RELEASE_S):
-                    why = gettext_noop("node %(node)s has been NotReady for over %(seconds)s s")
+                    why = NODE_NOT_READY_LONG
                 elif any(_node_name(p) == node_name and _holds_cards(p) for p in candidates):
                     continue  # still Terminating (or running) there
                 else:
-                    why = gettext_noop("its objects and pods are gone from node %(node)s")
+                    why = OBJECTS_GONE
             released += _release(job_id, pks, why, {"node": node_name, "seconds": NOT_READY_RELEASE_S}, actor)
     return released
 
@@ -155,7 +161,7 @@ def _release(job_id: int, pks: list[int], why: str, params: dict, actor: Any) ->
         pk__in=pks, released_at__isnull=True, releasing_since__isnull=False
     ).update(released_at=now)
     if count:
-        msgid = gettext_noop("%(count)s allocation(s) released: Kubernetes confirmed %(why)s")
+        msgid = RELEASED_CONFIRMED
         why_text = why % params
         JobEvent.objects.create(
             job_id=job_id,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import logging
 import time
 import uuid
 from collections import defaultdict
@@ -64,8 +65,10 @@ RECLAIMED_BY = stored(
     "reclaimed by project %(project)s: it needs its guarantee back (borrowed capacity is preemptible)"
 )
 MADE_ROOM = stored("preempted %(count)s job(s) to make room: %(jobs)s")
+RENDER_FAILED = stored("placed, but its Kubernetes objects could not be rendered (%(error)s); kept pending")
 
 DEFAULT_BATCH = 200
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -85,6 +88,7 @@ class CycleResult:
     # filled by _persist for the queueing hints
     pending_fit_ids: list[int] = field(default_factory=list)
     pending_quota_ids: list[int] = field(default_factory=list)
+    pending_error_ids: list[int] = field(default_factory=list)  # objects could not be rendered
     reason_written_at: dict[int, object] = field(default_factory=dict)
     released_in_cycle: list[object] = field(default_factory=list)
 
@@ -428,7 +432,7 @@ def _park(hints: UnschedulableQueue, outcomes, keys, *, seq: int, snapshot: Snap
             continue
         updated = result.reason_written_at.get(pk, by_pk[pk].updated_at)
         hints.park(pk, seq=seq, updated_at=_micros(updated), keys=keys[pk])
-    for pk in result.pending_quota_ids:
+    for pk in [*result.pending_quota_ids, *result.pending_error_ids]:
         if pk in placed:
             continue
         updated = result.reason_written_at.get(pk, by_pk[pk].updated_at)
@@ -471,8 +475,10 @@ def _persist(outcomes, *, snapshot: Snapshot, cycle_id, actor, result: CycleResu
     usage = device_usage(device_ids) if device_ids else {}
     now = timezone.now()
     coefficients = coefficients_on({c[3] for c in caps.values() if c[3]}, on=timezone.localdate(now))
+    render = _RenderContext(device_ids, caps)
 
     allocations: list[Allocation] = []
+    pushes: list[tuple] = []  # (job, cluster, objects) of the placed jobs, written with them
     traces: list[DecisionTrace] = []
     events: list[JobEvent] = []
     scheduled_ids: list[int] = []
@@ -512,6 +518,44 @@ def _persist(outcomes, *, snapshot: Snapshot, cycle_id, actor, result: CycleResu
             traces.append(trace)
             continue
         trial, rows = claimed
+        job_allocations = [
+            allocation_row(
+                job,
+                pk,
+                a,
+                caps=caps,
+                replica=replica,
+                coefficients=coefficients,
+                trace_id=decision.trace_id,
+                now=now,
+            )
+            for replica, pk, a in rows
+        ]
+        # Render the job's objects now: a placement no manifest can express (a bug, or a shape a plugin
+        # mode cannot take) keeps this one job pending with the reason, and the rest of the cycle goes on.
+        push, error = render.objects(job, job_allocations)
+        if push is None:
+            result.released_in_cycle.append(snapshot.release(decision.request_id))
+            result.pending += 1
+            result.pending_error_ids.append(job.pk)
+            reason = (RENDER_FAILED % {"error": error})[:500]
+            if job.state_reason != reason:
+                trace.outcome = DecisionTrace.Outcome.PENDING
+                trace.explanation = reason
+                trace.queue_position = position
+                trace.placement = None
+                traces.append(trace)
+                events.append(
+                    JobEvent(
+                        job=job,
+                        kind=JobEvent.Kind.PENDING,
+                        message=reason,
+                        actor_label=label,
+                        data={"trace_id": decision.trace_id, "render_error": error[:500]},
+                    )
+                )
+                pending_updates[job.pk] = (reason, trace.trace_id)
+            continue
         flags = [False] * len(rows)
         if quota_ctx is not None and quota_ctx.limited(job.project_id):
             items = [
@@ -563,20 +607,10 @@ def _persist(outcomes, *, snapshot: Snapshot, cycle_id, actor, result: CycleResu
                     },
                 ]
         usage.update(trial)
-        for (replica, pk, a), borrowed in zip(rows, flags, strict=True):
-            allocations.append(
-                allocation_row(
-                    job,
-                    pk,
-                    a,
-                    caps=caps,
-                    replica=replica,
-                    coefficients=coefficients,
-                    trace_id=decision.trace_id,
-                    now=now,
-                    borrowed=borrowed,
-                )
-            )
+        for allocation, borrowed in zip(job_allocations, flags, strict=True):
+            allocation.borrowed = borrowed  # manifests do not depend on it (rendered above)
+        allocations.extend(job_allocations)
+        pushes.append(push)
         traces.append(trace)
         scheduled_ids.append(job.pk)
         nodes = ", ".join(decision.placement.nodes)
@@ -597,8 +631,9 @@ def _persist(outcomes, *, snapshot: Snapshot, cycle_id, actor, result: CycleResu
     # COPY, not bulk_create: at 10,000 nodes the UNNEST inserts were most of the persist time
     # (apps.core.bulk); nothing reads the new rows' keys.
     copy_create(allocations)
-    if allocations:
-        _push_enqueue(allocations)
+    from apps.clusters.outbox import push_actions_enqueue_rendered
+
+    push_actions_enqueue_rendered(pushes)
     copy_create(traces)
     copy_create(events)
     if scheduled_ids:
@@ -627,23 +662,34 @@ def _persist(outcomes, *, snapshot: Snapshot, cycle_id, actor, result: CycleResu
             result.reason_written_at[pk] = now
 
 
-def _push_enqueue(allocations: list[Allocation]) -> None:
-    """Write the push actions of the placed jobs (outbox), in this transaction: two bulk queries
-    load the devices and the nodes with their clusters; manifests are rendered in memory."""
-    from apps.clusters.outbox import push_actions_enqueue_many
+class _RenderContext:
+    """The cards, nodes and clusters of one persist batch, read in three queries, for rendering each
+    placed job's objects (``apps.clusters.outbox.push_objects``) before anything is written."""
 
-    # The cards' JSON columns are not rendered; the few clusters are read once, not joined per node.
-    devices = Device.objects.defer("partitions", "mig_profiles").in_bulk({a.device_id for a in allocations})
-    nodes = Node.objects.in_bulk({a.node_id for a in allocations})
-    clusters = Cluster.objects.in_bulk({n.cluster_id for n in nodes.values()})
-    for node in nodes.values():
-        node.cluster = clusters[node.cluster_id]
-    by_job: dict[int, tuple[Job, list[Allocation]]] = {}
-    for allocation in allocations:
-        allocation.device = devices[allocation.device_id]
-        allocation.node = nodes[allocation.node_id]
-        by_job.setdefault(allocation.job_id, (allocation.job, []))[1].append(allocation)
-    push_actions_enqueue_many((job, allocs, allocs[0].node.cluster) for job, allocs in by_job.values())
+    def __init__(self, device_ids: list[int], caps: dict[int, tuple]) -> None:
+        # The cards' JSON columns are not rendered; the few clusters are read once, not joined per node.
+        self.devices = (
+            Device.objects.defer("partitions", "mig_profiles").in_bulk(device_ids) if device_ids else {}
+        )
+        self.nodes = Node.objects.in_bulk({c[2] for c in caps.values()}) if caps else {}
+        clusters = Cluster.objects.in_bulk({n.cluster_id for n in self.nodes.values()})
+        for node in self.nodes.values():
+            node.cluster = clusters[node.cluster_id]
+
+    def objects(self, job: Job, allocations: list[Allocation]) -> tuple[tuple | None, str]:
+        """``((job, cluster, objects), "")``, or ``(None, why)`` when the job's objects cannot be
+        rendered."""
+        from apps.clusters.outbox import push_objects
+
+        for allocation in allocations:
+            allocation.device = self.devices[allocation.device_id]
+            allocation.node = self.nodes[allocation.node_id]
+        cluster = allocations[0].node.cluster
+        try:
+            return (job, cluster, push_objects(job, allocations, cluster)), ""
+        except Exception as exc:  # one job's rendering must not stop the cycle for every other job
+            logger.exception("job %s: its objects could not be rendered", job.pk)
+            return None, f"{type(exc).__name__}: {exc}"
 
 
 def _trace(job: Job, decision: Decision, *, cycle_id, position: int) -> DecisionTrace:

@@ -89,3 +89,51 @@ def curve_figure(points: list[dict], *, name: str) -> go.Figure:
         )
     )
     return _layout(fig, y_title=_("Busy ÷ allocated (%)"))
+
+
+# The job page's per-card curves (issue 21): metric -> (title, y axis range top or None).
+CARD_METRIC_AXES = {
+    "utilization": 100,
+    "memory": None,
+    "temperature": None,
+    "power": None,
+}
+CARD_COLORS = ("#3b6ea5", "#2f855a", "#d69e2e", "#c53030", "#6b46c1", "#2c7a7b", "#b7791f", "#97266d")
+
+
+def card_metric_titles() -> dict[str, str]:
+    return {
+        "utilization": _("Card busy (%)"),
+        "memory": _("Memory used (MiB)"),
+        "temperature": _("Temperature (°C)"),
+        "power": _("Power (W)"),
+    }
+
+
+def card_metric_figure(cards: list[dict], metric: str) -> go.Figure | None:
+    """One line per card for ``metric`` over the job's life; None when no card reports it. Points
+    from estimated windows are hollow markers; a gap (no window) stays a gap."""
+    fig = go.Figure()
+    for i, card in enumerate(cards):
+        points = [p for p in card["points"] if p[metric] is not None]
+        if not points:
+            continue
+        fig.add_trace(
+            go.Scatter(
+                name=_plain(card["label"]),
+                x=[p["window_start"] for p in points],
+                y=[round(p[metric], 2) for p in points],
+                mode="lines+markers",
+                line={"color": CARD_COLORS[i % len(CARD_COLORS)]},
+                marker={
+                    "symbol": ["circle-open" if p["quality"] == "estimated" else "circle" for p in points],
+                    "size": 5,
+                },
+                customdata=[p["quality"] for p in points],
+                hovertemplate="%{x}<br>%{fullData.name}: <b>%{y}</b> (%{customdata})<extra></extra>",
+            )
+        )
+    if not fig.data:
+        return None
+    fig.update_layout(showlegend=True)
+    return _layout(fig, y_title=card_metric_titles()[metric], height=300, y_max=CARD_METRIC_AXES[metric])

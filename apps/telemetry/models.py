@@ -156,6 +156,8 @@ class DeviceRollup(models.Model):
         ]
         indexes = [
             models.Index(fields=["resolution", "window_start"], name="telemetry_rollup_window_idx"),
+            # The rollup list's order (newest window first, then card): a page without sorting the table.
+            models.Index(fields=["-window_start", "device"], name="telemetry_rollup_recent_idx"),
         ]
         verbose_name = _("device rollup")
 

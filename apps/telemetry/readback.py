@@ -35,8 +35,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.utils.translation import gettext_noop
-
+from apps.core.stored_text import stored
 from apps.core.templatetags.suanchi import DEVICE_KIND_BY_VENDOR
 from apps.inventory.models import Device, DeviceEvent
 from apps.jobs.models import Allocation, Job, JobEvent
@@ -45,11 +44,11 @@ from apps.jobs.models import Allocation, Job, JobEvent
 POD_NAME = re.compile(r"^suanchi-(\d+)(?:-a(\d+))?(?:-|$)")
 
 # Stored untranslated with their parameters (``data["msgid"]`` / ``["params"]``); shown translated.
-MOVED_MESSAGE = gettext_noop(
+MOVED_MESSAGE = stored(
     "Device plugin chose %(actual)s, not %(allocated)s, on %(node)s for job %(job)s: "
     "the allocation moved to the card the pod runs on."
 )
-CONFLICT_MESSAGE = gettext_noop(
+CONFLICT_MESSAGE = stored(
     "Double booking: device plugin chose %(actual)s, not %(allocated)s, on %(node)s for job %(job)s, "
     "but %(actual)s is allocated to job %(holders)s."
 )

@@ -16,14 +16,26 @@ Methods (seed 001 §4.1):
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from django.db.models import Count, F, Max, Q, QuerySet, Sum, Value
-from django.db.models.functions import Coalesce
+from django.db.models import (
+    Count,
+    DurationField,
+    ExpressionWrapper,
+    F,
+    FloatField,
+    IntegerField,
+    Max,
+    Q,
+    QuerySet,
+    Sum,
+    Value,
+)
+from django.db.models.functions import Cast, Coalesce, Greatest, Least
 from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
@@ -156,11 +168,14 @@ def _card_rows(period: Period, source: str | None = None) -> QuerySet[DeviceRoll
     return qs.filter(source=source) if source else qs
 
 
-def _annotated(qs: QuerySet[DeviceRollup]) -> QuerySet[DeviceRollup]:
-    return qs.annotate(
-        model_label=Coalesce(F("device__device_model__name"), F("device__raw_model_name"), Value("?")),
-        pool_label=Coalesce(F("device__node__pool__name"), Value("—")),
-    )
+def _annotated(qs: QuerySet[DeviceRollup], *names: str) -> QuerySet[DeviceRollup]:
+    """The label annotations ``names`` only: each one joins the card's model or pool for every rollup
+    row of the period (issue 20)."""
+    labels = {
+        "model_label": Coalesce(F("device__device_model__name"), F("device__raw_model_name"), Value("?")),
+        "pool_label": Coalesce(F("device__node__pool__name"), Value("—")),
+    }
+    return qs.annotate(**{name: labels[name] for name in names})
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -175,7 +190,7 @@ def fleet_utilization(*, user, period: Period, group_by: str = "vendor", source:
         raise ValidationFailed(f"Unknown grouping {group_by!r}.", details={"group_by": list(GROUPS)})
     key = GROUPS[group_by]
     rows = (
-        _annotated(_card_rows(period, source))
+        _annotated(_card_rows(period, source), *(key,) if key in ("model_label", "pool_label") else ())
         .values("window_start", key)
         .annotate(
             u_sum=Sum("util_sum"),
@@ -220,6 +235,9 @@ def top_nodes(*, user, period: Period, limit: int = 10, source: str | None = Non
             estimated=Count("pk", filter=Q(quality=Quality.ESTIMATED)),
         )
         .filter(u_n__gt=0)
+        # The busiest nodes first, cut in SQL: ten rows back, not one per node of the fleet (issue 20).
+        .annotate(busy=ExpressionWrapper(F("u_sum") / F("u_n"), output_field=FloatField()))
+        .order_by("-busy", "device__node__name")[:limit]
     )
     out = [
         {
@@ -237,15 +255,10 @@ def top_nodes(*, user, period: Period, limit: int = 10, source: str | None = Non
     return out[:limit]
 
 
-def idle_cards(
-    *, user, period: Period, threshold_pct: float | None = None, source: str | None = None
-) -> list[dict]:
-    """Cards whose busy % never exceeded the idle threshold in the window (with telemetry), and whether
-    they were allocated meanwhile (allocated and idle = capacity held for nothing)."""
-    require_staff(user)
+def _idle_rows(period: Period, threshold_pct: float | None, source: str | None) -> QuerySet:
     threshold = setting("TELEMETRY_IDLE_UTIL_PCT", 5.0) if threshold_pct is None else threshold_pct
-    rows = (
-        _annotated(_card_rows(period, source))
+    return (
+        _annotated(_card_rows(period, source), "model_label")
         .values(
             "device_id",
             "device__node__name",
@@ -264,7 +277,22 @@ def idle_cards(
         .exclude(device__health=Device.Health.RETIRED)  # out of service: not idle capacity (issue 21)
         .order_by("device__node__name", "device__index")
     )
-    rows = list(rows)
+
+
+def idle_cards(
+    *,
+    user,
+    period: Period,
+    threshold_pct: float | None = None,
+    source: str | None = None,
+    limit: int | None = None,
+) -> list[dict]:
+    """Cards whose busy % never exceeded the idle threshold in the window (with telemetry), and whether
+    they were allocated meanwhile (allocated and idle = capacity held for nothing); the first ``limit``
+    of them (node, index order) when given (the fleet page; its CSV export lists them all)."""
+    require_staff(user)
+    rows = _idle_rows(period, threshold_pct, source)
+    rows = list(rows if limit is None else rows[:limit])
     allocated = set(
         Allocation.objects.filter(device_id__in=[r["device_id"] for r in rows], started_at__lt=period.end)
         .filter(Q(released_at__isnull=True) | Q(released_at__gt=period.start))
@@ -295,20 +323,29 @@ def _allocation_seconds(period: Period, device_ids=None, project_ids=None) -> fl
         qs = qs.filter(device_id__in=device_ids)
     if project_ids is not None:
         qs = qs.filter(job__project_id__in=project_ids)
-    total = 0.0
-    for started, released, milli in qs.values_list("started_at", "released_at", "compute_milli"):
-        overlap = (min(released or period.end, period.end) - max(started, period.start)).total_seconds()
-        if overlap > 0:
-            total += overlap * milli / 1000.0
-    return total
+    # Σ overlap × share, summed in SQL per share (a few rows, not one per allocation: issue 20).
+    overlap = ExpressionWrapper(
+        Least(Coalesce("released_at", Value(period.end)), Value(period.end))
+        - Greatest("started_at", Value(period.start)),
+        output_field=DurationField(),
+    )
+    rows = (
+        qs.order_by()
+        .annotate(overlap=overlap)
+        .filter(overlap__gt=timedelta(0))
+        .values("compute_milli")
+        .annotate(held=Sum("overlap"))
+    )
+    return sum(row["held"].total_seconds() * row["compute_milli"] / 1000.0 for row in rows if row["held"])
 
 
 def three_figures(*, user, period: Period, source: str | None = None) -> dict:
     """Allocation ratio, physical utilization and effective utilization side by side (seed 001 §4.1)."""
     require_staff(user)
     devices = Device.objects.exclude(health__in=[Device.Health.RETIRED, Device.Health.LOST])
-    device_ids = list(devices.values_list("pk", flat=True))
-    capacity_s = len(device_ids) * period.seconds
+    device_ids = devices.order_by().values("pk")  # a subquery: no list of every card id (issue 20)
+    card_count = devices.count()
+    capacity_s = card_count * period.seconds
     allocated_s = _allocation_seconds(period, device_ids=device_ids)
     card = _card_rows(period, source).aggregate(
         u_sum=Sum("util_sum"),
@@ -332,7 +369,7 @@ def three_figures(*, user, period: Period, source: str | None = None) -> dict:
     return {
         "start": period.start.isoformat(),
         "end": period.end.isoformat(),
-        "cards": len(device_ids),
+        "cards": card_count,
         "cards_with_telemetry": card["cards"] or 0,
         "allocation_ratio_pct": _pct(allocated_s, capacity_s),
         "allocation_ratio_quality": Quality.EXACT,  # from the ledger's allocations, not from metrics
@@ -370,33 +407,51 @@ def fragmentation(*, user) -> dict:
     from apps.catalog.models import ComputeTemplate
     from apps.catalog.selectors import coefficients_on
 
-    devices = list(
-        Device.objects.filter(health__in=[Device.Health.HEALTHY, Device.Health.DEGRADED])
+    in_service = Device.objects.filter(health__in=[Device.Health.HEALTHY, Device.Health.DEGRADED]).order_by()
+    active = Allocation.objects.filter(released_at__isnull=True)
+    # A card no active allocation touches is wholly free, hence usable (a whole card fits): counted per
+    # model in SQL. Only the cards some allocation holds are read one by one (issue 20).
+    idle_by_model = dict(
+        in_service.exclude(pk__in=active.values("device_id"))
+        .values("device_model_id")
+        .annotate(cards=Count("pk"))
+        .values_list("device_model_id", "cards")
+    )
+    used = {
+        row["device_id"]: row
+        for row in active.filter(device__in=in_service)
+        .order_by()
+        .values("device_id")
+        .annotate(
+            mem=Sum("memory_mib"), milli=Sum("compute_milli"), whole=Max(Cast("whole_card", IntegerField()))
+        )
+        .filter(whole=0, milli__lt=1000)  # a whole card or a full share leaves nothing free
+    }
+    held = list(
+        in_service.filter(pk__in=list(used))
         .select_related("device_model", "node")
         .order_by("node__name", "index")
     )
-    used = defaultdict(lambda: [0, 0, False])
-    for dev, mem, milli, whole in Allocation.objects.filter(released_at__isnull=True).values_list(
-        "device_id", "memory_mib", "compute_milli", "whole_card"
-    ):
-        u = used[dev]
-        u[0] += mem
-        u[1] += milli
-        u[2] = u[2] or whole
     templates = defaultdict(list)
     for t in ComputeTemplate.objects.filter(is_retired=False).values(
         "device_model_id", "memory_mib", "compute_share"
     ):
         templates[t["device_model_id"]].append((t["memory_mib"], float(t["compute_share"]) * 10))
-    coefficients = coefficients_on({d.device_model_id for d in devices if d.device_model_id})
+    coefficients = coefficients_on(
+        {m for m in idle_by_model if m} | {d.device_model_id for d in held if d.device_model_id}
+    )
     rows = []
     free_cu = Decimal(0)
     stranded_cu = Decimal(0)
-    for d in devices:
-        mem_used, milli_used, whole = used[d.pk]
+    for model_id, cards in idle_by_model.items():
+        coeff = coefficients.get(model_id)
+        if coeff is not None:
+            free_cu += coeff.quantize(Decimal("0.0001")) * cards
+    for d in held:
+        mem_used, milli_used = used[d.pk]["mem"] or 0, used[d.pk]["milli"] or 0
         memory = d.memory_mib or (d.device_model.memory_mib if d.device_model_id else None) or 0
-        free_milli = 0 if whole else max(0, 1000 - milli_used)
-        free_mem = 0 if whole else max(0, memory - mem_used)
+        free_milli = max(0, 1000 - milli_used)
+        free_mem = max(0, memory - mem_used)
         if free_milli == 0:
             continue
         coeff = coefficients.get(d.device_model_id)
@@ -588,3 +643,116 @@ def measured_cu_hours(allocation_id: int, start: datetime, end: datetime) -> Dec
     coefficient = allocation["compute_units"] * 1000 / allocation["compute_milli"]
     hours = Decimal(str(busy)) / 100 * Decimal(WINDOW_S) / Decimal(HOUR_S)
     return (coefficient * hours).quantize(Decimal("0.000001"))
+
+
+# -- the job page's per-card curves (issue 21) ----------------------------------------------------
+
+# The exporter that reports each vendor's cards (../shared/reference/hardware-telemetry.md §1.1-1.5).
+EXPORTERS = {
+    "nvidia": "dcgm-exporter",
+    "huawei": "Ascend NPU Exporter",
+    "amd": "ROCm device-metrics-exporter",
+    "hygon": "Hygon dcu-exporter",
+    "cambricon": "Cambricon mlu-exporter",
+}
+# metric key -> the rollup column drawn for it.
+CARD_METRICS = {
+    "utilization": "util_avg",
+    "memory": "mem_used_avg_mib",
+    "temperature": "temp_max_c",
+    "power": "power_avg_w",
+}
+# The page stays light: up to a day of a job's life is drawn in 5-minute windows (≤ 288 points a
+# card), longer ones in hourly windows, and at most the last 14 days (≤ 336 points a card).
+CARD_CURVE_FINE_SPAN = timedelta(days=1)
+CARD_CURVE_MAX_SPAN = timedelta(days=14)
+
+
+def _exporter_name(source: str, vendor: str) -> str:
+    if source.startswith("simulated:"):
+        return _("the simulated cluster's telemetry")
+    return EXPORTERS.get(vendor) or _("the %(vendor)s exporter") % {"vendor": vendor}
+
+
+def job_card_curves(*, user, pk: int, now: datetime | None = None) -> dict:
+    """Per card the job held: its utilization, memory used, temperature and power per rollup window
+    over the time the job held it (one source per card: the one with the most windows). A metric the
+    card's source never gave is named, with the exporter, in ``missing`` — never drawn as zero."""
+    from apps.core.templatetags.suanchi import DEVICE_KIND_BY_VENDOR
+
+    job = job_for_user(user=user, pk=pk)
+    now = now or timezone.now()
+    allocations = list(
+        Allocation.objects.filter(job=job)
+        .select_related("device", "node")
+        .order_by("node__name", "device__index", "started_at", "id")
+    )
+    if not allocations:
+        return {"job": job.pk, "resolution": WINDOW_S, "clipped": False, "cards": []}
+    start = min(a.started_at for a in allocations)
+    end = max(a.released_at or now for a in allocations)
+    clipped = end - start > CARD_CURVE_MAX_SPAN
+    if clipped:
+        start = end - CARD_CURVE_MAX_SPAN
+    resolution = WINDOW_S if end - start <= CARD_CURVE_FINE_SPAN else HOUR_S
+    spans: dict[int, list[tuple[datetime, datetime]]] = defaultdict(list)
+    for a in allocations:
+        spans[a.device_id].append((a.started_at, a.released_at or now))
+    floor = datetime.fromtimestamp(int(start.timestamp()) // resolution * resolution, tz=UTC)
+    rows = (
+        DeviceRollup.objects.filter(
+            device_id__in=list(spans),
+            resolution=resolution,
+            window_start__gte=floor,
+            window_start__lt=end,
+        )
+        .order_by("window_start")
+        .values("device_id", "partition", "source", "quality", "window_start", *CARD_METRICS.values())
+    )
+    by_device: dict[int, list[dict]] = defaultdict(list)
+    step = timedelta(seconds=resolution)
+    for row in rows:
+        held = any(
+            row["window_start"] + step > s and row["window_start"] < e for s, e in spans[row["device_id"]]
+        )
+        if held:
+            by_device[row["device_id"]].append(row)
+    cards = []
+    seen: set[int] = set()
+    for a in allocations:
+        if a.device_id in seen:
+            continue
+        seen.add(a.device_id)
+        device = a.device
+        found = by_device.get(a.device_id, [])
+        # One partition (the whole card when it has rows) and one source, so no window is doubled.
+        partitions = {r["partition"] for r in found}
+        partition = "" if "" in partitions or not partitions else sorted(partitions)[0]
+        found = [r for r in found if r["partition"] == partition]
+        sources = Counter(r["source"] for r in found)
+        source = sources.most_common(1)[0][0] if sources else ""
+        found = [r for r in found if r["source"] == source]
+        exporter = _exporter_name(source, device.vendor) if source else EXPORTERS.get(device.vendor, "")
+        points = [
+            {
+                "window_start": r["window_start"].isoformat(),
+                "quality": r["quality"],
+                **{metric: r[column] for metric, column in CARD_METRICS.items()},
+            }
+            for r in found
+        ]
+        missing = [metric for metric in CARD_METRICS if points and all(p[metric] is None for p in points)]
+        cards.append(
+            {
+                "device": device.pk,
+                "label": f"{a.node.name} · {DEVICE_KIND_BY_VENDOR.get(device.vendor, 'GPU')}{device.index}",
+                "uuid": device.uuid,
+                "vendor": device.vendor,
+                "partition": partition,
+                "source": source,
+                "exporter": exporter,
+                "points": points,
+                "missing": missing,
+            }
+        )
+    return {"job": job.pk, "resolution": resolution, "clipped": clipped, "cards": cards}

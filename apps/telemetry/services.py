@@ -28,6 +28,7 @@ from django.utils import timezone
 from apps.core.audit import actor_fields, change_record_create, snapshot
 from apps.core.errors import ApplicationError, ParseFailed, ValidationFailed
 from apps.core.models import BackgroundRun
+from apps.core.stored_text import stored
 from apps.inventory.models import Cluster, Device, DeviceEvent
 from apps.jobs.models import Allocation
 from apps.telemetry import exposition
@@ -810,12 +811,25 @@ def _without_counters(s: Sample) -> Sample:
     return copy
 
 
+# Health events from telemetry, stored in English and shown in the reader's language
+# (apps.core.stored_text): the frame, with or without the partition (a MIG instance), and each finding.
+HEALTH_EVENT = stored("telemetry: %(finding)s in the window from %(when)s [%(source)s]")
+HEALTH_EVENT_PARTITION = stored(
+    "telemetry (%(partition)s): %(finding)s in the window from %(when)s [%(source)s]"
+)
+FINDING_XID = stored("XID %(codes)s")
+FINDING_FAULT_CODE = stored("fault code %(codes)s")
+FINDING_UNHEALTHY = stored("exporter reports the device unhealthy")
+FINDING_COUNTERS = stored("uncorrectable error counters rose (%(counters)s)")
+FINDING_TEMPERATURE = stored("temperature reached the %(limit)s °C limit")
+
+
 def _health_events(
     dev: int, node_id: int, partition: str, window: float, health: dict, before: dict, source: str, label: str
 ) -> list[DeviceEvent]:
     if not health:
         return []  # nothing to report (and nothing to format) in a quiet window
-    where = f" ({partition})" if partition else ""
+    frame = HEALTH_EVENT_PARTITION if partition else HEALTH_EVENT
     when = _dt(window).strftime("%Y-%m-%d %H:%M UTC")
     out = []
 
@@ -826,7 +840,9 @@ def _health_events(
                 device_id=dev,
                 kind=DeviceEvent.Kind.HEALTH_CHANGED,
                 severity=severity,
-                message=f"telemetry{where}: {message} in the window from {when} [{source}]"[:500],
+                message=(
+                    frame % {"partition": partition, "finding": message, "when": when, "source": source}
+                )[:500],
                 after={"telemetry": after},
                 actor_label=label,
             )
@@ -834,22 +850,30 @@ def _health_events(
 
     new_xid = [x for x in health.get("xid", []) if x not in before.get("xid", [])]
     if new_xid:
-        add(DeviceEvent.Severity.CRITICAL, f"XID {', '.join(map(str, new_xid))}", {"xid": new_xid})
+        add(
+            DeviceEvent.Severity.CRITICAL,
+            FINDING_XID % {"codes": ", ".join(map(str, new_xid))},
+            {"xid": new_xid},
+        )
     new_codes = [c for c in health.get("error_code", []) if c not in before.get("error_code", [])]
     if new_codes:
-        add(DeviceEvent.Severity.CRITICAL, f"fault code {', '.join(new_codes)}", {"error_code": new_codes})
+        add(
+            DeviceEvent.Severity.CRITICAL,
+            FINDING_FAULT_CODE % {"codes": ", ".join(new_codes)},
+            {"error_code": new_codes},
+        )
     if health.get("health") == "unhealthy" and before.get("health") != "unhealthy":
-        add(DeviceEvent.Severity.CRITICAL, "exporter reports the device unhealthy", {"health": "unhealthy"})
+        add(DeviceEvent.Severity.CRITICAL, FINDING_UNHEALTHY, {"health": "unhealthy"})
     faults = health.get("faults", {})
     old_faults = before.get("faults", {})
     grown = {k: v for k, v in faults.items() if v > old_faults.get(k, 0)}
     if grown:
         text = ", ".join(f"{k} +{v:g}" for k, v in sorted(grown.items()))
-        add(DeviceEvent.Severity.CRITICAL, f"uncorrectable error counters rose ({text})", {"faults": grown})
+        add(DeviceEvent.Severity.CRITICAL, FINDING_COUNTERS % {"counters": text}, {"faults": grown})
     if "temp_over" in health and "temp_over" not in before:
         add(
             DeviceEvent.Severity.WARNING,
-            f"temperature reached the {health['temp_over']:g} °C limit",
+            FINDING_TEMPERATURE % {"limit": f"{health['temp_over']:g}"},
             {"temp_over": health["temp_over"]},
         )
     return out

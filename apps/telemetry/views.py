@@ -21,6 +21,8 @@ from apps.telemetry import charts, selectors
 from apps.telemetry.forms import ComparisonForm, FleetReportForm, PeriodForm
 
 API = "/api/telemetry/"
+# The fleet page lists the first idle cards (node, index order); the CSV export has them all.
+IDLE_CARDS_SHOWN = 50
 
 
 def _chart(fig, div_id: str) -> str:
@@ -59,6 +61,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
     group_by = form.cleaned().get("group_by") or "vendor"
     fleet = selectors.fleet_utilization(user=user, period=period, group_by=group_by)
     figures = selectors.three_figures(user=user, period=period)
+    idle = selectors.idle_cards(user=user, period=period, limit=IDLE_CARDS_SHOWN + 1)  # one more: "more"
     comparison = None
     comparison_form = ComparisonForm(request.GET if "baseline_start" in request.GET else None)
     if comparison_form.is_bound and comparison_form.is_valid():
@@ -82,7 +85,8 @@ def dashboard(request: HttpRequest) -> HttpResponse:
         "figures": figures,
         "figures_chart": _chart(charts.figures_figure(figures), "telemetry-figures-chart"),
         "top_nodes": selectors.top_nodes(user=user, period=period),
-        "idle_cards": selectors.idle_cards(user=user, period=period),
+        "idle_cards": idle[:IDLE_CARDS_SHOWN],
+        "idle_cards_more": len(idle) > IDLE_CARDS_SHOWN,
         "fragmentation": selectors.fragmentation(user=user),
         "comparison_form": comparison_form,
         "comparison": comparison,

@@ -16,6 +16,7 @@ from celery.contrib.testing.worker import start_worker
 from django.core.management import call_command
 from playwright.sync_api import sync_playwright
 
+from tests.jobs import conftest as jobs_fixtures
 from worker.celery import app
 
 CHROMIUM = "/usr/bin/chromium"
@@ -28,6 +29,15 @@ CHROMIUM_ARGS = [
     "--no-first-run",
 ]
 OUTPUT = Path(os.environ.get("SUANCHI_TEST_OUTPUT", "test-output"))
+PASSWORD = "browser-test-pass-1"
+
+# The small fleet of tests/jobs/conftest.py (8 × A100 on two nodes, 8 × Ascend), as fixtures here.
+a100, ascend, fleet, member_project = (
+    jobs_fixtures.a100,
+    jobs_fixtures.ascend,
+    jobs_fixtures.fleet,
+    jobs_fixtures.member_project,
+)
 
 
 @pytest.fixture(scope="session")
@@ -83,3 +93,21 @@ def switch_language(page, language: str) -> None:
     with page.expect_navigation():
         page.select_option("#language-select", language)
     page.wait_for_load_state("networkidle")
+
+
+def submit_whole_card(user, project, device_model, name: str, **extra):
+    """``user`` (whose password becomes PASSWORD, to log in with) submits a one-card job."""
+    from apps.scheduling import lifecycle
+
+    user.set_password(PASSWORD)
+    user.save()
+    return lifecycle.job_submit(
+        project=project,
+        actor=user,
+        name=name,
+        image="pytorch:2.3",
+        request_kind="whole_cards",
+        device_model=device_model,
+        count=1,
+        **extra,
+    )

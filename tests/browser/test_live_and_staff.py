@@ -6,19 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.browser.conftest import login, switch_language
-from tests.jobs import conftest as jobs_fixtures
-
-# The small fleet of tests/jobs/conftest.py (8 × A100 on two nodes, 8 × Ascend), as fixtures here.
-a100, ascend, fleet, member_project = (
-    jobs_fixtures.a100,
-    jobs_fixtures.ascend,
-    jobs_fixtures.fleet,
-    jobs_fixtures.member_project,
-)
+from tests.browser.conftest import PASSWORD, login, submit_whole_card, switch_language
 
 DEMO_PASSWORD = "suanchi-demo"  # apps/demo/accounts.py
-PASSWORD = "browser-test-pass-1"
 
 NAV_GEOMETRY = """() => {
   const items = Array.from(document.querySelectorAll('.mainnav li'));
@@ -70,17 +60,7 @@ def test_the_job_page_and_the_queue_follow_a_job_from_pending_to_running(
     from apps.scheduling.services import scheduling_cycle_run
 
     user, project = member_project
-    user.set_password(PASSWORD)
-    user.save()
-    job = lifecycle.job_submit(
-        project=project,
-        actor=user,
-        name="live-train",
-        image="pytorch:2.3",
-        request_kind="whole_cards",
-        device_model=a100,
-        count=1,
-    )
+    job = submit_whole_card(user, project, a100, "live-train")
     context = browser.new_context(viewport={"width": 1280, "height": 800})
     page = context.new_page()
     login(page, live_server.url, user.username, PASSWORD)

@@ -13,12 +13,12 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
-from rest_framework.test import APIClient
 
 from apps.catalog import selectors, services
 from apps.catalog.models import ComputeCoefficient, DeviceModel
 from apps.core.errors import Conflict, ValidationFailed
 from apps.core.models import ChangeRecord
+from tests.catalog.conftest import api_as as _client
 
 ALLOWED_FEATURES = {"mig", "vnpu", "memory_slicing", "nvlink", "hccs", "xgmi", "mlulink", "rdma"}
 
@@ -36,18 +36,6 @@ def synced(db):
 @pytest.fixture
 def user(db):
     return get_user_model().objects.create_user(username="alice", password="pw")
-
-
-@pytest.fixture
-def staff(db):
-    return get_user_model().objects.create_user(username="ops", password="pw", is_staff=True)
-
-
-def _client(user=None) -> APIClient:
-    client = APIClient()
-    if user is not None:
-        client.force_authenticate(user)
-    return client
 
 
 # ------------------------------------------------------------------ the data file

@@ -6,39 +6,19 @@ import json
 
 import pytest
 import yaml
-from django.contrib.auth import get_user_model
-from rest_framework.test import APIClient
 
 from apps.catalog import request_spec, selectors, services
 from apps.catalog.models import DeviceRequestTemplate
 from apps.core.errors import ParseFailed, ValidationFailed
 from apps.core.models import ChangeRecord
+from apps.demo.jobs import SEED_MIXED_TRAINING
+from tests.catalog.conftest import api_as as _client
 
 LIST_URL = "/api/catalog/request-templates/"
 IMPORT_URL = f"{LIST_URL}import/"
 
-# Seed 000 §3.2, the example as written there, laid out as proper YAML.
-SEED_YAML = """\
-apiVersion: scheduling.example.io/v1
-kind: DeviceRequestTemplate
-metadata:
-  name: mixed-train-template
-spec:
-  devices:
-    - type: GPU
-      model: A100-NVL-40G
-      count: 1
-      shared: false
-      needs: [RDMA]
-    - type: NPU
-      model: Ascend-910B
-      count: 2
-      shared: false
-      needs: [RDMA]
-  topologyPolicy:
-    placement: sameNode
-    preferred: sameSwitch
-"""
+# Seed 000 §3.2, the example as written there, laid out as proper YAML (the demo submits it too).
+SEED_YAML = SEED_MIXED_TRAINING
 
 
 def _doc(**spec_changes) -> dict:
@@ -54,23 +34,6 @@ def _dump(document: dict) -> str:
 @pytest.fixture
 def catalog(db):
     services.catalog_sync(actor="test")
-
-
-@pytest.fixture
-def member(db):
-    return get_user_model().objects.create_user(username="member", password="pw")
-
-
-@pytest.fixture
-def staff(db):
-    return get_user_model().objects.create_user(username="ops", password="pw", is_staff=True)
-
-
-def _client(user=None) -> APIClient:
-    client = APIClient()
-    if user is not None:
-        client.force_authenticate(user)
-    return client
 
 
 def _import(text=SEED_YAML, actor="test"):

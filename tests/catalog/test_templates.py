@@ -7,16 +7,15 @@ from decimal import Decimal
 
 import pytest
 import yaml
-from django.contrib.auth import get_user_model
 from django.db import IntegrityError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import translation
-from rest_framework.test import APIClient
 
 from apps.catalog import partitions, selectors, services
 from apps.catalog.models import ComputeTemplate, DeviceModel
 from apps.core.errors import Conflict, ValidationFailed
 from apps.core.models import ChangeRecord
+from tests.catalog.conftest import api_as as _client
 
 LIST_URL = "/api/catalog/compute-templates/"
 
@@ -37,23 +36,6 @@ def catalog(db):
 @pytest.fixture
 def builtins(catalog):
     return services.compute_template_sync_builtin(actor="test")
-
-
-@pytest.fixture
-def member(db):
-    return get_user_model().objects.create_user(username="member", password="pw")
-
-
-@pytest.fixture
-def staff(db):
-    return get_user_model().objects.create_user(username="ops", password="pw", is_staff=True)
-
-
-def _client(user=None) -> APIClient:
-    client = APIClient()
-    if user is not None:
-        client.force_authenticate(user)
-    return client
 
 
 def _create(catalog, slug="t4", **fields):

@@ -26,12 +26,11 @@ from django.utils import timezone
 
 from apps.clusters.models import PushAction
 from apps.clusters.pusher import push_pending_run
-from apps.inventory.models import Cluster
 from apps.jobs.models import Allocation, Job, JobEvent, JobState
 from apps.scheduling.lifecycle import job_submit
 from apps.scheduling.models import DecisionTrace
 from apps.scheduling.services import scheduling_cycle_run
-from tests.kube.fake_apiserver import FakeApiServer, kubeconfig_for
+from tests.kube.helpers import fake_server_fixture, kube_cluster_at
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.integration]
 
@@ -128,20 +127,12 @@ def broker():
     client.flushdb()
 
 
-@pytest.fixture
-def server():
-    srv = FakeApiServer(timeout_delay=60).start()
-    yield srv
-    srv.stop()
+server = fake_server_fixture(timeout_delay=60)
 
 
 @pytest.fixture
 def kube_cluster(fleet, server, tmp_path):
-    cluster = Cluster.objects.get(slug="prod")
-    cluster.backend = Cluster.Backend.KUBERNETES
-    cluster.kubeconfig_path = str(kubeconfig_for(server, tmp_path))
-    cluster.save()
-    return cluster
+    return kube_cluster_at(server, tmp_path)
 
 
 def submit(tenants, a100, name: str) -> Job:

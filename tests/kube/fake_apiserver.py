@@ -19,8 +19,20 @@ Verbs:
   ``fieldSelector`` on ``metadata.name`` / ``metadata.namespace`` (``=``, ``==``, ``!=``). Returns a
   ``<Kind>List`` with ``metadata.resourceVersion`` whose items carry no ``kind`` / ``apiVersion``;
   ``limit`` / ``continue`` paging from a consistent snapshot, 410 Expired for a token older than
-  :meth:`~FakeApiServer.compact`. ``?watch=1`` / ``?watch=true`` answers 400 with a Status
-  (watches are not implemented).
+  :meth:`~FakeApiServer.compact`.
+- watch: ``GET`` on the collection with ``watch=true`` / ``watch=1`` (every listed kind), as
+  https://kubernetes.io/docs/reference/using-api/api-concepts/#efficient-detection-of-changes and
+  #semantics-for-watch define: a chunked stream (HTTP/1.1 ``Transfer-Encoding: chunked``) of JSON
+  lines ``{"type": ADDED|MODIFIED|DELETED|BOOKMARK|ERROR, "object": ...}`` in resourceVersion order.
+  ``resourceVersion`` N: every change after N, replayed from a bounded history (the apiserver's watch
+  cache, :attr:`~FakeApiServer.watch_history_size` events; :meth:`~FakeApiServer.compact` empties it),
+  a version older than the history answers one ERROR event with a 410 Expired Status (``too old
+  resource version: N (M)``) and ends; unset or ``"0"``: synthetic ADDED events for every object at
+  the current version, then the changes. ``labelSelector`` / ``fieldSelector`` filter the objects;
+  an object that stops matching arrives as DELETED (its previous state), one that starts as ADDED.
+  ``timeoutSeconds`` ends the stream; ``allowWatchBookmarks=true`` adds BOOKMARK events (only
+  ``kind``, ``apiVersion`` and ``metadata.resourceVersion``) after the replay and before the
+  timeout. ``sendInitialEvents`` is not implemented (400).
 - get: ``GET`` on an item (and on ``.../status``).
 - create: ``POST``; 409 ``AlreadyExists`` on duplicates; 404 ``NotFound`` when the namespace of a
   namespaced object does not exist, 403 when it is Terminating (NamespaceLifecycle); 400
@@ -96,9 +108,16 @@ Forbidden ``pods "x" is forbidden: exceeded quota: <name>, requested: …, used:
 the quota controller; ``spec.hard`` is stored canonical (:func:`canonical_quantity`). A controller
 whose pod was refused writes a ``FailedCreate`` Warning Event (``Error creating: <message>``) and
 tries again after :attr:`FakeApiServer.create_backoff` (fake clock). Events are listed with field
-selectors ``reason``, ``type``, ``involvedObject.{kind,name,namespace,uid}``.
+selectors ``reason``, ``type``, ``involvedObject.{kind,name,namespace,uid}``. The pod lifecycle
+records the scheduler's and the kubelet's events: ``Scheduled`` when the scheduler binds a pod,
+``Pulled`` / ``Created`` / ``Started`` when its containers start (:meth:`set_pod_phase` Running),
+``Killing`` on a graceful delete of running containers, ``BackOff`` in a crash loop.
 
-Not implemented: watch, other kinds/API groups, discovery (``/api``, ``/apis``) beyond a minimal
+Pod logs: ``GET .../pods/{name}/log`` (text/plain; ``tailLines``, ``limitBytes``, ``container``,
+``previous``) answers what :meth:`~FakeApiServer.set_pod_log` stored, with the API server's and the
+kubelet's errors (see :meth:`FakeApiServer._pod_log`).
+
+Not implemented: ``sendInitialEvents`` (streaming lists), other kinds/API groups, discovery (``/api``, ``/apis``) beyond a minimal
 answer, authentication/authorization, other admission/defaulting (beyond the tolerations above, quota
 scopes and the "must specify requests" constraint), finalizers other than foregroundDeletion,
 ``dryRun``, server-side apply, rollout surge/availability budgets and history, json-patch, schema
@@ -108,7 +127,8 @@ taints, capacity selectors and CEL beyond the subset of :func:`cel_compile` (ref
 Test controls: :meth:`~FakeApiServer.set_pod_phase`, :meth:`~FakeApiServer.set_node_ready`,
 :meth:`~FakeApiServer.advance`, :meth:`~FakeApiServer.objects`,
 :meth:`~FakeApiServer.inject` (fault injection), :attr:`~FakeApiServer.requests` (a log of
-``(method, path)``).
+``(method, path)``), :attr:`~FakeApiServer.request_log` (method, path, query and how many objects
+the answer carried: the items of a list, the events of a watch).
 """
 
 from __future__ import annotations
@@ -182,6 +202,9 @@ _PATH_RE = re.compile(
     r"(?:/namespaces/(?P<ns>[^/]+)(?=/))?"
     r"/(?P<plural>[a-z]+)(?:/(?P<name>[^/]+))?(?:/(?P<sub>status))?/?$"
 )
+
+# The log subresource of a pod (core/v1 "read log of the specified Pod").
+_LOG_PATH_RE = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/]+)/log/?$")
 
 # Strategic-merge keys for lists (path suffix -> merge key); other lists are replaced.
 _MERGE_KEYS = {"containers": "name", "initContainers": "name", "env": "name", "volumes": "name"}
@@ -962,6 +985,44 @@ class _Fault:
         self.method = method
 
 
+class _Store(dict):
+    """The object store; remembers which keys were written or removed since the last watch flush
+    (:meth:`FakeApiServer._watch_flush`), and the last state of a removed object."""
+
+    def __init__(self):
+        super().__init__()
+        self.touched: set = set()
+        self.removed: dict = {}
+
+    def __setitem__(self, key, value):
+        self.touched.add(key)
+        super().__setitem__(key, value)
+
+    def __delitem__(self, key):
+        self.removed[key] = self[key]
+        super().__delitem__(key)
+
+    def pop(self, key, *default):
+        if key in self:
+            self.removed[key] = self[key]
+        return super().pop(key, *default)
+
+
+@dataclass
+class _WatchStream:
+    """An accepted watch request, streamed by the handler outside the server's lock."""
+
+    res: Resource
+    ns: str
+    reqs: list
+    fsel: str
+    cursor: int  # the last resourceVersion delivered
+    initial: list  # synthetic ADDED objects (resourceVersion unset or "0")
+    deadline: float  # time.monotonic()
+    bookmarks: bool
+    error: dict | None = None  # an ERROR event's Status, sent alone
+
+
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.0"
     server: FakeApiServer
@@ -975,6 +1036,8 @@ class _Handler(BaseHTTPRequestHandler):
         raw = self.rfile.read(length) if length else b""
         url = urlsplit(self.path)
         srv.requests.append((self.command, url.path))
+        entry = {"method": self.command, "path": url.path, "query": parse_qs(url.query), "objects": 0}
+        srv.request_log.append(entry)
         fault = srv._take_fault(self.command, url.path)
         if fault == "reset":
             # Abort the connection with an RST, before anything was processed or answered.
@@ -1004,18 +1067,75 @@ class _Handler(BaseHTTPRequestHandler):
             code, body = e.code, e.status()
         except Exception as e:  # pragma: no cover - a bug in the fake server
             code, body = 500, ApiError(500, "InternalError", f"fake API server error: {e!r}").status()
+        with srv._lock:
+            srv._watch_flush()  # a write's events are recorded before the next request is read
         if fault == "timeout":
             # The request took effect; the answer comes too late for the client.
             time.sleep(srv.timeout_delay)
+        if isinstance(body, _WatchStream):
+            self._stream_watch(body, entry)
+            return
+        if isinstance(body, dict) and isinstance(body.get("items"), list):
+            entry["objects"] = len(body["items"])
         self._send(code, body, headers)
 
-    def _send(self, code: int, body: dict, headers: dict | None = None):
-        data = json.dumps(body).encode()
+    def _stream_watch(self, watch: _WatchStream, entry: dict) -> None:
+        """Send a watch's events as chunks (RFC 9112 chunked transfer coding), one JSON line each,
+        until ``timeoutSeconds``, the client going away or the server stopping."""
+        srv = self.server
+        self.protocol_version = "HTTP/1.1"  # chunked transfer coding is HTTP/1.1
+        self.close_connection = True
+
+        def chunk(events: list[dict]) -> None:
+            data = b"".join(json.dumps(e).encode() + b"\n" for e in events)
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+            self.wfile.flush()
+            entry["objects"] += len(events)
+
+        try:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            if watch.error is not None:
+                chunk([{"type": "ERROR", "object": watch.error}])
+            else:
+                if watch.initial:
+                    chunk([{"type": "ADDED", "object": o} for o in watch.initial])
+                    watch.initial = []
+                first = True
+                while True:
+                    events, error = srv._watch_next(watch)
+                    if error is not None:
+                        chunk([{"type": "ERROR", "object": error}])
+                        break
+                    if first and watch.bookmarks and srv.bookmark_after_replay:
+                        # "the API server may send bookmarks at any time" (api-concepts, Watch
+                        # bookmarks): here once the replay is sent, so a client knows it caught up.
+                        events.append(srv._bookmark(watch))
+                    first = False
+                    if events:
+                        chunk(events)
+                    if time.monotonic() >= watch.deadline or srv._stopping:
+                        if watch.bookmarks:
+                            chunk([srv._bookmark(watch)])  # the cacher's bookmark before the timeout
+                        break
+                    time.sleep(min(srv.watch_poll_s, max(0.0, watch.deadline - time.monotonic())))
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        except OSError:
+            pass  # the client went away (it stopped watching)
+
+    def _send(self, code: int, body: dict | bytes, headers: dict | None = None):
+        # A pod log is text/plain (bytes); everything else a JSON object.
+        raw = isinstance(body, bytes)
+        data = body if raw else json.dumps(body).encode()
         try:
             self.send_response(code)
             for name, value in (headers or {}).items():
                 self.send_header(name, value)
-            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Type", "text/plain" if raw else "application/json")
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)
@@ -1036,8 +1156,23 @@ class FakeApiServer(ThreadingHTTPServer):
         self.timeout_delay = timeout_delay
         self.requests: list[tuple[str, str]] = []
         self._lock = threading.RLock()
-        self._store: dict[tuple[str, str, str], dict] = {}
+        self._store: _Store = _Store()
         self._rv = 1000
+        # Every request: {"method", "path", "query", "objects"} (items listed / events watched).
+        self.request_log: list[dict] = []
+        # Watch: the history of changes (the apiserver's watch cache), oldest first, as
+        # (rv, plural, namespace, type, object, previous object); a watch from a version before
+        # _history_start answers 410 Expired.
+        self.watch_history_size = 20000
+        self._history: list[tuple] = []
+        self._history_rvs: list[int] = []
+        self._history_start = self._rv
+        self._watch_last: dict[tuple[str, str, str], dict] = {}  # key -> the state last recorded
+        self._bumped: list[dict] = []
+        self.watch_poll_s = 0.02
+        self.watch_default_timeout = 60.0
+        self.bookmark_after_replay = True
+        self._stopping = False
         self._faults: list[_Fault] = []
         self._thread: threading.Thread | None = None
         self._t = 0.0  # the fake's clock, seconds (moved by advance())
@@ -1055,6 +1190,8 @@ class FakeApiServer(ThreadingHTTPServer):
         self.list_snapshots_kept = 32
         self._compacted_rv = 0
         self.git_version = "v1.34.1"
+        # Container logs (set_pod_log): (namespace, pod, container, previous) -> text.
+        self._logs: dict[tuple[str, str, str, bool], str] = {}
 
     # -- lifecycle -------------------------------------------------------------------------------
     @property
@@ -1073,6 +1210,7 @@ class FakeApiServer(ThreadingHTTPServer):
         return self
 
     def stop(self) -> None:
+        self._stopping = True
         self.shutdown()
         self.server_close()
         if self._thread:
@@ -1162,8 +1300,13 @@ class FakeApiServer(ThreadingHTTPServer):
                         "state": state,
                     }
                 )
+            was_running = any(
+                "running" in (cs.get("state") or {}) for cs in status.get("containerStatuses") or []
+            )
             status["containerStatuses"] = cstatuses
             self._bump(pod)
+            if phase == "Running" and not was_running:
+                self._record_kubelet_events(pod, "Started")
             self._run_controllers()
             return copy.deepcopy(pod)
 
@@ -1239,6 +1382,7 @@ class FakeApiServer(ThreadingHTTPServer):
     def _bump(self, obj: dict) -> None:
         self._rv += 1
         obj["metadata"]["resourceVersion"] = str(self._rv)
+        self._bumped.append(obj)
 
     def _new_meta(self, obj: dict) -> None:
         meta = obj["metadata"]
@@ -1278,7 +1422,10 @@ class FakeApiServer(ThreadingHTTPServer):
             return  # bound by the DynamicResources plugin once its claims are allocated (_schedule_dra)
         host = spec.get("nodeName") or (spec.get("nodeSelector") or {}).get("kubernetes.io/hostname")
         if host and ("nodes", "", host) in self._store:
+            bound_by_scheduler = not spec.get("nodeName")
             spec["nodeName"] = host
+            if bound_by_scheduler:
+                self._record_scheduled(pod, host)
 
     def _delete_pod_gracefully(self, key: tuple[str, str, str], grace: int | None = None) -> None:
         """Graceful deletion (pkg/registry/core/pod/strategy.go CheckGracefulDelete): a pod that was
@@ -1298,6 +1445,7 @@ class FakeApiServer(ThreadingHTTPServer):
         pod["metadata"]["deletionGracePeriodSeconds"] = grace
         self._terminate_at[key] = self._t + grace
         self._bump(pod)
+        self._record_kubelet_events(pod, "Killing")
 
     def _remove_pod(self, key: tuple[str, str, str]) -> None:
         pod = self._store.pop(key, None)
@@ -1707,6 +1855,7 @@ class FakeApiServer(ThreadingHTTPServer):
                 for c in (pod.get("spec") or {}).get("containers", [])
             ]
             self._bump(pod)
+            self._record_kubelet_events(pod, "BackOff")
             self._run_controllers()
             return copy.deepcopy(pod)
 
@@ -1844,6 +1993,9 @@ class FakeApiServer(ThreadingHTTPServer):
             }
         if path in ("/api", "/apis", "/version"):
             return 200, {"kind": "APIVersions", "versions": ["v1"]} if path == "/api" else {}
+        log = _LOG_PATH_RE.match(path)
+        if log:
+            return self._pod_log(method, log.group("ns"), log.group("name"), query)
         m = _PATH_RE.match(path)
         if not m:
             raise ApiError(
@@ -1872,6 +2024,8 @@ class FakeApiServer(ThreadingHTTPServer):
             return self._access_review(method, name, body)
         with self._lock:
             if name is None:
+                if method == "GET" and query.get("watch", ["false"])[0] in ("1", "true"):
+                    return 200, self._watch_open(res, ns, query)
                 if method == "GET":
                     return 200, self._list(res, ns, query)
                 if method == "POST":
@@ -2671,6 +2825,7 @@ class FakeApiServer(ThreadingHTTPServer):
                             )
                         self._bump(claim)
                     spec["nodeName"] = name
+                    self._record_scheduled(pod, name)
                     pod["status"]["conditions"] = [
                         c for c in pod["status"].get("conditions") or [] if c.get("type") != "PodScheduled"
                     ] + [{"type": "PodScheduled", "status": "True", "lastTransitionTime": _now()}]
@@ -2717,8 +2872,6 @@ class FakeApiServer(ThreadingHTTPServer):
         return obj
 
     def _list(self, res: Resource, ns: str, query: dict) -> dict:
-        if query.get("watch", ["false"])[0] in ("1", "true", "True"):
-            raise ApiError(400, "BadRequest", "watch is not implemented by the fake API server; list instead")
         """A ``<Kind>List``: items without ``kind`` / ``apiVersion`` (the list carries them, as the
         API's JSON does), ``metadata.resourceVersion``; ``limit`` / ``continue`` paging
         (https://kubernetes.io/docs/reference/using-api/api-concepts/#retrieving-large-results-sets-in-chunks):
@@ -2726,6 +2879,7 @@ class FakeApiServer(ThreadingHTTPServer):
         token is base64 JSON {v, rv, start} as the apiserver's storage encodes it, and a token whose
         revision was compacted (:meth:`compact`; the oldest of :attr:`list_snapshots_kept`) answers
         410 Expired. ``remainingItemCount`` only without selectors."""
+        self._watch_flush()  # deletions get their resourceVersion: the list's version covers them
         reqs = parse_label_selector(query.get("labelSelector", [""])[0])
         fsel = query.get("fieldSelector", [""])[0]
         try:
@@ -2805,10 +2959,172 @@ class FakeApiServer(ThreadingHTTPServer):
 
     def compact(self) -> None:
         """etcd compaction (the apiserver compacts every 5 minutes): older revisions are gone, so a
-        continue token or an Exact resourceVersion from before now answers 410 Expired."""
+        continue token or an Exact resourceVersion from before now answers 410 Expired, and so does a
+        watch from before now (the watch history is emptied: a watch served from etcd cannot start
+        before its compacted revision, one served from the watch cache not before its window)."""
         with self._lock:
+            self._watch_flush()
             self._list_snapshots.clear()
             self._compacted_rv = self._rv
+            self._history.clear()
+            self._history_rvs.clear()
+            self._history_start = self._rv
+
+    # -- watch -----------------------------------------------------------------------------------
+    # https://kubernetes.io/docs/reference/using-api/api-concepts/#efficient-detection-of-changes
+
+    def _watch_key(self, obj: dict) -> tuple[str, str, str] | None:
+        plural = KIND_TO_PLURAL.get(obj.get("kind", ""))
+        if plural is None:
+            return None
+        meta = obj.get("metadata") or {}
+        ns = meta.get("namespace", "") if RESOURCES[plural].namespaced else ""
+        return (plural, ns or "", meta.get("name", ""))
+
+    def _record(self, key: tuple[str, str, str], type_: str, obj: dict, prev: dict | None) -> None:
+        rv = int(obj["metadata"]["resourceVersion"])
+        self._history.append((rv, key[0], key[1], type_, obj, prev))
+        self._history_rvs.append(rv)
+        if type_ == "DELETED":
+            self._watch_last.pop(key, None)
+        else:
+            self._watch_last[key] = obj
+        if len(self._history) > self.watch_history_size * 2:
+            drop = len(self._history) - self.watch_history_size
+            self._history_start = self._history_rvs[drop - 1]
+            del self._history[:drop]
+            del self._history_rvs[:drop]
+
+    def _watch_flush(self) -> None:
+        """Turn the writes since the last flush into watch events, in resourceVersion order: a new
+        key ADDED, a new resourceVersion MODIFIED, a removed key DELETED with the object's last
+        state and a resourceVersion of its own (etcd gives the delete a revision; the apiserver
+        sets it on the deleted object: storage/etcd3/watcher.go). Several writes of one object
+        between two flushes are one event with its latest state (as a watcher falling behind sees,
+        never an older state after a newer one)."""
+        store = self._store
+        keys = set(store.touched) | set(store.removed)
+        for obj in self._bumped:
+            key = self._watch_key(obj)
+            if key is not None:
+                keys.add(key)
+        removed = store.removed
+        store.touched, store.removed, self._bumped = set(), {}, []
+        changed, gone = [], []
+        for key in keys:
+            cur, last = store.get(key), self._watch_last.get(key)
+            if last is not None and (
+                cur is None or cur["metadata"].get("uid") != last["metadata"].get("uid")
+            ):
+                gone.append((key, last))  # removed (or removed and created again under its name)
+                last = None
+            if cur is not None and (
+                last is None or last["metadata"]["resourceVersion"] != cur["metadata"]["resourceVersion"]
+            ):
+                changed.append((int(cur["metadata"]["resourceVersion"]), key, cur, last))
+        for _rv, key, cur, last in sorted(changed, key=lambda c: c[0]):
+            self._record(key, "MODIFIED" if last is not None else "ADDED", copy.deepcopy(cur), last)
+        for key, last in sorted(gone):
+            final = copy.deepcopy(removed.get(key) or last)
+            if final["metadata"].get("uid") != last["metadata"].get("uid"):
+                final = copy.deepcopy(last)
+            self._rv += 1
+            final["metadata"]["resourceVersion"] = str(self._rv)
+            self._record(key, "DELETED", final, last)
+
+    def _watch_matches(self, watch: _WatchStream, obj: dict | None) -> bool:
+        return (
+            obj is not None
+            and labels_match(obj["metadata"].get("labels") or {}, watch.reqs)
+            and _field_match(obj, watch.fsel)
+        )
+
+    @staticmethod
+    def _wire(obj: dict, rv: int | None = None) -> dict:
+        out = copy.deepcopy(obj)
+        if rv is not None:
+            out["metadata"]["resourceVersion"] = str(rv)
+        return out
+
+    def _watch_open(self, res: Resource, ns: str, query: dict) -> _WatchStream:
+        """Validate a watch request and fix where it starts (Kubernetes API concepts, "Semantics for
+        watch"): ``resourceVersion`` unset ("Get State and Start at Most Recent") or "0" ("Start at
+        Any"; the most recent here) send synthetic ADDED events for the objects at the current
+        version first; a version N ("Start at Exact") every change after N, or 410 Expired when N
+        is older than the history kept (storage/cacher/watch_cache.go: "too old resource version")."""
+        if query.get("sendInitialEvents"):
+            raise ApiError(400, "BadRequest", "sendInitialEvents is not implemented by the fake API server")
+        reqs = parse_label_selector(query.get("labelSelector", [""])[0])
+        fsel = query.get("fieldSelector", [""])[0]
+        _field_match({"metadata": {}}, fsel)  # a malformed field selector is a 400 now
+        raw_timeout = query.get("timeoutSeconds", [""])[0]
+        try:
+            timeout = float(int(raw_timeout)) if raw_timeout else self.watch_default_timeout
+        except ValueError:
+            raise ApiError(400, "BadRequest", f"timeoutSeconds: Invalid value: {raw_timeout!r}") from None
+        bookmarks = query.get("allowWatchBookmarks", ["false"])[0] in ("1", "true")
+        requested = query.get("resourceVersion", [""])[0]
+        if requested and not requested.isdigit():
+            raise ApiError(400, "BadRequest", f"resourceVersion: Invalid value: {requested!r}")
+        self._watch_flush()
+        watch = _WatchStream(res, ns, reqs, fsel, self._rv, [], time.monotonic() + timeout, bookmarks)
+        if requested in ("", "0"):
+            watch.initial = [
+                self._wire(o)
+                for (p, ons, _), o in sorted(self._store.items())
+                if p == res.plural and (not ns or ons == ns) and self._watch_matches(watch, o)
+            ]
+        elif int(requested) < self._history_start:
+            watch.error = self._expired(int(requested))
+        elif int(requested) > self._rv:
+            # storage/cacher: a version the server has not reached yet (it waits 3 s, then gives up).
+            watch.error = ApiError(
+                504, "Timeout", f"Too large resource version: {requested}, current: {self._rv}"
+            ).status()
+        else:
+            watch.cursor = int(requested)
+        return watch
+
+    def _expired(self, rv: int) -> dict:
+        return ApiError(410, "Expired", f"too old resource version: {rv} ({self._history_start})").status()
+
+    def _watch_next(self, watch: _WatchStream) -> tuple[list[dict], dict | None]:
+        """The events of ``watch`` after its cursor, filtered as the cacher does
+        (storage/cacher/cache_watcher.go convertToWatchEvent): the object matching now and before
+        → MODIFIED; now only → ADDED; before only → DELETED (the previous state, at the event's
+        version). A cursor that fell out of the history (compacted) → a 410 ERROR."""
+        import bisect
+
+        with self._lock:
+            self._watch_flush()
+            if watch.cursor < self._history_start:
+                return [], self._expired(watch.cursor)
+            events = []
+            start = bisect.bisect_right(self._history_rvs, watch.cursor)
+            for rv, plural, ns, type_, obj, prev in self._history[start:]:
+                watch.cursor = rv
+                if plural != watch.res.plural or (watch.ns and ns != watch.ns):
+                    continue
+                now = type_ != "DELETED" and self._watch_matches(watch, obj)
+                before = self._watch_matches(watch, prev)
+                if now:
+                    events.append({"type": "MODIFIED" if before else "ADDED", "object": self._wire(obj)})
+                elif before:
+                    events.append({"type": "DELETED", "object": self._wire(prev, rv)})
+            watch.cursor = self._rv  # every change up to now is in the history (just flushed)
+            return events, None
+
+    def _bookmark(self, watch: _WatchStream) -> dict:
+        """A BOOKMARK: only the kind and ``metadata.resourceVersion`` (the version up to which every
+        change was sent) are meaningful (api-concepts, "Watch bookmarks")."""
+        return {
+            "type": "BOOKMARK",
+            "object": {
+                "kind": watch.res.kind,
+                "apiVersion": watch.res.api_version,
+                "metadata": {"resourceVersion": str(watch.cursor)},
+            },
+        }
 
     def _check_body(self, res: Resource, ns: str, body) -> dict:
         if not isinstance(body, dict):
@@ -3045,6 +3361,168 @@ class FakeApiServer(ThreadingHTTPServer):
         }
         self._new_meta(event)
         self._store[("events", ns, name)] = event
+
+    # -- pod events and logs (issue 21) ------------------------------------------------------------
+    def _record_scheduled(self, pod: dict, node: str) -> None:
+        """kube-scheduler's event when it binds a pod (pkg/scheduler/schedule_one.go: reason
+        ``Scheduled``, "Successfully assigned <ns>/<pod> to <node>", Normal)."""
+        meta = pod["metadata"]
+        if not meta.get("uid"):
+            return
+        self._record_event(
+            pod,
+            "Scheduled",
+            f"Successfully assigned {meta.get('namespace', '')}/{meta['name']} to {node}",
+            "default-scheduler",
+            "Normal",
+        )
+
+    def _record_kubelet_events(self, pod: dict, what: str) -> None:
+        """The kubelet's container events (reasons of pkg/kubelet/events/event.go, messages of
+        pkg/kubelet/images and pkg/kubelet/kuberuntime): on start ``Pulled`` ("Container image ...
+        already present on machine"), ``Created`` ("Created container: <name>"), ``Started``
+        ("Started container <name>"); on a graceful delete of running containers ``Killing``
+        ("Stopping container <name>"); on a crash loop ``BackOff`` (Warning, "Back-off restarting
+        failed container <name> in pod <pod>_<ns>(<uid>)")."""
+        meta = pod["metadata"]
+        ns, name = meta.get("namespace", ""), meta["name"]
+        running = {
+            cs.get("name")
+            for cs in (pod.get("status") or {}).get("containerStatuses") or []
+            if "running" in (cs.get("state") or {})
+        }
+        for c in (pod.get("spec") or {}).get("containers", []):
+            cname = c.get("name", "")
+            if what == "Started":
+                self._record_event(
+                    pod,
+                    "Pulled",
+                    f'Container image "{c.get("image", "")}" already present on machine',
+                    "kubelet",
+                    "Normal",
+                )
+                self._record_event(pod, "Created", f"Created container: {cname}", "kubelet", "Normal")
+                self._record_event(pod, "Started", f"Started container {cname}", "kubelet", "Normal")
+            elif what == "Killing" and cname in running:
+                self._record_event(pod, "Killing", f"Stopping container {cname}", "kubelet", "Normal")
+            elif what == "BackOff":
+                self._record_event(
+                    pod,
+                    "BackOff",
+                    f"Back-off restarting failed container {cname} in pod {name}_{ns}({meta['uid']})",
+                    "kubelet",
+                )
+
+    def set_pod_log(
+        self, namespace: str, name: str, text: str, container: str | None = None, previous: bool = False
+    ) -> None:
+        """What a container wrote (``container`` defaults to the pod's first one); ``previous`` =
+        the log of its last terminated instance (``kubectl logs --previous``)."""
+        with self._lock:
+            pod = self._store.get(("pods", namespace, name))
+            if pod is None:
+                raise KeyError(f"no pod {namespace}/{name}")
+            if container is None:
+                container = ((pod.get("spec") or {}).get("containers") or [{}])[0].get("name", "")
+            self._logs[(namespace, name, container, previous)] = text
+
+    def _pod_log(self, method: str, ns: str, name: str, query: dict) -> tuple:
+        """GET /api/v1/namespaces/{ns}/pods/{name}/log, text/plain (Kubernetes API reference, Pod v1,
+        "read log of the specified Pod"; query PodLogOptions ``container``, ``tailLines``,
+        ``limitBytes``, ``previous``; ``follow``, ``sinceSeconds``, ``sinceTime``, ``timestamps`` are
+        not implemented and ignored). In kube-apiserver's order: 404 for a missing pod; 422 for
+        invalid options (pkg/apis/core/validation ValidatePodLogOptions); the container
+        (pkg/registry/core/pod/strategy.go LogLocation: the only one, else 400 "a container name must
+        be specified for pod <pod>, choose one of: [<names>]", 400 "container <c> is not valid for
+        pod <pod>"); an unbound pod has no log location, an empty answer; then the kubelet
+        (pkg/kubelet/kubelet_pods.go validateContainerLogStatus): 400 "previous terminated container
+        ... not found", "container ... is waiting to start: <reason>". ``tailLines`` keeps the last
+        lines, then ``limitBytes`` stops after that many bytes."""
+        if method != "GET":
+            raise ApiError(
+                405,
+                "MethodNotAllowed",
+                f"the server does not allow this method on the requested resource ({method})",
+            )
+        with self._lock:
+            pod = copy.deepcopy(self._get(RESOURCES["pods"], ns, name))
+            text = None
+
+            def number(key: str) -> int | None:
+                raw = query.get(key, [""])[0]
+                if raw == "":
+                    return None
+                try:
+                    return int(raw)
+                except ValueError:
+                    raise ApiError(
+                        400, "BadRequest", f'strconv.ParseInt: parsing "{raw}": invalid syntax'
+                    ) from None
+
+            tail, limit = number("tailLines"), number("limitBytes")
+            errs = FieldErrors()
+            if tail is not None and tail < 0:
+                errs.invalid("tailLines", tail, "must be greater than or equal to 0")
+            if limit is not None and limit < 1:
+                errs.invalid("limitBytes", limit, "must be greater than 0")
+            if errs:
+                raise ApiError(
+                    422,
+                    "Invalid",
+                    f'PodLogOptions "{name}" is invalid: '
+                    + ", ".join(f"{c['field']}: {c['message']}" for c in errs),
+                    {"name": name, "kind": "PodLogOptions", "causes": list(errs)},
+                )
+            previous = query.get("previous", ["false"])[0] in ("1", "true", "True")
+            spec = pod.get("spec") or {}
+            names = [c.get("name", "") for c in spec.get("containers") or []]
+            init_names = [c.get("name", "") for c in spec.get("initContainers") or []]
+            container = query.get("container", [""])[0]
+            if not container:
+                if len(names) == 1:
+                    container = names[0]
+                elif not names:
+                    raise ApiError(400, "BadRequest", f"a container name must be specified for pod {name}")
+                else:
+                    message = f"a container name must be specified for pod {name}, choose one of: [{' '.join(names)}]"
+                    if init_names:
+                        message += f" or one of the init containers: [{' '.join(init_names)}]"
+                    raise ApiError(400, "BadRequest", message)
+            elif container not in names + init_names:
+                raise ApiError(400, "BadRequest", f"container {container} is not valid for pod {name}")
+            if not spec.get("nodeName"):
+                return 200, b""
+            cstatus = next(
+                (
+                    cs
+                    for cs in (pod.get("status") or {}).get("containerStatuses") or []
+                    if cs.get("name") == container
+                ),
+                {},
+            )
+            state, last = cstatus.get("state") or {}, cstatus.get("lastState") or {}
+            if previous:
+                if not last.get("terminated"):
+                    raise ApiError(
+                        400,
+                        "BadRequest",
+                        f'previous terminated container "{container}" in pod "{name}" not found',
+                    )
+            elif not (state.get("running") or state.get("terminated") or last.get("terminated")):
+                reason = (state.get("waiting") or {}).get("reason") or "ContainerCreating"
+                raise ApiError(
+                    400,
+                    "BadRequest",
+                    f'container "{container}" in pod "{name}" is waiting to start: {reason}',
+                )
+            text = self._logs.get((ns, name, container, previous), "")
+        lines = text.splitlines(keepends=True)
+        if tail is not None:
+            lines = lines[len(lines) - tail :] if tail else []
+        data = "".join(lines).encode()
+        if limit is not None:
+            data = data[:limit]
+        return 200, data
 
     def _default_job(self, obj: dict) -> None:
         """pkg/registry/batch/job/strategy.go PrepareForCreate → generateSelector: unless

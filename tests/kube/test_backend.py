@@ -18,6 +18,7 @@ from apps.clusters.backend import (
 )
 from apps.clusters.connections import backend_for
 from tests.kube.fake_apiserver import FakeApiServer, kubeconfig_for
+from tests.kube.helpers import fake_server_fixture
 
 MANAGED = {"app.kubernetes.io/managed-by": "suanchi"}
 
@@ -65,11 +66,7 @@ def node(name="gpu-node-1"):
     }
 
 
-@pytest.fixture
-def server():
-    srv = FakeApiServer(timeout_delay=1.5).start()
-    yield srv
-    srv.stop()
+server = fake_server_fixture(timeout_delay=1.5)
 
 
 @pytest.fixture

@@ -15,29 +15,18 @@ from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
 from tests.kube.fake_apiserver import CelError, FakeApiServer, cel_compile, cel_evaluate, kubeconfig_for
+from tests.kube.helpers import fake_client_fixtures
 
 DRIVER = "gpu.nvidia.com"
 UUIDS = [f"GPU-{i:08d}-aaaa-bbbb-cccc-{i:012d}" for i in range(4)]
 
 
-@pytest.fixture
-def server(fake_server):
-    return fake_server
-
-
-@pytest.fixture
-def api(fake_api):
-    return fake_api
+server, api, core = fake_client_fixtures()
 
 
 @pytest.fixture
 def dra(api):
     return k8s.ResourceV1Api(api)
-
-
-@pytest.fixture
-def core(fake_core):
-    return fake_core
 
 
 def devices(node: str, product: str = "NVIDIA H100 80GB HBM3", offset: int = 0) -> list[dict]:

@@ -9,14 +9,10 @@ import json
 import pytest
 
 from apps.clusters.backend import KubernetesBackend
-from tests.kube.fake_apiserver import FakeApiServer, kubeconfig_for
+from tests.kube.fake_apiserver import kubeconfig_for
+from tests.kube.helpers import fake_server_fixture
 
-
-@pytest.fixture
-def server():
-    srv = FakeApiServer(timeout_delay=1.5).start()
-    yield srv
-    srv.stop()
+server = fake_server_fixture(timeout_delay=1.5)
 
 
 @pytest.fixture

@@ -11,21 +11,9 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from tests.kube.fake_apiserver import FakeApiServer
+from tests.kube.helpers import fake_client_fixtures
 
-
-@pytest.fixture
-def server(fake_server):
-    return fake_server
-
-
-@pytest.fixture
-def api(fake_api):
-    return fake_api
-
-
-@pytest.fixture
-def core(fake_core):
-    return fake_core
+server, api, core = fake_client_fixtures()
 
 
 @pytest.fixture

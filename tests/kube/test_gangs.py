@@ -10,13 +10,14 @@ import pytest
 from apps.catalog.models import ComputeCoefficient, DeviceModel
 from apps.clusters.models import PushAction
 from apps.clusters.pusher import push_due_streams, push_job_run, push_stream_run
-from apps.inventory.models import Cluster, Device, Node, Pool
+from apps.inventory.models import Cluster, Pool
 from apps.jobs.models import Allocation, Job, JobState
 from apps.scheduling.lifecycle import job_cancel, job_preempt, job_submit
 from apps.scheduling.reconcile import reconcile_cluster
 from apps.scheduling.services import scheduling_cycle_run
 from tests.jobs import conftest as jobs_fixtures
-from tests.kube.fake_apiserver import FakeApiServer, kubeconfig_for
+from tests.kube.fake_apiserver import kubeconfig_for
+from tests.kube.helpers import fake_server_fixture, nvidia_node
 
 pytestmark = pytest.mark.django_db
 
@@ -25,11 +26,7 @@ member_project = jobs_fixtures.member_project
 NODES = ("hgx-01", "hgx-02", "hgx-03")  # a third node takes the retry (the failed one is avoided)
 
 
-@pytest.fixture
-def server():
-    srv = FakeApiServer(timeout_delay=1.5).start()
-    yield srv
-    srv.stop()
+server = fake_server_fixture(timeout_delay=1.5)
 
 
 @pytest.fixture
@@ -61,22 +58,7 @@ def hgx(h100, server, tmp_path):
     )
     pool = Pool.objects.create(cluster=cluster, name="training", slug="training")
     for name in NODES:
-        node = Node.objects.create(
-            cluster=cluster,
-            pool=pool,
-            name=name,
-            driver_version="550.54.15",
-            taints=[{"key": "accelerator", "value": "nvidia-gpu", "effect": "NoSchedule"}],
-        )
-        for i in range(8):
-            Device.objects.create(
-                node=node,
-                vendor="nvidia",
-                index=i,
-                uuid=f"GPU-{name}-{i}",
-                device_model=h100,
-                topology_group=f"{name}-g0",
-            )
+        nvidia_node(cluster, pool, name, h100, 8, uuid="GPU-{node}-{i}")
         server.add_node(name)
     return cluster
 

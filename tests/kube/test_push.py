@@ -16,7 +16,7 @@ from apps.jobs.models import Allocation, JobState
 from apps.scheduling.lifecycle import job_submit
 from apps.scheduling.services import scheduling_cycle_run
 from tests.jobs import conftest as jobs_fixtures
-from tests.kube.fake_apiserver import FakeApiServer, kubeconfig_for
+from tests.kube.helpers import fake_server_fixture, kube_cluster_at
 from worker.tasks.push import push_pending_task, push_stream_task
 
 pytestmark = pytest.mark.django_db
@@ -28,20 +28,12 @@ fleet = jobs_fixtures.fleet
 member_project = jobs_fixtures.member_project
 
 
-@pytest.fixture
-def server():
-    srv = FakeApiServer(timeout_delay=1.5).start()
-    yield srv
-    srv.stop()
+server = fake_server_fixture(timeout_delay=1.5)
 
 
 @pytest.fixture
 def kube_cluster(fleet, server, tmp_path):
-    cluster = Cluster.objects.get(slug="prod")
-    cluster.backend = Cluster.Backend.KUBERNETES
-    cluster.kubeconfig_path = str(kubeconfig_for(server, tmp_path))
-    cluster.save()
-    return cluster
+    return kube_cluster_at(server, tmp_path)
 
 
 def schedule_one(project, user, a100, name="train"):

@@ -95,6 +95,10 @@ HEALTH_CHANGED_BECAUSE = stored("health %(old)s → %(new)s: %(reason)s")
 FIELDS_CHANGED = stored("changed: %(fields)s")
 TOPOLOGY_WRITTEN = stored("topology: %(written)s links written, %(removed)s removed")
 NODE_APPROVED = stored("node %(node)s approved (%(via)s, %(actor)s): it takes work now")
+REPORT_INGESTED = stored("%(kind)s report for %(node)s")  # the change record of an ingested report
+APPROVED_VIA = stored("approved via %(via)s")
+VIA_STAFF = stored("staff")  # who confirmed a node (the ``via`` of NODE_APPROVED)
+VIA_CLUSTER_SYNC = stored("confirmed by cluster sync")
 # A repeated conflict (the same card reported by the same node) writes one event per this window.
 CONFLICT_EVENT_WINDOW = timedelta(hours=24)
 
@@ -891,7 +895,7 @@ def _ingest_locked(
             action="node_report.ingest",
             obj=node,
             after={"kind": kind, **result.summary()},
-            message=f"{kind} report for {node.name}",
+            message=REPORT_INGESTED % {"kind": kind, "node": node.name},
         )
 
 
@@ -924,7 +928,7 @@ def _record_report(
 
 
 @transaction.atomic
-def node_approve(*, node: Node, actor, via: str = "staff") -> Node:
+def node_approve(*, node: Node, actor, via: str = VIA_STAFF) -> Node:
     """Admit a node pending approval: from now on it takes work. Idempotent (an approved node is
     returned unchanged, with no event). Staff call it (admin action, API); ``via`` says who
     confirmed the node, e.g. "cluster sync" when Kubernetes lists it."""
@@ -951,7 +955,7 @@ def node_approve(*, node: Node, actor, via: str = "staff") -> Node:
         obj=locked,
         before={"pending_approval": True},
         after={"pending_approval": False},
-        message=f"approved via {via}",
+        message=APPROVED_VIA % {"via": via},
     )
     return locked
 
@@ -961,4 +965,4 @@ def node_confirm_in_cluster(*, cluster: Cluster, node_names, actor="cluster-sync
     names in ``cluster`` are real and are approved. Returns the nodes it approved."""
     names = set(node_names)
     pending = Node.objects.filter(cluster=cluster, pending_approval=True, name__in=names).order_by("pk")
-    return [node_approve(node=node, actor=actor, via="confirmed by cluster sync") for node in pending]
+    return [node_approve(node=node, actor=actor, via=VIA_CLUSTER_SYNC) for node in pending]

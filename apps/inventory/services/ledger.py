@@ -55,6 +55,7 @@ from typing import Any
 from django.db import IntegrityError, models, transaction
 from django.db.models import Q, QuerySet
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from apps.accounts.models import Project
 from apps.catalog.models import DeviceModel, Vendor
@@ -222,6 +223,14 @@ CORDONED_RUNNING_BECAUSE = stored(
 )
 CORDON_LIFTED = stored("device %(device)s cordon lifted")
 CORDON_LIFTED_BECAUSE = stored("device %(device)s cordon lifted: %(reason)s")
+# The ledger CSV import: its events, the reason of a status it sets, its progress phases.
+NODE_IMPORTED = stored("node %(node)s imported from the ledger CSV (line %(line)s)")
+NODE_IMPORT_UPDATED = stored("node %(node)s updated from the ledger CSV (line %(line)s): %(fields)s")
+DEVICE_IMPORTED = stored("device %(device)s imported from the ledger CSV (line %(line)s)")
+DEVICE_IMPORT_UPDATED = stored("device %(device)s updated from the ledger CSV (line %(line)s): %(fields)s")
+IMPORT_STATUS_REASON = stored("ledger import, line %(line)s")
+VALIDATING = stored("validating")
+WRITING = stored("writing")
 
 
 def _reasoned(plain: str, because: str, reason: str, **params) -> str:
@@ -242,11 +251,19 @@ def _node_transition_error(node: Node, target: str) -> str | None:
     if target == current or target in NODE_TRANSITIONS[current]:
         return None
     if current == S.RETIRED:
-        return f"node {node.name} is retired; a retired node cannot become {target}"
+        return _("node %(node)s is retired; a retired node cannot become %(target)s") % {
+            "node": node.name,
+            "target": target,
+        }
     allowed = ", ".join(sorted(NODE_TRANSITIONS[current]))
-    return (
-        f"node {node.name} is {current}; a {current} node cannot become {target} (it can become: {allowed})"
-    )
+    return _(
+        "node %(node)s is %(current)s; a %(current)s node cannot become %(target)s (it can become: %(allowed)s)"
+    ) % {
+        "node": node.name,
+        "current": current,
+        "target": target,
+        "allowed": allowed,
+    }
 
 
 def _reason_required(current: str, target: str) -> bool:
@@ -286,8 +303,9 @@ def _node_transition_locked(*, node: Node, status: str, reason: str, actor) -> b
         raise InvalidTransition(error, details={"status": current, "requested": status})
     if _reason_required(current, status) and not reason:
         raise ValidationFailed(
-            f"a reason is required to move node {node.name} from {current} to {status}",
-            details={"reason": ["This field is required."]},
+            _("a reason is required to move node %(node)s from %(current)s to %(target)s")
+            % {"node": node.name, "current": current, "target": status},
+            details={"reason": [_("This field is required.")]},
         )
     before, after = _save_fields(
         node, {"status": status, "status_reason": reason, "taints": _taints_for(node.taints, status)}
@@ -359,8 +377,11 @@ def _device_retire_locked(*, device: Device, reason: str, actor) -> bool:
     active = _active_allocation_jobs(device)
     if active:
         raise InvalidTransition(
-            f"device {device} still runs {len(active)} job(s) ({', '.join(active[:5])}); "
-            "cancel or move them before retiring the card",
+            _(
+                "device %(device)s still runs %(count)s job(s) (%(jobs)s); "
+                "cancel or move them before retiring the card"
+            )
+            % {"device": device, "count": len(active), "jobs": ", ".join(active[:5])},
             details={"active_jobs": active},
         )
     before, after = _save_fields(device, {"health": Device.Health.RETIRED, "health_reason": reason})
@@ -408,10 +429,13 @@ def device_cordon(*, device: Device, cordoned: bool, reason: str = "", actor) ->
         return locked
     if cordoned and not reason:
         raise ValidationFailed(
-            f"a reason is required to cordon device {locked}", details={"reason": ["This field is required."]}
+            _("a reason is required to cordon device %(device)s") % {"device": locked},
+            details={"reason": [_("This field is required.")]},
         )
     if cordoned and locked.health == Device.Health.RETIRED:
-        raise InvalidTransition(f"device {locked} is retired; there is nothing to cordon")
+        raise InvalidTransition(
+            _("device %(device)s is retired; there is nothing to cordon") % {"device": locked}
+        )
     before, after = _save_fields(locked, {"cordoned": cordoned, "cordon_reason": reason if cordoned else ""})
     running = _active_allocation_jobs(locked)
     if not cordoned:
@@ -446,7 +470,8 @@ def device_pool_status_set(*, device: Device, pool_status: str, reason: str = ""
     locked = _lock_device(device)
     if locked.health == Device.Health.RETIRED:
         raise InvalidTransition(
-            f"device {locked} is retired; a retired device cannot move to {pool_status}",
+            _("device %(device)s is retired; a retired device cannot move to %(target)s")
+            % {"device": locked, "target": pool_status},
             details={"health": locked.health, "requested": pool_status},
         )
     current = locked.pool_status
@@ -454,8 +479,8 @@ def device_pool_status_set(*, device: Device, pool_status: str, reason: str = ""
         return locked
     if pool_status == P.QUARANTINE and not reason:
         raise ValidationFailed(
-            f"a reason is required to quarantine device {locked}",
-            details={"reason": ["This field is required."]},
+            _("a reason is required to quarantine device %(device)s") % {"device": locked},
+            details={"reason": [_("This field is required.")]},
         )
     before, after = _save_fields(locked, {"pool_status": pool_status})
     kind, severity, wording = _pool_transition_wording(current, pool_status)
@@ -483,7 +508,8 @@ def device_retire(*, device: Device, reason: str, actor) -> Device:
         return locked
     if not reason:
         raise ValidationFailed(
-            f"a reason is required to retire device {locked}", details={"reason": ["This field is required."]}
+            _("a reason is required to retire device %(device)s") % {"device": locked},
+            details={"reason": [_("This field is required.")]},
         )
     _device_retire_locked(device=locked, reason=reason, actor=actor)
     return locked
@@ -845,7 +871,7 @@ class _Importer:
         matched: dict[int, int] = {}
         for i, row in enumerate(self.rows):
             if i % 100 == 0:
-                self.progress("validating", i, len(self.rows))
+                self.progress(VALIDATING, i, len(self.rows))
             plan = self._validate_node(row)
             if not any(row.cells.get(c) for c in _DEVICE_COLUMNS):
                 self.row_results[row.line] = self._row_result(row, "")
@@ -1103,7 +1129,7 @@ class _Importer:
                 self.error(plan.line, "node", exc.message)
         for i, dp in enumerate(self.device_plans):
             if i % 100 == 0:
-                self.progress("writing", i, len(self.device_plans))
+                self.progress(WRITING, i, len(self.device_plans))
             if dp.node_plan.failed:
                 continue
             try:
@@ -1118,7 +1144,7 @@ class _Importer:
                 _node_transition_locked(
                     node=node,
                     status=plan.status,
-                    reason=f"ledger import, line {plan.status_line}",
+                    reason=IMPORT_STATUS_REASON % {"line": plan.status_line},
                     actor=self.actor,
                 )
             except (ValidationFailed, InvalidTransition) as exc:
@@ -1156,7 +1182,7 @@ class _Importer:
                 node,
                 action="node.import",
                 kind=DeviceEvent.Kind.IMPORTED,
-                message=f"node {node.name} imported from the ledger CSV (line {plan.line})",
+                message=NODE_IMPORTED % {"node": node.name, "line": plan.line},
                 after=snapshot(node, ["cluster", "name", "status", "taints", *fields]),
                 actor=self.actor,
             )
@@ -1170,7 +1196,8 @@ class _Importer:
             node,
             action="node.update",
             kind=DeviceEvent.Kind.UPDATED,
-            message=f"node {node.name} updated from the ledger CSV (line {plan.line}): {', '.join(changes)}",
+            message=NODE_IMPORT_UPDATED
+            % {"node": node.name, "line": plan.line, "fields": ", ".join(changes)},
             before=before,
             after=after,
             actor=self.actor,
@@ -1193,7 +1220,7 @@ class _Importer:
                 device,
                 action="device.import",
                 kind=DeviceEvent.Kind.IMPORTED,
-                message=f"device {device} imported from the ledger CSV (line {dp.line})",
+                message=DEVICE_IMPORTED % {"device": device, "line": dp.line},
                 after=snapshot(device, ["vendor", *_DEVICE_IMPORT_FIELDS]),
                 actor=self.actor,
             )
@@ -1212,7 +1239,7 @@ class _Importer:
             device,
             action="device.update",
             kind=DeviceEvent.Kind.UPDATED,
-            message=f"device {device} updated from the ledger CSV (line {dp.line}): {', '.join(changes)}",
+            message=DEVICE_IMPORT_UPDATED % {"device": device, "line": dp.line, "fields": ", ".join(changes)},
             before=before,
             after=after,
             actor=self.actor,
@@ -1250,7 +1277,7 @@ def ledger_import_csv(*, data: bytes | str, actor, dry_run: bool = False, progre
             if dry_run:
                 transaction.set_rollback(True)
     except IntegrityError as exc:
-        raise Conflict("the ledger changed while the file was being imported; import it again") from exc
+        raise Conflict(_("the ledger changed while the file was being imported; import it again")) from exc
     return report
 
 

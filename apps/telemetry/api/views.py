@@ -12,6 +12,7 @@ from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
+from apps.core.api.pagination import EstimatedCountPagination
 from apps.core.api.permissions import IsStaff, IsUser
 from apps.core.errors import ValidationFailed
 from apps.telemetry import exports, selectors, services
@@ -83,6 +84,7 @@ class MetricSourceViewSet(viewsets.ModelViewSet):
 class DeviceRollupViewSet(viewsets.ReadOnlyModelViewSet):
     serializer_class = s.DeviceRollupSerializer
     filterset_class = DeviceRollupFilterSet
+    pagination_class = EstimatedCountPagination  # an append-only ledger of millions of rows
     permission_classes = [IsStaff]
 
     def get_queryset(self):
