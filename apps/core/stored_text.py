@@ -20,6 +20,7 @@ makemessages.py), so every registered id is in the catalogue that ``tests/core/t
 from __future__ import annotations
 
 import re
+import threading
 from functools import lru_cache
 
 from django.utils.translation import gettext
@@ -74,10 +75,49 @@ def _ordered() -> tuple[tuple[str, re.Pattern], ...]:
     return tuple(sorted(_PATTERNS.items(), key=lambda item: (-literal(item[0]), item[0])))
 
 
+_DISCOVERED = False
+_DISCOVER_LOCK = threading.Lock()
+
+
+def discover() -> None:
+    """Import every module of the project's apps that registers stored texts, once per process.
+
+    A text is registered when the module that defines it is imported; a web process showing a job's
+    events has not necessarily imported the worker module that wrote one of them (e.g. the scaling
+    service), and the sentence then stayed English. Like Django's admin autodiscovery, this imports
+    them all at first use — the modules whose source mentions ``stored(`` (migrations and management
+    commands aside)."""
+    global _DISCOVERED
+    if _DISCOVERED:
+        return
+    with _DISCOVER_LOCK:
+        if _DISCOVERED:
+            return
+        import importlib
+        import pkgutil
+        from pathlib import Path
+
+        import apps
+
+        for info in pkgutil.walk_packages(apps.__path__, prefix="apps."):
+            if ".migrations" in info.name or ".management" in info.name or info.ispkg:
+                continue
+            path = Path(info.module_finder.path) / (info.name.rsplit(".", 1)[-1] + ".py")
+            try:
+                if "stored(" not in path.read_text(encoding="utf-8"):
+                    continue
+            except OSError:
+                continue
+            importlib.import_module(info.name)
+        _DISCOVERED = True
+
+
 def localize(text, *, depth: int = 0) -> str:
     """``text`` in the active language when it was made from a registered id; else unchanged."""
     if not text or not isinstance(text, str):
         return text
+    if not _DISCOVERED:
+        discover()
     if text in _PLAIN:
         return gettext(text)
     if text in _VOCABULARY:

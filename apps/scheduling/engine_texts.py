@@ -12,7 +12,9 @@ patterns would be too loose ("%(count)s no %(detail)s" would match unrelated tex
 
 from __future__ import annotations
 
-from apps.core.stored_text import stored
+from django.utils.translation import pgettext_lazy
+
+from apps.core.stored_text import stored, stored_vocabulary
 
 FRAMES = (
     stored("%(available)s/%(total)s nodes are available."),
@@ -86,3 +88,17 @@ STEPS = (
         "preference (%(others)s); not feasible: %(failures)s"
     ),
 )
+
+# The tier of each trace step (``TraceStep.tier``), shown as a tag beside the step.
+TRACE_TIERS = (
+    ("filter", pgettext_lazy("trace step", "filter")),
+    ("score", pgettext_lazy("trace step", "score")),
+    ("assign", pgettext_lazy("trace step", "assign")),
+    ("gang", pgettext_lazy("trace step", "gang")),
+    ("fallback", pgettext_lazy("trace step", "fallback")),
+    ("cluster", pgettext_lazy("trace step", "cluster")),
+    ("quota", pgettext_lazy("trace step", "quota")),
+    ("library", pgettext_lazy("trace step", "library")),
+    ("result", pgettext_lazy("trace step", "result")),
+)
+stored_vocabulary(TRACE_TIERS)

@@ -68,13 +68,22 @@ SCHEDULING_CYCLE_TASK = "worker.tasks.scheduling.scheduling_cycle_task"
 # (apps.core.stored_text): the row keeps the English sentence.
 SUBMITTED = stored("submitted: %(request)s")
 # The request in words inside SUBMITTED: the msgids of ``requests.request_describe`` (written in English,
-# see ``_request_in_english``), registered so the description is translated too (without a suffix
-# such as " × 2 replicas", which makes it a sentence of its own that stays in English).
+# see ``_request_in_english``), registered so the description is translated too — each also with the
+# " × N replicas" suffix request_describe appends (a sentence of its own: without it, the suffix stayed
+# English inside the last parameter), and a profile request with and without its latency bound.
 REQUEST_WORDS = (
     stored("%(count)s whole card(s) of %(what)s"),
+    stored("%(count)s whole card(s) of %(what)s × %(n)s replicas"),
     stored("%(count)s × template %(template)s (%(model)s)"),
+    stored("%(count)s × template %(template)s (%(model)s) × %(n)s replicas"),
     stored("%(cu)s CU%(memory)s on %(vendors)s"),
+    stored("%(cu)s CU%(memory)s on %(vendors)s × %(n)s replicas"),
+    stored("%(target)s %(unit)s of %(profile)s on %(vendors)s"),
+    stored("%(target)s %(unit)s of %(profile)s on %(vendors)s × %(n)s replicas"),
+    stored("%(target)s %(unit)s of %(profile)s on %(vendors)s, p99 ≤ %(ms)s ms"),
+    stored("%(target)s %(unit)s of %(profile)s on %(vendors)s, p99 ≤ %(ms)s ms × %(n)s replicas"),
     stored("request template %(name)s"),
+    stored("request template %(name)s × %(n)s replicas"),
     stored("any vendor"),
 )
 CANCELLED_BY_USER = stored("cancelled by user")

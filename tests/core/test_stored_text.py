@@ -205,3 +205,44 @@ def test_the_check_catches_an_f_string_gettext_and_an_unregistered_literal(tmp_p
 @pytest.mark.parametrize("value", ["", None, 5])
 def test_non_text_passes_through(value):
     assert localize(value) == value
+
+
+def test_a_text_is_localized_in_a_process_that_never_imported_the_module_that_wrote_it():
+    """The web process shows events written by worker code it has not imported (the scaling service's
+    "scaled 2 → 1 replicas: …"): ``localize`` discovers the registered texts first."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, django; django.setup()\n"
+        "from django.utils import translation\n"
+        "assert 'apps.scheduling.scaling' not in sys.modules, 'imported at setup already'\n"
+        "from apps.core.stored_text import localize\n"
+        "translation.activate('zh-hans')\n"
+        "print(localize('scaled 2 → 1 replicas: by hand'))\n"
+    )
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "config.settings.test", "PYTHONIOENCODING": "utf-8"}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120, check=True
+    ).stdout.strip()
+    assert out == "副本数 2 → 1：by hand"
+
+
+def test_a_request_with_replicas_and_the_trace_tiers_are_shown_in_chinese():
+    from django.utils import translation
+
+    from apps.core.stored_text import localize
+
+    with translation.override("zh-hans"):
+        # the " × N replicas" suffix used to stay English inside the model parameter
+        assert localize("submitted: 1 whole card(s) of T4 × 2 replicas") == "已提交：1 张整卡 T4 × 2 个副本"
+        assert localize("submitted: 2 × template whole card (A100 80GB SXM4) × 3 replicas").endswith(
+            "× 3 个副本"
+        )
+        assert [localize(t) for t in ("filter", "score", "assign", "result")] == [
+            "过滤",
+            "打分",
+            "分配",
+            "结果",
+        ]
