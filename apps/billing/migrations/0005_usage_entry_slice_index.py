@@ -4,18 +4,17 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('accounts', '0002_user_preference'),
-        ('billing', '0004_month_close_progress_in_background_runs'),
-        ('catalog', '0003_workload_profiles'),
-        ('inventory', '0009_node_name_index'),
-        ('jobs', '0010_job_list_sort_indexes'),
+        ("accounts", "0002_user_preference"),
+        ("billing", "0004_month_close_progress_in_background_runs"),
+        ("catalog", "0003_workload_profiles"),
+        ("inventory", "0009_node_name_index"),
+        ("jobs", "0010_job_list_sort_indexes"),
     ]
 
     operations = [
         migrations.AddIndex(
-            model_name='usageentry',
-            index=models.Index(fields=['slice_start', 'id'], name='billing_entry_slice_idx'),
+            model_name="usageentry",
+            index=models.Index(fields=["slice_start", "id"], name="billing_entry_slice_idx"),
         ),
     ]

@@ -4,15 +4,14 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('inventory', '0009_node_name_index'),
-        ('telemetry', '0003_backfill_runs_become_background_runs'),
+        ("inventory", "0009_node_name_index"),
+        ("telemetry", "0003_backfill_runs_become_background_runs"),
     ]
 
     operations = [
         migrations.AddIndex(
-            model_name='devicerollup',
-            index=models.Index(fields=['-window_start', 'device'], name='telemetry_rollup_recent_idx'),
+            model_name="devicerollup",
+            index=models.Index(fields=["-window_start", "device"], name="telemetry_rollup_recent_idx"),
         ),
     ]
