@@ -1,7 +1,10 @@
 """Reconcile benchmark: one cluster with 50,000 pods, and N healthy clusters with one hanging one.
 
-1. reconcile of one cluster with 50,000 pods on the fake Kubernetes API server (the reconcile part
-   of ``scale.py``: ``tests/kube/fake_apiserver.py`` over HTTP with the official client);
+1. reconcile of one cluster with 50,000 pods on the fake Kubernetes API server
+   (``tests/kube/fake_apiserver.py`` over HTTP with the official client, set up as the reconcile
+   part of ``scale.py``): the first pass (it lists), then a second pass after 100 pods changed,
+   reading the changes with a watch from the first list's resourceVersion, and the same pass with
+   a full list (the view dropped first) after 100 other pods changed; the ratio list / watch;
 2. one reconcile period over N healthy clusters (each its own fake API server, every node running
    one job), measured until every healthy cluster's pass has finished, in steady state (the jobs
    already running, so every period does the same work):
@@ -18,7 +21,7 @@
 Figures only; nothing is asserted on time.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/suanchi_bench_reconcile \
-        python benchmarks/reconcile_clusters.py [--quick] [--clusters 8] [--timeout 5]
+        python benchmarks/reconcile_clusters.py [--quick] [--pods 50000] [--changed 100] [--clusters 8] [--timeout 5]
 """
 
 from __future__ import annotations
@@ -235,13 +238,84 @@ def clusters_figures(n_clusters: int, nodes_per_cluster: int, workers: int, time
                 server.stop()
 
 
+def watch_figures(n_pods: int, n_nodes: int, n_jobs: int, changed: int, timeout: float) -> dict:
+    """The first reconcile pass over ``n_pods`` pods (it lists), then a second pass after ``changed``
+    pods changed, read with a watch, and one after ``changed`` other pods changed, read with a full
+    list; both second passes finish ``changed`` jobs (the same database work)."""
+    import scale
+
+    from apps.clusters.backend import KubernetesBackend, WatchedView
+    from apps.scheduling.reconcile import reconcile_cluster
+    from tests.kube.fake_apiserver import FakeApiServer
+
+    WatchedView.forget()
+    with FakeApiServer(controllers=False) as server, tempfile.TemporaryDirectory() as tmp:
+        cluster, placed, live_pods = scale.reconcile_setup(server, Path(tmp), n_pods, n_nodes, n_jobs)
+
+        def finish(pods: list[dict]) -> None:
+            with server._lock:
+                for pod in pods:
+                    pod["status"] = {"phase": "Succeeded"}
+                    server._bump(pod)
+
+        read_seconds = [0.0]
+        original = KubernetesBackend.list_watched
+
+        def timed(self, *args, **kwargs):
+            started = time.perf_counter()
+            try:
+                return original(self, *args, **kwargs)
+            finally:
+                read_seconds[0] += time.perf_counter() - started
+
+        def one_pass(label: str) -> dict:
+            mark = len(server.request_log)
+            read_seconds[0] = 0.0
+            started = time.perf_counter()
+            KubernetesBackend.list_watched = timed
+            try:
+                report = reconcile_cluster(cluster=cluster, actor="bench", timeout=timeout)
+            finally:
+                KubernetesBackend.list_watched = original
+            seconds = time.perf_counter() - started
+            reads = [r for r in server.request_log[mark:] if r["method"] == "GET"]
+            watches = sum(1 for r in reads if "watch" in r["query"])
+            objects = sum(r["objects"] for r in reads)
+            print(
+                f"    {label:>28}: {seconds:6.2f}s (reading the cluster {read_seconds[0]:.2f}s), {len(reads)} "
+                f"reads ({watches} watches), {objects} objects read; checked {report.checked}, succeeded "
+                f"{report.succeeded}, errors {report.errors[:2]}"
+            )
+            return {"seconds": seconds, "read": read_seconds[0], "objects": objects}
+
+        print(
+            f"reconcile, one cluster: {n_pods} pods ({len(live_pods)} of {placed} live jobs) on {n_nodes} nodes"
+        )
+        first = one_pass("first pass (list)")
+        one_pass("nothing changed, watch")
+        finish(live_pods[:changed])
+        watched = one_pass(f"after {changed} changed, watch")
+        finish(live_pods[changed : 2 * changed])
+        WatchedView.forget()
+        listed = one_pass(f"after {changed} changed, list")
+        ratio = listed["seconds"] / watched["seconds"]
+        print(
+            f"    second pass, full list / watch: {ratio:.2f}x the pass, "
+            f"{listed['read'] / max(1e-9, watched['read']):.0f}x the reading of the cluster "
+            f"({listed['read']:.2f}s / {watched['read']:.3f}s), "
+            f"{listed['objects'] / max(1, watched['objects']):.0f}x the objects read (first pass {first['seconds']:.2f}s)"
+        )
+        return {"first": first, "watch": watched, "list": listed, "ratio": ratio}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes")
     parser.add_argument(
         "--pods", type=int, default=None, help="pods in the one-cluster reconcile (0: skip it)"
     )
-    parser.add_argument("--clusters", type=int, default=0, help="healthy clusters")
+    parser.add_argument("--changed", type=int, default=100, help="pods changed before the second pass")
+    parser.add_argument("--clusters", type=int, default=0, help="healthy clusters (-1: skip that part)")
     parser.add_argument("--nodes", type=int, default=0, help="nodes (= running jobs) per healthy cluster")
     parser.add_argument("--workers", type=int, default=4, help="worker threads (a worker's concurrency)")
     parser.add_argument("--timeout", type=float, default=5.0, help="Kubernetes client timeout, seconds")
@@ -250,26 +324,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     pods = args.pods if args.pods is not None else (5000 if args.quick else 50000)
-    n_clusters = args.clusters or (4 if args.quick else 8)
+    n_clusters = max(0, args.clusters or (4 if args.quick else 8))
     nodes = args.nodes or (10 if args.quick else 25)
     ensure_database()
     django.setup()
     if pods:
-        import functools
-
-        import scale
-
-        from apps.scheduling import reconcile
-
         # The fake API server runs in this process and answers a 500-pod page in seconds on a busy
         # machine: the part gets a client timeout of its own (the figure is the pass, not a timeout).
-        original = reconcile.reconcile_cluster
-        reconcile.reconcile_cluster = functools.partial(original, timeout=args.pods_timeout)
-        try:
-            scale.reconcile_figures(pods, 500 if args.quick else 2000, 1000 if args.quick else 4000)
-        finally:
-            reconcile.reconcile_cluster = original
-    clusters_figures(n_clusters, nodes, args.workers, args.timeout)
+        watch_figures(
+            pods, 500 if args.quick else 2000, 1000 if args.quick else 4000, args.changed, args.pods_timeout
+        )
+    if n_clusters:
+        clusters_figures(n_clusters, nodes, args.workers, args.timeout)
     return 0
 
 

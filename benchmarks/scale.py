@@ -190,9 +190,11 @@ def cycle_figures(n_nodes: int, n_jobs: int, n_backlog: int, n_new: int) -> dict
     return out
 
 
-def reconcile_figures(n_pods: int, n_nodes: int, n_jobs: int) -> dict:
-    """Jobs scheduled and pushed for real; the pods their Jobs' controller would create, plus the
-    finished pods of earlier jobs up to ``n_pods``, written into the fake's store (controllers off)."""
+def reconcile_setup(server, tmp: Path, n_pods: int, n_nodes: int, n_jobs: int) -> tuple:
+    """Jobs scheduled and pushed for real onto a Kubernetes cluster served by ``server`` (a fake API
+    server, controllers off); the pods their Jobs' controller would create, plus the finished pods of
+    earlier jobs up to ``n_pods``, written into the fake's store. Returns (cluster, jobs placed, the
+    live jobs' Running pods)."""
     from datetime import date
     from decimal import Decimal
 
@@ -205,88 +207,98 @@ def reconcile_figures(n_pods: int, n_nodes: int, n_jobs: int) -> dict:
     from apps.clusters.pusher import push_pending_run
     from apps.inventory.models import Cluster, Device, Node, Pool
     from apps.jobs.models import Job
-    from apps.scheduling.reconcile import reconcile_cluster
     from apps.scheduling.services import scheduling_cycle_run
-    from tests.kube.fake_apiserver import FakeApiServer, kubeconfig_for
+    from tests.kube.fake_apiserver import kubeconfig_for
 
     sc.reset_database()
     with connection.cursor() as cursor:
         cursor.execute("TRUNCATE scheduling_pushaction CASCADE")
-    with FakeApiServer(controllers=False) as server, tempfile.TemporaryDirectory() as tmp:
-        a100 = DeviceModel.objects.create(
-            vendor="nvidia", kind="gpu", name="A100 80GB SXM4", slug="a100", memory_mib=81920
+    a100 = DeviceModel.objects.create(
+        vendor="nvidia", kind="gpu", name="A100 80GB SXM4", slug="a100", memory_mib=81920
+    )
+    ComputeCoefficient.objects.create(
+        device_model=a100, value=Decimal("1.0"), effective_from=date(2024, 1, 1)
+    )
+    cluster = Cluster.objects.create(
+        name="k8s",
+        slug="k8s",
+        backend=Cluster.Backend.KUBERNETES,
+        kubeconfig_path=str(kubeconfig_for(server, tmp)),
+    )
+    pool = Pool.objects.create(cluster=cluster, name="p", slug="p")
+    nodes = Node.objects.bulk_create(
+        Node(cluster=cluster, pool=pool, name=f"gpu-{i:05d}", driver_version="550.54.15")
+        for i in range(n_nodes)
+    )
+    Device.objects.bulk_create(
+        (
+            Device(node=n, vendor="nvidia", index=i, uuid=f"GPU-{n.name}-{i}", device_model=a100)
+            for n in nodes
+            for i in range(8)
+        ),
+        batch_size=4000,
+    )
+    for n in nodes:
+        server.add_node(n.name)
+    dept = Department.objects.create(name="d", slug="d")
+    project = Project.objects.create(department=dept, name="r", slug="r", namespace="r")
+    Job.objects.bulk_create(
+        Job(
+            project=project,
+            name=f"r{i}",
+            image="x",
+            request_kind="whole_cards",
+            device_model=a100,
+            count=1,
         )
-        ComputeCoefficient.objects.create(
-            device_model=a100, value=Decimal("1.0"), effective_from=date(2024, 1, 1)
-        )
-        cluster = Cluster.objects.create(
-            name="k8s",
-            slug="k8s",
-            backend=Cluster.Backend.KUBERNETES,
-            kubeconfig_path=str(kubeconfig_for(server, Path(tmp))),
-        )
-        pool = Pool.objects.create(cluster=cluster, name="p", slug="p")
-        nodes = Node.objects.bulk_create(
-            Node(cluster=cluster, pool=pool, name=f"gpu-{i:05d}", driver_version="550.54.15")
-            for i in range(n_nodes)
-        )
-        Device.objects.bulk_create(
-            (
-                Device(node=n, vendor="nvidia", index=i, uuid=f"GPU-{n.name}-{i}", device_model=a100)
-                for n in nodes
-                for i in range(8)
-            ),
-            batch_size=4000,
-        )
-        for n in nodes:
-            server.add_node(n.name)
-        dept = Department.objects.create(name="d", slug="d")
-        project = Project.objects.create(department=dept, name="r", slug="r", namespace="r")
-        Job.objects.bulk_create(
-            Job(
-                project=project,
-                name=f"r{i}",
-                image="x",
-                request_kind="whole_cards",
-                device_model=a100,
-                count=1,
-            )
-            for i in range(n_jobs)
-        )
-        placed = scheduling_cycle_run().placed
-        push_pending_run(limit=10**6)
-        # The pods: one Running per placed job on its node, then Succeeded pods of finished jobs.
-        now = "2026-01-01T00:00:00Z"
-        live = list(
-            Job.objects.filter(state="scheduled").values_list("pk", "attempt", "allocations__node__name")
-        )
-        with server._lock:
-            for i in range(n_pods):
-                if i < len(live):
-                    job_id, attempt, node = live[i]
-                    phase = "Running"
-                else:
-                    job_id, attempt, node = 10_000_000 + i, 0, nodes[i % len(nodes)].name
-                    phase = "Succeeded"
-                name = f"job-{job_id}-{attempt}-{i}"
-                server._store[("pods", "r", name)] = {
-                    "apiVersion": "v1",
-                    "kind": "Pod",
-                    "metadata": {
-                        "name": name,
-                        "namespace": "r",
-                        "uid": str(uuid.uuid4()),
-                        "resourceVersion": str(i + 1),
-                        "creationTimestamp": now,
-                        "labels": {
-                            "app.kubernetes.io/managed-by": MANAGED_BY,
-                            LABEL_JOB: str(job_id),
-                            LABEL_ATTEMPT: str(attempt),
-                        },
+        for i in range(n_jobs)
+    )
+    placed = scheduling_cycle_run().placed
+    push_pending_run(limit=10**6)
+    # The pods: one Running per placed job on its node, then Succeeded pods of finished jobs.
+    now = "2026-01-01T00:00:00Z"
+    live = list(Job.objects.filter(state="scheduled").values_list("pk", "attempt", "allocations__node__name"))
+    live_pods = []
+    with server._lock:
+        for i in range(n_pods):
+            if i < len(live):
+                job_id, attempt, node = live[i]
+                phase = "Running"
+            else:
+                job_id, attempt, node = 10_000_000 + i, 0, nodes[i % len(nodes)].name
+                phase = "Succeeded"
+            name = f"job-{job_id}-{attempt}-{i}"
+            pod = {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": name,
+                    "namespace": "r",
+                    "uid": str(uuid.uuid4()),
+                    "creationTimestamp": now,
+                    "labels": {
+                        "app.kubernetes.io/managed-by": MANAGED_BY,
+                        LABEL_JOB: str(job_id),
+                        LABEL_ATTEMPT: str(attempt),
                     },
-                    "spec": {"nodeName": node, "containers": [{"name": "main", "image": "x"}]},
-                    "status": {"phase": phase},
-                }
+                },
+                "spec": {"nodeName": node, "containers": [{"name": "main", "image": "x"}]},
+                "status": {"phase": phase},
+            }
+            server._bump(pod)
+            server._store[("pods", "r", name)] = pod
+            if phase == "Running":
+                live_pods.append(pod)
+    return cluster, placed, live_pods
+
+
+def reconcile_figures(n_pods: int, n_nodes: int, n_jobs: int) -> dict:
+    """One reconcile pass over the cluster of :func:`reconcile_setup` (it lists every pod)."""
+    from apps.scheduling.reconcile import reconcile_cluster
+    from tests.kube.fake_apiserver import FakeApiServer
+
+    with FakeApiServer(controllers=False) as server, tempfile.TemporaryDirectory() as tmp:
+        cluster, placed, live = reconcile_setup(server, Path(tmp), n_pods, n_nodes, n_jobs)
         started = time.perf_counter()
         report = reconcile_cluster(cluster=cluster, actor="bench")
         seconds = time.perf_counter() - started

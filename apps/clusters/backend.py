@@ -497,6 +497,8 @@ WATCH_RESYNC_S = 300.0
 # ``timeoutSeconds`` of one catch-up watch: the server ends the stream after it (a client that got
 # a BOOKMARK stops earlier).
 WATCH_TIMEOUT_S = 5
+# A catch-up watch silent this long has sent every change there was.
+WATCH_IDLE_S = 1.0
 
 
 def _view_key(obj: dict) -> tuple[str, str]:
@@ -807,7 +809,8 @@ class KubernetesBackend(ClusterBackend):
 
     def _catch_up(self, view: WatchedView, kind: str, selector: str) -> bool:
         """Apply the events after ``view.resource_version``, until a BOOKMARK (every change up to its
-        version was sent), the end of the stream (``timeoutSeconds``) or a read that waits too long.
+        version was sent), the end of the stream (``timeoutSeconds``) or ``WATCH_IDLE_S`` without
+        a byte.
         False when the server refuses to continue from there (the caller relists). The events come
         in resourceVersion order, so the view is consistent at the last one applied whatever stops
         the stream; a failure before any answer is the cluster's error (raised)."""
@@ -821,18 +824,26 @@ class KubernetesBackend(ClusterBackend):
         # return_type=object: the client hands back the JSON objects as they are (no model
         # deserialization) and still turns an ERROR event into an ApiException (kubernetes/watch/watch.py).
         w = watch.Watch(return_type=object)
+        opened: list = []
+
+        def call(*args, **kwargs):  # records that the server answered (its headers came)
+            response = func(*args, **kwargs)
+            opened.append(response)
+            return response
+
+        # (connect, read) timeouts (kubernetes/client/rest.py: a pair becomes urllib3.Timeout(connect=,
+        # read=)): a stream silent for WATCH_IDLE_S has sent what there was (a server need not send
+        # a bookmark early: api-concepts "Watch bookmarks").
         stream = w.stream(
-            func,
+            call,
             resource_version=view.resource_version,
-            timeout_seconds=max(1, min(WATCH_TIMEOUT_S, int(timeout) - 1)),
+            timeout_seconds=max(1, min(WATCH_TIMEOUT_S, int(timeout))),
             allow_watch_bookmarks=True,
             label_selector=selector or None,
-            _request_timeout=timeout,
+            _request_timeout=(timeout, min(WATCH_IDLE_S, timeout)),
         )
-        answered = False
         try:
             for event in stream:
-                answered = True
                 obj = event.get("raw_object") or {}
                 rv = str((obj.get("metadata") or {}).get("resourceVersion") or "")
                 kind_of = event.get("type")
@@ -854,9 +865,10 @@ class KubernetesBackend(ClusterBackend):
                 raise self._map_api_exception(what, e) from e
             return False
         except (HTTPError, OSError) as e:
-            if not answered:
+            if not opened:  # no answer at all: the cluster's error, as a failed list would be
                 view.clear()
                 raise TransientBackendError(f"{what}: {e}") from e
+            # answered, then silent or cut: consistent at the last event applied
         finally:
             w.stop()
             stream.close()
