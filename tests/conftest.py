@@ -7,6 +7,7 @@ import itertools
 import pytest
 from django.contrib.auth import get_user_model
 from django.core.cache import cache
+from django.utils import translation
 from rest_framework.test import APIClient
 
 from apps.accounts.models import Department, Membership, Project
@@ -19,6 +20,15 @@ def _clear_cache():
     cache.clear()
     yield
     cache.clear()
+
+
+@pytest.fixture
+def english():
+    """English for the test, whatever an earlier one activated (the messages asserted are the
+    English ones), and again after it. Use as ``pytest.mark.usefixtures("english")``."""
+    translation.activate("en")
+    yield
+    translation.activate("en")
 
 
 @pytest.fixture

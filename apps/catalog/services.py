@@ -93,27 +93,38 @@ def _catalog_rows(path: Path) -> list[dict[str, Any]]:
         with open(path, encoding="utf-8") as fh:
             data = yaml.safe_load(fh)
     except OSError as exc:
-        raise ValidationFailed(f"cannot read the catalog file {path}: {exc.strerror}")
+        raise ValidationFailed(
+            _("cannot read the catalog file %(path)s: %(error)s") % {"path": path, "error": exc.strerror}
+        )
     except yaml.YAMLError as exc:
-        raise ValidationFailed(f"the catalog file {path} is not valid YAML: {exc}")
+        raise ValidationFailed(
+            _("the catalog file %(path)s is not valid YAML: %(error)s") % {"path": path, "error": exc}
+        )
     if (
         not isinstance(data, dict)
         or data.get("schema_version") != 1
         or not isinstance(data.get("device_models"), list)
     ):
-        raise ValidationFailed(f"{path}: expected 'schema_version: 1' and a 'device_models' list")
+        raise ValidationFailed(
+            _("%(path)s: expected 'schema_version: 1' and a 'device_models' list") % {"path": path}
+        )
     rows = data["device_models"]
     seen: set[str] = set()
     for index, row in enumerate(rows):
         if not isinstance(row, dict) or not row.get("slug"):
-            raise ValidationFailed(f"{path}: device_models[{index}] has no slug")
+            raise ValidationFailed(
+                _("%(path)s: device_models[%(index)d] has no slug") % {"path": path, "index": index}
+            )
         unknown = set(row) - _KNOWN_KEYS
         if unknown:
             raise ValidationFailed(
-                f"{path}: device_models[{index}] ({row['slug']}) has unknown keys {sorted(unknown)}"
+                _("%(path)s: device_models[%(index)d] (%(slug)s) has unknown keys %(keys)s")
+                % {"path": path, "index": index, "slug": row["slug"], "keys": sorted(unknown)}
             )
         if row["slug"] in seen:
-            raise ValidationFailed(f"{path}: slug {row['slug']!r} appears twice")
+            raise ValidationFailed(
+                _("%(path)s: slug %(slug)r appears twice") % {"path": path, "slug": row["slug"]}
+            )
         seen.add(row["slug"])
     return rows
 
@@ -130,21 +141,31 @@ def _field_values(row: dict[str, Any]) -> dict[str, Any]:
         try:
             values[name] = None if value is None else Decimal(str(value))
         except InvalidOperation:
-            raise ValidationFailed(f"catalog row {slug}: {name} {value!r} is not a number")
+            raise ValidationFailed(
+                _("catalog row %(slug)s: %(field)s %(value)r is not a number")
+                % {"slug": slug, "field": name, "value": value}
+            )
     for name in _INT_FIELDS:
         value = row.get(name)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-            raise ValidationFailed(f"catalog row {slug}: {name} {value!r} must be a whole number or null")
+            raise ValidationFailed(
+                _("catalog row %(slug)s: %(field)s %(value)r must be a whole number or null")
+                % {"slug": slug, "field": name, "value": value}
+            )
         values[name] = value
     for name in _LIST_FIELDS:
         value = row.get(name) or []
         if not isinstance(value, list):
-            raise ValidationFailed(f"catalog row {slug}: {name} must be a list")
+            raise ValidationFailed(
+                _("catalog row %(slug)s: %(field)s must be a list") % {"slug": slug, "field": name}
+            )
         values[name] = [str(v) for v in value]
     for name in _DICT_FIELDS:
         value = row.get(name) or {}
         if not isinstance(value, dict):
-            raise ValidationFailed(f"catalog row {slug}: {name} must be a mapping")
+            raise ValidationFailed(
+                _("catalog row %(slug)s: %(field)s must be a mapping") % {"slug": slug, "field": name}
+            )
         values[name] = value
     return values
 
@@ -228,24 +249,29 @@ def compute_coefficient_check(
     try:
         number = value if isinstance(value, Decimal) else Decimal(str(value))
     except (InvalidOperation, ValueError):
-        raise ValidationFailed(f"coefficient {value!r} is not a number", details={"value": ["not a number"]})
+        raise ValidationFailed(
+            _("coefficient %(value)r is not a number") % {"value": value}, details={"value": ["not a number"]}
+        )
     if not number.is_finite() or number <= 0:
         raise ValidationFailed(
-            f"a compute coefficient must be greater than 0 (got {value})", details={"value": ["must be > 0"]}
+            _("a compute coefficient must be greater than 0 (got %(value)s)") % {"value": value},
+            details={"value": ["must be > 0"]},
         )
     if number >= Decimal("10000") or number != number.quantize(Decimal("0.0001")):
         raise ValidationFailed(
-            f"coefficient {value} does not fit: at most 4 digits before and 4 after the decimal point",
+            _("coefficient %(value)s does not fit: at most 4 digits before and 4 after the decimal point")
+            % {"value": value},
             details={"value": ["at most 4 decimal places, below 10000"]},
         )
     if basis not in ComputeCoefficient.Basis.values:
         raise ValidationFailed(
-            f"unknown basis {basis!r}; use one of {', '.join(ComputeCoefficient.Basis.values)}",
+            _("unknown basis %(basis)r; use one of %(choices)s")
+            % {"basis": basis, "choices": ", ".join(ComputeCoefficient.Basis.values)},
             details={"basis": ["unknown basis"]},
         )
     if basis == ComputeCoefficient.Basis.POLICY and not (reason or "").strip():
         raise ValidationFailed(
-            "a coefficient set by platform policy needs a reason",
+            _("a coefficient set by platform policy needs a reason"),
             details={"reason": ["required for basis policy"]},
         )
     taken = (
@@ -255,8 +281,11 @@ def compute_coefficient_check(
     )
     if taken is not None:
         raise Conflict(
-            f"{device_model.name} already has a coefficient ({taken}) effective from {effective_from.isoformat()}; "
-            "coefficients are versioned by date: choose another effective date",
+            _(
+                "%(model)s already has a coefficient (%(value)s) effective from %(day)s; coefficients are "
+                "versioned by date: choose another effective date"
+            )
+            % {"model": device_model.name, "value": taken, "day": effective_from.isoformat()},
             details={"effective_from": ["already taken for this device model"]},
         )
     return number.quantize(Decimal("0.0001"))
@@ -283,7 +312,8 @@ def compute_coefficient_set(
     validate(coefficient, what="compute coefficient", validate_constraints=False)
     _save_or_conflict(
         coefficient,
-        f"{device_model.name} already has a coefficient effective from {effective_from.isoformat()}",
+        _("%(model)s already has a coefficient effective from %(day)s")
+        % {"model": device_model.name, "day": effective_from.isoformat()},
         {"effective_from": ["already taken for this device model"]},
     )
     change_record_create(
@@ -332,9 +362,15 @@ def _as_decimal(value: Any, field: str) -> Decimal | None:
     try:
         number = value if isinstance(value, Decimal) else Decimal(str(value))
     except (InvalidOperation, ValueError):
-        raise ValidationFailed(f"{field}: {value!r} is not a number", details={field: ["not a number"]})
+        raise ValidationFailed(
+            _("%(field)s: %(value)r is not a number") % {"field": field, "value": value},
+            details={field: ["not a number"]},
+        )
     if not number.is_finite():
-        raise ValidationFailed(f"{field}: {value!r} is not a number", details={field: ["not a number"]})
+        raise ValidationFailed(
+            _("%(field)s: %(value)r is not a number") % {"field": field, "value": value},
+            details={field: ["not a number"]},
+        )
     return number
 
 
@@ -492,7 +528,8 @@ def mig_layout_check(device_model: DeviceModel, layout: Any) -> dict[str, Any]:
 def _save_template(template: ComputeTemplate) -> None:
     _save_or_conflict(
         template,
-        f"a compute template named {template.name!r} or with slug {template.slug!r} already exists",
+        _("a compute template named %(name)r or with slug %(slug)r already exists")
+        % {"name": template.name, "slug": template.slug},
         {"name": ["already taken for this device model"], "slug": ["already taken"]},
     )
 
@@ -854,7 +891,8 @@ def request_template_import(
         validate(template, what="request template", validate_unique=False)
         _save_or_conflict(
             template,
-            f"a request template named {document.name!r} (or with the same slug) already exists",
+            _("a request template named %(name)r (or with the same slug) already exists")
+            % {"name": document.name},
             {"metadata.name": ["already taken"]},
         )
         change_record_create(

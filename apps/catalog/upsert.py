@@ -29,24 +29,17 @@ def synced_upsert(
 
     ``save(obj)`` saves and returns "" / None, or the reason it did not (then no change record).
     Returns ``(outcome, reason)``: outcome "created", "updated", "unchanged" or "skipped"."""
-    if obj.pk is None:
-        problem = save(obj)
-        if problem:
-            return "skipped", problem
-        change_record_create(
-            actor=actor,
-            action=action,
-            obj=obj,
-            after=snapshot(obj, created_fields),
-            message=created_message,
-        )
-        return "created", ""
-    changed = [name for name in fields if getattr(obj, name) != values[name]]
-    if not changed:
-        return "unchanged", ""
-    before = snapshot(obj, changed)
-    for name in changed:
-        setattr(obj, name, values[name])
+    creating = obj.pk is None
+    before = None
+    if creating:
+        recorded = created_fields
+    else:
+        recorded = [name for name in fields if getattr(obj, name) != values[name]]
+        if not recorded:
+            return "unchanged", ""
+        before = snapshot(obj, recorded)
+        for name in recorded:
+            setattr(obj, name, values[name])
     problem = save(obj)
     if problem:
         return "skipped", problem
@@ -55,7 +48,7 @@ def synced_upsert(
         action=action,
         obj=obj,
         before=before,
-        after=snapshot(obj, changed),
-        message=updated_message,
+        after=snapshot(obj, recorded),
+        message=created_message if creating else updated_message,
     )
-    return "updated", ""
+    return ("created" if creating else "updated"), ""

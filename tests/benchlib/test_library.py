@@ -24,6 +24,7 @@ from apps.scheduling import lifecycle
 from apps.scheduling.models import DecisionTrace
 from apps.scheduling.services import scheduling_cycle_run
 from tests.jobs import conftest as jobs_fixtures
+from tests.jobs.conftest import submit_whole_cards
 
 a100 = jobs_fixtures.a100
 ascend = jobs_fixtures.ascend
@@ -160,16 +161,7 @@ def test_bad_recommendation_queries_are_clear_errors(profiles, api_client, make_
 
 
 def _running_job(project, user, model, **fields):
-    job = lifecycle.job_submit(
-        project=project,
-        actor=user,
-        name="bench",
-        image="bench:1",
-        request_kind="whole_cards",
-        device_model=model,
-        count=1,
-        **fields,
-    )
+    job = submit_whole_cards(project, user, model, name="bench", image="bench:1", **fields)
     scheduling_cycle_run(actor="test")
     job.refresh_from_db()
     assert Allocation.objects.filter(job=job, released_at__isnull=True).exists()
@@ -309,16 +301,7 @@ def test_benchmark_jobs_must_name_their_profile(fleet, member_project, a100):
     from apps.core.errors import ValidationFailed
 
     with pytest.raises(ValidationFailed) as exc:
-        lifecycle.job_submit(
-            project=project,
-            actor=user,
-            name="b",
-            image="b:1",
-            kind="benchmark",
-            request_kind="whole_cards",
-            device_model=a100,
-            count=1,
-        )
+        submit_whole_cards(project, user, a100, name="b", image="b:1", kind="benchmark")
     assert "workload_profile" in exc.value.details
 
 

@@ -7,7 +7,7 @@ from datetime import timedelta
 from decimal import Decimal
 
 import pytest
-from django.utils import timezone, translation
+from django.utils import timezone
 
 from apps.benchlib.models import Measurement
 from apps.catalog.models import WorkloadProfile
@@ -22,12 +22,7 @@ fleet = jobs_fixtures.fleet
 member_project = jobs_fixtures.member_project
 half_a100 = jobs_fixtures.half_a100
 
-
-@pytest.fixture(autouse=True)
-def _english():
-    translation.activate("en")
-    yield
-    translation.activate("en")
+pytestmark = pytest.mark.usefixtures("english")
 
 
 @pytest.fixture

@@ -97,17 +97,8 @@ def switch_language(page, language: str) -> None:
 
 def submit_whole_card(user, project, device_model, name: str, **extra):
     """``user`` (whose password becomes PASSWORD, to log in with) submits a one-card job."""
-    from apps.scheduling import lifecycle
-
     user.set_password(PASSWORD)
     user.save()
-    return lifecycle.job_submit(
-        project=project,
-        actor=user,
-        name=name,
-        image="pytorch:2.3",
-        request_kind="whole_cards",
-        device_model=device_model,
-        count=1,
-        **extra,
+    return jobs_fixtures.submit_whole_cards(
+        project, user, device_model, name=name, image="pytorch:2.3", **extra
     )

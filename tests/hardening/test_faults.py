@@ -27,9 +27,9 @@ from django.utils import timezone
 from apps.clusters.models import PushAction
 from apps.clusters.pusher import push_pending_run
 from apps.jobs.models import Allocation, Job, JobEvent, JobState
-from apps.scheduling.lifecycle import job_submit
 from apps.scheduling.models import DecisionTrace
 from apps.scheduling.services import scheduling_cycle_run
+from tests.jobs.conftest import submit_whole_cards
 from tests.kube.helpers import fake_server_fixture, kube_cluster_at
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.integration]
@@ -136,15 +136,7 @@ def kube_cluster(fleet, server, tmp_path):
 
 
 def submit(tenants, a100, name: str) -> Job:
-    return job_submit(
-        project=tenants["project"],
-        actor=tenants["member"],
-        name=name,
-        image="pytorch:2.3",
-        request_kind="whole_cards",
-        device_model=a100,
-        count=1,
-    )
+    return submit_whole_cards(tenants["project"], tenants["member"], a100, name=name, image="pytorch:2.3")
 
 
 def test_a_worker_killed_in_the_middle_of_a_push_is_redelivered_without_duplicates(

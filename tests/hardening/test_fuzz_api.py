@@ -36,9 +36,9 @@ from schemathesis.specs.openapi.checks import content_type_conformance, response
 from apps.inventory.models import Cluster
 from apps.inventory.services.tokens import agent_token_create
 from apps.jobs.models import Job
-from apps.scheduling.lifecycle import job_submit
 from apps.scheduling.services import scheduling_cycle_run
 from tests.hardening.conftest import token_for
+from tests.jobs.conftest import submit_whole_cards
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -203,24 +203,8 @@ def build_schema():
 def _world(tenants, a100, staff_user):
     member, outsider = tenants["member"], tenants["outsider"]
     for i in range(3):
-        job_submit(
-            project=tenants["project"],
-            actor=member,
-            name=f"{SECRET}-train-{i}",
-            image="pytorch:2.3",
-            request_kind="whole_cards",
-            device_model=a100,
-            count=1,
-        )
-    job_submit(
-        project=tenants["other"],
-        actor=outsider,
-        name="elsewhere-train",
-        image="pytorch:2.3",
-        request_kind="whole_cards",
-        device_model=a100,
-        count=1,
-    )
+        submit_whole_cards(tenants["project"], member, a100, name=f"{SECRET}-train-{i}", image="pytorch:2.3")
+    submit_whole_cards(tenants["other"], outsider, a100, name="elsewhere-train", image="pytorch:2.3")
     scheduling_cycle_run()
     return {
         "member": token_for(member),

@@ -7,8 +7,8 @@ from drf_spectacular.generators import SchemaGenerator
 
 from apps.inventory.models import DeviceEvent
 from apps.jobs.models import Job
-from apps.scheduling.lifecycle import job_submit
 from apps.scheduling.services import scheduling_cycle_run
+from tests.jobs.conftest import submit_whole_cards
 
 pytestmark = pytest.mark.django_db
 
@@ -35,15 +35,7 @@ def member_client(api_client, tenants):
 
 @pytest.fixture
 def one_job(tenants, fleet, a100):
-    job = job_submit(
-        project=tenants["project"],
-        actor=tenants["member"],
-        name="train",
-        image="pytorch:2.3",
-        request_kind="whole_cards",
-        device_model=a100,
-        count=1,
-    )
+    job = submit_whole_cards(tenants["project"], tenants["member"], a100, name="train", image="pytorch:2.3")
     scheduling_cycle_run()
     return job
 

@@ -25,8 +25,8 @@ from apps.core.models import ChangeRecord
 from apps.inventory.models import AgentToken, Device, Node
 from apps.inventory.services.tokens import agent_token_create
 from apps.jobs.models import JobState
-from apps.scheduling.lifecycle import job_submit
 from tests.hardening.conftest import token_for
+from tests.jobs.conftest import submit_whole_cards
 
 pytestmark = pytest.mark.django_db
 ROOT = Path(__file__).resolve().parents[2]
@@ -292,15 +292,7 @@ def _objects(kind, *, fleet, tenants, a100, staff_user):
         )
         return ComputeTemplate, [template]
     if kind == "job":
-        job = job_submit(
-            project=tenants["project"],
-            actor=tenants["member"],
-            name="j",
-            image="x",
-            request_kind="whole_cards",
-            device_model=a100,
-            count=1,
-        )
+        job = submit_whole_cards(tenants["project"], tenants["member"], a100, name="j")
         return type(job), [job]
     if kind == "node":
         return Node, [fleet["gpu-01"]]

@@ -10,6 +10,7 @@ from celery.contrib.testing.worker import start_worker
 from django.utils import timezone
 
 from apps.inventory.models import Cluster, DeviceEvent, Node
+from tests.jobs.conftest import submit_whole_cards
 from worker.celery import app
 from worker.tasks import node_staleness_check_task
 
@@ -94,7 +95,6 @@ def test_a_submission_asks_for_a_cycle_and_the_worker_schedules_it(make_user, ma
     from apps.catalog.models import ComputeCoefficient, DeviceModel
     from apps.inventory.models import Device
     from apps.jobs.models import Job, JobState
-    from apps.scheduling.lifecycle import job_submit
 
     model = DeviceModel.objects.create(vendor="nvidia", kind="gpu", name="T4", slug="t4", memory_mib=15360)
     ComputeCoefficient.objects.create(
@@ -106,13 +106,5 @@ def test_a_submission_asks_for_a_cycle_and_the_worker_schedules_it(make_user, ma
     user = make_user("alice")
     project = make_project("vision", members=[user])
     with start_worker(app, pool="solo", perform_ping_check=False, queues=["scheduler"], loglevel="WARNING"):
-        job = job_submit(
-            project=project,
-            actor=user,
-            name="infer",
-            image="x",
-            request_kind="whole_cards",
-            device_model=model,
-            count=1,
-        )
+        job = submit_whole_cards(project, user, model, name="infer")
         assert wait_for(lambda: Job.objects.get(pk=job.pk).state == JobState.SCHEDULED)

@@ -26,9 +26,9 @@ from apps.inventory.services.discovery import node_approve, node_confirm_in_clus
 from apps.inventory.services.tokens import agent_token_create
 from apps.jobs.models import Allocation
 from apps.scheduling import services as scheduling
-from apps.scheduling.lifecycle import job_submit
 from apps.scheduling.snapshot import fleet_snapshot
 from tests.inventory.test_discovery import gpu_csv, uuids
+from tests.jobs.conftest import submit_whole_cards
 
 pytestmark = pytest.mark.django_db
 
@@ -181,9 +181,7 @@ def test_a_phantom_node_arrives_pending_and_takes_no_job_until_staff_approve_it(
     )
     user = make_user("tenant")
     project = make_project("tenant", members=[user])
-    job = job_submit(
-        project=project, actor=user, name="j", image="x", request_kind="whole_cards", device_model=t4, count=1
-    )
+    job = submit_whole_cards(project, user, t4, name="j")
     assert job.pk not in scheduling.scheduling_cycle_run().placed_job_ids
     assert not Allocation.objects.filter(job=job).exists()
 

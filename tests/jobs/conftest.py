@@ -10,6 +10,7 @@ import pytest
 from apps.accounts.models import Membership
 from apps.catalog.models import ComputeCoefficient, ComputeTemplate, DeviceModel
 from apps.inventory.models import Cluster, Device, Node, Pool
+from apps.scheduling.lifecycle import job_submit
 
 
 @pytest.fixture
@@ -108,3 +109,18 @@ def half_a100(a100):
 
 def set_role(user, project, role: str) -> None:
     Membership.objects.filter(user=user, project=project).update(role=role)
+
+
+def submit_whole_cards(project, user, device_model, count: int = 1, **fields):
+    """``user`` submits to ``project`` a job of ``count`` whole cards of ``device_model``;
+    ``fields`` are job_submit's other arguments (``name`` and ``image`` default to "t" and "x")."""
+    fields.setdefault("name", "t")
+    fields.setdefault("image", "x")
+    return job_submit(
+        project=project,
+        actor=user,
+        request_kind="whole_cards",
+        device_model=device_model,
+        count=count,
+        **fields,
+    )

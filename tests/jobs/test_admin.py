@@ -3,55 +3,25 @@
 from __future__ import annotations
 
 import pytest
-from django.utils import translation
 
 from apps.core.models import ChangeRecord
 from apps.jobs.models import Allocation, JobState
-from apps.scheduling.lifecycle import job_submit
 from apps.scheduling.models import DecisionTrace
 from apps.scheduling.services import scheduling_cycle_run
+from tests.jobs.conftest import submit_whole_cards
 
-pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(autouse=True)
-def _english():
-    translation.activate("en")
-    yield
-    translation.activate("en")
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("english")]
 
 
 @pytest.fixture
 def scheduled(fleet, member_project, a100):
     user, project = member_project
-    job = job_submit(
-        project=project,
-        actor=user,
-        name="llm",
-        image="pytorch:2.3",
-        request_kind="whole_cards",
-        device_model=a100,
-        count=2,
+    job = submit_whole_cards(project, user, a100, 2, name="llm", image="pytorch:2.3")
+    waiting = submit_whole_cards(
+        project, user, a100, 4, name="big", image="pytorch:2.3", runtime_requirement="cuda 12.4"
     )
-    waiting = job_submit(
-        project=project,
-        actor=user,
-        name="big",
-        image="pytorch:2.3",
-        request_kind="whole_cards",
-        device_model=a100,
-        count=4,
-        runtime_requirement="cuda 12.4",
-    )
-    other = job_submit(
-        project=project,
-        actor=user,
-        name="big2",
-        image="pytorch:2.3",
-        request_kind="whole_cards",
-        device_model=a100,
-        count=4,
-        runtime_requirement="cuda 12.4",
+    other = submit_whole_cards(
+        project, user, a100, 4, name="big2", image="pytorch:2.3", runtime_requirement="cuda 12.4"
     )
     scheduling_cycle_run()
     for j in (job, waiting, other):
@@ -92,14 +62,7 @@ def test_job_changelist_query_count_is_constant(staff_client, scheduled, member_
         staff_client.get("/admin/jobs/job/")
     user, project = member_project
     for i in range(10):
-        job_submit(
-            project=project,
-            actor=user,
-            name=f"more{i}",
-            image="x",
-            request_kind="whole_cards",
-            device_model=a100,
-        )
+        submit_whole_cards(project, user, a100, name=f"more{i}")
     with CaptureQueriesContext(connection) as large:
         staff_client.get("/admin/jobs/job/")
     assert len(large.captured_queries) == len(small.captured_queries)

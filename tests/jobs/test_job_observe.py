@@ -12,27 +12,19 @@ import re
 import time
 
 import pytest
-from django.utils import timezone, translation
+from django.utils import timezone
 
 from apps.clusters.connections import backend_for
 from apps.clusters.pod_report import job_pod_report
 from apps.clusters.pusher import push_job_run
 from apps.inventory.models import Cluster
 from apps.jobs.models import Allocation, JobState
-from apps.scheduling.lifecycle import job_submit
 from apps.scheduling.services import scheduling_cycle_run
 from apps.telemetry.models import DeviceRollup
-from tests.jobs.conftest import set_role
+from tests.jobs.conftest import set_role, submit_whole_cards
 from tests.kube.helpers import fake_server_fixture, kube_cluster_at
 
-pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(autouse=True)
-def _english():
-    translation.activate("en")
-    yield
-    translation.activate("en")
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("english")]
 
 
 @pytest.fixture
@@ -43,16 +35,8 @@ def member(client, member_project):
 
 
 def run_job(project, user, a100, **extra):
-    fields = {
-        "name": "train",
-        "image": "pytorch:2.3",
-        "request_kind": "whole_cards",
-        "device_model": a100,
-        "count": 1,
-        "expected_duration_s": 3600,
-    }
-    fields.update(extra)
-    job = job_submit(project=project, actor=user, **fields)
+    fields = {"name": "train", "image": "pytorch:2.3", "expected_duration_s": 3600, **extra}
+    job = submit_whole_cards(project, user, a100, **fields)
     result = scheduling_cycle_run()
     assert job.pk in result.placed_job_ids, result.as_dict()
     summary = push_job_run(job_id=job.pk)
@@ -156,9 +140,7 @@ def test_simulated_cards_say_which_metric_the_simulation_does_not_give(client, f
 
 def test_a_job_without_cards_has_no_curves_and_says_it_has_no_pods_yet(client, fleet, member, a100):
     user, project = member
-    job = job_submit(
-        project=project, actor=user, name="q", image="x:1", request_kind="whole_cards", device_model=a100
-    )
+    job = submit_whole_cards(project, user, a100, name="q", image="x:1")
     body = client.get(f"/jobs/{job.pk}/").content.decode()
     assert "job-card-utilization-chart" not in body
     fragment = client.get(f"/jobs/{job.pk}/pod/").content.decode()

@@ -8,33 +8,17 @@ import io
 from decimal import Decimal
 
 import pytest
-from django.utils import translation
 
 from apps.accounts.models import Membership
 from apps.jobs.models import Allocation, Job, JobEvent
-from apps.scheduling.lifecycle import job_submit
 from apps.scheduling.services import scheduling_cycle_run
+from tests.jobs.conftest import submit_whole_cards
 
-pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(autouse=True)
-def _english():
-    translation.activate("en")
-    yield
-    translation.activate("en")
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("english")]
 
 
 def _submit(project, user, a100, name, count=1):
-    return job_submit(
-        project=project,
-        actor=user,
-        name=name,
-        image="x:1",
-        request_kind="whole_cards",
-        device_model=a100,
-        count=count,
-    )
+    return submit_whole_cards(project, user, a100, count, name=name, image="x:1")
 
 
 @pytest.fixture

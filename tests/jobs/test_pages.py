@@ -7,7 +7,6 @@ import re
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
-from django.utils import translation
 
 from apps.core.filters import PageFilterForm
 from apps.jobs.models import Allocation, Job, JobState
@@ -15,14 +14,7 @@ from apps.scheduling.lifecycle import job_submit
 from apps.scheduling.services import scheduling_cycle_run
 from tests.jobs.conftest import set_role
 
-pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(autouse=True)
-def _english():
-    translation.activate("en")
-    yield
-    translation.activate("en")
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("english")]
 
 
 def submit(project, user, **fields):

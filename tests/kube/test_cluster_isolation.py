@@ -20,13 +20,14 @@ from apps.clusters.health import BACKOFF_BASE_S, cluster_health
 from apps.clusters.models import ClusterLoop, PushAction
 from apps.clusters.pusher import push_cluster_run, push_due_clusters, push_job_run
 from apps.core.models import ChangeRecord
-from apps.inventory.models import Cluster, Device, Node, Pool
+from apps.inventory.models import Cluster, Pool
 from apps.jobs.models import Allocation, JobState
-from apps.scheduling.lifecycle import job_submit
 from apps.scheduling.reconcile import RECONCILE_LOCK, reconcile_cluster_run, reconcile_due_clusters
 from apps.scheduling.services import scheduling_cycle_run
 from tests.jobs import conftest as jobs_fixtures
+from tests.jobs.conftest import submit_whole_cards
 from tests.kube.fake_apiserver import FakeApiServer, kubeconfig_for
+from tests.kube.helpers import nvidia_node
 from worker.tasks.push import push_cluster_task, push_clusters_task, push_streams_task
 from worker.tasks.reconcile import RECONCILE_PERIOD_S, reconcile_cluster_task, reconcile_task
 
@@ -116,35 +117,16 @@ def clusters(fleet, a100, servers, tmp_path):
     edge = Cluster.objects.create(name="Edge", slug="edge", backend=Cluster.Backend.KUBERNETES)
     point_at(edge, other, tmp_path)
     pool = Pool.objects.create(cluster=edge, name="training", slug="training")
-    taints = [{"key": "accelerator", "value": "nvidia-gpu", "effect": "NoSchedule"}]
     for name in ("gpu-e1", "gpu-e2"):
-        node = Node.objects.create(
-            cluster=edge, pool=pool, name=name, driver_version="550.54.15", taints=taints
-        )
-        for i in range(4):
-            Device.objects.create(
-                node=node,
-                vendor="nvidia",
-                index=i,
-                uuid=f"{name}-{i}",
-                device_model=a100,
-                topology_group=f"{name}-g0",
-            )
+        nvidia_node(edge, pool, name, a100, 4)
         other.add_node(name)
     return prod, edge
 
 
 def submit_whole_nodes(project, user, a100, n: int):
     jobs = [
-        job_submit(
-            project=project,
-            actor=user,
-            name=f"train-{i}",
-            image="pytorch:2.3",
-            request_kind="whole_cards",
-            device_model=a100,
-            count=4,
-            expected_duration_s=600,
+        submit_whole_cards(
+            project, user, a100, 4, name=f"train-{i}", image="pytorch:2.3", expected_duration_s=600
         )
         for i in range(n)
     ]

@@ -17,9 +17,8 @@ from apps.accounts.models import Project
 from apps.clusters import manifests as m
 from apps.inventory.models import Cluster, Device, Node
 from apps.jobs.models import Allocation, Job, JobState
-from apps.scheduling.lifecycle import job_submit
 from apps.scheduling.services import scheduling_cycle_run
-from tests.jobs.conftest import a100, ascend, fleet, member_project  # noqa: F401  (fixtures)
+from tests.jobs.conftest import a100, ascend, fleet, member_project, submit_whole_cards  # noqa: F401  (fixtures)
 
 # Pinned Kubernetes schema version (kubernetes-validate ships the schemas; nothing is downloaded).
 K8S_VERSION = "1.30.0"
@@ -493,26 +492,11 @@ def test_platform_rbac_grants_only_the_worker_verbs():
 def test_render_manifests_all_writes_valid_files(fleet, member_project, a100, ascend, tmp_path, capsys):  # noqa: F811
     user, project = member_project
     Cluster.objects.filter(slug="prod").update(device_plugin_modes={"huawei": "plain"})
-    train = job_submit(
-        project=project,
-        actor=user,
-        name="train",
-        image="pytorch:2.3",
-        request_kind="whole_cards",
-        device_model=a100,
-        count=2,
-        checkpoint_dir="/ckpt/train",
+    train = submit_whole_cards(
+        project, user, a100, 2, name="train", image="pytorch:2.3", checkpoint_dir="/ckpt/train"
     )
-    serve = job_submit(
-        project=project,
-        actor=user,
-        name="serve",
-        kind="inference",
-        image="vllm:0.6",
-        request_kind="whole_cards",
-        device_model=ascend,
-        count=1,
-        replicas=2,
+    serve = submit_whole_cards(
+        project, user, ascend, name="serve", kind="inference", image="vllm:0.6", replicas=2
     )
     scheduling_cycle_run()
     for job in (train, serve):

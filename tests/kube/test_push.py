@@ -13,9 +13,9 @@ from apps.clusters.models import PushAction
 from apps.clusters.pusher import backoff_delay, push_due_streams, push_job_run
 from apps.inventory.models import Cluster
 from apps.jobs.models import Allocation, JobState
-from apps.scheduling.lifecycle import job_submit
 from apps.scheduling.services import scheduling_cycle_run
 from tests.jobs import conftest as jobs_fixtures
+from tests.jobs.conftest import submit_whole_cards
 from tests.kube.helpers import fake_server_fixture, kube_cluster_at
 from worker.tasks.push import push_pending_task, push_stream_task
 
@@ -37,15 +37,7 @@ def kube_cluster(fleet, server, tmp_path):
 
 
 def schedule_one(project, user, a100, name="train"):
-    job = job_submit(
-        project=project,
-        actor=user,
-        name=name,
-        image="pytorch:2.3",
-        request_kind="whole_cards",
-        device_model=a100,
-        count=1,
-    )
+    job = submit_whole_cards(project, user, a100, name=name, image="pytorch:2.3")
     result = scheduling_cycle_run()
     assert job.pk in result.placed_job_ids
     job.refresh_from_db()
@@ -189,15 +181,7 @@ def test_broker_outage_does_not_fail_scheduling(
     fleet, member_project, a100, django_capture_on_commit_callbacks
 ):
     user, project = member_project
-    job = job_submit(
-        project=project,
-        actor=user,
-        name="x",
-        image="pytorch:2.3",
-        request_kind="whole_cards",
-        device_model=a100,
-        count=1,
-    )
+    job = submit_whole_cards(project, user, a100, name="x", image="pytorch:2.3")
     broker_down = ConnectionError("broker down")
     with (
         mock.patch.object(push_stream_task, "apply_async", side_effect=broker_down) as send,
@@ -214,15 +198,7 @@ def test_broker_outage_does_not_fail_scheduling(
 
 def test_enqueue_after_commit_sends_the_task(fleet, member_project, a100, django_capture_on_commit_callbacks):
     user, project = member_project
-    job = job_submit(
-        project=project,
-        actor=user,
-        name="y",
-        image="pytorch:2.3",
-        request_kind="whole_cards",
-        device_model=a100,
-        count=1,
-    )
+    job = submit_whole_cards(project, user, a100, name="y", image="pytorch:2.3")
     with (
         mock.patch.object(push_stream_task, "apply_async") as send,
         django_capture_on_commit_callbacks(execute=True),
@@ -343,18 +319,7 @@ def test_a_cycle_placing_several_jobs_sends_one_message_for_all_their_streams(
     from worker.tasks.push import push_streams_task
 
     user, project = member_project
-    jobs = [
-        job_submit(
-            project=project,
-            actor=user,
-            name=f"j{i}",
-            image="pytorch:2.3",
-            request_kind="whole_cards",
-            device_model=a100,
-            count=1,
-        )
-        for i in range(3)
-    ]
+    jobs = [submit_whole_cards(project, user, a100, name=f"j{i}", image="pytorch:2.3") for i in range(3)]
     with (
         mock.patch.object(push_streams_task, "apply_async") as many,
         mock.patch.object(push_stream_task, "apply_async") as one,

@@ -10,22 +10,13 @@ from django.utils import timezone
 
 from apps.migration import services
 from apps.migration.models import ServiceMetric
-from apps.scheduling.lifecycle import job_submit
 from apps.scheduling.services import scheduling_cycle_run
-from tests.jobs.conftest import a100, ascend, fleet, member_project  # noqa: F401  (fixtures)
+from tests.jobs.conftest import a100, ascend, fleet, member_project, submit_whole_cards  # noqa: F401  (fixtures)
 
 
 def inference_job(project, user, model, name, replicas=1, schedule=True):
-    job = job_submit(
-        project=project,
-        actor=user,
-        name=name,
-        kind="inference",
-        image="vllm:0.6",
-        request_kind="whole_cards",
-        device_model=model,
-        count=1,
-        replicas=replicas,
+    job = submit_whole_cards(
+        project, user, model, name=name, kind="inference", image="vllm:0.6", replicas=replicas
     )
     if schedule:
         assert job.pk in scheduling_cycle_run().placed_job_ids

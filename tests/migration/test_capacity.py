@@ -12,8 +12,8 @@ from apps.inventory.services.ledger import node_status_set
 from apps.jobs.models import Allocation
 from apps.migration import services
 from apps.migration.models import MigratedService
-from apps.scheduling.lifecycle import job_submit
 from apps.scheduling.services import scheduling_cycle_run
+from tests.jobs.conftest import submit_whole_cards
 from tests.migration.conftest import samples
 
 pytestmark = pytest.mark.django_db
@@ -41,16 +41,7 @@ def test_a_refused_rollback_names_model_pool_needed_free_and_the_quarantined_nod
     other = "gpu-02" if home == "gpu-01" else "gpu-01"
     node_status_set(node=fleet[other], status=Node.Status.QUARANTINED, reason="PSU check", actor="ops")
     # Another job takes the three free A100 cards left on the source's node.
-    filler = job_submit(
-        project=project,
-        actor=user,
-        name="filler",
-        kind="training",
-        image="pytorch:2.4",
-        request_kind="whole_cards",
-        device_model=a100,
-        count=3,
-    )
+    filler = submit_whole_cards(project, user, a100, 3, name="filler", kind="training", image="pytorch:2.4")
     assert filler.pk in scheduling_cycle_run().placed_job_ids
     before = Allocation.objects.filter(released_at__isnull=True).count()
 

@@ -10,11 +10,11 @@ import pytest
 from django.utils import timezone
 
 from apps.rollout import services
-from apps.scheduling.lifecycle import job_submit
 from apps.scheduling.services import scheduling_cycle_run
 from apps.telemetry.samples import Sample
 from apps.telemetry.services import samples_ingest
 from tests.jobs import conftest as jobs_fixtures
+from tests.jobs.conftest import submit_whole_cards
 
 a100 = jobs_fixtures.a100
 ascend = jobs_fixtures.ascend
@@ -81,16 +81,8 @@ def ingest_soak(
 @pytest.fixture
 def service(fleet, member_project, a100):
     user, project = member_project
-    job = job_submit(
-        project=project,
-        actor=user,
-        name="serve",
-        kind="inference",
-        image="vllm:0.6",
-        request_kind="whole_cards",
-        device_model=a100,
-        count=1,
-        replicas=1,
+    job = submit_whole_cards(
+        project, user, a100, name="serve", kind="inference", image="vllm:0.6", replicas=1
     )
     assert job.pk in scheduling_cycle_run().placed_job_ids
     job.refresh_from_db()

@@ -9,7 +9,7 @@ import pytest
 
 from apps.rollout import services
 from apps.rollout.models import AutoscalePolicy, GrayBatch, UpgradeWave
-from apps.scheduling.lifecycle import job_submit
+from tests.jobs.conftest import submit_whole_cards
 from tests.rollout.conftest import ingest_soak
 
 pytestmark = pytest.mark.django_db
@@ -208,15 +208,7 @@ def test_a_policy_whose_down_threshold_is_above_its_up_threshold_is_refused(
 
 def test_only_inference_services_get_a_policy(api_client, member_project, fleet, a100):
     user, project = member_project
-    train = job_submit(
-        project=project,
-        actor=user,
-        name="train",
-        image="t:1",
-        request_kind="whole_cards",
-        device_model=a100,
-        count=1,
-    )
+    train = submit_whole_cards(project, user, a100, name="train", image="t:1")
     api_client.force_authenticate(user)
     response = api_client.post(f"{API}/autoscale-policies/", {"job": train.pk}, format="json")
     assert response.status_code == 400 and "job" in response.json()["error"]["details"]

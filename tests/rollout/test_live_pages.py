@@ -9,22 +9,14 @@ from django.urls import reverse
 from apps.inventory.models import Node
 from apps.jobs.models import JobState
 from apps.rollout import services
-from apps.scheduling import lifecycle
 from apps.scheduling.services import scheduling_cycle_run
+from tests.jobs.conftest import submit_whole_cards
 
 pytestmark = pytest.mark.django_db
 
 
 def _submit(project, user, a100, name="train"):
-    return lifecycle.job_submit(
-        project=project,
-        actor=user,
-        name=name,
-        image="pytorch:2.3",
-        request_kind="whole_cards",
-        device_model=a100,
-        count=1,
-    )
+    return submit_whole_cards(project, user, a100, name=name, image="pytorch:2.3")
 
 
 def test_job_states_answer_only_the_jobs_the_user_can_see(

@@ -6,8 +6,9 @@ import pytest
 
 from apps.jobs.models import Allocation, Job, JobState
 from apps.scheduling import services
-from apps.scheduling.lifecycle import job_preempt, job_submit
+from apps.scheduling.lifecycle import job_preempt
 from tests.jobs import conftest as jobs_fixtures
+from tests.jobs.conftest import submit_whole_cards
 
 pytestmark = pytest.mark.django_db
 
@@ -22,15 +23,7 @@ def test_a_job_requeued_by_another_cycle_is_placed_with_its_current_attempt(flee
     (attempt 1, pending again). B must write attempt-1 slots, not collide with the released attempt-0
     rows (a unique-slot violation that aborted B's whole batch)."""
     user, project = member_project
-    job = job_submit(
-        project=project,
-        actor=user,
-        name="t",
-        image="x",
-        request_kind="whole_cards",
-        device_model=a100,
-        count=1,
-    )
+    job = submit_whole_cards(project, user, a100)
     stale = list(services.queued_jobs())  # what cycle B loaded
     assert [j.attempt for j in stale] == [0]
     assert job.pk in services.scheduling_cycle_run().placed_job_ids  # cycle A

@@ -12,6 +12,7 @@ from apps.jobs.models import Job, JobState
 from apps.scheduling import eta, lifecycle
 from apps.scheduling.services import scheduling_cycle_run
 from tests.jobs import conftest as jobs_fixtures
+from tests.jobs.conftest import submit_whole_cards
 
 a100 = jobs_fixtures.a100
 ascend = jobs_fixtures.ascend
@@ -22,16 +23,7 @@ pytestmark = pytest.mark.django_db
 
 
 def _submit(project, user, a100, name, count=1, **fields):
-    return lifecycle.job_submit(
-        project=project,
-        actor=user,
-        name=name,
-        image="pytorch:2.3",
-        request_kind="whole_cards",
-        device_model=a100,
-        count=count,
-        **fields,
-    )
+    return submit_whole_cards(project, user, a100, count, name=name, image="pytorch:2.3", **fields)
 
 
 def _run(job):

@@ -9,9 +9,9 @@ from apps.inventory.models import Device, DeviceEvent
 from apps.inventory.services.ledger import device_cordon, device_pool_status_set
 from apps.jobs.models import Allocation, JobState
 from apps.scheduling.faults import classify_failure, is_hardware_fault, runbook, runbook_entry
-from apps.scheduling.lifecycle import job_submit
 from apps.scheduling.services import scheduling_cycle_run
 from tests.jobs import conftest as jobs_fixtures
+from tests.jobs.conftest import submit_whole_cards
 
 pytestmark = pytest.mark.django_db
 
@@ -22,16 +22,7 @@ member_project = jobs_fixtures.member_project
 
 
 def whole(project, user, model, name="j", **extra):
-    return job_submit(
-        project=project,
-        actor=user,
-        name=name,
-        image="pytorch:2.3",
-        request_kind="whole_cards",
-        device_model=model,
-        count=1,
-        **extra,
-    )
+    return submit_whole_cards(project, user, model, name=name, image="pytorch:2.3", **extra)
 
 
 def test_the_runbook_holds_the_seed_table_in_both_languages():

@@ -11,9 +11,9 @@ from django.utils import timezone
 from apps.inventory.models import Device, Node
 from apps.jobs.models import Allocation, Job, JobState
 from apps.scheduling import services
-from apps.scheduling.lifecycle import job_submit
 from apps.scheduling.snapshot import cycle_snapshot, fleet_snapshot, snapshot_cache
 from tests.jobs import conftest as jobs_fixtures
+from tests.jobs.conftest import submit_whole_cards
 
 pytestmark = pytest.mark.django_db
 
@@ -41,15 +41,7 @@ def _state(snapshot) -> dict:
 
 
 def _submit(project, user, model, count, name):
-    return job_submit(
-        project=project,
-        actor=user,
-        name=name,
-        image="x",
-        request_kind="whole_cards",
-        device_model=model,
-        count=count,
-    )
+    return submit_whole_cards(project, user, model, count, name=name)
 
 
 def _refresh():

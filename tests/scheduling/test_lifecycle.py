@@ -19,6 +19,7 @@ from apps.scheduling import extensions, lifecycle
 from apps.scheduling.extensions import Slot
 from apps.scheduling.services import scheduling_cycle_run
 from tests.jobs import conftest as jobs_fixtures
+from tests.jobs.conftest import submit_whole_cards
 
 a100 = jobs_fixtures.a100
 ascend = jobs_fixtures.ascend
@@ -28,15 +29,7 @@ member_project = jobs_fixtures.member_project
 
 def _submit(project, user, a100, **fields):
     fields.setdefault("name", "train")
-    return lifecycle.job_submit(
-        project=project,
-        actor=user,
-        image="pytorch:2.3",
-        request_kind="whole_cards",
-        device_model=a100,
-        count=1,
-        **fields,
-    )
+    return submit_whole_cards(project, user, a100, image="pytorch:2.3", **fields)
 
 
 # ------------------------------------------------------------------ URLs kept, modules moved

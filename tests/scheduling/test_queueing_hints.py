@@ -9,9 +9,9 @@ from django.utils import timezone
 from apps.inventory.models import Device, Node
 from apps.jobs.models import QUEUED_STATES, Allocation, Job, JobState
 from apps.scheduling import services
-from apps.scheduling.lifecycle import job_submit
 from apps.scheduling.models import DecisionTrace
 from tests.jobs import conftest as jobs_fixtures
+from tests.jobs.conftest import submit_whole_cards
 
 pytestmark = pytest.mark.django_db
 
@@ -22,16 +22,7 @@ member_project = jobs_fixtures.member_project
 
 
 def _submit(project, user, model, count, name, **extra):
-    return job_submit(
-        project=project,
-        actor=user,
-        name=name,
-        image="x",
-        request_kind="whole_cards",
-        device_model=model,
-        count=count,
-        **extra,
-    )
+    return submit_whole_cards(project, user, model, count, name=name, **extra)
 
 
 def _end(job: Job) -> None:

@@ -13,9 +13,9 @@ from django.utils import timezone
 from apps.clusters import outbox
 from apps.clusters.models import PushAction
 from apps.jobs.models import Allocation, Job, JobEvent, JobState
-from apps.scheduling import lifecycle
 from apps.scheduling.services import scheduling_cycle_run
 from tests.jobs import conftest as jobs_fixtures
+from tests.jobs.conftest import submit_whole_cards
 
 a100 = jobs_fixtures.a100
 ascend = jobs_fixtures.ascend
@@ -24,15 +24,7 @@ member_project = jobs_fixtures.member_project
 
 
 def _submit(project, user, a100, name):
-    return lifecycle.job_submit(
-        project=project,
-        actor=user,
-        image="pytorch:2.3",
-        request_kind="whole_cards",
-        device_model=a100,
-        count=1,
-        name=name,
-    )
+    return submit_whole_cards(project, user, a100, name=name, image="pytorch:2.3")
 
 
 @pytest.mark.django_db

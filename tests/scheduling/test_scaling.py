@@ -8,10 +8,10 @@ from apps.clusters.models import PushAction
 from apps.clusters.pusher import push_job_run
 from apps.core.errors import ValidationFailed
 from apps.jobs.models import Allocation, JobEvent, JobState
-from apps.scheduling.lifecycle import job_submit
 from apps.scheduling.scaling import inference_scale
 from apps.scheduling.services import scheduling_cycle_run
 from tests.jobs import conftest as jobs_fixtures
+from tests.jobs.conftest import submit_whole_cards
 
 pytestmark = pytest.mark.django_db
 
@@ -22,16 +22,8 @@ member_project = jobs_fixtures.member_project
 
 
 def service(project, user, model, replicas=1, count=1):
-    job = job_submit(
-        project=project,
-        actor=user,
-        name="serve",
-        kind="inference",
-        image="vllm:0.6",
-        request_kind="whole_cards",
-        device_model=model,
-        count=count,
-        replicas=replicas,
+    job = submit_whole_cards(
+        project, user, model, count, name="serve", kind="inference", image="vllm:0.6", replicas=replicas
     )
     assert job.pk in scheduling_cycle_run().placed_job_ids
     job.refresh_from_db()
@@ -82,15 +74,7 @@ def test_scale_up_takes_what_fits_and_never_overallocates(fleet, member_project,
 
 def test_only_running_inference_services_scale(fleet, member_project, a100):
     user, project = member_project
-    train = job_submit(
-        project=project,
-        actor=user,
-        name="t",
-        image="x",
-        request_kind="whole_cards",
-        device_model=a100,
-        count=1,
-    )
+    train = submit_whole_cards(project, user, a100)
     with pytest.raises(ValidationFailed, match="only inference services scale"):
         inference_scale(job=train, replicas=2, actor="x")
     job = service(project, user, a100)

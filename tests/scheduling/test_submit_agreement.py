@@ -4,12 +4,11 @@ preview calls ready is accepted, what it refuses is refused, with the same reaso
 from __future__ import annotations
 
 import pytest
-from django.utils import translation
 
 from apps.core.errors import ApplicationError
 from apps.jobs.models import Job
-from apps.scheduling.lifecycle import job_submit
 from tests.jobs import conftest as jobs_fixtures
+from tests.jobs.conftest import submit_whole_cards
 from tests.jobs.test_pages import form_data
 from tests.quotas.conftest import quota
 
@@ -18,12 +17,7 @@ ascend = jobs_fixtures.ascend
 fleet = jobs_fixtures.fleet
 member_project = jobs_fixtures.member_project
 
-
-@pytest.fixture(autouse=True)
-def _english():
-    translation.activate("en")
-    yield
-    translation.activate("en")
+pytestmark = pytest.mark.usefixtures("english")
 
 
 def test_a_request_over_the_borrowing_ceiling_is_refused_by_the_preview_too(
@@ -45,16 +39,7 @@ def test_a_request_over_the_borrowing_ceiling_is_refused_by_the_preview_too(
     assert "quota_refusal" in body, body
     assert "5.5" in body["quota_refusal"]
     with pytest.raises(ApplicationError) as exc:
-        job_submit(
-            project=project,
-            actor=user,
-            name="x",
-            image="x:1",
-            request_kind="whole_cards",
-            device_model=a100,
-            count=3,
-            replicas=2,
-        )
+        submit_whole_cards(project, user, a100, 3, name="x", image="x:1", replicas=2)
     assert exc.value.message == body["quota_refusal"]
     assert not Job.objects.exists()
 
@@ -69,27 +54,9 @@ def test_a_runtime_no_driver_supports_is_refused_at_submit_and_in_the_preview(
     ).json()
     assert body["feasible"]["ok"] is False and body["valid"] is False
     with pytest.raises(ApplicationError) as exc:
-        job_submit(
-            project=project,
-            actor=user,
-            name="x",
-            image="x:1",
-            request_kind="whole_cards",
-            device_model=a100,
-            count=1,
-            runtime_requirement="cuda 13.5",
-        )
+        submit_whole_cards(project, user, a100, name="x", image="x:1", runtime_requirement="cuda 13.5")
     assert exc.value.status_code == 400 and "13.5" in exc.value.message
     assert not Job.objects.exists()
     # A runtime one node supports is accepted (it waits for that node if it is busy).
-    job = job_submit(
-        project=project,
-        actor=user,
-        name="ok",
-        image="x:1",
-        request_kind="whole_cards",
-        device_model=a100,
-        count=1,
-        runtime_requirement="cuda 12.4",
-    )
+    job = submit_whole_cards(project, user, a100, name="ok", image="x:1", runtime_requirement="cuda 12.4")
     assert job.state == "pending"

@@ -1,4 +1,5 @@
 from django.http import HttpResponse
+from django.utils.translation import gettext as _
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, status, viewsets
@@ -78,7 +79,8 @@ def _document_format(request) -> str:
     fmt = (request.query_params.get("format") or "yaml").strip().lower()
     if fmt not in _DOCUMENT_FORMATS:
         raise ValidationFailed(
-            f"unknown format {fmt!r}: use yaml or json", details={"format": ["use yaml or json"]}
+            _("unknown format %(format)r: use yaml or json") % {"format": fmt},
+            details={"format": ["use yaml or json"]},
         )
     return fmt
 
@@ -223,11 +225,13 @@ class PlainTextParser(BaseParser):
     def parse(self, stream, media_type=None, parser_context=None):
         raw = stream.read(request_spec.MAX_TEXT_BYTES + 1)
         if len(raw) > request_spec.MAX_TEXT_BYTES:
-            raise ParseFailed(f"the document is larger than {request_spec.MAX_TEXT_BYTES // 1024} KiB")
+            raise ParseFailed(
+                _("the document is larger than %(kib)d KiB") % {"kib": request_spec.MAX_TEXT_BYTES // 1024}
+            )
         try:
             return raw.decode("utf-8")
         except UnicodeDecodeError:
-            raise ParseFailed("the document is not UTF-8 text")
+            raise ParseFailed(_("the document is not UTF-8 text"))
 
 
 class YAMLParser(PlainTextParser):
