@@ -22,6 +22,18 @@ def _clear_cache():
     cache.clear()
 
 
+@pytest.fixture(autouse=True)
+def _forget_watched_views():
+    """The per-process list+watch views of Kubernetes clusters (apps.clusters.backend.WatchedView) are
+    keyed by cluster row and API server address: one test's view must not answer for a later test's
+    cluster that happens to get the same key."""
+    from apps.clusters.backend import WatchedView
+
+    WatchedView.forget()
+    yield
+    WatchedView.forget()
+
+
 @pytest.fixture
 def english():
     """English for the test, whatever an earlier one activated (the messages asserted are the
