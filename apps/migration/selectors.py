@@ -14,6 +14,7 @@ from decimal import ROUND_HALF_UP, Decimal
 
 from django.db.models import Count, Max, Min, QuerySet, Sum
 from django.utils import timezone
+from django.utils.translation import gettext
 
 from apps.accounts.selectors import is_platform_staff, user_project_ids
 from apps.billing.models import UsageEntry
@@ -69,7 +70,7 @@ def service_list(*, user) -> QuerySet[MigratedService]:
 def service_for_user(*, user, pk: int) -> MigratedService:
     service = service_list(user=user).filter(pk=pk).first()
     if service is None:
-        raise NotFound("No such migrated service.")
+        raise NotFound(gettext("No such migrated service."))
     return service
 
 

@@ -19,6 +19,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
+from django.utils.translation import gettext as _
 
 from apps.accounts.models import Membership
 from apps.accounts.selectors import user_role
@@ -31,7 +32,7 @@ from apps.core.errors import (
     ValidationFailed,
 )
 from apps.core.permissions import require_staff
-from apps.core.stored_text import stored
+from apps.core.stored_text import localize, stored
 from apps.core.validation import validate, validate_and_save
 from apps.jobs.models import ACTIVE_STATES, Allocation, Job
 from apps.migration.capacity import shortfall_message, track_shortfall
@@ -75,7 +76,8 @@ def require_writer(actor, project) -> None:
         return
     if user_role(actor, project) not in (Membership.Role.MEMBER, Membership.Role.ADMIN):
         raise PermissionDenied(
-            f"Only members and admins of project {project.slug!r} may steer its migration."
+            _("Only members and admins of project %(project)r may steer its migration.")
+            % {"project": project.slug}
         )
 
 
@@ -120,7 +122,7 @@ def plan_update(*, plan: MigrationPlan, actor, **fields) -> MigrationPlan:
 def plan_delete(*, plan: MigrationPlan, actor) -> None:
     require_staff(actor, message=_STAFF_ONLY)
     if plan.services.exists():
-        raise Conflict("The plan still has services; remove them first.")
+        raise Conflict(_("The plan still has services; remove them first."))
     change_record_create(
         actor=actor, action="migration.plan.delete", obj=plan, before=snapshot(plan, PLAN_FIELDS)
     )
@@ -132,7 +134,8 @@ def plan_phase_save(*, phase: PlanPhase, actor) -> PlanPhase:
     require_staff(actor, message=_STAFF_ONLY)
     if PlanPhase.objects.filter(plan_id=phase.plan_id, phase=phase.phase).exclude(pk=phase.pk).exists():
         raise ValidationFailed(
-            f"The plan already has a {phase.phase} phase.", details={"phase": ["already in the plan"]}
+            _("The plan already has a %(phase)s phase.") % {"phase": phase.phase},
+            details={"phase": ["already in the plan"]},
         )
     validate(phase, what="plan phase")
     adding = phase.pk is None
@@ -217,12 +220,16 @@ def _weights(
             details[name] = ["a whole number between 0 and 100"]
         values[name] = number
     if details:
-        raise ValidationFailed("Traffic weights are whole percentages between 0 and 100.", details=details)
+        raise ValidationFailed(_("Traffic weights are whole percentages between 0 and 100."), details=details)
     if "source_weight" in values and "target_weight" in values:
         if values["source_weight"] + values["target_weight"] != 100:
             raise ValidationFailed(
-                f"The traffic weights must add up to 100 (source {values['source_weight']} + target "
-                f"{values['target_weight']} = {values['source_weight'] + values['target_weight']}).",
+                _("The traffic weights must add up to 100 (source %(source)d + target %(target)d = %(sum)d).")
+                % {
+                    "source": values["source_weight"],
+                    "target": values["target_weight"],
+                    "sum": values["source_weight"] + values["target_weight"],
+                },
                 details={"target_weight": ["source_weight + target_weight must be 100"]},
             )
         return values["source_weight"], values["target_weight"]
@@ -231,7 +238,7 @@ def _weights(
     if "source_weight" in values:
         return values["source_weight"], 100 - values["source_weight"]
     if default_target is None:
-        raise ValidationFailed("Give the traffic weights.", details={"target_weight": ["required"]})
+        raise ValidationFailed(_("Give the traffic weights."), details={"target_weight": ["required"]})
     return 100 - default_target, default_target
 
 
@@ -287,11 +294,11 @@ def service_create(
     require_writer(actor, source_job.project)
     if source_job.project_id != target_job.project_id:
         raise ValidationFailed(
-            "Both tracks must be jobs of the same project.", details={"target_job": ["another project"]}
+            _("Both tracks must be jobs of the same project."), details={"target_job": ["another project"]}
         )
     if source_job.pk == target_job.pk:
         raise ValidationFailed(
-            "The two tracks must be two different jobs.", details={"target_job": ["same job"]}
+            _("The two tracks must be two different jobs."), details={"target_job": ["same job"]}
         )
     wanted = (
         (Job.Kind.INFERENCE,)
@@ -301,7 +308,8 @@ def service_create(
     for field, job in (("source_job", source_job), ("target_job", target_job)):
         if job.kind not in wanted:
             raise ValidationFailed(
-                f"Job {job.pk} is a {job.kind} job; a {kind} workload's tracks are {' or '.join(wanted)} jobs.",
+                _("Job %(job)s is a %(kind)s job; a %(workload)s workload's tracks are %(wanted)s jobs.")
+                % {"job": job.pk, "kind": job.kind, "workload": kind, "wanted": _(" or ").join(wanted)},
                 details={field: [f"a {job.kind} job"]},
             )
     vendors = {}
@@ -309,26 +317,30 @@ def service_create(
         vendor = job_vendor(job)
         if vendor is None:
             raise ValidationFailed(
-                f"Job {job.pk} does not say which vendor it runs on; name a device model or one vendor.",
+                _("Job %(job)s does not say which vendor it runs on; name a device model or one vendor.")
+                % {"job": job.pk},
                 details={field: ["vendor unknown"]},
             )
         vendors[field] = vendor
     if vendors["source_job"] == vendors["target_job"]:
         raise ValidationFailed(
-            f"Both tracks run on {vendors['source_job']}: the target track must run on a domestic "
-            "accelerator, not the source vendor.",
+            _(
+                "Both tracks run on %(vendor)s: the target track must run on a domestic accelerator, not the "
+                "source vendor."
+            )
+            % {"vendor": vendors["source_job"]},
             details={"target_job": [f"same vendor as the source ({vendors['source_job']})"]},
         )
     if vendors["source_job"] not in plan.source_vendors:
         raise ValidationFailed(
-            f"The source track runs on {vendors['source_job']}, not a source vendor of plan {plan.name!r} "
-            f"({', '.join(plan.source_vendors)}).",
+            _("The source track runs on %(vendor)s, not a source vendor of plan %(plan)r (%(vendors)s).")
+            % {"vendor": vendors["source_job"], "plan": plan.name, "vendors": ", ".join(plan.source_vendors)},
             details={"source_job": [f"vendor {vendors['source_job']} is not a source of the plan"]},
         )
     if vendors["target_job"] not in plan.target_vendors:
         raise ValidationFailed(
-            f"The target track runs on {vendors['target_job']}, not a target vendor of plan {plan.name!r} "
-            f"({', '.join(plan.target_vendors)}).",
+            _("The target track runs on %(vendor)s, not a target vendor of plan %(plan)r (%(vendors)s).")
+            % {"vendor": vendors["target_job"], "plan": plan.name, "vendors": ", ".join(plan.target_vendors)},
             details={"target_job": [f"vendor {vendors['target_job']} is not a target of the plan"]},
         )
     taken = MigratedService.objects.filter(
@@ -336,7 +348,7 @@ def service_create(
     ) | MigratedService.objects.filter(target_job__in=[source_job, target_job])
     if taken.exists():
         raise ValidationFailed(
-            "One of these jobs is already a track of another migrated service.",
+            _("One of these jobs is already a track of another migrated service."),
             details={"source_job": ["already a track"]},
         )
     src_w, tgt_w = _weights(target_weight=target_weight, source_weight=source_weight, default_target=0)
@@ -374,13 +386,15 @@ def _require_scheduled(service: MigratedService) -> None:
         Job.objects.filter(pk__in=[service.source_job_id, service.target_job_id]).values_list("pk", "state")
     )
     idle = [
-        f"{track} job {pk} is {states.get(pk)}"
+        (_("source job %(job)s is %(state)s") if track == "source" else _("target job %(job)s is %(state)s"))
+        % {"job": pk, "state": localize(states.get(pk))}
         for track, pk in (("source", service.source_job_id), ("target", service.target_job_id))
         if states.get(pk) not in ACTIVE_STATES
     ]
     if idle:
         raise InvalidTransition(
-            "Replicas shift only between scheduled or running tracks: " + "; ".join(idle) + ".",
+            _("Replicas shift only between scheduled or running tracks: %(tracks)s.")
+            % {"tracks": "; ".join(idle)},
             details={"tracks": idle},
         )
 
@@ -451,25 +465,35 @@ def service_shift(
             step_value = int(step) if step is not None else service.step_percent
         except (TypeError, ValueError):
             raise ValidationFailed(
-                "step is a whole number of percent.", details={"step": ["not a number"]}
+                _("step is a whole number of percent."), details={"step": ["not a number"]}
             ) from None
         if not 1 <= step_value <= 100:
-            raise ValidationFailed("step must be between 1 and 100 %.", details={"step": [str(step)]})
+            raise ValidationFailed(
+                _("step must be between 1 and %(max)d %%.") % {"max": 100}, details={"step": [str(step)]}
+            )
         new_target = min(100, service.target_weight + step_value)
     else:
         _src, new_target = _weights(target_weight=target_weight, source_weight=source_weight)
     if new_target == service.target_weight:
-        raise Conflict(f"The target track already carries {new_target} % of the traffic.")
+        raise Conflict(
+            _("The target track already carries %(weight)d %% of the traffic.") % {"weight": new_target}
+        )
     if new_target < service.target_weight:
         raise ValidationFailed(
-            f"A shift moves traffic towards the target track ({service.target_weight} % now); use rollback "
-            f"to go back to {new_target} %.",
+            _(
+                "A shift moves traffic towards the target track (%(now)d %% now); use rollback to go back to "
+                "%(asked)d %%."
+            )
+            % {"now": service.target_weight, "asked": new_target},
             details={"target_weight": ["lower than now: roll back instead"]},
         )
     if service.phase == Phase.VALIDATE and new_target > service.plan.validate_max_target_weight:
         raise Conflict(
-            f"While validating, the target track carries at most {service.plan.validate_max_target_weight} % "
-            f"of the traffic (asked {new_target} %); promote the service past its validation gates first.",
+            _(
+                "While validating, the target track carries at most %(max)d %% of the traffic (asked %(asked)d "
+                "%%); promote the service past its validation gates first."
+            )
+            % {"max": service.plan.validate_max_target_weight, "asked": new_target},
             code="phase_limit",
         )
     before = {**snapshot(service, SERVICE_FIELDS)}
@@ -495,8 +519,10 @@ def service_rollback(
     _src, new_target = _weights(target_weight=0 if target_weight is None else target_weight)
     if new_target >= service.target_weight:
         raise Conflict(
-            f"Nothing to roll back: the target track carries {service.target_weight} % and the rollback "
-            f"asks for {new_target} %."
+            _(
+                "Nothing to roll back: the target track carries %(now)d %% and the rollback asks for %(asked)d %%."
+            )
+            % {"now": service.target_weight, "asked": new_target}
         )
     before = snapshot(service, SERVICE_FIELDS)
     replicas = _scale_tracks(service, new_target, actor, reason)
@@ -534,12 +560,25 @@ def _failure_reason(service: MigratedService, failed: list[dict]) -> str:
     parts = []
     for r in failed:
         measured = (
-            f"measured {r['measured']} {r['unit']}" if r["measured"] is not None else "nothing measured"
+            _("measured %(value)s %(unit)s") % {"value": r["measured"], "unit": r["unit"]}
+            if r["measured"] is not None
+            else _("nothing measured")
         )
         parts.append(
-            f"gate “{r['description']}” {r['status']}: {measured}, threshold {r['threshold']}; {r['detail']}"
+            _("gate “%(gate)s” %(status)s: %(measured)s, threshold %(threshold)s; %(detail)s")
+            % {
+                "gate": localize(r["description"]),
+                "status": localize(r["status"]),
+                "measured": measured,
+                "threshold": r["threshold"],
+                "detail": localize(r["detail"]),
+            }
         )
-    return f"Cannot promote {service.name} past {service.phase}: " + " | ".join(parts)
+    return _("Cannot promote %(service)s past %(phase)s: %(gates)s") % {
+        "service": service.name,
+        "phase": localize(service.phase),
+        "gates": " | ".join(parts),
+    }
 
 
 def service_promote(
@@ -551,7 +590,10 @@ def service_promote(
     service.refresh_from_db()
     target_phase = service.next_phase
     if target_phase is None:
-        raise Conflict(f"{service.name} is already in its last phase ({service.phase}).")
+        raise Conflict(
+            _("%(service)s is already in its last phase (%(phase)s).")
+            % {"service": service.name, "phase": localize(service.phase)}
+        )
     # The evaluation is stored even when the promotion is refused: the page shows why.
     results = service_gates_evaluate(service=service, actor=actor, now=now)
     failed = [r for r in results if r["status"] != "pass"]
@@ -560,11 +602,17 @@ def service_promote(
     with transaction.atomic():
         service = _lock(service)
         if service.next_phase != target_phase:
-            raise Conflict(f"{service.name} moved to {service.phase} meanwhile; evaluate again.")
+            raise Conflict(
+                _("%(service)s moved to %(phase)s meanwhile; evaluate again.")
+                % {"service": service.name, "phase": localize(service.phase)}
+            )
         if target_phase == Phase.REDUCE and service.target_weight < 100:
             raise Conflict(
-                f"Shift all traffic to the target track before reducing the source track "
-                f"(the target carries {service.target_weight} %).",
+                _(
+                    "Shift all traffic to the target track before reducing the source track (the target carries "
+                    "%(weight)d %%)."
+                )
+                % {"weight": service.target_weight},
                 code="traffic_not_shifted",
             )
         before = snapshot(service, SERVICE_FIELDS)
@@ -622,10 +670,11 @@ def service_metrics_ingest(*, service: MigratedService, samples: list[dict], act
     Every sample is checked first; one bad sample refuses the whole batch (400, by index)."""
     require_writer(actor, service.project)
     if not isinstance(samples, list) or not samples:
-        raise ValidationFailed("Give a non-empty list of samples.", details={"samples": ["required"]})
+        raise ValidationFailed(_("Give a non-empty list of samples."), details={"samples": ["required"]})
     if len(samples) > MAX_SAMPLES:
         raise ValidationFailed(
-            f"At most {MAX_SAMPLES} samples per batch ({len(samples)} given).",
+            _("At most %(max)d samples per batch (%(given)d given).")
+            % {"max": MAX_SAMPLES, "given": len(samples)},
             details={"samples": ["too many"]},
         )
     errors: dict[str, dict] = {}
@@ -661,7 +710,8 @@ def service_metrics_ingest(*, service: MigratedService, samples: list[dict], act
     if errors:
         first = next(iter(errors.items()))
         raise ValidationFailed(
-            f"Sample {first[0]} is invalid: " + "; ".join(f"{k}: {v}" for k, v in first[1].items()),
+            _("Sample %(sample)s is invalid: %(problems)s")
+            % {"sample": first[0], "problems": "; ".join(f"{k}: {v}" for k, v in first[1].items())},
             details=errors,
         )
     created = updated = 0
@@ -705,7 +755,8 @@ def accuracy_eval_record(
         details["metric"] = "required"
     if details:
         raise ValidationFailed(
-            "Invalid accuracy evaluation: " + "; ".join(f"{k}: {v}" for k, v in details.items()),
+            _("Invalid accuracy evaluation: %(problems)s")
+            % {"problems": "; ".join(f"{k}: {v}" for k, v in details.items())},
             details=details,
         )
     row = AccuracyEval(

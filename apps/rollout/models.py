@@ -396,12 +396,16 @@ class AutoscalePolicy(BaseModel):
 
     def clean(self) -> None:
         from django.core.exceptions import ValidationError
+        from django.utils.translation import gettext
 
         if self.up_threshold_pct is None or self.down_threshold_pct is None:
             return
         problems = self.as_policy().problems()
         if self.job_id and self.job.kind != "inference":
-            problems["job"] = f"job {self.job} is a {self.job.kind} job; only inference services autoscale"
+            problems["job"] = gettext("job %(job)s is a %(kind)s job; only inference services autoscale") % {
+                "job": self.job,
+                "kind": self.job.kind,
+            }
         if problems:
             raise ValidationError(problems)
 

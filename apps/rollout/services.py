@@ -41,12 +41,13 @@ from typing import Any
 
 from django.db import models, transaction
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from apps.benchlib.services import measurement_from_benchmark_run
 from apps.clusters.outbox import node_patch_enqueue
 from apps.core.audit import actor_fields, change_record_create, snapshot
 from apps.core.errors import ApplicationError, Conflict, InvalidTransition, ValidationFailed
-from apps.core.stored_text import stored
+from apps.core.stored_text import localize, stored
 from apps.core.validation import validate, validate_and_save
 from apps.inventory.models import Device, DeviceEvent, Node
 from apps.inventory.services.ledger import device_pool_status_set, node_status_set
@@ -92,8 +93,8 @@ def _set_fields(obj: models.Model, changes: dict[str, Any], allowed: tuple[str, 
     unknown = sorted(set(changes) - set(allowed))
     if unknown:
         raise ValidationFailed(
-            f"cannot change {', '.join(unknown)}",
-            details={k: ["This field cannot be changed."] for k in unknown},
+            _("cannot change %(fields)s") % {"fields": ", ".join(unknown)},
+            details={k: [_("This field cannot be changed.")] for k in unknown},
         )
     for name, value in changes.items():
         setattr(obj, name, value)
@@ -111,8 +112,13 @@ def _move(batch: GrayBatch, *, to: str, expected: tuple[str, ...], reason: str, 
     """Conditional stage update on a locked batch; 409 with the reason when it is in another stage."""
     if batch.stage not in expected:
         raise InvalidTransition(
-            f"batch {batch.name} is {batch.get_stage_display()}; it must be "
-            f"{' or '.join(str(Stage(s).label) for s in expected)} to become {Stage(to).label}",
+            _("batch %(batch)s is %(stage)s; it must be %(expected)s to become %(to)s")
+            % {
+                "batch": batch.name,
+                "stage": batch.get_stage_display(),
+                "expected": _(" or ").join(str(Stage(s).label) for s in expected),
+                "to": Stage(to).label,
+            },
             details={"stage": batch.stage, "requested": to},
         )
     before = snapshot(batch, ["stage", "stage_reason"])
@@ -120,7 +126,7 @@ def _move(batch: GrayBatch, *, to: str, expected: tuple[str, ...], reason: str, 
         stage=to, stage_reason=reason[:500], updated_at=timezone.now(), **fields
     )
     if updated != 1:  # pragma: no cover - the row is locked; kept as the conditional-update backstop
-        raise Conflict(f"batch {batch.name} changed meanwhile; try again")
+        raise Conflict(_("batch %(batch)s changed meanwhile; try again") % {"batch": batch.name})
     batch.refresh_from_db()
     change_record_create(
         actor=actor,
@@ -265,7 +271,8 @@ def soak_criteria_update(*, criteria: SoakCriteria, actor, **changes: Any) -> So
     criteria = SoakCriteria.objects.select_for_update().get(pk=criteria.pk)
     if changes and criteria.batches.filter(stage=Stage.SOAKING).exists():
         raise Conflict(
-            f"criteria {criteria.name} are in use by a soaking batch; create new criteria instead",
+            _("criteria %(criteria)s are in use by a soaking batch; create new criteria instead")
+            % {"criteria": criteria.name},
             details={
                 "soaking_batches": list(
                     criteria.batches.filter(stage=Stage.SOAKING).values_list("name", flat=True)
@@ -281,7 +288,10 @@ def soak_criteria_update(*, criteria: SoakCriteria, actor, **changes: Any) -> So
 @transaction.atomic
 def soak_criteria_delete(*, criteria: SoakCriteria, actor) -> None:
     if criteria.batches.exists():
-        raise Conflict(f"criteria {criteria.name} are used by {criteria.batches.count()} batch(es)")
+        raise Conflict(
+            _("criteria %(criteria)s are used by %(count)d batch(es)")
+            % {"criteria": criteria.name, "count": criteria.batches.count()}
+        )
     change_record_create(
         actor=actor,
         action="soakcriteria.delete",
@@ -300,12 +310,13 @@ BATCH_FIELDS = ("name", "slug", "kind", "target_version", "description", "criter
 def _check_nodes(nodes: list[Node]) -> None:
     if not nodes:
         raise ValidationFailed(
-            "a batch needs at least one node", details={"nodes": ["This list may not be empty."]}
+            _("a batch needs at least one node"), details={"nodes": [_("This list may not be empty.")]}
         )
     retired = [n.name for n in nodes if n.status == Node.Status.RETIRED]
     if retired:
         raise ValidationFailed(
-            f"retired nodes cannot join a batch: {', '.join(retired)}", details={"nodes": retired}
+            _("retired nodes cannot join a batch: %(nodes)s") % {"nodes": ", ".join(retired)},
+            details={"nodes": retired},
         )
 
 
@@ -331,8 +342,10 @@ def batch_update(*, batch: GrayBatch, actor, nodes: list[Node] | None = None, **
     batch = _lock_batch(batch)
     if batch.stage != Stage.PLANNED and (nodes is not None or set(changes) - {"description"}):
         raise InvalidTransition(
-            f"batch {batch.name} is {batch.get_stage_display()}; only a planned batch changes its nodes, "
-            "kind, version or criteria",
+            _(
+                "batch %(batch)s is %(stage)s; only a planned batch changes its nodes, kind, version or criteria"
+            )
+            % {"batch": batch.name, "stage": batch.get_stage_display()},
             details={"stage": batch.stage},
         )
     before = {
@@ -345,8 +358,8 @@ def batch_update(*, batch: GrayBatch, actor, nodes: list[Node] | None = None, **
     validate(batch, what="gray batch", exclude=["created_by"])
     if hasattr(batch, "wave") and batch.layer != batch.wave.layer:
         raise ValidationFailed(
-            f"batch {batch.name} is the {batch.wave.get_layer_display()} wave of {batch.wave.plan}; "
-            "its kind must stay in that layer",
+            _("batch %(batch)s is the %(layer)s wave of %(plan)s; its kind must stay in that layer")
+            % {"batch": batch.name, "layer": batch.wave.get_layer_display(), "plan": batch.wave.plan},
             details={"kind": [batch.kind]},
         )
     batch.save()
@@ -370,12 +383,15 @@ def batch_delete(*, batch: GrayBatch, actor) -> None:
     batch = _lock_batch(batch)
     if batch.stage != Stage.PLANNED:
         raise InvalidTransition(
-            f"batch {batch.name} is {batch.get_stage_display()}; only a planned batch may be deleted "
-            "(roll it back instead)",
+            _("batch %(batch)s is %(stage)s; only a planned batch may be deleted (roll it back instead)")
+            % {"batch": batch.name, "stage": batch.get_stage_display()},
             details={"stage": batch.stage},
         )
     if batch.benchmark_runs.exists() or UpgradeWave.objects.filter(batch=batch).exists():
-        raise Conflict(f"batch {batch.name} has benchmark runs or an upgrade wave; remove them first")
+        raise Conflict(
+            _("batch %(batch)s has benchmark runs or an upgrade wave; remove them first")
+            % {"batch": batch.name}
+        )
     change_record_create(
         actor=actor, action="graybatch.delete", obj=batch, before=snapshot(batch, list(BATCH_FIELDS))
     )
@@ -391,10 +407,17 @@ def _layer_check(batch: GrayBatch) -> None:
         return
     first = blockers[0]
     raise Conflict(
-        f"cannot start the {Layer(wave.layer).label} wave of {wave.plan.name}: the "
-        f"{Layer(first.layer).label} wave (batch {first.batch.name}) has not passed, it is "
-        f"{first.batch.get_stage_display()}; upgrade collector / device plugin, then the scheduler, then "
-        "node drivers",
+        _(
+            "cannot start the %(layer)s wave of %(plan)s: the %(first_layer)s wave (batch %(batch)s) has not "
+            "passed, it is %(stage)s; upgrade collector / device plugin, then the scheduler, then node drivers"
+        )
+        % {
+            "layer": Layer(wave.layer).label,
+            "plan": wave.plan.name,
+            "first_layer": Layer(first.layer).label,
+            "batch": first.batch.name,
+            "stage": first.batch.get_stage_display(),
+        },
         code="layer_order",
         details={
             "blocking_waves": [
@@ -424,7 +447,7 @@ def batch_soak_start(*, batch: GrayBatch, actor, now: datetime | None = None) ->
     problems = {}
     for node in nodes:
         if node.status == Node.Status.QUARANTINED:
-            problems[node.name] = f"node {node.name} is quarantined"
+            problems[node.name] = _("node %(node)s is quarantined") % {"node": node.name}
         busy = (
             GrayBatch.objects.filter(nodes=node, stage__in=[Stage.SOAKING, Stage.PASSED])
             .exclude(pk=batch.pk)
@@ -432,12 +455,21 @@ def batch_soak_start(*, batch: GrayBatch, actor, now: datetime | None = None) ->
             .first()
         )
         if busy:
-            problems[node.name] = f"node {node.name} is already in gray batch {busy}"
+            problems[node.name] = _("node %(node)s is already in gray batch %(batch)s") % {
+                "node": node.name,
+                "batch": busy,
+            }
         quarantined = [str(d) for d in _in_service(node) if d.pool_status == Device.PoolStatus.QUARANTINE]
         if quarantined:
-            problems[node.name] = f"cards in quarantine on {node.name}: {', '.join(quarantined)}"
+            problems[node.name] = _("cards in quarantine on %(node)s: %(cards)s") % {
+                "node": node.name,
+                "cards": ", ".join(quarantined),
+            }
     if problems:
-        raise Conflict("cannot start the soak: " + "; ".join(problems.values()), details={"nodes": problems})
+        raise Conflict(
+            _("cannot start the soak: %(problems)s") % {"problems": "; ".join(problems.values())},
+            details={"nodes": problems},
+        )
     # Judge only what happens during the soak: cards already unhealthy are left out at the start.
     excluded: list[tuple[Node, Device, str]] = []
     soaked: list[tuple[Node, list[Device]]] = []
@@ -455,9 +487,8 @@ def batch_soak_start(*, batch: GrayBatch, actor, now: datetime | None = None) ->
         soaked.append((node, keep))
     if not any(keep for _node, keep in soaked):
         raise Conflict(
-            "cannot start the soak: no healthy card on the batch's nodes (left out: "
-            + "; ".join(f"{d}: {why}" for _n, d, why in excluded)
-            + ")",
+            _("cannot start the soak: no healthy card on the batch's nodes (left out: %(excluded)s)")
+            % {"excluded": "; ".join(f"{d}: {localize(why)}" for _n, d, why in excluded)},
             code="no_healthy_card",
             details={"excluded": [{"card": str(d), "reason": why} for _n, d, why in excluded]},
         )
@@ -527,7 +558,8 @@ def batch_evaluate(*, batch: GrayBatch, actor, now: datetime | None = None) -> S
     batch = _lock_batch(batch)
     if batch.stage != Stage.SOAKING:
         raise InvalidTransition(
-            f"batch {batch.name} is {batch.get_stage_display()}; only a soaking batch is evaluated",
+            _("batch %(batch)s is %(stage)s; only a soaking batch is evaluated")
+            % {"batch": batch.name, "stage": batch.get_stage_display()},
             details={"stage": batch.stage},
         )
     measure = selectors.soak_measure(batch=batch, now=now)
@@ -601,7 +633,9 @@ def batch_fail(*, batch: GrayBatch, actor, reason: str) -> GrayBatch:
     """An operator fails a soaking or passed batch (e.g. a problem the criteria do not see)."""
     reason = (reason or "").strip()
     if not reason:
-        raise ValidationFailed("say why the batch fails", details={"reason": ["This field is required."]})
+        raise ValidationFailed(
+            _("say why the batch fails"), details={"reason": [_("This field is required.")]}
+        )
     batch = _lock_batch(batch)
     _fail(batch, reason=reason, actor=actor, now=timezone.now())
     return batch
@@ -613,9 +647,14 @@ def batch_admit(*, batch: GrayBatch, actor, reason: str = "") -> GrayBatch:
     batch = _lock_batch(batch)
     if batch.stage != Stage.PASSED:
         latest = batch.results.order_by("-computed_at", "-pk").first()
-        why = f"batch {batch.name} is {batch.get_stage_display()}: its soak has not passed"
+        why = _("batch %(batch)s is %(stage)s: its soak has not passed") % {
+            "batch": batch.name,
+            "stage": batch.get_stage_display(),
+        }
         if latest is not None and latest.missing and batch.stage == Stage.SOAKING:
-            why += " (still missing: " + "; ".join(latest.missing) + ")"
+            why += _(" (still missing: %(missing)s)") % {
+                "missing": "; ".join(localize(m) for m in latest.missing)
+            }
         raise InvalidTransition(why, code="soak_not_passed", details={"stage": batch.stage})
     text = (reason or "").strip() or SOAK_PASSED
     for node in _nodes(batch):
@@ -692,7 +731,7 @@ def batch_rollback(*, batch: GrayBatch, actor, reason: str) -> GrayBatch:
     reason = (reason or "").strip()
     if not reason:
         raise ValidationFailed(
-            "say why the batch is rolled back", details={"reason": ["This field is required."]}
+            _("say why the batch is rolled back"), details={"reason": [_("This field is required.")]}
         )
     batch = _lock_batch(batch)
     expected = (Stage.SOAKING, Stage.PASSED, Stage.FAILED)
@@ -759,23 +798,29 @@ def batch_node_release(*, batch: GrayBatch, node: Node, actor, reason: str) -> N
     reason = (reason or "").strip()
     if not reason:
         raise ValidationFailed(
-            "say why the node is released from quarantine", details={"reason": ["This field is required."]}
+            _("say why the node is released from quarantine"),
+            details={"reason": [_("This field is required.")]},
         )
     batch = _lock_batch(batch)
     if not batch.nodes.filter(pk=node.pk).exists():
         raise ValidationFailed(
-            f"node {node.name} is not in batch {batch.name}", details={"node": [node.name]}
+            _("node %(node)s is not in batch %(batch)s") % {"node": node.name, "batch": batch.name},
+            details={"node": [node.name]},
         )
     if batch.stage != Stage.ROLLED_BACK:
         raise InvalidTransition(
-            f"batch {batch.name} is {batch.get_stage_display()}; roll it back (revert the change on the "
-            "nodes) before releasing its nodes from quarantine",
+            _(
+                "batch %(batch)s is %(stage)s; roll it back (revert the change on the nodes) before releasing "
+                "its nodes from quarantine"
+            )
+            % {"batch": batch.name, "stage": batch.get_stage_display()},
             details={"stage": batch.stage},
         )
     locked = Node.objects.select_for_update(of=("self",)).get(pk=node.pk)
     if locked.status != Node.Status.QUARANTINED:
         raise InvalidTransition(
-            f"node {locked.name} is {locked.get_status_display()}, not quarantined",
+            _("node %(node)s is %(status)s, not quarantined")
+            % {"node": locked.name, "status": locked.get_status_display()},
             details={"status": locked.status},
         )
     text = (RELEASED_FROM_BATCH % {"batch": batch.name, "reason": reason})[:300]
@@ -816,12 +861,13 @@ def benchmark_run_record(*, actor, **fields: Any) -> BenchmarkRun:
         run.measured_at = timezone.now()
     if run.measured_at and run.measured_at > timezone.now() + timedelta(minutes=5):
         raise ValidationFailed(
-            "a benchmark run cannot be measured in the future", details={"measured_at": ["future"]}
+            _("a benchmark run cannot be measured in the future"), details={"measured_at": ["future"]}
         )
     validate(run, what="benchmark run")
     if run.batch_id and not run.batch.nodes.filter(pk=run.node_id).exists():
         raise ValidationFailed(
-            f"node {run.node.name} is not in batch {run.batch.name}", details={"node": [run.node.name]}
+            _("node %(node)s is not in batch %(batch)s") % {"node": run.node.name, "batch": run.batch.name},
+            details={"node": [run.node.name]},
         )
     run.save()
     if run.profile_id:  # the same figure in the benchmark library (apps.benchlib)
@@ -851,12 +897,17 @@ def upgrade_wave_create(*, actor, plan: UpgradePlan, batch: GrayBatch) -> Upgrad
     layer = LAYER_OF_KIND.get(batch.kind)
     if layer is None:
         raise ValidationFailed(
-            f"a {batch.get_kind_display()} batch is not an upgrade layer (collector, device plugin, "
-            "scheduler, driver or firmware)",
+            _(
+                "a %(kind)s batch is not an upgrade layer (collector, device plugin, scheduler, driver or "
+                "firmware)"
+            )
+            % {"kind": batch.get_kind_display()},
             details={"batch": [batch.kind]},
         )
     if UpgradeWave.objects.filter(batch=batch).exists():
-        raise Conflict(f"batch {batch.name} already is a wave", details={"batch": [batch.name]})
+        raise Conflict(
+            _("batch %(batch)s already is a wave") % {"batch": batch.name}, details={"batch": [batch.name]}
+        )
     wave = UpgradeWave(plan=plan, batch=batch, layer=layer)
     validate_and_save(wave, what="upgrade wave")
     change_record_create(
@@ -897,7 +948,9 @@ def autoscale_policy_create(*, actor, **fields: Any) -> AutoscalePolicy:
     policy = AutoscalePolicy()
     _set_fields(policy, fields, POLICY_FIELDS)
     if policy.job_id and AutoscalePolicy.objects.filter(job_id=policy.job_id).exists():
-        raise Conflict(f"job {policy.job} already has an autoscaling policy; change that one")
+        raise Conflict(
+            _("job %(job)s already has an autoscaling policy; change that one") % {"job": policy.job}
+        )
     validate_and_save(policy, what="autoscaling policy")
     change_record_create(
         actor=actor, action="autoscalepolicy.create", obj=policy, after=snapshot(policy, list(POLICY_FIELDS))
@@ -910,7 +963,7 @@ def autoscale_policy_update(*, policy: AutoscalePolicy, actor, **changes: Any) -
     policy = AutoscalePolicy.objects.select_for_update().select_related("job").get(pk=policy.pk)
     if "job" in changes and changes["job"].pk != policy.job_id:
         raise ValidationFailed(
-            "a policy stays with its service", details={"job": ["This field cannot be changed."]}
+            _("a policy stays with its service"), details={"job": [_("This field cannot be changed.")]}
         )
     changes.pop("job", None)
     _save_changes(

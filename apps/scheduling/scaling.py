@@ -15,11 +15,12 @@ from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from apps.catalog.models import DeviceModel
 from apps.catalog.selectors import coefficients_on
 from apps.core.errors import InvalidTransition, ValidationFailed
-from apps.core.stored_text import stored
+from apps.core.stored_text import localize, stored
 from apps.inventory.models import Node
 from apps.jobs.models import Allocation, Job, JobEvent, JobState
 from apps.jobs.services import job_event
@@ -58,20 +59,27 @@ def _push(job: Job) -> None:
         push_actions_enqueue(job=job, allocations=allocations, cluster=allocations[0].node.cluster)
 
 
+# Refusals: shown in the caller's language (gettext at raise) and also stored by the autoscaler
+# (ScaleDecision.error, written in English by the worker), hence registered as stored texts.
+NOT_INFERENCE = stored("job %(job)s is a %(kind)s job; only inference services scale")
+REPLICAS_RANGE = stored("replicas must be between 1 and %(max)s")
+NOT_RUNNING = stored("job %(job)s is %(state)s; only a scheduled or running service scales")
+
+
 def inference_scale(*, job: Job, replicas: int, actor: Any, reason: str = "") -> int:
     """Bring an inference service to ``replicas`` replicas (1 … 64). Returns the count reached."""
     if job.kind != Job.Kind.INFERENCE:
         raise ValidationFailed(
-            f"job {job.pk} is a {job.kind} job; only inference services scale",
+            _(NOT_INFERENCE) % {"job": job.pk, "kind": job.kind},
             details={"kind": [job.kind]},
         )
     if not 1 <= int(replicas) <= MAX_REPLICAS:
         raise ValidationFailed(
-            f"replicas must be between 1 and {MAX_REPLICAS}", details={"replicas": [str(replicas)]}
+            _(REPLICAS_RANGE) % {"max": MAX_REPLICAS}, details={"replicas": [str(replicas)]}
         )
     job.refresh_from_db()
     if job.state not in (JobState.SCHEDULED, JobState.RUNNING):
-        raise InvalidTransition(f"job {job.pk} is {job.state}; only a scheduled or running service scales")
+        raise InvalidTransition(_(NOT_RUNNING) % {"job": job.pk, "state": localize(job.state)})
     current = _replicas(job)
     if replicas == current:
         return current

@@ -1,6 +1,7 @@
 from django.db.models import Count, IntegerField, OuterRef, Subquery, Value
 from django.db.models.functions import Coalesce
 from django.http import HttpResponse
+from django.utils.translation import gettext as _
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import mixins, serializers, status, viewsets
@@ -146,8 +147,12 @@ class NodeViewSet(viewsets.ReadOnlyModelViewSet):
             )
             if len(vendors) != 1:
                 raise ValidationFailed(
-                    "Say which vendor's runtime to check: this node has "
-                    + (", ".join(sorted(vendors)) if vendors else "no visible devices"),
+                    (
+                        _("Say which vendor's runtime to check: this node has %(vendors)s")
+                        % {"vendors": ", ".join(sorted(vendors))}
+                        if vendors
+                        else _("Say which vendor's runtime to check: this node has no visible devices")
+                    ),
                     details={"vendor": ["required"]},
                 )
             vendor = vendors[0]
@@ -213,7 +218,8 @@ class DeviceViewSet(viewsets.ReadOnlyModelViewSet):
         fmt = request.query_params.get("format", "csv")
         if fmt not in ("csv", "xlsx"):
             raise ValidationFailed(
-                f"Unknown export format {fmt!r}; use csv or xlsx.", details={"format": ["csv", "xlsx"]}
+                _("Unknown export format %(format)r; use csv or xlsx.") % {"format": fmt},
+                details={"format": ["csv", "xlsx"]},
             )
         devices = self.filter_queryset(self.get_queryset())
         content, content_type, filename = _ledger().ledger_export(devices=devices, fmt=fmt)
@@ -275,13 +281,15 @@ class NodeReportViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
             cluster = request.user.cluster
             if values.get("cluster") and values["cluster"] != cluster.slug:
                 raise PermissionDenied(
-                    f"This agent token belongs to cluster {cluster.slug!r}, not {values['cluster']!r}."
+                    _("This agent token belongs to cluster %(cluster)r, not %(asked)r.")
+                    % {"cluster": cluster.slug, "asked": values["cluster"]}
                 )
         elif values.get("cluster"):
             cluster = Cluster.objects.filter(slug=values["cluster"]).first()
             if cluster is None:
                 raise ValidationFailed(
-                    f"Unknown cluster {values['cluster']!r}.", details={"cluster": ["unknown"]}
+                    _("Unknown cluster %(cluster)r.") % {"cluster": values["cluster"]},
+                    details={"cluster": ["unknown"]},
                 )
         from apps.inventory.services import discovery
 

@@ -15,6 +15,8 @@ from __future__ import annotations
 import json
 import re
 
+from django.utils.translation import gettext as _
+
 from apps.core.errors import ParseFailed, ValidationFailed
 
 from .adapter import Parser, VendorAdapter, ensure_text, strip_ansi
@@ -47,7 +49,7 @@ def get_adapter(vendor: str) -> VendorAdapter:
     except (KeyError, TypeError):
         known = ", ".join(sorted(ADAPTERS))
         raise ValidationFailed(
-            f"unknown vendor {vendor!r}; known vendors: {known}",
+            _("unknown vendor %(vendor)r; known vendors: %(known)s") % {"vendor": vendor, "known": known},
             details={"vendor": vendor, "known": sorted(ADAPTERS)},
         ) from None
 
@@ -94,7 +96,7 @@ def detect_kind(text: str | bytes) -> str:
     text = strip_ansi(ensure_text(text, kind=AUTO))
     stripped = text.strip()
     if not stripped:
-        raise ParseFailed("empty input", details={"kind": AUTO})
+        raise ParseFailed(_("empty input"), details={"kind": AUTO})
     first_line = stripped.splitlines()[0].strip()
     if stripped.startswith("<") and "<nvidia_smi_log" in stripped[:4096]:
         return "nvidia-smi-xml"
@@ -122,8 +124,11 @@ def detect_kind(text: str | bytes) -> str:
         return "nvidia-smi-csv"
     supported = sorted(PARSERS)
     raise ParseFailed(
-        f"line 1: cannot tell which tool printed this output ({first_line[:80]!r}); "
-        f"name the kind instead of 'auto'; supported kinds: {', '.join(supported)}",
+        _(
+            "line 1: cannot tell which tool printed this output (%(text)r); name the kind instead of 'auto'; "
+            "supported kinds: %(kinds)s"
+        )
+        % {"text": first_line[:80], "kinds": ", ".join(supported)},
         details={"kind": AUTO, "line": 1, "text": first_line[:300], "valid_kinds": supported},
     )
 
@@ -150,7 +155,7 @@ def _detect_json(text: str) -> str:
 def _unknown_kind(kind: object) -> ParseFailed:
     valid = sorted(PARSERS)
     return ParseFailed(
-        f"unknown report kind {kind!r}; valid kinds: {', '.join(valid)}",
+        _("unknown report kind %(kind)r; valid kinds: %(kinds)s") % {"kind": kind, "kinds": ", ".join(valid)},
         details={"kind": kind if isinstance(kind, str) else repr(kind), "valid_kinds": valid},
     )
 

@@ -14,6 +14,8 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, ClassVar, NoReturn
 
+from django.utils.translation import gettext as _
+
 from apps.core.errors import ParseFailed
 
 from .base import ParsedReport
@@ -135,11 +137,14 @@ def fail_line(lineno: int, message: str, *, kind: str, text: str | None = None, 
     if text is not None:
         info["text"] = text[:300]
     info.update(details)
-    raise ParseFailed(f"line {lineno}: {message}", details=info)
+    raise ParseFailed(_("line %(line)d: %(message)s") % {"line": lineno, "message": message}, details=info)
 
 
 def fail_element(path: str, message: str, *, kind: str, **details: Any) -> NoReturn:
-    raise ParseFailed(f"element {path}: {message}", details={"kind": kind, "element": path, **details})
+    raise ParseFailed(
+        _("element %(element)s: %(message)s") % {"element": path, "message": message},
+        details={"kind": kind, "element": path, **details},
+    )
 
 
 def fail(message: str, *, kind: str, **details: Any) -> NoReturn:
@@ -219,7 +224,7 @@ def text_lines(text: str | bytes, *, kind: str) -> list[str]:
     text = ensure_text(text, kind=kind)
     text = strip_ansi(text)
     if not text.strip():
-        fail("empty input", kind=kind)
+        fail(_("empty input"), kind=kind)
     return text.splitlines()
 
 
@@ -228,9 +233,9 @@ def ensure_text(text: str | bytes, *, kind: str) -> str:
         try:
             text = text.decode("utf-8")
         except UnicodeDecodeError as exc:
-            fail(f"input is not UTF-8 (byte {exc.start})", kind=kind)
+            fail(_("input is not UTF-8 (byte %(byte)d)") % {"byte": exc.start}, kind=kind)
     if not isinstance(text, str):
-        fail(f"expected text, got {type(text).__name__}", kind=kind)
+        fail(_("expected text, got %(type)s") % {"type": type(text).__name__}, kind=kind)
     return text.lstrip("\ufeff")
 
 

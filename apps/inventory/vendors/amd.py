@@ -16,6 +16,8 @@ import json
 import re
 from typing import Any
 
+from django.utils.translation import gettext as _
+
 from apps.core.jsondepth import MAX_JSON_DEPTH, too_deep
 
 from .adapter import (
@@ -47,15 +49,24 @@ def _load_json_object(text: str, *, kind: str) -> dict:
     """rocm-smi's --json output as a dict, or a ParseFailed naming the line (or the nesting depth:
     json.loads recurses once per level, issue 15 finding 5a)."""
     if too_deep(text):
-        fail(f"JSON nested deeper than {MAX_JSON_DEPTH} levels", kind=kind)
+        fail(
+            _("JSON nested deeper than %(MAX_JSON_DEPTH)s levels") % {"MAX_JSON_DEPTH": MAX_JSON_DEPTH},
+            kind=kind,
+        )
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        fail_line(exc.lineno, f"invalid JSON at column {exc.colno}: {exc.msg}", kind=kind, column=exc.colno)
+        fail_line(
+            exc.lineno,
+            _("invalid JSON at column %(colno)s: %(msg)s") % {"colno": exc.colno, "msg": exc.msg},
+            kind=kind,
+            column=exc.colno,
+        )
     if not isinstance(data, dict):
         fail_element(
             "<root>",
-            f"expected a JSON object keyed card0..N and system, got {type(data).__name__}",
+            _("expected a JSON object keyed card0..N and system, got %(type)s")
+            % {"type": type(data).__name__},
             kind=kind,
         )
     return data
@@ -64,7 +75,7 @@ def _load_json_object(text: str, *, kind: str) -> dict:
 def parse_rocm_smi_json(text: str) -> ParsedReport:
     text = ensure_text(text, kind=KIND)
     if not text.strip():
-        fail("empty input", kind=KIND)
+        fail(_("empty input"), kind=KIND)
     data = _load_json_object(text, kind=KIND)
 
     report = ParsedReport(vendor=VENDOR, kind=KIND)
@@ -76,14 +87,18 @@ def parse_rocm_smi_json(text: str) -> ParsedReport:
                 report.warnings.append(f"ignored top-level key {key!r}")
             continue
         if not isinstance(value, dict):
-            fail_element(key, f"expected an object, got {type(value).__name__}", kind=KIND)
+            fail_element(
+                key, _("expected an object, got %(type)s") % {"type": type(value).__name__}, kind=KIND
+            )
         cards.append((int(match.group(1)), key, value))
     if not cards:
-        fail_element("<root>", "no card0..N entries", kind=KIND)
+        fail_element("<root>", _("no card0..N entries"), kind=KIND)
 
     system = data.get("system", {})
     if not isinstance(system, dict):
-        fail_element("system", f"expected an object, got {type(system).__name__}", kind=KIND)
+        fail_element(
+            "system", _("expected an object, got %(type)s") % {"type": type(system).__name__}, kind=KIND
+        )
     report.node["driver_version"] = na(_str(_get(system, "Driver version")))
     report.node["rocm_version"] = na(_str(_get(system, "ROCm version")))
 
@@ -142,7 +157,7 @@ def _card(index: int, key: str, card: dict[str, Any]) -> ParsedDevice:
         try:
             return parse_number(raw)
         except ValueError:
-            fail_element(f"{key}/{names[0]}", f"{raw!r} is not a number", kind=KIND)
+            fail_element(f"{key}/{names[0]}", _("%(raw)r is not a number") % {"raw": raw}, kind=KIND)
 
     def mib(name: str) -> int | None:
         value = number(name)
@@ -152,12 +167,14 @@ def _card(index: int, key: str, card: dict[str, Any]) -> ParsedDevice:
     try:
         pci_bus_id = normalise_pci_bus_id(bus_raw)
     except ValueError:
-        fail_element(f"{key}/PCI Bus", f"{bus_raw!r} is not a PCI bus id", kind=KIND)
+        fail_element(f"{key}/PCI Bus", _("%(bus_raw)r is not a PCI bus id") % {"bus_raw": bus_raw}, kind=KIND)
     device_raw = field("Device ID")
     try:
         pci_device_id = hex_id(device_raw)
     except ValueError:
-        fail_element(f"{key}/Device ID", f"{device_raw!r} is not a hex id", kind=KIND)
+        fail_element(
+            f"{key}/Device ID", _("%(device_raw)r is not a hex id") % {"device_raw": device_raw}, kind=KIND
+        )
 
     temperature = number("Temperature (Sensor junction) (C)")
     if temperature is None:
@@ -257,7 +274,8 @@ def parse_smi_topology_text(
         first = next((n for n, line in enumerate(lines, start=1) if line.strip()), 1)
         fail_line(
             first,
-            f"no '=== {banner} ===' rule; is this {kind.replace('-topo', '')} --showtopo output?",
+            _("no '=== %(banner)s ===' rule; is this %(kind)s --showtopo output?")
+            % {"banner": banner, "kind": kind.replace("-topo", "")},
             kind=kind,
             text=lines[first - 1],
         )
@@ -277,7 +295,8 @@ def parse_smi_topology_text(
             if missing:
                 fail_line(
                     at,
-                    f"section {section!r} ends before the row for device {missing[0]} (truncated?)",
+                    _("section %(section)r ends before the row for device %(missing)s (truncated?)")
+                    % {"section": section, "missing": missing[0]},
                     kind=kind,
                 )
 
@@ -298,8 +317,10 @@ def parse_smi_topology_text(
         if section is None:
             fail_line(
                 n,
-                f"expected a topology section ('=== Link Type between two {words[0]}s ===', 'Numa Nodes', ...); "
-                f"is this {kind.replace('-topo', '')} --showtopo output?",
+                _(
+                    "expected a topology section ('=== Link Type between two %(words)ss ===', 'Numa Nodes', ...); is this %(kind)s --showtopo output?"
+                )
+                % {"words": words[0], "kind": kind.replace("-topo", "")},
                 kind=kind,
                 text=line,
             )
@@ -310,7 +331,8 @@ def parse_smi_topology_text(
                 if not all(matches):
                     fail_line(
                         n,
-                        f"expected the {section!r} header ({words[0]}0 {words[0]}1 ...)",
+                        _("expected the %(section)r header (%(words)s0 %(words)s1 ...)")
+                        % {"section": section, "words": words[0]},
                         kind=kind,
                         text=line,
                     )
@@ -322,7 +344,8 @@ def parse_smi_topology_text(
             if row is None or int(row.group(1)) not in header:
                 fail_line(
                     n,
-                    f"row label {tokens[0]!r} is not a column of the header (line {header_no})",
+                    _("row label %(tokens)r is not a column of the header (line %(header_no)s)")
+                    % {"tokens": tokens[0], "header_no": header_no},
                     kind=kind,
                     text=line,
                 )
@@ -330,12 +353,19 @@ def parse_smi_topology_text(
             if a in rows_seen:
                 fail_line(
                     n,
-                    f"row {tokens[0]} appears twice in {section!r} (first on line {rows_seen[a]})",
+                    _("row %(tokens)s appears twice in %(section)r (first on line %(line)s)")
+                    % {"tokens": tokens[0], "section": section, "line": rows_seen[a]},
                     kind=kind,
                     text=line,
                 )
             if len(tokens) - 1 != len(header):
-                fail_line(n, f"expected {len(header)} cells, got {len(tokens) - 1}", kind=kind, text=line)
+                fail_line(
+                    n,
+                    _("expected %(count)s cells, got %(count2)s")
+                    % {"count": len(header), "count2": len(tokens) - 1},
+                    kind=kind,
+                    text=line,
+                )
             rows_seen[a] = n
             what = _MATRIX_TITLE.fullmatch(section)["what"].lower()
             for b, cell in zip(header, tokens[1:], strict=True):
@@ -345,7 +375,12 @@ def parse_smi_topology_text(
         if section.lower().startswith("numa"):
             match = _NUMA_LINE.fullmatch(stripped)
             if match is None or match["word"].upper() not in words:
-                fail_line(n, f"expected '{words[0]}[<n>] : (Topology) Numa Node: <n>'", kind=kind, text=line)
+                fail_line(
+                    n,
+                    _("expected '%(words)s[<n>] : (Topology) Numa Node: <n>'") % {"words": words[0]},
+                    kind=kind,
+                    text=line,
+                )
             index = int(match["index"])
             seen_devices.add(index)
             numa.setdefault(index, {})[match["what"].lower()] = single_int(match["value"])
@@ -353,9 +388,9 @@ def parse_smi_topology_text(
         # Other sections (access matrices in another layout, future additions) are skipped.
     if end_no is None:
         close_matrix(len(lines))
-        fail_line(len(lines), "no '=== End of ... SMI Log ===' rule: the output is truncated", kind=kind)
+        fail_line(len(lines), _("no '=== End of ... SMI Log ===' rule: the output is truncated"), kind=kind)
     if not seen_devices:
-        fail_line(end_no, "no topology section lists a device", kind=kind)
+        fail_line(end_no, _("no topology section lists a device"), kind=kind)
 
     report = ParsedReport(vendor=vendor, kind=kind, full_inventory=False)
     for index in sorted(seen_devices):
@@ -409,7 +444,9 @@ def _topo_json(text: str) -> ParsedReport:
         if match is None:
             continue
         if not isinstance(value, dict):
-            fail_element(key, f"expected an object, got {type(value).__name__}", kind=kind)
+            fail_element(
+                key, _("expected an object, got %(type)s") % {"type": type(value).__name__}, kind=kind
+            )
         index = int(match.group(1))
         report.devices.append(
             ParsedDevice(index=index, numa_node=single_int(_str(_get(value, "(Topology) Numa Node"))))
@@ -417,7 +454,9 @@ def _topo_json(text: str) -> ParsedReport:
         numa_affinity[index] = single_int(_str(_get(value, "(Topology) Numa Affinity")))
     system = data.get("system", {})
     if not isinstance(system, dict):
-        fail_element("system", f"expected an object, got {type(system).__name__}", kind=kind)
+        fail_element(
+            "system", _("expected an object, got %(type)s") % {"type": type(system).__name__}, kind=kind
+        )
     sources: dict[str, dict[tuple[int, int], str]] = {"link type": {}, "weight": {}, "hops": {}}
     for name, raw in system.items():
         match = _TOPOLOGY.fullmatch(name)
@@ -427,7 +466,7 @@ def _topo_json(text: str) -> ParsedReport:
         if a != b:
             sources[match.group(1).lower()][(a, b)] = _str(raw) or ""
     if not report.devices and not any(sources.values()):
-        fail_element("<root>", "no card0..N entries and no (Topology) pairs in system", kind=kind)
+        fail_element("<root>", _("no card0..N entries and no (Topology) pairs in system"), kind=kind)
     known = {d.index for d in report.devices}
     for pair_source in sources.values():
         for a, b in pair_source:

@@ -41,6 +41,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from django.utils.translation import gettext as _
+
 from .adapter import (
     VendorAdapter,
     fail_line,
@@ -85,7 +87,7 @@ def parse_cnmon(text: str) -> ParsedReport:
         first = next((n for n, line in enumerate(lines, start=1) if line.strip()), 1)
         fail_line(
             first,
-            "no '| CNMON v<version> ... |' banner; is this cnmon output?",
+            _("no '| CNMON v<version> ... |' banner; is this cnmon output?"),
             kind=kind,
             text=lines[first - 1],
         )
@@ -96,7 +98,7 @@ def parse_cnmon(text: str) -> ParsedReport:
     if head1 is None or head1 + 1 > len(lines):
         fail_line(
             len(lines),
-            "no '| Card  VF  Name  Firmware | ...' header after the banner (truncated?)",
+            _("no '| Card  VF  Name  Firmware | ...' header after the banner (truncated?)"),
             kind=kind,
         )
     first_header = _cells(lines[head1 - 1])
@@ -104,7 +106,7 @@ def parse_cnmon(text: str) -> ParsedReport:
     if len(first_header) != 3 or len(second_header) != 3 or not second_header[0].startswith("Fan"):
         fail_line(
             head1,
-            "expected the two header lines 'Card VF Name Firmware | ... | ...'",
+            _("expected the two header lines 'Card VF Name Firmware | ... | ...'"),
             kind=kind,
             text=lines[head1 - 1],
         )
@@ -134,7 +136,7 @@ def parse_cnmon(text: str) -> ParsedReport:
             continue
         cells = _cells(line)
         if not stripped.startswith("|") or len(cells) != 3:
-            fail_line(n, "expected a '| ... | ... | ... |' card line", kind=kind, text=line)
+            fail_line(n, _("expected a '| ... | ... | ... |' card line"), kind=kind, text=line)
         if pending is None:
             pending = (n, _card_line(cells, n, line, has_bus))
             closed = False
@@ -143,7 +145,8 @@ def parse_cnmon(text: str) -> ParsedReport:
             if device.index in devices:
                 fail_line(
                     n,
-                    f"card {device.index} already listed on line {card_line[device.index]}",
+                    _("card %(index)s already listed on line %(line)s")
+                    % {"index": device.index, "line": card_line[device.index]},
                     kind=kind,
                     text=line,
                 )
@@ -154,14 +157,17 @@ def parse_cnmon(text: str) -> ParsedReport:
     if pending is not None:
         fail_line(
             pending[0] + 1,
-            f"card {pending[1]['index']} has no second line (Fan Temp Pwr ...): truncated output",
+            _("card %(index)s has no second line (Fan Temp Pwr ...): truncated output")
+            % {"index": pending[1]["index"]},
             kind=kind,
         )
     if not devices:
-        fail_line(min(n, len(lines)), "the table lists no card", kind=kind)
+        fail_line(min(n, len(lines)), _("the table lists no card"), kind=kind)
     if not closed:
         fail_line(
-            len(lines), "the card table is not closed by a '+---+' rule: the output is truncated", kind=kind
+            len(lines),
+            _("the card table is not closed by a '+---+' rule: the output is truncated"),
+            kind=kind,
         )
 
     drivers = {d.extra.pop("driver") for d in devices.values() if d.extra.get("driver")}
@@ -178,7 +184,8 @@ def _card_line(cells: list[str], lineno: int, line: str, has_bus: bool) -> dict[
     if len(words) < 4 or not words[0].isdigit():
         fail_line(
             lineno,
-            f"expected '<card> <VF> <name> <firmware>' in the first cell, got {cells[0]!r}",
+            _("expected '<card> <VF> <name> <firmware>' in the first cell, got %(cells)r")
+            % {"cells": cells[0]},
             kind=KIND,
             text=line,
         )
@@ -192,7 +199,9 @@ def _card_line(cells: list[str], lineno: int, line: str, has_bus: bool) -> dict[
         try:
             values["pci_bus_id"] = normalise_pci_bus_id(cells[1])
         except ValueError:
-            fail_line(lineno, f"Bus-Id {cells[1]!r} is not a PCI bus id", kind=KIND, text=line)
+            fail_line(
+                lineno, _("Bus-Id %(cells)r is not a PCI bus id") % {"cells": cells[1]}, kind=KIND, text=line
+            )
     else:
         inited = cells[1].split()
         values["inited"] = inited[0] if inited else None
@@ -200,13 +209,21 @@ def _card_line(cells: list[str], lineno: int, line: str, has_bus: bool) -> dict[
     util = cells[2].split()
     if len(util) != 2:
         fail_line(
-            lineno, f"expected '<Util> <Ecc-Error>' in the third cell, got {cells[2]!r}", kind=KIND, text=line
+            lineno,
+            _("expected '<Util> <Ecc-Error>' in the third cell, got %(cells)r") % {"cells": cells[2]},
+            kind=KIND,
+            text=line,
         )
     try:
         values["util"] = parse_number(util[0], "%")
         values["ecc"] = parse_int(util[1])
     except ValueError:
-        fail_line(lineno, f"Util / Ecc-Error: {cells[2]!r} is not '<n>% <count>'", kind=KIND, text=line)
+        fail_line(
+            lineno,
+            _("Util / Ecc-Error: %(cells)r is not '<n>%% <count>'") % {"cells": cells[2]},
+            kind=KIND,
+            text=line,
+        )
     return values
 
 
@@ -223,14 +240,15 @@ def _card_second_line(
     if power is None:
         fail_line(
             lineno,
-            f"expected '<fan>% <temp>C <usage> W/ <cap> W' in the first cell, got {cells[0]!r}",
+            _("expected '<fan>%% <temp>C <usage> W/ <cap> W' in the first cell, got %(cells)r")
+            % {"cells": cells[0]},
             kind=KIND,
             text=line,
         )
     if memory is None:
         fail_line(
             lineno,
-            f"expected '<used> MiB/ <total> MiB' in the second cell, got {cells[1]!r}",
+            _("expected '<used> MiB/ <total> MiB' in the second cell, got %(cells)r") % {"cells": cells[1]},
             kind=KIND,
             text=line,
         )
@@ -244,7 +262,7 @@ def _card_second_line(
     except ValueError:
         fail_line(
             lineno,
-            f"a value on the second line of card {card['index']} is not a number",
+            _("a value on the second line of card %(index)s is not a number") % {"index": card["index"]},
             kind=KIND,
             text=line,
         )
@@ -311,7 +329,8 @@ def parse_cnmon_info(text: str) -> ParsedReport:
             if open_section is not None:
                 fail_line(
                     open_section[0],
-                    f"section {open_section[1]!r} has no entries: truncated output?",
+                    _("section %(open_section)r has no entries: truncated output?")
+                    % {"open_section": open_section[1]},
                     kind=kind,
                 )
             current = {}
@@ -321,16 +340,19 @@ def parse_cnmon_info(text: str) -> ParsedReport:
         if current is None:
             fail_line(
                 n,
-                "expected 'Card <n>' before the first key; is this cnmon info output?",
+                _("expected 'Card <n>' before the first key; is this cnmon info output?"),
                 kind=kind,
                 text=line,
             )
         match = _KEY_VALUE.fullmatch(stripped)
         if match is None:
-            fail_line(n, "expected '<key> : <value>'", kind=kind, text=line)
+            fail_line(n, _("expected '<key> : <value>'"), kind=kind, text=line)
         if open_section is not None and indent <= open_section[2]:
             fail_line(
-                open_section[0], f"section {open_section[1]!r} has no entries: truncated output?", kind=kind
+                open_section[0],
+                _("section %(open_section)r has no entries: truncated output?")
+                % {"open_section": open_section[1]},
+                kind=kind,
             )
         open_section = None
         while stack and stack[-1][0] >= indent:
@@ -344,17 +366,20 @@ def parse_cnmon_info(text: str) -> ParsedReport:
         current.setdefault(path, value)
     if open_section is not None:
         fail_line(
-            open_section[0], f"section {open_section[1]!r} has no entries: the output is truncated", kind=kind
+            open_section[0],
+            _("section %(open_section)r has no entries: the output is truncated")
+            % {"open_section": open_section[1]},
+            kind=kind,
         )
     if not cards:
-        fail_line(len(lines), "no 'Card <n>' block; is this cnmon info output?", kind=kind)
+        fail_line(len(lines), _("no 'Card <n>' block; is this cnmon info output?"), kind=kind)
 
     seen: dict[int, int] = {}
     for index, lineno, values in cards:
         if index in seen:
             fail_line(
                 lineno,
-                f"card {index} already listed on line {seen[index]}",
+                _("card %(index)s already listed on line %(line)s") % {"index": index, "line": seen[index]},
                 kind=kind,
                 text=lines[lineno - 1],
             )
@@ -378,7 +403,12 @@ def _info_device(index: int, lineno: int, values: dict[str, Any], report: Parsed
         try:
             return parse_number(raw, unit)
         except ValueError:
-            fail_line(lineno, f"card {index}: {path} {raw!r} is not '<n> {unit}'", kind=kind)
+            fail_line(
+                lineno,
+                _("card %(index)s: %(path)s %(raw)r is not '<n> %(unit)s'")
+                % {"index": index, "path": path, "raw": raw, "unit": unit},
+                kind=kind,
+            )
 
     pci_bus_id = None
     domain, bus, dev, fn = (get(f"PCI/{k}") for k in ("Domain ID", "Bus num", "Device", "Function"))
@@ -387,7 +417,11 @@ def _info_device(index: int, lineno: int, values: dict[str, Any], report: Parsed
         try:
             pci_bus_id = normalise_pci_bus_id(raw)
         except ValueError:
-            fail_line(lineno, f"card {index}: PCI {raw!r} is not a PCI bus id", kind=kind)
+            fail_line(
+                lineno,
+                _("card %(index)s: PCI %(raw)r is not a PCI bus id") % {"index": index, "raw": raw},
+                kind=kind,
+            )
     driver = get("Driver")
     if driver:
         driver = driver.lstrip("v")

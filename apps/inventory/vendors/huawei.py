@@ -29,6 +29,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from django.utils.translation import gettext as _
+
 from .adapter import (
     VendorAdapter,
     fail_line,
@@ -65,7 +67,7 @@ def parse_npu_smi(text: str) -> ParsedReport:
     if banner_no is None:
         first = next((n for n, line in enumerate(lines, start=1) if line.strip()), 1)
         fail_line(
-            first, "no 'npu-smi <version>  Version: <version>' banner; is this npu-smi info?", kind=KIND
+            first, _("no 'npu-smi <version>  Version: <version>' banner; is this npu-smi info?"), kind=KIND
         )
 
     # The two header lines.
@@ -78,10 +80,10 @@ def parse_npu_smi(text: str) -> ParsedReport:
                 head2 = n + 1
             break
     if head1 is None:
-        fail_line(len(lines), "no 'NPU Name | Health | ...' header line after the banner", kind=KIND)
+        fail_line(len(lines), _("no 'NPU Name | Health | ...' header line after the banner"), kind=KIND)
     second = _cells(lines[head2 - 1]) if head2 else []
     if not second or not second[0].startswith("Chip"):
-        fail_line(head2 or head1, "expected the 'Chip | Bus-Id | AICore(%) ...' header line", kind=KIND)
+        fail_line(head2 or head1, _("expected the 'Chip | Bus-Id | AICore(%) ...' header line"), kind=KIND)
     chip_words = second[0].split()
     style = "chip"
     if len(chip_words) > 1:
@@ -103,20 +105,25 @@ def parse_npu_smi(text: str) -> ParsedReport:
         if cells and cells[0].split()[:2] == ["NPU", "Chip"]:
             break  # the process table
         if not stripped.startswith("|") or len(cells) < 3:
-            fail_line(n, "expected a '| ... | ... | ... |' device line", kind=KIND, text=line)
+            fail_line(n, _("expected a '| ... | ... | ... |' device line"), kind=KIND, text=line)
         is_chip_line = looks_like_pci_bus_id(cells[1]) or cells[1].upper() in ("NA", "N/A")
         if pending is None:
             if is_chip_line:
                 fail_line(
-                    n, "chip line (Chip | Bus-Id | ...) without the NPU line before it", kind=KIND, text=line
+                    n,
+                    _("chip line (Chip | Bus-Id | ...) without the NPU line before it"),
+                    kind=KIND,
+                    text=line,
                 )
             pending = (n, _npu_line(cells, n, line))
         else:
             if not is_chip_line:
                 fail_line(
                     n,
-                    f"expected the second line of NPU {pending[1]['npu_id']} (line {pending[0]}) "
-                    "(Chip | Bus-Id | AICore ...), got another NPU line",
+                    _(
+                        "expected the second line of NPU %(npu_id)s (line %(pending)s) (Chip | Bus-Id | AICore ...), got another NPU line"
+                    )
+                    % {"npu_id": pending[1]["npu_id"], "pending": pending[0]},
                     kind=KIND,
                     text=line,
                 )
@@ -124,7 +131,8 @@ def parse_npu_smi(text: str) -> ParsedReport:
             if device.index in devices:
                 fail_line(
                     n,
-                    f"device index {device.index} already used on line {index_line[device.index]}",
+                    _("device index %(index)s already used on line %(line)s")
+                    % {"index": device.index, "line": index_line[device.index]},
                     kind=KIND,
                     text=line,
                 )
@@ -136,7 +144,8 @@ def parse_npu_smi(text: str) -> ParsedReport:
     if pending is not None:
         fail_line(
             pending[0] + 1,
-            f"NPU {pending[1]['npu_id']} has no second line (Chip | Bus-Id | AICore ...); truncated output?",
+            _("NPU %(npu_id)s has no second line (Chip | Bus-Id | AICore ...); truncated output?")
+            % {"npu_id": pending[1]["npu_id"]},
             kind=KIND,
         )
 
@@ -185,20 +194,27 @@ def _value(raw: str, lineno: int, line: str, what: str) -> float | None:
     try:
         return parse_number(raw)
     except ValueError:
-        fail_line(lineno, f"{what}: {raw!r} is not a number", kind=KIND, text=line)
+        fail_line(
+            lineno, _("%(what)s: %(raw)r is not a number") % {"what": what, "raw": raw}, kind=KIND, text=line
+        )
 
 
 def _count(raw: str, lineno: int, line: str, what: str) -> int | None:
     value = _value(raw, lineno, line, what)
     if value is not None and value != int(value):
-        fail_line(lineno, f"{what}: {raw!r} is not a whole number", kind=KIND, text=line)
+        fail_line(
+            lineno,
+            _("%(what)s: %(raw)r is not a whole number") % {"what": what, "raw": raw},
+            kind=KIND,
+            text=line,
+        )
     return None if value is None else int(value)
 
 
 def _pair(tokens: list[str], at: int, lineno: int, line: str, what: str) -> tuple[int | None, int | None]:
     """``used / total`` starting at tokens[at]."""
     if len(tokens) < at + 3 or tokens[at + 1] != "/":
-        fail_line(lineno, f"{what}: expected '<used> / <total>'", kind=KIND, text=line)
+        fail_line(lineno, _("%(what)s: expected '<used> / <total>'") % {"what": what}, kind=KIND, text=line)
     return _count(tokens[at], lineno, line, what), _count(tokens[at + 2], lineno, line, what)
 
 
@@ -206,16 +222,20 @@ def _npu_line(cells: list[str], lineno: int, line: str) -> dict[str, Any]:
     words = cells[0].split()
     if len(words) < 2 or not _INT.fullmatch(words[0]):
         fail_line(
-            lineno, f"expected '<NPU id> <name>' in the first cell, got {cells[0]!r}", kind=KIND, text=line
+            lineno,
+            _("expected '<NPU id> <name>' in the first cell, got %(cells)r") % {"cells": cells[0]},
+            kind=KIND,
+            text=line,
         )
     health = cells[1]
     if not health:
-        fail_line(lineno, "the Health cell is empty", kind=KIND, text=line)
+        fail_line(lineno, _("the Health cell is empty"), kind=KIND, text=line)
     tokens = _spaced(cells[2])
     if len(tokens) != 5:
         fail_line(
             lineno,
-            f"expected 'Power(W) Temp(C) <used> / <total>' in the third cell, got {cells[2]!r}",
+            _("expected 'Power(W) Temp(C) <used> / <total>' in the third cell, got %(cells)r")
+            % {"cells": cells[2]},
             kind=KIND,
             text=line,
         )
@@ -237,14 +257,21 @@ def _chip_line(
     expected_ids = 1 if style == "chip" else 2
     if len(ids) != expected_ids or not all(_INT.fullmatch(i) for i in ids):
         label = {"chip": "<chip>", "phy": "<chip> <phy-id>", "device": "<chip> <device>"}[style]
-        fail_line(lineno, f"expected '{label}' in the first cell, got {cells[0]!r}", kind=KIND, text=line)
+        fail_line(
+            lineno,
+            _("expected '%(label)s' in the first cell, got %(cells)r") % {"label": label, "cells": cells[0]},
+            kind=KIND,
+            text=line,
+        )
     chip_id = int(ids[0])
     index = npu["npu_id"] if style == "chip" else int(ids[1])
 
     try:
         pci_bus_id = normalise_pci_bus_id(cells[1])
     except ValueError:
-        fail_line(lineno, f"Bus-Id {cells[1]!r} is not a PCI bus id", kind=KIND, text=line)
+        fail_line(
+            lineno, _("Bus-Id %(cells)r is not a PCI bus id") % {"cells": cells[1]}, kind=KIND, text=line
+        )
 
     tokens = _spaced(cells[2])
     pairs = 2 if has_hbm else 1
@@ -257,7 +284,12 @@ def _chip_line(
         aicore, start = None, 0
     else:
         shape = "AICore(%) <used> / <total>" + (" <used> / <total>" if has_hbm else "")
-        fail_line(lineno, f"expected '{shape}' in the third cell, got {cells[2]!r}", kind=KIND, text=line)
+        fail_line(
+            lineno,
+            _("expected '%(shape)s' in the third cell, got %(cells)r") % {"shape": shape, "cells": cells[2]},
+            kind=KIND,
+            text=line,
+        )
     memory_used, memory_total = _pair(tokens, start, lineno, line, "Memory-Usage(MB)")
     hbm_used = hbm_total = None
     if has_hbm:
@@ -342,22 +374,27 @@ def parse_npu_smi_topo(text: str) -> ParsedReport:
         if tokens:
             fail_line(
                 n,
-                "expected the matrix header '   NPU0  NPU1 ... CPU Affinity'; is this npu-smi info -t topo output?",
+                _(
+                    "expected the matrix header '   NPU0  NPU1 ... CPU Affinity'; is this npu-smi info -t topo output?"
+                ),
                 kind=kind,
                 text=line,
             )
     if header_no is None:
-        fail_line(len(lines), "no matrix header found", kind=kind)
+        fail_line(len(lines), _("no matrix header found"), kind=kind)
     header = lines[header_no - 1].split()
     trailing = 0
     if header[-2:] == ["CPU", "Affinity"]:
         header, trailing = header[:-2], 1
     if not all(_TOPO_LABEL.fullmatch(label) for label in header):
         fail_line(
-            header_no, "header cells must be NPU<n> or Phy-ID<n> labels", kind=kind, text=lines[header_no - 1]
+            header_no,
+            _("header cells must be NPU<n> or Phy-ID<n> labels"),
+            kind=kind,
+            text=lines[header_no - 1],
         )
     if len(set(header)) != len(header):
-        fail_line(header_no, "the header repeats a column", kind=kind, text=lines[header_no - 1])
+        fail_line(header_no, _("the header repeats a column"), kind=kind, text=lines[header_no - 1])
 
     rows: dict[str, list[str]] = {}
     affinity: dict[str, str | None] = {}
@@ -373,32 +410,50 @@ def parse_npu_smi_topo(text: str) -> ParsedReport:
         if label not in header:
             fail_line(
                 n,
-                f"row label {label!r} is not a column of the header (line {header_no})",
+                _("row label %(label)r is not a column of the header (line %(header_no)s)")
+                % {"label": label, "header_no": header_no},
                 kind=kind,
                 text=line,
             )
         if label in rows:
-            fail_line(n, f"row {label} appears twice (first on line {row_line[label]})", kind=kind, text=line)
+            fail_line(
+                n,
+                _("row %(label)s appears twice (first on line %(line)s)")
+                % {"label": label, "line": row_line[label]},
+                kind=kind,
+                text=line,
+            )
         if len(cells) not in (len(header), len(header) + trailing):
             fail_line(
                 n,
-                f"expected {len(header)} cells ({header[0]}..{header[-1]})"
-                + (" and a CPU affinity" if trailing else "")
-                + f", got {len(cells)}",
+                (
+                    _("expected %(count)s cells (%(first)s..%(last)s) and a CPU affinity, got %(got)s")
+                    if trailing
+                    else _("expected %(count)s cells (%(first)s..%(last)s), got %(got)s")
+                )
+                % {"count": len(header), "first": header[0], "last": header[-1], "got": len(cells)},
                 kind=kind,
                 text=line,
             )
         for column, cell in zip(header, cells, strict=False):
             if cell.upper() not in _TOPO_CELLS:
                 fail_line(
-                    n, f"row {label}, column {column}: {cell!r} is not a topology cell", kind=kind, text=line
+                    n,
+                    _("row %(label)s, column %(column)s: %(cell)r is not a topology cell")
+                    % {"label": label, "column": column, "cell": cell},
+                    kind=kind,
+                    text=line,
                 )
             if (cell.upper() == "X") != (column == label):
                 fail_line(
                     n,
-                    f"row {label}, column {column}: {cell!r} where the diagonal X is expected"
-                    if column == label
-                    else f"row {label}, column {column}: 'X' off the diagonal",
+                    (
+                        _("row %(label)s, column %(column)s: %(cell)r where the diagonal X is expected")
+                        % {"label": label, "column": column, "cell": cell}
+                        if column == label
+                        else _("row %(label)s, column %(column)s: 'X' off the diagonal")
+                        % {"label": label, "column": column}
+                    ),
                     kind=kind,
                     text=line,
                 )
@@ -409,15 +464,17 @@ def parse_npu_smi_topo(text: str) -> ParsedReport:
     if missing:
         fail_line(
             min(end, len(lines)),
-            f"matrix ends before the row for {missing[0]} (truncated output?)",
+            _("matrix ends before the row for %(missing)s (truncated output?)") % {"missing": missing[0]},
             kind=kind,
         )
     if end > len(lines):
-        fail_line(len(lines), "no 'Legend:' block after the matrix: the output is truncated", kind=kind)
+        fail_line(len(lines), _("no 'Legend:' block after the matrix: the output is truncated"), kind=kind)
 
     index = {label: int(_TOPO_LABEL.fullmatch(label).group(1)) for label in header}
     if len(set(index.values())) != len(index):
-        fail_line(header_no, "two labels name the same device number", kind=kind, text=lines[header_no - 1])
+        fail_line(
+            header_no, _("two labels name the same device number"), kind=kind, text=lines[header_no - 1]
+        )
     position = {label: k for k, label in enumerate(header)}
     cells_by_pair = {(a, b): rows[a][position[b]].upper() for a in header for b in header}
     switches = pix_switch_ids(header, cells_by_pair)

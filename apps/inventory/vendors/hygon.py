@@ -20,6 +20,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from django.utils.translation import gettext as _
+
 from .adapter import VendorAdapter, fail_line, na, parse_number, text_lines
 from .amd import parse_smi_topology_text
 from .base import ParsedDevice, ParsedReport
@@ -47,7 +49,9 @@ def parse_hy_smi(text: str) -> ParsedReport:
     start = next((n for n, line in enumerate(lines, start=1) if "System Management Interface" in line), None)
     if start is None:
         first = next((n for n, line in enumerate(lines, start=1) if line.strip()), 1)
-        fail_line(first, "no '=== System Management Interface ===' rule; is this hy-smi output?", kind=KIND)
+        fail_line(
+            first, _("no '=== System Management Interface ===' rule; is this hy-smi output?"), kind=KIND
+        )
 
     header_no = None
     for n in range(start + 1, len(lines) + 1):
@@ -57,12 +61,15 @@ def parse_hy_smi(text: str) -> ParsedReport:
         header_no = n
         break
     if header_no is None:
-        fail_line(len(lines), "output ends before the table header (truncated?)", kind=KIND)
+        fail_line(len(lines), _("output ends before the table header (truncated?)"), kind=KIND)
     header = lines[header_no - 1].split()
     device_word = header[0].upper()
     if device_word not in ("DCU", "HCU") or "Temp" not in header:
         fail_line(
-            header_no, "expected a 'DCU|HCU  Temp  AvgPwr ...' header", kind=KIND, text=lines[header_no - 1]
+            header_no,
+            _("expected a 'DCU|HCU  Temp  AvgPwr ...' header"),
+            kind=KIND,
+            text=lines[header_no - 1],
         )
 
     report = ParsedReport(vendor=VENDOR, kind=KIND)
@@ -79,20 +86,25 @@ def parse_hy_smi(text: str) -> ParsedReport:
         cells = stripped.split()
         if len(cells) != len(header):
             fail_line(
-                n, f"expected {len(header)} columns as in the header, got {len(cells)}", kind=KIND, text=line
+                n,
+                _("expected %(count)s columns as in the header, got %(count2)s")
+                % {"count": len(header), "count2": len(cells)},
+                kind=KIND,
+                text=line,
             )
         device = _row(dict(zip(header, cells, strict=True)), device_word, n, line)
         if device.index in seen:
             fail_line(
                 n,
-                f"{device_word} {device.index} already listed on line {seen[device.index]}",
+                _("%(device_word)s %(index)s already listed on line %(line)s")
+                % {"device_word": device_word, "index": device.index, "line": seen[device.index]},
                 kind=KIND,
                 text=line,
             )
         seen[device.index] = n
         report.devices.append(device)
     if end_no is None:
-        fail_line(len(lines), "no '=== End of SMI Log ===' rule: the output is truncated", kind=KIND)
+        fail_line(len(lines), _("no '=== End of SMI Log ===' rule: the output is truncated"), kind=KIND)
 
     report.devices.sort(key=lambda d: d.index)
     report.topology = {"device_word": device_word}
@@ -109,11 +121,23 @@ def _row(values: dict[str, str], device_word: str, lineno: int, line: str) -> Pa
             return parse_number(raw, unit)
         except ValueError:
             expected = f"'<n>{unit}'" if unit else "a number"
-            fail_line(lineno, f"column {column}: {raw!r} is not {expected}", kind=KIND, text=line)
+            fail_line(
+                lineno,
+                _("column %(column)s: %(raw)r is not %(expected)s")
+                % {"column": column, "raw": raw, "expected": expected},
+                kind=KIND,
+                text=line,
+            )
 
     raw_index = values[device_word]
     if not re.fullmatch(r"\d+", raw_index):
-        fail_line(lineno, f"column {device_word}: {raw_index!r} is not a device number", kind=KIND, text=line)
+        fail_line(
+            lineno,
+            _("column %(device_word)s: %(raw_index)r is not a device number")
+            % {"device_word": device_word, "raw_index": raw_index},
+            kind=KIND,
+            text=line,
+        )
 
     extra: dict[str, Any] = {}
     for column, raw in values.items():

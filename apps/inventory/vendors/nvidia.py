@@ -20,6 +20,7 @@ from typing import Any
 
 import defusedxml.ElementTree as SafeET
 from defusedxml import DefusedXmlException
+from django.utils.translation import gettext as _
 
 from .adapter import (
     VendorAdapter,
@@ -72,18 +73,26 @@ def parse_nvidia_smi_xml(text: str) -> ParsedReport:
     kind = KIND_XML
     text = ensure_text(text, kind=kind)
     if not text.strip():
-        fail("empty input", kind=kind)
+        fail(_("empty input"), kind=kind)
     try:
         root = SafeET.fromstring(text)
     except SafeET.ParseError as exc:
         line, column = exc.position
         reason = str(exc).split(": line ")[0]
-        fail_line(line, f"XML is not well-formed at column {column}: {reason}", kind=kind, column=column)
+        fail_line(
+            line,
+            _("XML is not well-formed at column %(column)s: %(reason)s")
+            % {"column": column, "reason": reason},
+            kind=kind,
+            column=column,
+        )
     except DefusedXmlException as exc:
-        fail(f"forbidden XML construct: {type(exc).__name__}", kind=kind)
+        fail(_("forbidden XML construct: %(type)s") % {"type": type(exc).__name__}, kind=kind)
 
     if root.tag != "nvidia_smi_log":
-        fail_element(root.tag, f"root element is <{root.tag}>, expected <nvidia_smi_log>", kind=kind)
+        fail_element(
+            root.tag, _("root element is <%(tag)s>, expected <nvidia_smi_log>") % {"tag": root.tag}, kind=kind
+        )
 
     report = ParsedReport(vendor=VENDOR, kind=kind)
     report.node["driver_version"] = na(_child_text(root, "driver_version"))
@@ -97,7 +106,8 @@ def parse_nvidia_smi_xml(text: str) -> ParsedReport:
         if device.index in by_index:
             fail_element(
                 f"{where}/minor_number",
-                f"index {device.index} already used by {by_index[device.index]}",
+                _("index %(index)s already used by %(other)s")
+                % {"index": device.index, "other": by_index[device.index]},
                 kind=kind,
             )
         by_index[device.index] = where
@@ -122,7 +132,9 @@ def _xml_quantity(element: Any, path: str, unit: str, where: str, *, integer: bo
     try:
         return parse_int(raw, unit) if integer else parse_number(raw, unit)
     except ValueError:
-        fail_element(f"{where}/{path}", f"{raw!r} is not '<n> {unit}'", kind=KIND_XML)
+        fail_element(
+            f"{where}/{path}", _("%(raw)r is not '<n> %(unit)s'") % {"raw": raw, "unit": unit}, kind=KIND_XML
+        )
 
 
 def _xml_count(element: Any, path: str, where: str) -> int | None:
@@ -130,14 +142,14 @@ def _xml_count(element: Any, path: str, where: str) -> int | None:
     try:
         return parse_int(raw)
     except ValueError:
-        fail_element(f"{where}/{path}", f"{raw!r} is not an integer", kind=KIND_XML)
+        fail_element(f"{where}/{path}", _("%(raw)r is not an integer") % {"raw": raw}, kind=KIND_XML)
 
 
 def _xml_gpu(gpu: Any, where: str, position: int) -> ParsedDevice:
     kind = KIND_XML
     uuid = na(_child_text(gpu, "uuid"))
     if uuid is None:
-        fail_element(f"{where}/uuid", "missing (every <gpu> must carry its UUID)", kind=kind)
+        fail_element(f"{where}/uuid", _("missing (every <gpu> must carry its UUID)"), kind=kind)
 
     minor = _xml_count(gpu, "minor_number", where)
     index = minor if minor is not None else position
@@ -146,14 +158,20 @@ def _xml_gpu(gpu: Any, where: str, position: int) -> ParsedDevice:
     try:
         pci_bus_id = normalise_pci_bus_id(bus_raw)
     except ValueError:
-        fail_element(f"{where}/pci/pci_bus_id", f"{bus_raw!r} is not a PCI bus id", kind=kind)
+        fail_element(
+            f"{where}/pci/pci_bus_id", _("%(bus_raw)r is not a PCI bus id") % {"bus_raw": bus_raw}, kind=kind
+        )
 
     pci_device_id = _pci_device_id(_child_text(gpu, "pci/pci_device_id"), f"{where}/pci/pci_device_id", kind)
 
     mig_raw = na(_child_text(gpu, "mig_mode/current_mig"))
     mig_enabled = {"enabled": True, "disabled": False}.get(mig_raw.lower()) if mig_raw else None
     if mig_raw and mig_enabled is None:
-        fail_element(f"{where}/mig_mode/current_mig", f"{mig_raw!r} is not Enabled/Disabled/N/A", kind=kind)
+        fail_element(
+            f"{where}/mig_mode/current_mig",
+            _("%(mig_raw)r is not Enabled/Disabled/N/A") % {"mig_raw": mig_raw},
+            kind=kind,
+        )
 
     partitions = [
         _xml_mig_device(mig, f"{where}/mig_devices/mig_device[{i}]")
@@ -223,7 +241,11 @@ def _pci_device_id(raw: str | None, where: str, kind: str) -> str | None:
         return None
     body = value[2:] if value.lower().startswith("0x") else value
     if not re.fullmatch(r"[0-9A-Fa-f]{8}|[0-9A-Fa-f]{4}", body):
-        fail_element(where, f"{value!r} is not an 8-digit device+vendor id like '20B210DE'", kind=kind)
+        fail_element(
+            where,
+            _("%(value)r is not an 8-digit device+vendor id like '20B210DE'") % {"value": value},
+            kind=kind,
+        )
     return hex_id(body[:4])
 
 
@@ -233,7 +255,7 @@ _PROFILE_TAGS = ("profile", "profile_name", "mig_profile", "gpu_instance_profile
 def _xml_mig_device(mig: Any, where: str) -> dict[str, Any]:
     gi = _xml_count(mig, "gpu_instance_id", where)
     if gi is None:
-        fail_element(f"{where}/gpu_instance_id", "missing", kind=KIND_XML)
+        fail_element(f"{where}/gpu_instance_id", _("missing"), kind=KIND_XML)
     profile = None
     for tag in _PROFILE_TAGS:
         profile = na(_child_text(mig, tag))
@@ -289,11 +311,11 @@ def parse_nvidia_smi_csv(text: str) -> ParsedReport:
     lines = text_lines(text, kind=kind)
     rows = [(n, line) for n, line in enumerate(lines, start=1) if line.strip()]
     if not rows:
-        fail("empty input", kind=kind)
+        fail(_("empty input"), kind=kind)
 
     first_no, first_line = rows[0]
     if "no devices were found" in first_line.lower():
-        fail_line(first_no, "nvidia-smi reported 'No devices were found'", kind=kind, text=first_line)
+        fail_line(first_no, _("nvidia-smi reported 'No devices were found'"), kind=kind, text=first_line)
     first_cells = [c.strip() for c in first_line.split(",")]
     has_header = single_int(first_cells[0]) is None
     if has_header:
@@ -302,9 +324,9 @@ def parse_nvidia_smi_csv(text: str) -> ParsedReport:
             name = _UNIT_SUFFIX.sub("", cell).strip().lower()
             fields.append(_CSV_ALIASES.get(name, name))
         if "index" not in fields:
-            fail_line(first_no, "the header has no 'index' field", kind=kind, text=first_line)
+            fail_line(first_no, _("the header has no 'index' field"), kind=kind, text=first_line)
         if len(set(fields)) != len(fields):
-            fail_line(first_no, "the header repeats a field", kind=kind, text=first_line)
+            fail_line(first_no, _("the header repeats a field"), kind=kind, text=first_line)
         data = rows[1:]
     else:
         fields = list(AGENT_QUERY_FIELDS)
@@ -319,7 +341,8 @@ def parse_nvidia_smi_csv(text: str) -> ParsedReport:
         if len(cells) != len(fields):
             fail_line(
                 lineno,
-                f"expected {len(fields)} comma-separated fields, got {len(cells)}",
+                _("expected %(count)s comma-separated fields, got %(count2)s")
+                % {"count": len(fields), "count2": len(cells)},
                 kind=kind,
                 text=line,
             )
@@ -327,7 +350,8 @@ def parse_nvidia_smi_csv(text: str) -> ParsedReport:
         if device.index in seen:
             fail_line(
                 lineno,
-                f"index {device.index} already used on line {seen[device.index]}",
+                _("index %(index)s already used on line %(line)s")
+                % {"index": device.index, "line": seen[device.index]},
                 kind=kind,
                 text=line,
             )
@@ -346,17 +370,27 @@ def _csv_device(values: dict[str, str], lineno: int, line: str, report: ParsedRe
             return parse_int(raw, unit) if integer else parse_number(raw, unit)
         except ValueError:
             expected = f"'<n> {unit}'" if unit else "a number"
-            fail_line(lineno, f"field '{field}': {raw!r} is not {expected}", kind=kind, text=line)
+            fail_line(
+                lineno,
+                _("field '%(field)s': %(raw)r is not %(expected)s")
+                % {"field": field, "raw": raw, "expected": expected},
+                kind=kind,
+                text=line,
+            )
 
     index = number("index", None, integer=True)
     if index is None:
-        fail_line(lineno, "field 'index' is empty", kind=kind, text=line)
+        fail_line(lineno, _("field 'index' is empty"), kind=kind, text=line)
 
     try:
         pci_bus_id = normalise_pci_bus_id(values.get("pci.bus_id"))
     except ValueError:
         fail_line(
-            lineno, f"field 'pci.bus_id': {values['pci.bus_id']!r} is not a PCI bus id", kind=kind, text=line
+            lineno,
+            _("field 'pci.bus_id': %(pci_bus_id)r is not a PCI bus id")
+            % {"pci_bus_id": values["pci.bus_id"]},
+            kind=kind,
+            text=line,
         )
 
     pci_device_id = None
@@ -365,7 +399,12 @@ def _csv_device(values: dict[str, str], lineno: int, line: str, report: ParsedRe
         body = raw[2:] if raw and raw.lower().startswith("0x") else raw
         if body is not None:
             if not re.fullmatch(r"[0-9A-Fa-f]{8}|[0-9A-Fa-f]{4}", body):
-                fail_line(lineno, f"field 'pci.device_id': {raw!r} is not a device id", kind=kind, text=line)
+                fail_line(
+                    lineno,
+                    _("field 'pci.device_id': %(raw)r is not a device id") % {"raw": raw},
+                    kind=kind,
+                    text=line,
+                )
             pci_device_id = hex_id(body[:4])
 
     mig_enabled = None
@@ -375,7 +414,10 @@ def _csv_device(values: dict[str, str], lineno: int, line: str, report: ParsedRe
             mig_enabled = {"enabled": True, "disabled": False}.get(raw.lower())
             if mig_enabled is None:
                 fail_line(
-                    lineno, f"field 'mig.mode.current': {raw!r} is not Enabled/Disabled", kind=kind, text=line
+                    lineno,
+                    _("field 'mig.mode.current': %(raw)r is not Enabled/Disabled") % {"raw": raw},
+                    kind=kind,
+                    text=line,
                 )
 
     power = None
@@ -460,7 +502,9 @@ def parse_nvidia_topo(text: str) -> ParsedReport:
             break
     if header_at is None:
         first = next((n for n, line in enumerate(lines, start=1) if line.strip()), 1)
-        fail_line(first, "no matrix header found (a row starting with whitespace, then GPU0 ...)", kind=kind)
+        fail_line(
+            first, _("no matrix header found (a row starting with whitespace, then GPU0 ...)"), kind=kind
+        )
 
     header_no = header_at + 1
     columns, trailing = _topo_header(lines[header_at], header_no)
@@ -485,18 +529,24 @@ def parse_nvidia_topo(text: str) -> ParsedReport:
         if label not in columns:
             fail_line(
                 lineno,
-                f"row label {label!r} is not a column of the header (line {header_no})",
+                _("row label %(label)r is not a column of the header (line %(header_no)s)")
+                % {"label": label, "header_no": header_no},
                 kind=kind,
                 text=line,
             )
         if label in matrix:
             fail_line(
-                lineno, f"row {label} appears twice (first on line {row_line[label]})", kind=kind, text=line
+                lineno,
+                _("row %(label)s appears twice (first on line %(line)s)")
+                % {"label": label, "line": row_line[label]},
+                kind=kind,
+                text=line,
             )
         if len(rest) < width:
             fail_line(
                 lineno,
-                f"expected {width} matrix cells ({columns[0]}..{columns[-1]}), got {len(rest)}",
+                _("expected %(width)s matrix cells (%(columns)s..%(columns2)s), got %(count)s")
+                % {"width": width, "columns": columns[0], "columns2": columns[-1], "count": len(rest)},
                 kind=kind,
                 text=line,
             )
@@ -505,17 +555,23 @@ def parse_nvidia_topo(text: str) -> ParsedReport:
             if not _ANY_LINK.fullmatch(cell):
                 fail_line(
                     lineno,
-                    f"row {label}, column {column}: {cell!r} is not a topology cell "
-                    f"(expected {1 + width + len(trailing)} cells as in the header)",
+                    _(
+                        "row %(label)s, column %(column)s: %(cell)r is not a topology cell (expected %(count)s cells as in the header)"
+                    )
+                    % {"label": label, "column": column, "cell": cell, "count": 1 + width + len(trailing)},
                     kind=kind,
                     text=line,
                 )
             if (cell == "X") != (column == label):
                 fail_line(
                     lineno,
-                    f"row {label}, column {column}: {cell!r} where the diagonal X is expected"
-                    if column == label
-                    else f"row {label}, column {column}: 'X' off the diagonal",
+                    (
+                        _("row %(label)s, column %(column)s: %(cell)r where the diagonal X is expected")
+                        % {"label": label, "column": column, "cell": cell}
+                        if column == label
+                        else _("row %(label)s, column %(column)s: 'X' off the diagonal")
+                        % {"label": label, "column": column}
+                    ),
                     kind=kind,
                     text=line,
                 )
@@ -524,7 +580,11 @@ def parse_nvidia_topo(text: str) -> ParsedReport:
 
     missing = [c for c in columns if c not in matrix]
     if missing:
-        fail_line(end + 1, f"matrix ends before the row for {missing[0]} (truncated output?)", kind=kind)
+        fail_line(
+            end + 1,
+            _("matrix ends before the row for %(missing)s (truncated output?)") % {"missing": missing[0]},
+            kind=kind,
+        )
 
     legend = _topo_nic_legend(lines, end)
     report = ParsedReport(vendor=VENDOR, kind=kind, full_inventory=False)
@@ -533,11 +593,15 @@ def parse_nvidia_topo(text: str) -> ParsedReport:
     aliased = [c for c in nic_labels if re.fullmatch(r"NIC\d+", c)]
     if aliased and legend is None:
         fail_line(
-            end + 1, "the matrix has NIC columns but no 'NIC Legend:' block (truncated output?)", kind=kind
+            end + 1, _("the matrix has NIC columns but no 'NIC Legend:' block (truncated output?)"), kind=kind
         )
     for label in aliased:
         if label not in (legend or {}):
-            fail_line(len(lines), f"'NIC Legend:' has no entry for {label} (truncated output?)", kind=kind)
+            fail_line(
+                len(lines),
+                _("'NIC Legend:' has no entry for %(label)s (truncated output?)") % {"label": label},
+                kind=kind,
+            )
 
     position = {c: k for k, c in enumerate(columns)}
     gpu_index = {label: int(_GPU_LABEL.fullmatch(label).group(1)) for label in gpu_labels}
@@ -606,17 +670,18 @@ def _topo_header(line: str, lineno: int) -> tuple[list[str], list[str]]:
             if trailing:
                 fail_line(
                     lineno,
-                    f"unexpected header cell {tokens[i]!r} after {trailing[-1]!r}",
+                    _("unexpected header cell %(tokens)r after %(trailing)r")
+                    % {"tokens": tokens[i], "trailing": trailing[-1]},
                     kind=kind,
                     text=line,
                 )
             columns.append(tokens[i])
             i += 1
     if len(set(columns)) != len(columns):
-        fail_line(lineno, "the header repeats a column", kind=kind, text=line)
+        fail_line(lineno, _("the header repeats a column"), kind=kind, text=line)
     gpus = [c for c in columns if _GPU_LABEL.fullmatch(c)]
     if gpus != [f"GPU{k}" for k in range(len(gpus))] or columns[: len(gpus)] != gpus:
-        fail_line(lineno, "GPU columns must come first, numbered GPU0, GPU1, ...", kind=kind, text=line)
+        fail_line(lineno, _("GPU columns must come first, numbered GPU0, GPU1, ..."), kind=kind, text=line)
     return columns, trailing
 
 
@@ -635,7 +700,8 @@ def _topo_tail(
     if len(tail) > n:
         fail_line(
             lineno,
-            f"row {label} has {width + len(tail)} cells after the label, the header has {width + n}",
+            _("row %(label)s has %(count)s cells after the label, the header has %(count2)s")
+            % {"label": label, "count": width + len(tail), "count2": width + n},
             kind=KIND_TOPO,
             text=line,
         )
@@ -702,7 +768,7 @@ def parse_nvidia_mig_lgip(text: str) -> ParsedReport:
         first = next((n for n, line in enumerate(lines, start=1) if line.strip()), 1)
         fail_line(
             first,
-            "no '| GPU instance profiles:' table; is this nvidia-smi mig -lgip output?",
+            _("no '| GPU instance profiles:' table; is this nvidia-smi mig -lgip output?"),
             kind=kind,
             text=lines[first - 1],
         )
@@ -720,8 +786,8 @@ def parse_nvidia_mig_lgip(text: str) -> ParsedReport:
             if match is None:
                 fail_line(
                     n,
-                    f"expected the second line (CE JPEG OFA) of profile {pending[1]['name']} "
-                    f"from line {pending[0]}",
+                    _("expected the second line (CE JPEG OFA) of profile %(name)s from line %(pending)s")
+                    % {"name": pending[1]["name"], "pending": pending[0]},
                     kind=kind,
                     text=line,
                 )
@@ -734,7 +800,9 @@ def parse_nvidia_mig_lgip(text: str) -> ParsedReport:
         if match is None:
             fail_line(
                 n,
-                "expected a profile line '| <gpu>  MIG <name>  <id>  <free>/<total>  <GiB>  <P2P>  <SM>  <DEC>  <ENC> |'",
+                _(
+                    "expected a profile line '| <gpu>  MIG <name>  <id>  <free>/<total>  <GiB>  <P2P>  <SM>  <DEC>  <ENC> |'"
+                ),
                 kind=kind,
                 text=line,
             )
@@ -742,7 +810,8 @@ def parse_nvidia_mig_lgip(text: str) -> ParsedReport:
         if (gpu, profile_id) in seen:
             fail_line(
                 n,
-                f"GPU {gpu} lists profile ID {profile_id} twice (first on line {seen[(gpu, profile_id)]})",
+                _("GPU %(gpu)s lists profile ID %(profile_id)s twice (first on line %(line)s)")
+                % {"gpu": gpu, "profile_id": profile_id, "line": seen[(gpu, profile_id)]},
                 kind=kind,
                 text=line,
             )
@@ -762,22 +831,27 @@ def parse_nvidia_mig_lgip(text: str) -> ParsedReport:
         }
         if entry["free_instances"] > entry["max_instances"]:
             fail_line(
-                n, f"Instances {match['free']}/{match['total']}: more free than total", kind=kind, text=line
+                n,
+                _("Instances %(free)s/%(total)s: more free than total")
+                % {"free": match["free"], "total": match["total"]},
+                kind=kind,
+                text=line,
             )
         profiles.setdefault(gpu, []).append(entry)
         pending = (n, entry)
     if pending is not None:
         fail_line(
             pending[0] + 1,
-            f"profile {pending[1]['name']} (line {pending[0]}) has no second line: the output is truncated",
+            _("profile %(name)s (line %(pending)s) has no second line: the output is truncated")
+            % {"name": pending[1]["name"], "pending": pending[0]},
             kind=kind,
         )
     if not profiles:
         fail_line(
-            last_no or 1, "the table lists no profile (MIG not supported or truncated output?)", kind=kind
+            last_no or 1, _("the table lists no profile (MIG not supported or truncated output?)"), kind=kind
         )
     if not lines[last_no - 1].strip().startswith("+"):
-        fail_line(last_no, "the table is not closed by a '+---+' rule: the output is truncated", kind=kind)
+        fail_line(last_no, _("the table is not closed by a '+---+' rule: the output is truncated"), kind=kind)
     return _mig_report(kind, profiles)
 
 
@@ -795,8 +869,9 @@ def parse_nvidia_mig_lgipp(text: str) -> ParsedReport:
         if match is None:
             fail_line(
                 n,
-                "expected 'GPU <n> Profile ID <id> Placements: {<start>,...}:<size>' "
-                "(is this nvidia-smi mig -lgipp output?)",
+                _(
+                    "expected 'GPU <n> Profile ID <id> Placements: {<start>,...}:<size>' (is this nvidia-smi mig -lgipp output?)"
+                ),
                 kind=kind,
                 text=line,
             )
@@ -804,16 +879,19 @@ def parse_nvidia_mig_lgipp(text: str) -> ParsedReport:
         if (gpu, profile_id) in seen:
             fail_line(
                 n,
-                f"GPU {gpu} lists profile ID {profile_id} twice (first on line {seen[(gpu, profile_id)]})",
+                _("GPU %(gpu)s lists profile ID %(profile_id)s twice (first on line %(line)s)")
+                % {"gpu": gpu, "profile_id": profile_id, "line": seen[(gpu, profile_id)]},
                 kind=kind,
                 text=line,
             )
         seen[(gpu, profile_id)] = n
         if size < 1:
-            fail_line(n, f"placement size {size} is not a slice count", kind=kind, text=line)
+            fail_line(
+                n, _("placement size %(size)s is not a slice count") % {"size": size}, kind=kind, text=line
+            )
         starts = [int(start) for start in match["starts"].split(",")]
         if len(set(starts)) != len(starts):
-            fail_line(n, "a start slot appears twice", kind=kind, text=line)
+            fail_line(n, _("a start slot appears twice"), kind=kind, text=line)
         profiles.setdefault(gpu, []).append(
             {
                 "id": profile_id,

@@ -7,6 +7,7 @@ from datetime import timedelta
 
 from django.http import HttpResponse
 from django.utils import timezone
+from django.utils.translation import gettext as _
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, status, viewsets
@@ -36,9 +37,11 @@ def days_param(request, default: int = 7) -> int:
     try:
         days = int(raw)
     except (TypeError, ValueError):
-        raise ValidationFailed("days must be a whole number.", details={"days": ["not a number"]}) from None
+        raise ValidationFailed(
+            _("days must be a whole number."), details={"days": ["not a number"]}
+        ) from None
     if not 1 <= days <= 90:
-        raise ValidationFailed("days must be between 1 and 90.", details={"days": ["between 1 and 90"]})
+        raise ValidationFailed(_("days must be between 1 and 90."), details={"days": ["between 1 and 90"]})
     return days
 
 
@@ -135,7 +138,9 @@ class MigratedServiceViewSet(
         visible = job_list(user=request.user)
         for name in ("source_job", "target_job"):
             if not visible.filter(pk=fields[name].pk).exists():
-                raise ValidationFailed(f"No such job: {fields[name].pk}.", details={name: ["no such job"]})
+                raise ValidationFailed(
+                    _("No such job: %(job)s.") % {"job": fields[name].pk}, details={name: ["no such job"]}
+                )
         service = services.service_create(actor=request.user, **fields)
         return Response(s.MigratedServiceSerializer(service).data, status=status.HTTP_201_CREATED)
 
@@ -264,11 +269,11 @@ class DashboardViewSet(viewsets.ViewSet):
             months = int(request.query_params.get("months", 12))
         except ValueError:
             raise ValidationFailed(
-                "months must be a whole number.", details={"months": ["not a number"]}
+                _("months must be a whole number."), details={"months": ["not a number"]}
             ) from None
         if not 1 <= months <= 36:
             raise ValidationFailed(
-                "months must be between 1 and 36.", details={"months": ["between 1 and 36"]}
+                _("months must be between 1 and 36."), details={"months": ["between 1 and 36"]}
             )
         rows = selectors.vendor_share_by_month(user=request.user, months=months)
         return Response(s.VendorShareMonthSerializer(rows, many=True).data)

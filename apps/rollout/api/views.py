@@ -1,5 +1,6 @@
 """Rollout API: CRUD through services, stage changes as @action commands (each calls one service)."""
 
+from django.utils.translation import gettext as _
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
@@ -205,7 +206,8 @@ class UpgradeWaveViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet)
 def _require_manager(user, job) -> None:
     if user_role(user, job.project) not in (Membership.Role.MEMBER, Membership.Role.ADMIN):
         raise PermissionDenied(
-            f"only members of {job.project.slug} may change the autoscaling of its services"
+            _("only members of %(project)s may change the autoscaling of its services")
+            % {"project": job.project.slug}
         )
 
 
