@@ -142,6 +142,19 @@ def orm_write_path():
     return undo
 
 
+def fleet_values(source: str) -> list[tuple]:
+    """The fleet rollups ingest writes beside the card rollups (one row per node, model and window)."""
+    from apps.telemetry.models import FleetRollup
+
+    return list(
+        FleetRollup.objects.filter(source=source)
+        .order_by("resolution", "window_start", "node_id", "vendor", "model_label")
+        .values_list(
+            "resolution", "window_start", "node_id", "cards", "estimated", "util_sum", "util_n", "util_max"
+        )
+    )
+
+
 def rollup_values(source: str) -> list[tuple]:
     from apps.telemetry.models import DeviceRollup
 
@@ -216,6 +229,7 @@ def main() -> None:
     ours_rate = report.used / ours_s
     rows_after_first = DeviceRollup.objects.filter(source="bench").count()
     values_after_first = rollup_values("bench")
+    fleet_after_first = fleet_values("bench")
     same_as_orm = [v[1:] for v in values_after_first] == [v[1:] for v in rollup_values("bench-orm")]
 
     again, again_s, again_cpu = timed(
@@ -223,6 +237,7 @@ def main() -> None:
     )
     rows_after_second = DeviceRollup.objects.filter(source="bench").count()
     unchanged = rows_after_first == rows_after_second and rollup_values("bench") == values_after_first
+    fleet_unchanged = bool(fleet_after_first) and fleet_values("bench") == fleet_after_first
 
     print(
         f"{'baseline (read-modify-write per sample)':44s} {base_rate:10.0f} samples/s  "
@@ -248,7 +263,7 @@ def main() -> None:
     print(
         f"same hour again: {again_s:6.2f} s (CPU {again_cpu:6.2f} s), used {again.used}, skipped "
         f"{dict(again.skipped)}; rollup rows {rows_after_first} -> {rows_after_second}, "
-        f"values unchanged: {unchanged}"
+        f"values unchanged: {unchanged}; fleet rollups ({len(fleet_after_first)} rows) unchanged: {fleet_unchanged}"
     )
 
 

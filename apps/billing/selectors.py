@@ -112,6 +112,23 @@ def cost_by_job_rows(*, user, month: date | None = None, project_ids: set[int] |
     )
 
 
+def cost_by_job_page(
+    *, user, month: date | None = None, number: int = 1, per_page: int = 50
+) -> tuple[list[dict], int]:
+    """Page ``number`` of ``cost_by_job_rows`` and the number of rows of all pages, in one aggregate
+    query (``COUNT(*) OVER ()`` is computed over the groups before LIMIT / OFFSET): the page used to
+    aggregate the period's ledger twice, once to count and once for the page (issue 20). A page past
+    the end comes back empty with its count (a second query: the page asked for is then not served)."""
+    from django.db.models import Window
+
+    qs = cost_by_job_rows(user=user, month=month)
+    offset = (number - 1) * per_page
+    rows = list(qs.annotate(total=Window(Count("*")))[offset : offset + per_page])
+    if rows:
+        return rows, rows[0]["total"]
+    return [], qs.count() if number > 1 else 0
+
+
 def cost_by_job(
     *, user, month: date | None = None, project_ids: set[int] | None = None, rows=None
 ) -> list[dict]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
-from django.core.paginator import Paginator
+from django.core.paginator import Page, Paginator
 from django.db import transaction
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -110,6 +110,10 @@ def bill_download(request: HttpRequest, pk: int, fmt: str) -> HttpResponse:
     return response
 
 
+def _job_cost_page(request: HttpRequest, month, number: int) -> tuple[list[dict], int]:
+    return selectors.cost_by_job_page(user=request.user, month=month, number=number, per_page=PAGE_SIZE)
+
+
 @login_required
 @require_safe
 def job_costs(request: HttpRequest) -> HttpResponse:
@@ -122,11 +126,22 @@ def job_costs(request: HttpRequest) -> HttpResponse:
             error = exc.message
     if error:
         messages.error(request, error)
-    # A page of jobs at a time (a month of a large fleet has a row per job that ran: issue 20).
-    page = Paginator(
-        [] if error else selectors.cost_by_job_rows(user=request.user, month=month), PAGE_SIZE
-    ).get_page(request.GET.get("page"))
-    rows = selectors.cost_by_job(user=request.user, rows=page.object_list)
+    # A page of jobs at a time (a month of a large fleet has a row per job that ran: issue 20), the
+    # page and the count from one aggregate query; Paginator.get_page's rules (not a number: the first
+    # page; under 1 or past the end: the last).
+    try:
+        number = int(request.GET.get("page") or 1)
+    except ValueError:
+        number = 1
+    page_rows, total = ([], 0) if error or number < 1 else _job_cost_page(request, month, number)
+    if number < 1 and not error:
+        total = selectors.cost_by_job_rows(user=request.user, month=month).count()
+    if not page_rows and total:
+        number = (total + PAGE_SIZE - 1) // PAGE_SIZE
+        page_rows, total = _job_cost_page(request, month, number)
+    paginator = Paginator(range(total), PAGE_SIZE)
+    page = Page(page_rows, min(number, paginator.num_pages), paginator)
+    rows = selectors.cost_by_job(user=request.user, rows=page_rows)
     context = {
         "rows": rows,
         "page": page,

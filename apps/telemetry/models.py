@@ -201,3 +201,40 @@ class JobUtilization(models.Model):
 
     def __str__(self) -> str:
         return f"job {self.job_id} on device {self.device_id} @ {self.window_start:%Y-%m-%d %H:%M}"
+
+
+class FleetRollup(models.Model):
+    """Σ of one node's whole-card rollups (one vendor and model of card) over one window, from one source.
+
+    Written at ingest time, in the transaction that writes the device rollups, by recomputing the
+    touched nodes' rows of the touched windows (idempotent: the same samples ingested twice give the
+    same rows). The fleet report reads these: one row per node and window instead of one per card
+    (issue 20). ``vendor`` and ``model_label`` are the card's at ingest time (the migration's backfill:
+    at migration time); pool, node and cluster are read through ``node``.
+    """
+
+    resolution = models.PositiveIntegerField(choices=Resolution.choices)
+    window_start = models.DateTimeField()
+    source = models.CharField(max_length=200)
+    node = models.ForeignKey("inventory.Node", on_delete=models.CASCADE, related_name="fleet_rollups")
+    vendor = models.CharField(max_length=20)
+    # Device.model_label as the report computed it: the catalogue model's name, else the raw name, else "?".
+    model_label = models.CharField(max_length=200)
+    cards = models.PositiveIntegerField()  # whole-card rows (one per card: the key includes the source)
+    estimated = models.PositiveIntegerField()  # of which estimated
+    util_sum = models.FloatField()
+    util_n = models.BigIntegerField()
+    util_max = models.FloatField(null=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["resolution", "window_start", "source", "node", "vendor", "model_label"],
+                name="telemetry_fleetrollup_unique",
+            ),
+        ]
+        indexes = [models.Index(fields=["resolution", "window_start"], name="telemetry_fleet_window_idx")]
+        verbose_name = _("fleet rollup")
+
+    def __str__(self) -> str:
+        return f"node {self.node_id} {self.vendor}/{self.model_label} @ {self.window_start:%Y-%m-%d %H:%M}"

@@ -25,13 +25,16 @@ from typing import Any
 from django.db.models import (
     Count,
     DurationField,
+    Exists,
     ExpressionWrapper,
     F,
     FloatField,
     IntegerField,
     Max,
+    OuterRef,
     Q,
     QuerySet,
+    Subquery,
     Sum,
     Value,
 )
@@ -44,7 +47,7 @@ from apps.accounts.selectors import is_platform_staff, user_project_ids
 from apps.core.errors import NotFound, PermissionDenied, ValidationFailed
 from apps.inventory.models import Device
 from apps.jobs.models import Allocation, Job
-from apps.telemetry.models import DeviceRollup, JobUtilization, MetricSource, Quality
+from apps.telemetry.models import DeviceRollup, FleetRollup, JobUtilization, MetricSource, Quality
 from apps.telemetry.services import HOUR_S, WINDOW_S, setting
 
 GROUPS = {
@@ -178,6 +181,31 @@ def _annotated(qs: QuerySet[DeviceRollup], *names: str) -> QuerySet[DeviceRollup
     return qs.annotate(**{name: labels[name] for name in names})
 
 
+# The fleet rollups' columns for the report's groupings (pool, node and cluster through the node).
+FLEET_GROUPS = {
+    "vendor": "vendor",
+    "model": "model_label",
+    "pool": "pool_label",
+    "node": "node__name",
+    "cluster": "node__cluster__slug",
+}
+
+
+def _fleet_rows(period: Period, source: str | None) -> QuerySet[FleetRollup] | None:
+    """The period's fleet rollups (one row per node, vendor, model and window: written at ingest), or
+    None where they cannot give the card-level figures exactly: without a source filter and with two
+    sources in the period, one card may have a row from each, and a Σ of per-source card counts would
+    count it twice (the report then reads the card rollups)."""
+    qs = FleetRollup.objects.filter(
+        resolution=period.resolution, window_start__gte=period.start, window_start__lt=period.end
+    )
+    if source:
+        return qs.filter(source=source)
+    if len(qs.order_by().values_list("source", flat=True).distinct()[:2]) > 1:
+        return None
+    return qs
+
+
 # ---------------------------------------------------------------------------------------------------
 # Fleet reports (staff)
 # ---------------------------------------------------------------------------------------------------
@@ -188,18 +216,22 @@ def fleet_utilization(*, user, period: Period, group_by: str = "vendor", source:
     require_staff(user)
     if group_by not in GROUPS:
         raise ValidationFailed(f"Unknown grouping {group_by!r}.", details={"group_by": list(GROUPS)})
-    key = GROUPS[group_by]
-    rows = (
-        _annotated(_card_rows(period, source), *(key,) if key in ("model_label", "pool_label") else ())
-        .values("window_start", key)
-        .annotate(
-            u_sum=Sum("util_sum"),
-            u_n=Sum("util_n"),
-            cards=Count("device", distinct=True),
-            estimated=Count("pk", filter=Q(quality=Quality.ESTIMATED)),
+    fleet = _fleet_rows(period, source)
+    if fleet is not None:
+        key = FLEET_GROUPS[group_by]
+        if key == "pool_label":
+            fleet = fleet.annotate(pool_label=Coalesce(F("node__pool__name"), Value("—")))
+        # Σ over the nodes' rows of each window: a card has one row per window and source.
+        rows = (
+            fleet.values("window_start", key)
+            .annotate(
+                u_sum=Sum("util_sum"), u_n=Sum("util_n"), cards=Sum("cards"), estimated=Sum("estimated")
+            )
+            .order_by("window_start", key)
         )
-        .order_by("window_start", key)
-    )
+    else:
+        key = GROUPS[group_by]
+        rows = _fleet_utilization_card_rows(period, source, key)
     series: dict[str, list[dict]] = defaultdict(list)
     for r in rows:
         if not r["u_n"]:
@@ -222,8 +254,65 @@ def fleet_utilization(*, user, period: Period, group_by: str = "vendor", source:
     }
 
 
+def _fleet_utilization_card_rows(period: Period, source: str | None, key: str) -> QuerySet:
+    """fleet_utilization's groups from the card rollups (two sources in the period; and the reference
+    the fleet rollups are tested against)."""
+    return (
+        _annotated(_card_rows(period, source), *(key,) if key in ("model_label", "pool_label") else ())
+        .values("window_start", key)
+        .annotate(
+            u_sum=Sum("util_sum"),
+            u_n=Sum("util_n"),
+            cards=Count("device", distinct=True),
+            estimated=Count("pk", filter=Q(quality=Quality.ESTIMATED)),
+        )
+        .order_by("window_start", key)
+    )
+
+
 def top_nodes(*, user, period: Period, limit: int = 10, source: str | None = None) -> list[dict]:
     require_staff(user)
+    fleet = _fleet_rows(period, source)
+    if fleet is None:
+        return _top_nodes_from_cards(period, limit, source)
+    rows = list(
+        fleet.values("node_id", "node__name", "node__cluster__slug")
+        .annotate(
+            u_sum=Sum("util_sum"),
+            u_n=Sum("util_n"),
+            peak=Max("util_max"),
+            estimated=Sum("estimated"),
+        )
+        .filter(u_n__gt=0)
+        .annotate(busy=ExpressionWrapper(F("u_sum") / F("u_n"), output_field=FloatField()))
+        .order_by("-busy", "node__name")[:limit]
+    )
+    # Distinct cards over the period, for the chosen nodes only (a card has a row in many windows).
+    cards = dict(
+        _card_rows(period, source)
+        .filter(device__node_id__in=[r["node_id"] for r in rows])
+        .order_by()
+        .values("device__node_id")
+        .annotate(cards=Count("device", distinct=True))
+        .values_list("device__node_id", "cards")
+    )
+    out = [
+        {
+            "node_id": r["node_id"],
+            "node": r["node__name"],
+            "cluster": r["node__cluster__slug"],
+            "cards": cards.get(r["node_id"], 0),
+            "utilization_pct": round(r["u_sum"] / r["u_n"], 2),
+            "peak_pct": r["peak"],
+            "quality": _quality(r["estimated"]),
+        }
+        for r in rows
+    ]
+    out.sort(key=lambda r: (-r["utilization_pct"], r["node"]))
+    return out[:limit]
+
+
+def _top_nodes_from_cards(period: Period, limit: int, source: str | None) -> list[dict]:
     rows = (
         _card_rows(period, source)
         .values("device__node_id", "device__node__name", "device__node__cluster__slug")
@@ -257,8 +346,13 @@ def top_nodes(*, user, period: Period, limit: int = 10, source: str | None = Non
 
 def _idle_rows(period: Period, threshold_pct: float | None, source: str | None) -> QuerySet:
     threshold = setting("TELEMETRY_IDLE_UTIL_PCT", 5.0) if threshold_pct is None else threshold_pct
+    # The cards first, without joins: some window at or under the threshold and none above it (what the
+    # HAVING below says, decided on the rollups alone); only their rows are then joined and grouped.
+    low = _card_rows(period, source).filter(util_max__lte=threshold).values("device_id")
+    busy = _card_rows(period, source).filter(device_id=OuterRef("pk"), util_max__gt=threshold)
+    cards = Device.objects.filter(pk__in=low).filter(~Exists(busy)).values("pk")
     return (
-        _annotated(_card_rows(period, source), "model_label")
+        _annotated(_card_rows(period, source).filter(device_id__in=cards), "model_label")
         .values(
             "device_id",
             "device__node__name",
@@ -347,13 +441,23 @@ def three_figures(*, user, period: Period, source: str | None = None) -> dict:
     card_count = devices.count()
     capacity_s = card_count * period.seconds
     allocated_s = _allocation_seconds(period, device_ids=device_ids)
-    card = _card_rows(period, source).aggregate(
-        u_sum=Sum("util_sum"),
-        u_n=Sum("util_n"),
+    fleet = _fleet_rows(period, source)
+    if fleet is not None:
+        card = fleet.aggregate(u_sum=Sum("util_sum"), u_n=Sum("util_n"), estimated=Sum("estimated"))
         # Of the cards counted above (in service): a retired card's old rows made "55 / 54" (issue 21).
-        cards=Count("device", distinct=True, filter=Q(device_id__in=device_ids)),
-        estimated=Count("pk", filter=Q(quality=Quality.ESTIMATED)),
-    )
+        # One index probe per in-service card (its first row in the period), not a pass over every
+        # row of the period: a LIMIT 1 subquery, which PostgreSQL does not turn into a hash semi-join,
+        # in the rollups' unique key order (device, partition, resolution, window: the probe starts
+        # at the period, however long the retention).
+        first_row = (
+            _card_rows(period, source)
+            .filter(device_id=OuterRef("pk"))
+            .order_by("partition", "resolution", "window_start")
+            .values("pk")[:1]
+        )
+        card["cards"] = devices.annotate(seen=Subquery(first_row)).filter(seen__isnull=False).count()
+    else:
+        card = _three_figures_card_rows(period, source, device_ids)
     ju = JobUtilization.objects.filter(window_start__gte=period.start, window_start__lt=period.end)
     if source:
         ju = ju.filter(source=source)
@@ -381,6 +485,15 @@ def three_figures(*, user, period: Period, source: str | None = None) -> dict:
         else Quality.ESTIMATED,
         "methods": METHODS,
     }
+
+
+def _three_figures_card_rows(period: Period, source: str | None, device_ids) -> dict:
+    return _card_rows(period, source).aggregate(
+        u_sum=Sum("util_sum"),
+        u_n=Sum("util_n"),
+        cards=Count("device", distinct=True, filter=Q(device_id__in=device_ids)),
+        estimated=Count("pk", filter=Q(quality=Quality.ESTIMATED)),
+    )
 
 
 def period_comparison(*, user, baseline: Period, current: Period, source: str | None = None) -> dict:

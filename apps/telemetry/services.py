@@ -32,7 +32,7 @@ from apps.core.stored_text import stored
 from apps.inventory.models import Cluster, Device, DeviceEvent
 from apps.jobs.models import Allocation
 from apps.telemetry import exposition
-from apps.telemetry.models import DeviceRollup, JobUtilization, MetricSource, Quality
+from apps.telemetry.models import DeviceRollup, FleetRollup, JobUtilization, MetricSource, Quality
 from apps.telemetry.samples import (
     COUNTER_MAX,
     TEMPERATURE_RANGE,
@@ -758,6 +758,11 @@ def _write(groups, windows, resolver, report: IngestReport, *, source, quality, 
         # Before attribution: utilization and bills follow the card the pod really runs on.
         _placement_readback(pods_by_device, seen_at, report, label=label, source=source, before=hours[0])
     _rebuild_hours(touched, hours, source=source, report=report, now=now, written=written)
+    nodes = sorted({resolver.node_of[dev] for dev, _ in touched})
+    fleet_rollups_rebuild(
+        source=source, resolution=WINDOW_S, windows=[_dt(w) for w in windows], node_ids=nodes
+    )
+    fleet_rollups_rebuild(source=source, resolution=HOUR_S, windows=[_dt(h) for h in hours], node_ids=nodes)
 
 
 def _placement_readback(
@@ -967,6 +972,62 @@ def _rebuild_hours(
     report.hourly_written += len(hourly)
     rows = five
     report.attributions_written += _attribute(rows, device_ids, start, end, source=source)
+
+
+def _fleet_rollup_sql(vendor: str, resolution: int, source, windows, node_ids) -> list[tuple[str, list]]:
+    """DELETE then INSERT … SELECT of the fleet rollups of the given windows and nodes (None: all)."""
+    table, rollups = FleetRollup._meta.db_table, DeviceRollup._meta.db_table
+
+    def among(column: str, values) -> tuple[str, list]:
+        values = list(values)
+        if vendor == "postgresql":
+            return f" AND {column} = ANY(%s)", [values]
+        return f" AND {column} IN ({', '.join(['%s'] * len(values))})", values
+
+    delete, delete_params = f"DELETE FROM {table} WHERE resolution = %s", [resolution]  # noqa: S608
+    where, params = "r.partition = '' AND r.resolution = %s", [resolution]
+    if source is not None:
+        delete += " AND source = %s"
+        delete_params.append(source)
+        where += " AND r.source = %s"
+        params.append(source)
+    for column, inner, values in (
+        ("window_start", "r.window_start", windows),
+        ("node_id", "d.node_id", node_ids),
+    ):
+        if values is not None:
+            sql, extra = among(column, values)
+            delete += sql
+            delete_params += extra
+            sql, extra = among(inner, values)
+            where += sql
+            params += extra
+    label = "COALESCE(m.name, d.raw_model_name, '?')"  # Device.model_label, as the report labelled cards
+    insert = (
+        f"INSERT INTO {table} (resolution, window_start, source, node_id, vendor, model_label, cards, "  # noqa: S608
+        "estimated, util_sum, util_n, util_max) "
+        f"SELECT r.resolution, r.window_start, r.source, d.node_id, d.vendor, {label}, COUNT(*), "
+        "SUM(CASE WHEN r.quality = 'estimated' THEN 1 ELSE 0 END), SUM(r.util_sum), SUM(r.util_n), MAX(r.util_max) "
+        f"FROM {rollups} r JOIN inventory_device d ON d.id = r.device_id "
+        "LEFT JOIN catalog_devicemodel m ON m.id = d.device_model_id "
+        f"WHERE {where} GROUP BY r.resolution, r.window_start, r.source, d.node_id, d.vendor, {label}"
+    )
+    return [(delete, delete_params), (insert, params)]
+
+
+def fleet_rollups_rebuild(*, resolution: int, source: str | None = None, windows=None, node_ids=None) -> None:
+    """Recompute the fleet rollups (Σ per node, vendor and model of its whole-card rollups) of the given
+    windows and nodes from the device rollups: exact and idempotent (a window ingested twice gives the
+    same rows). Called by ingest inside its transaction; ``None`` = every window / node (backfill)."""
+    from django.db import connection
+
+    if windows is not None and not windows or node_ids is not None and not node_ids:
+        return
+    if windows is not None:  # raw SQL: the backend's own datetime form (SQLite stores naive UTC text)
+        windows = [connection.ops.adapt_datetimefield_value(w) for w in windows]
+    with connection.cursor() as cursor:
+        for sql, params in _fleet_rollup_sql(connection.vendor, resolution, source, windows, node_ids):
+            cursor.execute(sql, params)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -1343,6 +1404,8 @@ def rollups_purge(*, now: datetime | None = None) -> dict[str, int]:
     five, _ = DeviceRollup.objects.filter(resolution=WINDOW_S, window_start__lt=five_cut).delete()
     hourly, _ = DeviceRollup.objects.filter(resolution=HOUR_S, window_start__lt=hour_cut).delete()
     jobs, _ = JobUtilization.objects.filter(window_start__lt=hour_cut).delete()
+    FleetRollup.objects.filter(resolution=WINDOW_S, window_start__lt=five_cut).delete()
+    FleetRollup.objects.filter(resolution=HOUR_S, window_start__lt=hour_cut).delete()
     return {"five_minute": five, "hourly": hourly, "job_utilization": jobs}
 
 

@@ -24,6 +24,7 @@ from apps.inventory.models import Cluster, Device, DeviceEvent, Node, Pool
 from apps.jobs.models import Allocation, Job, JobEvent
 from apps.quotas.models import Quota
 from apps.telemetry.models import DeviceRollup, JobUtilization
+from apps.telemetry.services import fleet_rollups_rebuild
 
 pytestmark = pytest.mark.django_db
 
@@ -41,8 +42,12 @@ PAGES = [
     ("allocations (admin list)", "/admin/jobs/allocation/", "staff", 40),
     ("bills page", "/billing/", "staff", 40),
     ("job costs page", "/billing/jobs/", "staff", 40),
+    ("job costs page, page 2", "/billing/jobs/?page=2", "staff", 40),
+    ("job costs page (member)", "/billing/jobs/", "member", 40),
     ("ledger (console)", "/billing/console/ledger/", "staff", 40),
     ("telemetry report", "/telemetry/", "staff", 60),
+    ("telemetry report by pool", "/telemetry/?group_by=pool", "staff", 60),
+    ("quotas overview (member)", "/quotas/", "member", 60),
     ("jobs API", "/api/jobs/jobs/", "staff", 25),
     ("jobs API (member)", "/api/jobs/jobs/", "member", 25),
     ("nodes API", "/api/inventory/nodes/", "staff", 25),
@@ -161,6 +166,8 @@ def grow(n_nodes: int, n_jobs: int, *, models, pool, projects, period) -> None:
         )
         for i, device in enumerate(devices)
     )
+    # What ingest writes in the same transaction: the fleet rollups of the touched windows and nodes.
+    fleet_rollups_rebuild(resolution=300, source="test", windows=[window], node_ids=[n.pk for n in nodes])
     JobUtilization.objects.bulk_create(
         JobUtilization(
             job=a.job,
@@ -253,3 +260,35 @@ def test_list_pages_and_endpoints_do_not_grow_with_the_fleet(
     for _label, url, role, most in PAGES:
         with django_assert_max_num_queries(most):
             clients[role].get(url)
+
+
+def _sql_of(client, url: str) -> list[str]:
+    seen: list[str] = []
+
+    def keep(execute, sql, params, many, context):
+        seen.append(sql)
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(keep):
+        assert client.get(url).status_code == 200
+    return seen
+
+
+def test_the_fleet_report_and_job_costs_aggregate_once(client, staff_user, fleet):
+    """The fleet series, the three figures and the top nodes read the fleet rollups (one row per node
+    and window), not Σ over the card rollups; the job-cost page aggregates the
+    ledger once for its page and its count (issue 20)."""
+    client.force_login(staff_user)
+    fleet.pop("member")
+    grow(51, 300, **fleet)
+    sql = _sql_of(client, "/telemetry/")
+    assert any('FROM "telemetry_fleetrollup"' in q and "GROUP BY" in q for q in sql)
+    # Σ of card rollups only for the idle-card candidates (cards with a window at or under the
+    # threshold), never over every card of the period.
+    card_sums = [q for q in sql if 'SUM("telemetry_devicerollup"."util_sum")' in q]
+    assert card_sums and all('"telemetry_devicerollup"."device_id" IN (SELECT' in q for q in card_sums), (
+        card_sums
+    )
+    for url in ("/billing/jobs/", "/billing/jobs/?page=2"):
+        ledger = [q for q in _sql_of(client, url) if 'FROM "billing_usageentry"' in q]
+        assert len(ledger) == 1, ledger

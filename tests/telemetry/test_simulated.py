@@ -8,26 +8,17 @@ import pytest
 from django.utils import timezone
 
 from apps.jobs.models import Allocation, Job, JobState
-from apps.scheduling.lifecycle import job_submit
 from apps.scheduling.services import scheduling_cycle_run
 from apps.telemetry.models import DeviceRollup, JobUtilization
 from apps.telemetry.simulated import simulated_telemetry_emit
-from tests.jobs.conftest import a100, ascend, fleet, member_project  # noqa: F401  (fixtures)
+from tests.jobs.conftest import a100, ascend, fleet, member_project, submit_whole_cards  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.django_db
 
 
 def test_running_jobs_make_their_cards_busy_and_the_rest_idle(fleet, member_project, a100):  # noqa: F811
     user, project = member_project
-    job = job_submit(
-        project=project,
-        actor=user,
-        name="t",
-        image="x",
-        request_kind="whole_cards",
-        device_model=a100,
-        count=1,
-    )
+    job = submit_whole_cards(project, user, a100)
     scheduling_cycle_run()
     Job.objects.filter(pk=job.pk).update(state=JobState.RUNNING)
     busy_card = Allocation.objects.get(job=job).device_id
@@ -54,15 +45,7 @@ def test_running_jobs_make_their_cards_busy_and_the_rest_idle(fleet, member_proj
 
 def test_the_job_page_shows_the_utilization_curve(client, fleet, member_project, a100):  # noqa: F811
     user, project = member_project
-    job = job_submit(
-        project=project,
-        actor=user,
-        name="t",
-        image="x",
-        request_kind="whole_cards",
-        device_model=a100,
-        count=1,
-    )
+    job = submit_whole_cards(project, user, a100)
     client.force_login(user)
     assert "job-utilization-chart" not in client.get(f"/jobs/{job.pk}/").content.decode()
     scheduling_cycle_run()
