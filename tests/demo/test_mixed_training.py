@@ -18,6 +18,7 @@ from apps.clusters.connections import backend_for
 from apps.clusters.models import PushAction
 from apps.clusters.pusher import push_due_streams, push_stream_run
 from apps.core.models import ChangeRecord
+from apps.demo.jobs import SEED_MIXED_TRAINING
 from apps.inventory.models import Cluster, Device, DeviceEvent, DeviceLink, Node
 from apps.jobs.models import Allocation, Job, JobState
 from apps.scheduling.models import DecisionTrace
@@ -29,28 +30,8 @@ pytestmark = pytest.mark.django_db
 
 NODE = "a100-40g-pcie-01"
 
-# Seed 000 §3.2, key for key (the seed prints it on one line; this is its YAML layout).
-SEED_DOCUMENT = """\
-apiVersion: scheduling.example.io/v1
-kind: DeviceRequestTemplate
-metadata:
-  name: mixed-train-template
-spec:
-  devices:
-    - type: GPU
-      model: A100-NVL-40G
-      count: 1
-      shared: false
-      needs: [RDMA]
-    - type: NPU
-      model: Ascend-910B
-      count: 2
-      shared: false
-      needs: [RDMA]
-  topologyPolicy:
-    placement: sameNode
-    preferred: sameSwitch
-"""
+# Seed 000 §3.2, key for key, as the demo imports it.
+SEED_DOCUMENT = SEED_MIXED_TRAINING
 
 
 def _document(name: str, placement: str, preferred: str | None) -> str:

@@ -625,6 +625,17 @@ class FieldErrors(list):
             f"Duplicate value: {_show(value)}" + (f": {detail}" if detail else ""),
         )
 
+    def unique_label_name(self, field: str, name: str, seen: set[str], *, empty_too: bool = False) -> None:
+        """A list item's ``name``: required, a DNS-1123 label, unique in its list (``seen`` grows);
+        ``empty_too``: a second empty name is a duplicate as well (as pod resourceClaims are checked)."""
+        if not name:
+            self.required(field)
+        for msg in dns1123_label_errors(name) if name else []:
+            self.invalid(field, name, msg)
+        if (name or empty_too) and name in seen:
+            self.duplicate(field, name)
+        seen.add(name)
+
     def not_found(self, field: str, value, detail: str = "") -> None:
         self._add(
             "FieldValueNotFound", field, f"Not found: {_show(value)}" + (f": {detail}" if detail else "")
@@ -2225,13 +2236,7 @@ class FakeApiServer(ThreadingHTTPServer):
             p = f"{path}.resourceClaims[{i}]"
             pc = pc if isinstance(pc, dict) else {}
             cname = pc.get("name") or ""
-            if not cname:
-                errs.required(f"{p}.name")
-            for msg in dns1123_label_errors(cname) if cname else []:
-                errs.invalid(f"{p}.name", cname, msg)
-            if cname in claim_names:
-                errs.duplicate(f"{p}.name", cname)
-            claim_names.add(cname)
+            errs.unique_label_name(f"{p}.name", cname, claim_names, empty_too=True)
             has_claim, has_tpl = bool(pc.get("resourceClaimName")), bool(pc.get("resourceClaimTemplateName"))
             if not has_claim and not has_tpl:
                 errs.invalid(p, pc, "must specify one of: `resourceClaimName`, `resourceClaimTemplateName`")
@@ -2254,13 +2259,7 @@ class FakeApiServer(ThreadingHTTPServer):
                 cp = f"{path}.{group}[{i}]"
                 c = c if isinstance(c, dict) else {}
                 cname = c.get("name") or ""
-                if not cname:
-                    errs.required(f"{cp}.name")
-                for msg in dns1123_label_errors(cname) if cname else []:
-                    errs.invalid(f"{cp}.name", cname, msg)
-                if cname and cname in seen:
-                    errs.duplicate(f"{cp}.name", cname)
-                seen.add(cname)
+                errs.unique_label_name(f"{cp}.name", cname, seen)
                 resources = c.get("resources") if isinstance(c.get("resources"), dict) else {}
                 self._validate_resources(resources, f"{cp}.resources", errs)
                 for j, ref in enumerate(resources.get("claims") or []):
@@ -2390,13 +2389,7 @@ class FakeApiServer(ThreadingHTTPServer):
             rp = f"{path}.requests[{i}]"
             req = req if isinstance(req, dict) else {}
             rname = req.get("name") or ""
-            if not rname:
-                errs.required(f"{rp}.name")
-            for msg in dns1123_label_errors(rname) if rname else []:
-                errs.invalid(f"{rp}.name", rname, msg)
-            if rname and rname in names:
-                errs.duplicate(f"{rp}.name", rname)
-            names.add(rname)
+            errs.unique_label_name(f"{rp}.name", rname, names)
             exactly, first = req.get("exactly"), req.get("firstAvailable")
             if exactly is None and not first:
                 errs.required(rp, "exactly one of `exactly` or `firstAvailable` is required")
@@ -2414,13 +2407,7 @@ class FakeApiServer(ThreadingHTTPServer):
                     sp = f"{rp}.firstAvailable[{k}]"
                     sub = sub if isinstance(sub, dict) else {}
                     sname = sub.get("name") or ""
-                    if not sname:
-                        errs.required(f"{sp}.name")
-                    for msg in dns1123_label_errors(sname) if sname else []:
-                        errs.invalid(f"{sp}.name", sname, msg)
-                    if sname and sname in subnames:
-                        errs.duplicate(f"{sp}.name", sname)
-                    subnames.add(sname)
+                    errs.unique_label_name(f"{sp}.name", sname, subnames)
                     self._validate_exact(sub, sp, errs)
         for i, constraint in enumerate(devices.get("constraints") or []):
             for j, rname in enumerate((constraint or {}).get("requests") or []):
@@ -2468,13 +2455,7 @@ class FakeApiServer(ThreadingHTTPServer):
             dp = f"spec.devices[{i}]"
             dev = dev if isinstance(dev, dict) else {}
             dname = dev.get("name") or ""
-            if not dname:
-                errs.required(f"{dp}.name")
-            for msg in dns1123_label_errors(dname) if dname else []:
-                errs.invalid(f"{dp}.name", dname, msg)
-            if dname and dname in names:
-                errs.duplicate(f"{dp}.name", dname)
-            names.add(dname)
+            errs.unique_label_name(f"{dp}.name", dname, names)
             for aname, value in sorted((dev.get("attributes") or {}).items()):
                 ap = f"{dp}.attributes[{aname}]"
                 if (

@@ -19,10 +19,10 @@ from apps.clusters.connections import backend_for
 from apps.clusters.pusher import push_job_run
 from apps.inventory.models import Cluster, Node
 from apps.jobs.models import ACTIVE_STATES, Allocation, JobState
-from apps.scheduling.lifecycle import job_submit
 from apps.scheduling.reconcile import reconcile_cluster
 from apps.scheduling.services import scheduling_cycle_run
 from tests.jobs import conftest as jobs_fixtures
+from tests.jobs.conftest import submit_whole_cards
 from tests.kube.fake_apiserver import FakeApiServer, kubeconfig_for
 
 pytestmark = pytest.mark.django_db
@@ -182,24 +182,9 @@ def dra_cluster(fleet, server, tmp_path):
 def test_a_dra_job_gets_exactly_the_cards_the_ledger_chose(dra_cluster, server, member_project, a100):
     user, project = member_project
     # Something on the first cards, so the ledger's choice is not simply "the first free devices".
-    blocker = job_submit(
-        project=project,
-        actor=user,
-        name="blocker",
-        image="x:1",
-        request_kind="whole_cards",
-        device_model=a100,
-        count=1,
-    )
-    job = job_submit(
-        project=project,
-        actor=user,
-        name="train",
-        image="pytorch:2.3",
-        request_kind="whole_cards",
-        device_model=a100,
-        count=2,
-        expected_duration_s=600,
+    blocker = submit_whole_cards(project, user, a100, 1, name="blocker", image="x:1")
+    job = submit_whole_cards(
+        project, user, a100, 2, name="train", image="pytorch:2.3", expected_duration_s=600
     )
     result = scheduling_cycle_run()
     assert {blocker.pk, job.pk} <= set(result.placed_job_ids)
@@ -235,15 +220,7 @@ def test_a_dra_job_gets_exactly_the_cards_the_ledger_chose(dra_cluster, server, 
 def test_hami_mode_keeps_the_uuid_annotation_as_the_binding(fleet, member_project, a100, tmp_path):
     user, project = member_project
     Cluster.objects.filter(slug="prod").update(device_plugin_modes={"nvidia": "hami"})
-    job = job_submit(
-        project=project,
-        actor=user,
-        name="share",
-        image="x:1",
-        request_kind="whole_cards",
-        device_model=a100,
-        count=2,
-    )
+    job = submit_whole_cards(project, user, a100, 2, name="share", image="x:1")
     assert job.pk in scheduling_cycle_run().placed_job_ids
     call_command("render_manifests", "--job", str(job.pk), "--out", str(tmp_path))
     (path,) = [p for p in tmp_path.iterdir() if p.name.startswith("job-")]
