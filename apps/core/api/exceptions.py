@@ -60,7 +60,7 @@ def exception_handler(exc, context):
     if isinstance(exc, DjangoValidationError):
         details = validation_details(exc)
         return Response(
-            {"error": {"code": "invalid", "message": "Invalid input.", "details": details}},
+            {"error": {"code": "invalid", "message": _("Invalid input."), "details": details}},
             status=status.HTTP_400_BAD_REQUEST,
         )
     if isinstance(exc, DataError):
@@ -71,7 +71,7 @@ def exception_handler(exc, context):
             {
                 "error": {
                     "code": "invalid",
-                    "message": "Invalid input: a value the database cannot store or compare.",
+                    "message": _("Invalid input: a value the database cannot store or compare."),
                     "details": {},
                 }
             },
@@ -87,7 +87,7 @@ def exception_handler(exc, context):
         return None
     data = response.data
     if isinstance(exc, exceptions.ValidationError):
-        body = {"code": "invalid", "message": "Invalid input.", "details": data}
+        body = {"code": "invalid", "message": _("Invalid input."), "details": data}
     else:
         detail = data.get("detail", data) if isinstance(data, dict) else data
         body = {
