@@ -21,16 +21,11 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import ipaddress
 import json
 import logging
-import socket
 import time
-import urllib.error
-import urllib.request
 from datetime import timedelta
 from typing import Any
-from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.exceptions import ValidationError as DjangoValidationError
@@ -43,8 +38,10 @@ from django.utils.translation import gettext as _
 
 from apps.accounts.models import Membership, Project
 from apps.accounts.selectors import is_platform_staff, user_role
+from apps.core import outbound
 from apps.core.audit import change_record_create
 from apps.core.errors import PermissionDenied, ValidationFailed
+from apps.core.stored_text import stored
 from apps.core.tasks import enqueue_on_commit
 from apps.notify.models import Delivery, Event, Subscription
 
@@ -58,33 +55,23 @@ SEND_TASK = "worker.tasks.notify.deliveries_send_task"
 LANGUAGES = ("en", "zh-hans")
 
 
-def _allow_private() -> bool:
-    return bool(settings.SUANCHI.get("NOTIFY_ALLOW_LOOPBACK_WEBHOOKS", False))
-
-
 def _check_url(url: str) -> str:
-    """http(s) only; loopback and link-local (cloud metadata) hosts refused unless the deployment
-    allows them (``SUANCHI['NOTIFY_ALLOW_LOOPBACK_WEBHOOKS']``; the demo and tests do) — a project
-    admin must not make the worker call the platform's own internals."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
+    """http(s) only, and the host must pass the outbound address policy (apps/core/outbound.py) now:
+    a project admin must not make the worker call the platform's own internals, the cloud metadata
+    service or the private network. The sender checks again at connect time."""
+    try:
+        outbound.check_url(url)
+    except outbound.BadURL:
         raise ValidationFailed(
             _("A webhook URL starts with http:// or https:// and names a host."),
             details={"target": ["invalid URL"]},
-        )
-    if not _allow_private():
-        try:
-            infos = socket.getaddrinfo(parts.hostname, parts.port or 443, proto=socket.IPPROTO_TCP)
-        except OSError:
-            infos = []
-        for info in infos:
-            address = ipaddress.ip_address(info[4][0])
-            if address.is_loopback or address.is_link_local or address.is_unspecified:
-                raise ValidationFailed(
-                    _("Webhooks to %(host)s are not allowed: it is a loopback or link-local address.")
-                    % {"host": parts.hostname},
-                    details={"target": ["address not allowed"]},
-                )
+        ) from None
+    except outbound.AddressRefused as exc:
+        raise ValidationFailed(
+            _("Webhooks to %(host)s are not allowed: %(reason)s")
+            % {"host": exc.host[:100], "reason": exc.describe()},
+            details={"target": ["unresolvable" if exc.kind == "unresolvable" else "address not allowed"]},
+        ) from None
     return url
 
 
@@ -243,32 +230,48 @@ def signature(secret: str, timestamp: str, body: bytes) -> str:
     return "sha256=" + mac.hexdigest()
 
 
+# What the delivery log says about a webhook attempt: the outcome class only. No remote error text,
+# no errno: a project admin must not learn from it which hosts and ports answer (port scanning).
+REFUSED_BY_POLICY = stored("refused by the address policy")
+REDIRECT_NOT_FOLLOWED = stored("failed: redirect not followed (HTTP 3xx)")
+FAILED_HTTP = stored("failed: HTTP %(status_class)s")
+FAILED_NO_RESPONSE = stored("failed: no HTTP response")
+
+
 def _send_webhook(delivery: Delivery) -> tuple[bool, int | None, str]:
+    """POST the signed payload under the outbound address policy. Returns (delivered, the HTTP status
+    rounded to its class, the log text)."""
     sub = delivery.subscription
     body = json.dumps(
         {**delivery.payload, "delivery": delivery.pk}, sort_keys=True, separators=(",", ":")
     ).encode()
     stamp = str(int(time.time()))
-    request = urllib.request.Request(  # noqa: S310 - _check_url allows http(s) only
-        _check_url(sub.target),
-        data=body,
-        method="POST",
-        headers={
-            "Content-Type": "application/json",
-            "User-Agent": "Suanchi-Webhook/1",
-            "X-Suanchi-Event": delivery.event,
-            "X-Suanchi-Delivery": str(delivery.pk),
-            "X-Suanchi-Timestamp": stamp,
-            "X-Suanchi-Signature": signature(sub.secret, stamp, body),
-        },
-    )
+    headers = {
+        "Content-Type": "application/json",
+        "User-Agent": "Suanchi-Webhook/1",
+        "X-Suanchi-Event": delivery.event,
+        "X-Suanchi-Delivery": str(delivery.pk),
+        "X-Suanchi-Timestamp": stamp,
+        "X-Suanchi-Signature": signature(sub.secret, stamp, body),
+    }
     try:
-        with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:  # noqa: S310 - http(s) checked
-            return 200 <= response.status < 300, response.status, ""
-    except urllib.error.HTTPError as exc:
-        return False, exc.code, f"HTTP {exc.code}"
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        return False, None, str(getattr(exc, "reason", exc))[:500]
+        status = outbound.request("POST", sub.target, body=body, headers=headers, timeout=TIMEOUT_S)
+    except (outbound.BadURL, outbound.AddressRefused) as exc:
+        log.warning("notification %s refused by the outbound address policy: %r", delivery.pk, exc)
+        return False, None, REFUSED_BY_POLICY
+    except outbound.RequestFailed as exc:
+        log.info("notification %s got no HTTP response: %s", delivery.pk, exc)  # operators only
+        return False, None, FAILED_NO_RESPONSE
+    status_class = status // 100
+    if status_class == 2:
+        return True, 200, ""
+    if status_class == 3:
+        return False, 300, REDIRECT_NOT_FOLLOWED
+    return (
+        False,
+        status_class * 100 if 1 <= status_class <= 5 else None,
+        FAILED_HTTP % {"status_class": f"{status_class}xx"},
+    )
 
 
 def _send_email(delivery: Delivery) -> tuple[bool, int | None, str]:

@@ -294,6 +294,13 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
         "store_processed": False,
         "polling_interval": 0.2,  # seconds between folder scans (default 1: a push a second)
     }
+    # filesystem:// resolves to worker/broker.py (whole message files, claims kept until ack). No
+    # broadcast traffic on it: remote control (pidbox) and events are off; Celery itself leaves mingle
+    # and gossip off on this transport (celery/worker/consumer/mingle.py, gossip.py
+    # compatible_transports), and serve starts the worker --without-heartbeat.
+    CELERY_WORKER_ENABLE_REMOTE_CONTROL = False
+    CELERY_WORKER_SEND_TASK_EVENTS = False
+    CELERY_TASK_SEND_SENT_EVENT = False
 else:
     CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
 CELERY_TASK_SERIALIZER = "json"
@@ -311,9 +318,16 @@ EMAIL_PORT = env.int("DJANGO_EMAIL_PORT", default=25)
 DEFAULT_FROM_EMAIL = env.str("DJANGO_DEFAULT_FROM_EMAIL", default="suanchi@localhost")
 
 SUANCHI = {
-    # Webhooks to loopback / link-local addresses (the platform's own internals, cloud metadata) are
-    # refused unless this is set (the demo and the tests set it: their receivers run on 127.0.0.1).
-    "NOTIFY_ALLOW_LOOPBACK_WEBHOOKS": env.bool("SUANCHI_NOTIFY_ALLOW_LOOPBACK_WEBHOOKS", default=False),
+    # Requests to addresses users enter (webhooks, chat robots) reach public addresses only, plus these
+    # networks (comma-separated CIDRs; apps/core/outbound.py). The demo and the tests allow loopback:
+    # their receivers run on 127.0.0.1. The old SUANCHI_NOTIFY_ALLOW_LOOPBACK_WEBHOOKS=true still
+    # allows loopback (only: no longer link-local).
+    "OUTBOUND_ALLOWED_NETWORKS": env.list("SUANCHI_OUTBOUND_ALLOWED_NETWORKS", default=[])
+    + (
+        ["127.0.0.0/8", "::1/128"]
+        if env.bool("SUANCHI_NOTIFY_ALLOW_LOOPBACK_WEBHOOKS", default=False)
+        else []
+    ),
     "NODE_REPORT_MAX_BYTES": env.int("SUANCHI_NODE_REPORT_MAX_BYTES", default=4 * 1024 * 1024),
     # A node whose agent has not reported for this long gets a "reports overdue" event.
     "NODE_REPORT_STALE_MINUTES": env.int("SUANCHI_NODE_REPORT_STALE_MINUTES", default=30),

@@ -11,4 +11,4 @@ SECRET_KEY = SECRET_KEY or "suanchi-local-demo-key-not-for-production"  # noqa: 
 SUANCHI["SIMULATED_TIME_SCALE"] = env.float("SUANCHI_SIMULATED_TIME_SCALE", default=60.0)  # noqa: F405
 # Notification e-mails are printed by the demo (no mail server); its webhook receivers may be local.
 EMAIL_BACKEND = env.str("DJANGO_EMAIL_BACKEND", default="django.core.mail.backends.console.EmailBackend")
-SUANCHI["NOTIFY_ALLOW_LOOPBACK_WEBHOOKS"] = True  # noqa: F405
+SUANCHI["OUTBOUND_ALLOWED_NETWORKS"] = [*SUANCHI["OUTBOUND_ALLOWED_NETWORKS"], "127.0.0.0/8", "::1/128"]  # noqa: F405

@@ -30,4 +30,4 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
 LOGGING = {"version": 1, "disable_existing_loggers": False, "root": {"level": "WARNING"}}
 
 # The notification tests run their webhook receivers on 127.0.0.1.
-SUANCHI["NOTIFY_ALLOW_LOOPBACK_WEBHOOKS"] = True  # noqa: F405
+SUANCHI["OUTBOUND_ALLOWED_NETWORKS"] = [*SUANCHI["OUTBOUND_ALLOWED_NETWORKS"], "127.0.0.0/8", "::1/128"]  # noqa: F405
