@@ -2,7 +2,7 @@
 # One command: install into .venv, migrate, load the demo fleet, serve UI + API + admin with a
 # Celery worker and beat. Embedded defaults: SQLite under var/, filesystem broker, simulated cluster.
 # The worker and beat log to var/log/worker.log and var/log/beat.log (their warnings and errors also
-# reach this terminal); Ctrl-C stops all three.
+# reach this terminal); a worker or beat that exits is restarted; Ctrl-C stops all three.
 # Set DATABASE_URL / CELERY_BROKER_URL / REDIS_URL to use PostgreSQL and Redis instead.
 set -eu
 cd "$(dirname "$0")/.."

@@ -5,6 +5,11 @@ import os
 from celery import Celery
 from kombu import Exchange, Queue
 
+from worker import broker
+
+# filesystem:// (the demo's embedded broker) is the atomic variant in worker/broker.py, in the web
+# process, the worker and beat alike (each imports this module).
+broker.register()
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.local")
 
 app = Celery("suanchi")

@@ -2,7 +2,9 @@
 
 The web server writes to the terminal; the worker and beat write to ``var/log/worker.log`` and
 ``var/log/beat.log``, and only their warnings and errors also reach the terminal (``apps/demo/logtee.py``).
-Stops all three when any of them exits or on Ctrl-C / SIGTERM.
+A worker or beat that exits is started again with a growing delay (``apps/demo/supervise.py``, one
+line here per restart, its log appended); the web server keeps serving. Ctrl-C / SIGTERM stops all
+three; the web server exiting stops the rest.
 """
 
 from __future__ import annotations
@@ -11,13 +13,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
 from apps.demo.logtee import LogTee, open_log
+from apps.demo.supervise import Child, Supervisor
 
 # Processes whose output goes to var/log/<name>.log (warnings and errors also to the terminal).
 LOGGED = ("worker", "beat")
@@ -29,6 +31,36 @@ def _shown(path: Path) -> str:
         return str(path.resolve().relative_to(Path.cwd().resolve()))
     except ValueError:
         return str(path)
+
+
+def background_commands(bin_dir: Path, var_dir: Path) -> dict[str, list[str]]:
+    """The worker's and beat's command lines."""
+    worker = [
+        str(bin_dir / "celery"),
+        "-A",
+        "worker.celery",
+        "worker",
+        "--loglevel",
+        "INFO",
+        "--concurrency",
+        "2",
+        "-Q",
+        "default,scheduler,push,ingest,billing",
+    ]
+    if settings.CELERY_BROKER_URL.startswith("filesystem://"):
+        # no broadcast traffic on the embedded broker (config/settings/base.py, worker/broker.py)
+        worker += ["--without-heartbeat", "--without-gossip", "--without-mingle"]
+    beat = [
+        str(bin_dir / "celery"),
+        "-A",
+        "worker.celery",
+        "beat",
+        "--loglevel",
+        "INFO",
+        "--schedule",
+        str(var_dir / "celerybeat-schedule"),
+    ]
+    return {"worker": worker, "beat": beat}
 
 
 class Command(BaseCommand):
@@ -80,91 +112,23 @@ class Command(BaseCommand):
             ],
         }
         if not options["no_worker"]:
-            commands["worker"] = [
-                str(bin_dir / "celery"),
-                "-A",
-                "worker.celery",
-                "worker",
-                "--loglevel",
-                "INFO",
-                "--concurrency",
-                "2",
-                "-Q",
-                "default,scheduler,push,ingest,billing",
-            ]
-            commands["beat"] = [
-                str(bin_dir / "celery"),
-                "-A",
-                "worker.celery",
-                "beat",
-                "--loglevel",
-                "INFO",
-                "--schedule",
-                str(var_dir / "celerybeat-schedule"),
-            ]
+            commands.update(background_commands(bin_dir, var_dir))
         base_dir = Path(settings.BASE_DIR)  # gunicorn and celery import config/ and worker/ from here
         log_dir = var_dir / "log"
-        procs: dict[str, subprocess.Popen] = {}
-        tees: dict[str, LogTee] = {}
+        children = []
         logs: dict[str, Path] = {}
-        pumps = []
         for name, cmd in commands.items():
             if name in LOGGED:
                 logs[name] = log_dir / f"{name}.log"
-                tees[name] = LogTee(name, log=open_log(logs[name]), terminal=sys.stderr)
-                procs[name] = subprocess.Popen(
-                    cmd,
-                    cwd=base_dir,
-                    env={**env, "PYTHONUNBUFFERED": "1"},
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.STDOUT,
-                    text=True,
-                    encoding="utf-8",
-                    errors="replace",
-                )
-                pumps.append(tees[name].start(procs[name].stdout))
+                tee = LogTee(name, log=open_log(logs[name]), terminal=sys.stderr)
+                children.append(Child(name, cmd, restart=True, tee=tee, env={**env, "PYTHONUNBUFFERED": "1"}))
             else:
-                procs[name] = subprocess.Popen(cmd, cwd=base_dir, env=env)
-            self.stdout.write(f"started {name} (pid {procs[name].pid})")
+                children.append(Child(name, cmd, env=env))
+        supervisor = Supervisor(children, cwd=str(base_dir), write=self.stdout.write)
+        signal.signal(signal.SIGINT, supervisor.stop)
+        signal.signal(signal.SIGTERM, supervisor.stop)
+        supervisor.start()
         self.stdout.write(self.style.SUCCESS(f"Suanchi is up: http://{options['host']}:{options['port']}/"))
         for name, path in logs.items():
             self.stdout.write(f"  {name} log: {_shown(path)} (its warnings and errors also appear here)")
-
-        stopping = False
-
-        def stop(*_):
-            nonlocal stopping
-            stopping = True
-
-        signal.signal(signal.SIGINT, stop)
-        signal.signal(signal.SIGTERM, stop)
-        try:
-            while not stopping:
-                exited = [name for name, proc in procs.items() if proc.poll() is not None]
-                if exited:
-                    self.stderr.write(f"{', '.join(exited)} exited; stopping the rest")
-                    for name in exited:
-                        if name in tees:
-                            time.sleep(0.2)  # let its last lines arrive
-                            self.stderr.write(f"the last lines of {_shown(logs[name])}:")
-                            for line in tees[name].recent:
-                                self.stderr.write(f"{name} | {line}")
-                    break
-                time.sleep(0.5)
-        finally:
-            for proc in procs.values():
-                if proc.poll() is None:
-                    proc.terminate()
-            deadline = time.monotonic() + 10
-            for proc in procs.values():
-                try:
-                    proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
-            for pump in pumps:  # a pipe ends once its process (and any child holding it) is gone
-                pump.join(timeout=2)
-            for name, tee in tees.items():
-                if not any(p.is_alive() for p in pumps if p.name == f"logtee-{name}"):
-                    tee.log.close()
+        supervisor.run()
