@@ -47,8 +47,9 @@ from apps.scheduling.engine.model import WHOLE, CapacityError, Decision, Snapsho
 from apps.scheduling.engine.policies import BEST
 from apps.scheduling.models import DecisionTrace
 from apps.scheduling.prechecks import Prechecks, job_vendors
+from apps.scheduling.proposals import place_or_refuse
 from apps.scheduling.requests import job_requests, library_trace_step
-from apps.scheduling.snapshot import cycle_snapshot
+from apps.scheduling.snapshot import cycle_snapshot, snapshot_cache
 
 # Texts stored in events, reasons and trace steps, shown in the reader's language (apps.core.stored_text).
 NO_MODEL = stored("no device model can provide this request")
@@ -378,16 +379,21 @@ def scheduling_cycle_run(
             requests_ = job_requests(
                 job, precheck_failures=failures, catalog=catalog, coefficients=coefficients
             )
+            refused = False
             for request, granted in requests_:
-                decision = engine.place(snapshot, request, commit=True)
+                decision, refused = place_or_refuse(engine, snapshot, request)
                 cu = granted
+                if refused:  # kept pending with the reason, not parked; the batch goes on
+                    if changes is not None:
+                        snapshot_cache().invalidate()  # next cycle reads the cards from the database
+                    break
                 if decision.placed:
                     library_trace_step(decision, granted)  # profile requests: the deciding measurement
                     break
             if decision is None:  # no shape at all (e.g. no model with a coefficient): explain
                 decision = Decision(uuid.uuid4().hex, str(job.pk), engine.policy.name)
                 decision.explanation = NO_MODEL
-            elif not decision.placed:
+            elif not decision.placed and not refused:
                 keys[job.pk] = _hint_keys(requests_)
             outcomes.append((job, decision, cu, positions[job.pk]))
         result.engine_seconds = time.perf_counter() - started
@@ -877,9 +883,10 @@ def _reclaim(
                 placement = None
             released.append((victim, placement, book.release(victim)))
             for request, granted in requests_:
-                decision = engine.place(work, request, commit=False)
+                decision, _refused = place_or_refuse(engine, work, request, commit=False)
                 if decision.placed and admissible(job, decision):
-                    chosen = (engine.place(work, request, commit=True), granted)
+                    placed, _refused = place_or_refuse(engine, work, request)
+                    chosen = (placed, granted) if placed.placed else None
                     break
             if chosen:
                 break

@@ -29,6 +29,7 @@ from .filters import StaticResult
 from .index import NodeClasses
 from .model import (
     Candidate,
+    CapacityError,
     Decision,
     LazyMapping,
     NodePart,
@@ -41,6 +42,7 @@ from .model import (
 from .policies import BEST, Policy, get_policy
 
 _STATIC = "static"
+MAX_EVALS = 200_000  # memoized evaluations per signature index before it starts over
 _TOKENS = itertools.count(1)
 
 
@@ -66,9 +68,10 @@ class _ClassIndex:
     in snapshot order wins exact ties, as a per-node scan would) or a random number (``random``).
     """
 
-    __slots__ = ("heap", "evals", "pushed", "seqs", "seq", "static", "reasons", "count")
+    __slots__ = ("heap", "evals", "pushed", "seqs", "seq", "static", "classes", "reasons", "count")
 
-    def __init__(self, static: StaticResult) -> None:
+    def __init__(self, static: StaticResult, classes: NodeClasses) -> None:
+        self.classes = classes  # the signature ids below are this index's (``index.NodeClasses``)
         self.heap: list[tuple] = []
         self.evals: dict[int, tuple | None] = {}
         self.pushed: dict[int, float] = {}
@@ -231,8 +234,10 @@ class Engine:
         classes = NodeClasses.of(snapshot)
         ikey = ("cidx", self._token, self.policy.version, req.static_key, req.shape_key)
         idx = snapshot.indexes.get(ikey)
-        if idx is None or idx.static is not static:
-            idx = _ClassIndex(static)
+        if idx is not None and len(idx.evals) > MAX_EVALS:
+            idx = None  # bound the memory: start over (every signature is offered again)
+        if idx is None or idx.static is not static or idx.classes is not classes:
+            idx = _ClassIndex(static, classes)
             indexes = snapshot.indexes
             if len(indexes) > 1024:  # bound the memory: forget the least recently created half
                 for old in [k for k in indexes if isinstance(k, tuple)][:512]:
@@ -242,8 +247,6 @@ class Engine:
         if idx.seq == seq:
             return idx
         members = classes.members
-        if len(idx.evals) > 200_000:
-            idx.evals.clear()
         seqs, logs, offsets = idx.seqs, classes.logs, classes.log_offsets
         for cid, elig in idx.static.cls_elig.items():
             log = logs[cid]
@@ -602,8 +605,7 @@ class Engine:
                     _rank, node, (choice, tier) = found
                 part = assign.build_part(node, req, choice, tier, replica=r)
                 probe = Placement(f"{req.id}\x00gang{r}", (part,))
-                snapshot.apply(probe)
-                tentative.append(probe)
+                self._probe(snapshot, probe, tentative)
                 parts.append(part)
             for probe in tentative:
                 snapshot.release(probe.request_id)
@@ -623,6 +625,18 @@ class Engine:
         else:
             decision.explanation = f"gang of {req.replicas} replicas: only {placed_max} fit"
         return None
+
+    @staticmethod
+    def _probe(snapshot: Snapshot, probe: Placement, tentative: list[Placement]) -> None:
+        """Apply one tentative part; when the snapshot refuses it, the parts applied before are given
+        back first (the snapshot is left as it was) and the refusal is passed on."""
+        try:
+            snapshot.apply(probe)
+        except CapacityError:
+            for done in tentative:
+                snapshot.release(done.request_id)
+            raise
+        tentative.append(probe)
 
     @staticmethod
     def _may_split(req: Request) -> bool:
@@ -674,8 +688,7 @@ class Engine:
                 _rank, node, (choice, tier) = found
                 part = assign.build_part(node, sub, choice, tier, groups=[k])
                 probe = Placement(sub.id, (part,))
-                snapshot.apply(probe)
-                tentative.append(probe)
+                self._probe(snapshot, probe, tentative)
                 parts.append(part)
             for probe in tentative:
                 snapshot.release(probe.request_id)

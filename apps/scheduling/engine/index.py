@@ -15,7 +15,12 @@ order, as a per-node scan would). A fleet of 10,000 nodes built from a handful o
 hundred signatures at most while it fills up.
 
 The index is rebuilt when the snapshot's static version changes and otherwise follows the snapshot's
-change log (nodes touched by ``Snapshot.apply`` / ``release``), so it is updated incrementally. Any new
+change log (nodes touched by ``Snapshot.apply`` / ``release``), so it is updated incrementally. A
+signature id means one (class, state) for the index's whole life: the engine's per-request indexes
+keep scores and device choices per signature id. So an index that fell behind a trimmed change log
+re-reads every node's state under the same ids (it is never rebuilt with new ones: an engine index
+that outlived such a rebuild read another state's device choice for the id, and proposed a card a
+whole-card request held, issue 27 §5). Any new
 per-card state that changes what fits or how a node scores must be added to :func:`state_key` (MIG
 layouts are: ``DeviceState.mig_used``, see ``engine/mig.py``).
 """
@@ -23,6 +28,7 @@ layouts are: ``DeviceState.mig_used``, see ``engine/mig.py``).
 from __future__ import annotations
 
 from bisect import bisect_left, insort
+from collections.abc import Iterable
 
 from .model import NodeState, Snapshot
 
@@ -169,21 +175,25 @@ class NodeClasses:
         if idx is None or idx.uid != snapshot.uid or idx.static_version != snapshot.static_version:
             idx = snapshot.indexes[INDEX_KEY] = cls(snapshot)
             return idx
-        if idx.seq != snapshot.change_seq and not idx.sync(snapshot):
-            idx = snapshot.indexes[INDEX_KEY] = cls(snapshot)
+        if idx.seq != snapshot.change_seq:
+            idx.sync(snapshot)
         return idx
 
     def log_end(self, cid: int) -> int:
         return self.log_offsets[cid] + len(self.logs[cid])
 
-    def sync(self, snapshot: Snapshot) -> bool:
+    def sync(self, snapshot: Snapshot) -> None:
+        """Follow the change log; when it was trimmed past us, re-read every node (ids are kept)."""
         start = self.seq - snapshot.log_offset
-        if start < 0:
-            return False  # the change log was trimmed past us
         nodes = snapshot.nodes
         members = self.members
         log = snapshot.change_log
-        for pos in dict.fromkeys(log[start:]) if len(log) - start > 1 else log[start:]:
+        if start < 0:
+            changed: Iterable[int] = range(len(nodes))
+        else:
+            changed = dict.fromkeys(log[start:]) if len(log) - start > 1 else log[start:]
+        keep = max(2, snapshot.log_limit // 2)  # per-class logs: as long as half the snapshot's
+        for pos in changed:
             cid = self.class_of[pos]
             sid = self._sig(cid, nodes[pos])
             old = self.sig_of[pos]
@@ -204,9 +214,8 @@ class NodeClasses:
             self.sig_of[pos] = sid
             clog = self.logs[cid]
             clog.append(sid)
-            if len(clog) > 100_000:  # indexes that fall behind rebuild from ``class_sigs``
-                drop = len(clog) - 50_000
+            if len(clog) > keep:  # indexes that fall behind re-read ``class_sigs``
+                drop = len(clog) - keep // 2
                 del clog[:drop]
                 self.log_offsets[cid] += drop
         self.seq = snapshot.change_seq
-        return True

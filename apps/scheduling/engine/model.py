@@ -678,6 +678,7 @@ class Snapshot:
         self.static_version = 0
         self.change_log: list[int] = []
         self.log_offset = 0
+        self.log_limit = 200_000  # change-log entries kept; past it the oldest half goes (indexes re-read)
         self.indexes: dict = {}  # engine-owned caches, dropped when static_version changes
         self.cluster_preference: dict[str, int] = {}  # cluster -> order (lower first), engine/clusters.py
         for node in nodes:
@@ -866,8 +867,8 @@ class Snapshot:
     def _touch(self, node: NodeState) -> None:
         node.version += 1
         self.change_log.append(node.pos)
-        if len(self.change_log) > 200_000:  # indexes that fall behind the trimmed log rebuild themselves
-            drop = len(self.change_log) - 100_000
+        if len(self.change_log) > self.log_limit:  # indexes behind the trimmed log re-read every node
+            drop = len(self.change_log) - self.log_limit // 2
             del self.change_log[:drop]
             self.log_offset += drop
 
