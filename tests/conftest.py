@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 
 import pytest
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.cache import cache
 from django.utils import translation
@@ -32,6 +33,14 @@ def _forget_watched_views():
     WatchedView.forget()
     yield
     WatchedView.forget()
+
+
+@pytest.fixture(autouse=True)
+def _language_back_to_default():
+    """LocaleMiddleware activates the request's language on the test's own thread and never
+    deactivates it: without this, one zh-hans request turns every later test's messages Chinese."""
+    yield
+    translation.activate(settings.LANGUAGE_CODE)
 
 
 @pytest.fixture
