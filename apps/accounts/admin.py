@@ -1,6 +1,7 @@
-from django.contrib import admin, messages
+from django.contrib import admin
 
 from apps.accounts import services
+from apps.accounts.admin_keys import OneTimeKeyAdminMixin
 from apps.accounts.models import ApiToken, Department, Membership, Project
 
 
@@ -28,7 +29,7 @@ class ProjectAdmin(admin.ModelAdmin):
 
 
 @admin.register(ApiToken)
-class ApiTokenAdmin(admin.ModelAdmin):
+class ApiTokenAdmin(OneTimeKeyAdminMixin, admin.ModelAdmin):
     list_display = ("name", "user", "prefix", "created_at", "last_used_at", "expires_at", "revoked")
     list_filter = ("revoked",)
     search_fields = ("name", "user__username", "prefix")
@@ -47,9 +48,7 @@ class ApiTokenAdmin(admin.ModelAdmin):
         )
         obj.pk = token.pk
         obj.prefix = token.prefix
-        self.message_user(
-            request, f"Token created. Copy the key now, it is not shown again: {key}", messages.WARNING
-        )
+        self.show_key_once(request, key)
 
     @admin.action(description="Revoke selected tokens")
     def revoke(self, request, queryset):

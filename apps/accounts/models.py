@@ -6,10 +6,12 @@ import hashlib
 import secrets
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.core.validators import RegexValidator
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
+from apps.accounts.expiry import expiry_problem
 from apps.core.models import BaseModel
 
 # A Kubernetes namespace is a DNS-1123 label.
@@ -104,6 +106,14 @@ class ApiToken(BaseModel):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.prefix}…)"
+
+    def clean(self) -> None:
+        super().clean()
+        # A new token's expiry (page, API and admin alike); an old token keeps the one it was made with.
+        if self._state.adding and self.expires_at is not None:
+            problem = expiry_problem(self.expires_at)
+            if problem is not None:
+                raise ValidationError({"expires_at": problem})
 
     @staticmethod
     def generate_key(prefix: str = "sc") -> str:

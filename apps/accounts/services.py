@@ -12,6 +12,7 @@ from django.utils.translation import gettext as _
 from apps.accounts.models import ApiToken, Department, Membership, Project, UserPreference
 from apps.core.audit import change_record_create, snapshot
 from apps.core.errors import ValidationFailed
+from apps.core.validation import validate_and_save
 
 
 @transaction.atomic
@@ -27,10 +28,22 @@ def department_create(*, name: str, slug: str, description: str = "", actor) -> 
 
 @transaction.atomic
 def project_create(
-    *, department: Department, name: str, slug: str, namespace: str, description: str = "", actor
+    *,
+    department: Department,
+    name: str,
+    slug: str,
+    namespace: str,
+    description: str = "",
+    is_active: bool = True,
+    actor,
 ) -> Project:
     project = Project(
-        department=department, name=name, slug=slug, namespace=namespace, description=description
+        department=department,
+        name=name,
+        slug=slug,
+        namespace=namespace,
+        description=description,
+        is_active=is_active,
     )
     project.full_clean()
     project.save()
@@ -38,7 +51,7 @@ def project_create(
         actor=actor,
         action="project.create",
         obj=project,
-        after=snapshot(project, ["department", "name", "slug", "namespace"]),
+        after=snapshot(project, ["department", "name", "slug", "namespace", "is_active"]),
     )
     return project
 
@@ -61,13 +74,15 @@ def membership_set(*, user, project: Project, role: str, actor) -> Membership:
 
 @transaction.atomic
 def api_token_create(*, user, name: str, expires_at: datetime | None = None, actor) -> tuple[ApiToken, str]:
-    """Create a token and return it with its key; the key is not stored and cannot be shown again."""
+    """Create a token and return it with its key; the key is not stored and cannot be shown again.
+
+    Only a signed-in person makes tokens (pages, admin; the API refuses a request authenticated by a
+    token: apps.accounts.api.permissions.MintsNoTokens), so a token never begets another one."""
     key = ApiToken.generate_key("sc")
     token = ApiToken(
         user=user, name=name, prefix=key[:10], key_hash=ApiToken.hash_key(key), expires_at=expires_at
     )
-    token.full_clean()
-    token.save()
+    validate_and_save(token, what=_("API token"))
     change_record_create(actor=actor, action="api_token.create", obj=token, after={"name": name})
     return token, key
 

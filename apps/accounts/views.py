@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import zoneinfo
-from datetime import datetime, time
 
 from django.conf import settings
 from django.contrib import messages
@@ -11,13 +10,14 @@ from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
-from django.utils.dateparse import parse_date
 from django.utils.translation import gettext as _
+from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods, require_POST
 
 from apps.accounts import services
+from apps.accounts.expiry import parse_expiry
 from apps.accounts.models import ApiToken, UserPreference
-from apps.core.errors import ApplicationError
+from apps.core.errors import ApplicationError, ValidationFailed
 
 COMMON_ZONES = (
     "Asia/Shanghai",
@@ -66,31 +66,23 @@ def profile(request: HttpRequest) -> HttpResponse:
 
 
 @login_required
+@never_cache  # the page shows a new key once: no browser or proxy may keep a copy
 @require_http_methods(["GET", "HEAD", "POST"])
 def tokens(request: HttpRequest) -> HttpResponse:
     key = None
     status = 200
     if request.method == "POST":
         name = request.POST.get("name", "").strip()
-        expires_at = None
-        raw = request.POST.get("expires_on", "").strip()
-        if raw:
-            day = parse_date(raw)
-            if day is None or day <= timezone.localdate():
-                messages.error(request, _("The expiry must be a date after today."))
-                return render(request, "accounts/tokens.html", _tokens_context(request), status=400)
-            expires_at = timezone.make_aware(datetime.combine(day, time(23, 59, 59)))
-        if not name:
-            messages.error(request, _("Give the token a name, e.g. the script that uses it."))
+        try:
+            expires_at = parse_expiry(request.POST.get("expires_on", ""), field="expires_on")
+            if not name:
+                raise ValidationFailed(_("Give the token a name, e.g. the script that uses it."))
+            _token, key = services.api_token_create(
+                user=request.user, name=name[:100], expires_at=expires_at, actor=request.user
+            )
+        except ApplicationError as exc:
+            messages.error(request, exc.message)
             status = 400
-        else:
-            try:
-                _token, key = services.api_token_create(
-                    user=request.user, name=name[:100], expires_at=expires_at, actor=request.user
-                )
-            except ApplicationError as exc:
-                messages.error(request, exc.message)
-                status = 400
     context = _tokens_context(request)
     context["new_key"] = key
     return render(request, "accounts/tokens.html", context, status=status)

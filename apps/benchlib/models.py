@@ -64,6 +64,9 @@ class Measurement(models.Model):
     driver_version = models.CharField(_("driver"), max_length=60, blank=True)
     runtime = models.CharField(_("runtime"), max_length=60, blank=True)
     measured_at = models.DateTimeField(_("measured at"), db_index=True)
+    # A job report counts fleet-wide (rankings, coefficient proposals) only once platform staff verified it.
+    verified_at = models.DateTimeField(_("verified"), null=True, blank=True)
+    verified_by = models.CharField(_("verified by"), max_length=150, blank=True)
 
     class Meta:
         ordering = ["-measured_at", "-id"]
@@ -96,9 +99,25 @@ class Measurement(models.Model):
         return f"{self.profile.key} on {self.device_model.name}: {self.throughput} {self.profile.unit}"
 
     @property
+    def trusted(self) -> bool:
+        """Made by the platform or staff (benchmark runs), or a job report staff verified."""
+        return self.source in TRUSTED_SOURCES or self.verified_at is not None
+
+    @property
     def per_card(self) -> Decimal:
         """Throughput of one whole-card equivalent: the measurement ÷ (cards × share)."""
         return Decimal(self.throughput) / (Decimal(self.cards) * Decimal(self.compute_share) / 100)
+
+
+# Sources only the platform or platform staff write: the simulated backend's results and staff-posted
+# benchmark jobs (``benchmark``), gray-batch runs (staff-only API), imports. A project's own report is
+# ``job`` — benchmark-kind jobs of members included — and counts fleet-wide only once verified.
+TRUSTED_SOURCES = (Measurement.Source.BENCHMARK, Measurement.Source.GRAY_BATCH, Measurement.Source.IMPORTED)
+
+
+def trusted_q() -> Q:
+    """The measurements that rank options fleet-wide and may back a coefficient proposal."""
+    return Q(source__in=TRUSTED_SOURCES) | Q(verified_at__isnull=False)
 
 
 class CoefficientProposal(BaseModel):

@@ -20,7 +20,13 @@ templates. Each option gets:
   (``PRICE_PER_CU_HOUR``, filled by ``apps.billing`` — it sits above this layer).
 
 Options are ranked by money per million units when every option with data has a price, else by CU-hours
-per million; options without data come last. The same function answers the ``recommend`` command, the
+per million; options without data come last.
+
+Whose figures count (issue 27 §3): an option's figure comes from **trusted** measurements (benchmark runs,
+gray-batch runs, staff-verified job reports) whenever they give one; only an option no trusted measurement
+covers falls back to projects' own job reports, marked ``trusted: false`` and ranked after every trusted
+option — one project's reports never outweigh benchmark runs. Each option lists its evidence per source
+(``evidence_by_source``), each source's figure by the same rules. The same function answers the ``recommend`` command, the
 API and the submit page, and gives the scheduler its ordered alternatives for profile requests.
 """
 
@@ -101,6 +107,8 @@ class Option:
     evidence: Evidence = field(default_factory=Evidence)
     reason: str = ""  # why there is no figure
     deciding: int | None = None  # the measurement with the most weight behind the figure
+    trusted: bool = True  # False: the figure comes from projects' unverified job reports only
+    by_source: dict[str, dict] = field(default_factory=dict)
 
     @property
     def label(self) -> str:
@@ -137,6 +145,8 @@ class Option:
             "money_per_million": s(self.money_per_million),
             "evidence": self.evidence.as_dict(),
             "deciding_measurement": self.deciding,
+            "trusted": self.trusted if self.has_data else None,
+            "evidence_by_source": self.by_source,
             "no_data": not self.has_data,
             "reason": self.reason or None,
         }
@@ -227,32 +237,68 @@ def _same_share(m: Measurement, option: Option) -> bool:
     return Decimal(m.compute_share) == 100 and (m.template_id is None or m.template.compute_share >= 100)
 
 
-def _estimate(
-    option: Option, rows: list[Measurement], profile: WorkloadProfile, latency: Decimal | None
-) -> None:
+@dataclass
+class _Figure:
+    per_instance: Decimal | None = None
+    basis: str = NO_DATA
+    evidence: Evidence = field(default_factory=Evidence)
+    deciding: int | None = None
+    reason: str = ""
+
+
+def _figure(option: Option, rows: list[Measurement], latency: Decimal | None) -> _Figure:
+    """The per-instance figure ``rows`` give ``option`` by the rules above (measured, estimated, none)."""
     exact = [m for m in rows if _same_share(m, option)]
     if latency is not None:
         exact = [m for m in exact if m.p99_latency_ms is not None and Decimal(m.p99_latency_ms) <= latency]
         if not exact:
-            option.reason = (
-                _("no measurement at this share met the p99 bound of %(ms)s ms") % {"ms": latency}
+            return _Figure(
+                reason=_("no measurement at this share met the p99 bound of %(ms)s ms") % {"ms": latency}
                 if rows
                 else _("no data")
             )
-            return
     if exact:
-        option.per_instance, option.evidence, option.deciding = _summarise(
-            exact, lambda m: Decimal(m.throughput) / m.cards
-        )
-        option.basis = MEASURED
-        return
+        mean, evidence, deciding = _summarise(exact, lambda m: Decimal(m.throughput) / m.cards)
+        return _Figure(mean, MEASURED, evidence, deciding)
     larger = [m for m in rows if Decimal(m.compute_share) > option.share]
     if not larger:
-        option.reason = _("measured only at smaller shares; not extrapolated") if rows else _("no data")
-        return
-    per_card, option.evidence, option.deciding = _summarise(larger, lambda m: m.per_card)
-    option.per_instance = per_card * option.share / 100
-    option.basis = ESTIMATED
+        return _Figure(
+            reason=_("measured only at smaller shares; not extrapolated") if rows else _("no data")
+        )
+    per_card, evidence, deciding = _summarise(larger, lambda m: m.per_card)
+    return _Figure(per_card * option.share / 100, ESTIMATED, evidence, deciding)
+
+
+def _source_key(m: Measurement) -> str:
+    return "job-verified" if m.source == Measurement.Source.JOB and m.verified_at else m.source
+
+
+def _estimate(
+    option: Option, rows: list[Measurement], profile: WorkloadProfile, latency: Decimal | None
+) -> None:
+    trusted = [m for m in rows if m.trusted]
+    reported = [m for m in rows if not m.trusted]
+    chosen = _figure(option, trusted, latency)
+    if chosen.per_instance is None and reported:
+        fallback = _figure(option, reported, latency)
+        if fallback.per_instance is not None or not trusted:
+            chosen = fallback
+            option.trusted = False
+    option.per_instance, option.basis, option.evidence = chosen.per_instance, chosen.basis, chosen.evidence
+    option.deciding, option.reason = chosen.deciding, chosen.reason
+    groups: dict[str, list[Measurement]] = defaultdict(list)
+    for m in rows:
+        groups[_source_key(m)].append(m)
+    for key, group in sorted(groups.items()):
+        figure = _figure(option, group, latency)
+        if figure.per_instance is not None:
+            option.by_source[key] = {
+                "trusted": group[0].trusted,
+                "basis": figure.basis,
+                "per_instance_throughput": str(figure.per_instance.quantize(Q4, rounding=ROUND_HALF_UP)),
+                "count": len(figure.evidence.measurements),
+                "measurement_ids": figure.evidence.measurements,
+            }
 
 
 def recommend(
@@ -342,7 +388,7 @@ def recommend(
             if price:
                 option.price_per_cu_hour, option.currency = price
                 option.money_per_hour = (option.cu_per_hour * option.price_per_cu_hour).quantize(
-                    Decimal("0.01")
+                    Decimal("0.01"), rounding=ROUND_HALF_UP
                 )
                 option.money_per_million = (option.cu_hours_per_million * option.price_per_cu_hour).quantize(
                     Q4
@@ -354,8 +400,8 @@ def recommend(
 
     def key(o: Option):
         if o.cu_hours_per_million is None:
-            return (1, Decimal(0), o.label)
-        return (0, o.money_per_million if by_money else o.cu_hours_per_million, o.label)
+            return (2, Decimal(0), o.label)
+        return (0 if o.trusted else 1, o.money_per_million if by_money else o.cu_hours_per_million, o.label)
 
     options.sort(key=key)
     return Recommendation(profile, target_d, latency, vendors, options, ranked_by)

@@ -11,6 +11,11 @@ Sources, one model (``Measurement``):
   through ``measurement_from_benchmark_run``.
 
 Bad input is a precise 400 (403/409 where it is about who or when) with nothing written.
+
+Poisoning (issue 27 §3): every figure fits its column and a job's figure its card's catalog peak
+(``apps.benchlib.plausibility``); ``runs`` is counted by the platform (one per report), never declared; a
+project's own report (``source=job``) counts fleet-wide — rankings, coefficient proposals — only once
+platform staff verified it (``measurement_verify``); benchmark figures come from the platform or staff.
 """
 
 from __future__ import annotations
@@ -25,16 +30,20 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from apps.benchlib.models import CoefficientProposal, Measurement
+from apps.accounts.selectors import is_platform_staff
+from apps.benchlib.models import CoefficientProposal, Measurement, trusted_q
+from apps.benchlib.plausibility import check_plausible, column_limits, column_value
 from apps.catalog.models import ComputeCoefficient, DeviceModel, WorkloadProfile
 from apps.catalog.selectors import coefficients_on
 from apps.core.audit import actor_fields, change_record_create, snapshot
 from apps.core.errors import Conflict, PermissionDenied, ValidationFailed
 from apps.core.stored_text import stored
+from apps.core.validation import validate
 from apps.jobs.models import Allocation, Job, JobState
 
-MAX_THROUGHPUT = Decimal("1e12")
-REPORT_FIELDS = {"profile", "throughput", "p99_latency_ms", "runs", "spread_pct", "measured_at", "runtime"}
+MAX_LATENCY_MS = Decimal("1e7")
+MAX_SPREAD_PCT = Decimal(1000)
+REPORT_FIELDS = {"profile", "throughput", "p99_latency_ms", "spread_pct", "measured_at", "runtime"}
 # A proposal is made when measurements and the coefficient disagree by more than this (relative).
 PROPOSAL_THRESHOLD = Decimal("0.15")
 REFERENCE_MODEL_SLUG = "a100-80gb-sxm4"  # one CU = this card for one hour (apps.catalog.models)
@@ -42,7 +51,8 @@ REFERENCE_MODEL_SLUG = "a100-80gb-sxm4"  # one CU = this card for one hour (apps
 COEFFICIENT_REASON = stored("benchmark library proposal %(proposal)s: measured ratios %(evidence)s")
 
 
-def _number(data: dict, name: str, *, required: bool = False, integer: bool = False, upper=MAX_THROUGHPUT):
+def _number(data: dict, name: str, *, required: bool = False, upper: Decimal | None = None):
+    """The field ``name`` of a report as a Decimal its column holds (rounded to its places), or None."""
     value = data.get(name)
     if value in (None, ""):
         if required:
@@ -58,18 +68,7 @@ def _number(data: dict, name: str, *, required: bool = False, integer: bool = Fa
         raise ValidationFailed(
             _("%(name)s must be a number.") % {"name": name}, details={name: ["not a number"]}
         )
-    if not number.is_finite() or number <= 0 or number > upper:
-        raise ValidationFailed(
-            _("%(name)s must be greater than 0 and at most %(max)s.") % {"name": name, "max": upper},
-            details={name: ["out of range"]},
-        )
-    if integer:
-        if number != number.to_integral_value():
-            raise ValidationFailed(
-                _("%(name)s must be a whole number.") % {"name": name}, details={name: ["not an integer"]}
-            )
-        return int(number)
-    return number
+    return column_value(number, model=Measurement, field=name, name=name, upper=upper)
 
 
 def _profile(key) -> WorkloadProfile:
@@ -84,6 +83,11 @@ def _profile(key) -> WorkloadProfile:
 def _report_values(data: dict) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ValidationFailed(_("A report is a JSON object."), details={"body": ["not an object"]})
+    if "runs" in data:
+        raise ValidationFailed(
+            _("runs is counted by the platform (one per report); leave it out and post each run's report."),
+            details={"runs": ["counted by the platform"]},
+        )
     unknown = set(data) - REPORT_FIELDS
     if unknown:
         raise ValidationFailed(
@@ -93,8 +97,8 @@ def _report_values(data: dict) -> dict[str, Any]:
     values: dict[str, Any] = {
         "profile": _profile(data.get("profile")),
         "throughput": _number(data, "throughput", required=True),
-        "p99_latency_ms": _number(data, "p99_latency_ms", upper=Decimal("1e7")),
-        "runs": _number(data, "runs", integer=True, upper=Decimal(10_000)) or 1,
+        "p99_latency_ms": _number(data, "p99_latency_ms", upper=MAX_LATENCY_MS),
+        "runs": 1,
         "spread_pct": None,
         "runtime": str(data.get("runtime") or "")[:60],
     }
@@ -103,7 +107,7 @@ def _report_values(data: dict) -> dict[str, Any]:
         if spread in (0, "0"):
             values["spread_pct"] = Decimal(0)
         else:
-            values["spread_pct"] = _number(data, "spread_pct", upper=Decimal(1000))
+            values["spread_pct"] = _number(data, "spread_pct", upper=MAX_SPREAD_PCT)
     measured = data.get("measured_at")
     if measured in (None, ""):
         values["measured_at"] = timezone.now()
@@ -175,7 +179,20 @@ def job_report(*, job: Job, data: dict, actor) -> Measurement:
             % {"job": job.pk, "state": job.get_state_display()}
         )
     model, template, share, cards, device, node, driver = _job_shape(job)
-    source = Measurement.Source.BENCHMARK if job.kind == Job.Kind.BENCHMARK else Measurement.Source.JOB
+    check_plausible(
+        values["throughput"],
+        profile=values["profile"],
+        model=model,
+        share=share,
+        cards=cards * job.replicas,
+        trusted_best=_trusted_best_per_card(values["profile"], model),
+    )
+    # Only the platform and its staff make benchmark figures; a project's report is a job report, also
+    # for a benchmark-kind job its members started (it counts fleet-wide once staff verified it).
+    staff = is_platform_staff(actor)
+    source = (
+        Measurement.Source.BENCHMARK if job.kind == Job.Kind.BENCHMARK and staff else Measurement.Source.JOB
+    )
     measurement = Measurement(
         device_model=model,
         template=template,
@@ -189,6 +206,7 @@ def job_report(*, job: Job, data: dict, actor) -> Measurement:
         driver_version=driver,
         **values,
     )
+    validate(measurement, what=_("The report"), validate_unique=False, validate_constraints=False)
     try:
         with transaction.atomic():
             measurement.save()
@@ -203,6 +221,41 @@ def job_report(*, job: Job, data: dict, actor) -> Measurement:
         obj=measurement,
         after=snapshot(measurement, ["throughput", "compute_share", "cards", "source"])
         | {"profile": measurement.profile.key, "job": job.pk},
+    )
+    return measurement
+
+
+def _trusted_best_per_card(profile: WorkloadProfile, model: DeviceModel) -> Decimal | None:
+    """The best whole-card-equivalent figure a trusted measurement found (the ceiling's fallback)."""
+    rows = Measurement.objects.filter(trusted_q(), profile=profile, device_model=model)
+    return max((m.per_card for m in rows), default=None)
+
+
+@transaction.atomic
+def measurement_verify(*, measurement: Measurement, actor) -> Measurement:
+    """Platform staff vouch for a job report: from now on it ranks fleet-wide and may back proposals."""
+    if not is_platform_staff(actor):
+        raise PermissionDenied(_("Only platform staff verify measurements."))
+    measurement = Measurement.objects.select_for_update().get(pk=measurement.pk)
+    if measurement.trusted:
+        raise Conflict(
+            _("Measurement %(id)s already counts fleet-wide (%(why)s).")
+            % {
+                "id": measurement.pk,
+                "why": _("verified by %(who)s") % {"who": measurement.verified_by}
+                if measurement.verified_at
+                else measurement.get_source_display(),
+            }
+        )
+    measurement.verified_at = timezone.now()
+    measurement.verified_by = actor_fields(actor)["actor_label"]
+    measurement.save(update_fields=["verified_at", "verified_by"])
+    change_record_create(
+        actor=actor,
+        action="measurement.verify",
+        obj=measurement,
+        before={"verified_at": None},
+        after={"verified_at": measurement.verified_at.isoformat(), "verified_by": measurement.verified_by},
     )
     return measurement
 
@@ -282,7 +335,7 @@ def synthetic_result(*, job: Job, actor="simulated-backend") -> Measurement | No
     if result is None:
         return None
     per_instance, latency = result
-    runs = 3
+    runs = 1  # one simulated figure: the platform counts what it aggregated, never more
     measurement = Measurement.objects.create(
         profile=job.workload_profile,
         device_model=model,
@@ -350,8 +403,9 @@ def measurement_from_benchmark_run(run, *, profile: WorkloadProfile) -> Measurem
 
 def per_card_throughput(profile: WorkloadProfile, model: DeviceModel) -> dict | None:
     """The measured whole-card-equivalent throughput of ``model`` on ``profile`` (mean weighted by runs ×
-    share), with the measurement count; None without measurements."""
-    rows = list(Measurement.objects.filter(profile=profile, device_model=model))
+    share) from trusted measurements only (benchmark runs, staff-verified reports), with the measurement
+    count; None without any."""
+    rows = list(Measurement.objects.filter(trusted_q(), profile=profile, device_model=model))
     if not rows:
         return None
     weights = [Decimal(m.runs) * Decimal(m.compute_share) / 100 for m in rows]
@@ -365,7 +419,8 @@ def measured_ratios(model: DeviceModel, reference: DeviceModel) -> dict[str, dic
     """{profile key: {"ratio", "model_per_card", "reference_per_card", "measurements", "synthetic"}}: the
     measured throughput of ``model`` over ``reference`` per profile both were measured on."""
     out: dict[str, dict] = {}
-    for profile in WorkloadProfile.objects.filter(measurements__device_model=model).distinct():
+    measured = Measurement.objects.filter(trusted_q(), device_model=model).values("profile_id")
+    for profile in WorkloadProfile.objects.filter(pk__in=measured):
         mine, theirs = per_card_throughput(profile, model), per_card_throughput(profile, reference)
         if not mine or not theirs:
             continue
@@ -388,25 +443,30 @@ def _reference() -> DeviceModel | None:
 def coefficient_proposals_refresh(*, actor="worker") -> list[CoefficientProposal]:
     """Open a proposal for every model whose measured ratio to the reference card (geometric mean over
     profiles, normalised by the reference's own coefficient) differs from its coefficient by more than
-    15 %. An open proposal is updated in place; nothing is proposed without measurements of both."""
+    15 %. An open proposal is updated in place; nothing is proposed without trusted measurements of both,
+    and an open proposal they no longer back (e.g. one made from job reports before issue 27) is withdrawn.
+    """
     reference = _reference()
     if reference is None:
         return []
-    models = DeviceModel.objects.filter(measurements__isnull=False).exclude(pk=reference.pk).distinct()
+    # Only benchmark runs and staff-verified reports propose: a project's own reports never change bills.
+    measured = Measurement.objects.filter(trusted_q()).values("device_model_id")
+    models = list(DeviceModel.objects.filter(pk__in=measured).exclude(pk=reference.pk))
+    open_proposals = CoefficientProposal.objects.filter(state=CoefficientProposal.State.OPEN)
+    open_proposals.exclude(device_model__in=models).delete()
     coefficients = coefficients_on([m.pk for m in models] + [reference.pk])
     ref_coef = coefficients.get(reference.pk)
     out = []
     for model in models:
         current = coefficients.get(model.pk)
-        ratios = measured_ratios(model, reference)
-        if not current or not ref_coef or not ratios:
-            continue
-        geo = math.exp(sum(math.log(float(r["ratio"])) for r in ratios.values()) / len(ratios))
-        proposed = (Decimal(str(geo)) * ref_coef).quantize(Decimal("0.0001"))
-        if proposed <= 0 or abs(proposed - current) / current <= PROPOSAL_THRESHOLD:
-            CoefficientProposal.objects.filter(
-                device_model=model, state=CoefficientProposal.State.OPEN
-            ).delete()
+        ratios = {k: r for k, r in measured_ratios(model, reference).items() if Decimal(r["ratio"]) > 0}
+        proposed = Decimal(0)
+        if current and ref_coef and ratios:
+            geo = math.exp(sum(math.log(float(r["ratio"])) for r in ratios.values()) / len(ratios))
+            proposed = (Decimal(str(geo)) * ref_coef).quantize(Decimal("0.0001"))
+        unfit = proposed <= 0 or proposed > column_limits(CoefficientProposal, "proposed_value")[0]
+        if unfit or abs(proposed - current) / current <= PROPOSAL_THRESHOLD:
+            open_proposals.filter(device_model=model).delete()
             continue
         proposal, _created = CoefficientProposal.objects.update_or_create(
             device_model=model,

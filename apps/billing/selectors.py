@@ -11,6 +11,7 @@ from django.db.models import Count, QuerySet, Sum
 from apps.accounts.models import Project
 from apps.accounts.selectors import is_platform_staff, user_project_ids
 from apps.billing.models import Adjustment, Bill, BillingPeriod, RateCard, UsageEntry
+from apps.billing.pricing import to_cents
 from apps.jobs.models import Job
 
 
@@ -89,7 +90,7 @@ def cost_by_month(*, user, project_ids: set[int] | None = None) -> list[dict]:
             "month": row["month"],
             "project_id": row["project_id"],
             "project": row["project__name"],
-            "amount": row["amount"].quantize(Decimal("0.01")),
+            "amount": to_cents(row["amount"]),
             "cu_hours": row["cu_hours"].quantize(Decimal("0.01")),
         }
         for row in rows
@@ -144,7 +145,7 @@ def cost_by_job(
             "job": jobs.get(r["job_id"], ""),
             "project": projects.get(r["project_id"], ""),
             "project_id": r["project_id"],
-            "amount": r["amount"].quantize(Decimal("0.01")),
+            "amount": to_cents(r["amount"]),
             "cu_hours": r["cu_hours"].quantize(Decimal("0.01")),
             "slices": r["slices"],
         }

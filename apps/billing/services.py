@@ -31,7 +31,6 @@ from django.utils.translation import gettext as _
 from apps.accounts.models import Project
 from apps.billing.models import (
     CU_HOURS_QUANTUM,
-    ENTRY_AMOUNT_QUANTUM,
     HOURS_QUANTUM,
     MONEY_QUANTUM,
     Adjustment,
@@ -45,6 +44,7 @@ from apps.billing.models import (
     UsageBasis,
     UsageEntry,
 )
+from apps.billing.pricing import cu_hours_of, discounted_amount, to_cents
 from apps.billing.signals import bills_finalized
 from apps.catalog.models import ComputeTemplate, DeviceModel
 from apps.catalog.selectors import coefficients_on
@@ -151,10 +151,6 @@ def _hours(delta: timedelta) -> Decimal:
 
 
 # ------------------------------------------------------------------ money helpers
-
-
-def to_cents(value: Decimal) -> Decimal:
-    return Decimal(value).quantize(MONEY_QUANTUM, rounding=ROUND_HALF_UP)
 
 
 def allocate_cents(raw: Sequence[Decimal], total: Decimal) -> list[Decimal]:
@@ -542,7 +538,7 @@ def metering_run(
             if hours > 0:
                 slice_month = date(hour.year, hour.month, 1)
                 billing_month = _billing_month(slice_month, closed)
-                cu_hours = (units * hours).quantize(CU_HOURS_QUANTUM, rounding=ROUND_HALF_UP)
+                cu_hours = cu_hours_of(units, hours)
                 entry_basis = UsageBasis.ALLOCATED
                 if basis == UsageBasis.MAX:
                     # Telemetry's attributed card-busy points; None where it has no window.
@@ -557,9 +553,7 @@ def metering_run(
                     pool_id=pool_id,
                     project_id=project_id,
                 )
-                amount = (cu_hours * price * (Decimal(100) - discount) / Decimal(100)).quantize(
-                    ENTRY_AMOUNT_QUANTUM, rounding=ROUND_HALF_UP
-                )
+                amount = discounted_amount(cu_hours=cu_hours, price=price, discount_percent=discount)
                 touched.add(billing_month)
                 late = billing_month != slice_month
                 late_slices += late

@@ -555,6 +555,8 @@ class KubernetesBackend(ClusterBackend):
     ):
         from kubernetes import client, config
 
+        from apps.clusters.kubeconfig_safety import kubeconfig_for_client
+
         kubeconfig = cluster_or_kubeconfig_path
         if (
             kubeconfig is not None
@@ -577,12 +579,15 @@ class KubernetesBackend(ClusterBackend):
             if in_cluster:
                 config.load_incluster_config(client_configuration=configuration)
             else:
-                config.load_kube_config(
-                    config_file=str(kubeconfig) if kubeconfig else None,
+                # Read and checked here, handed over as a dict: no program runs, no file is read
+                # besides this one, nothing is written back (apps.clusters.kubeconfig_safety).
+                config.load_kube_config_from_dict(
+                    kubeconfig_for_client(kubeconfig),
                     context=context,
                     client_configuration=configuration,
+                    persist_config=False,
                 )
-        except Exception as e:  # ConfigException, missing file, bad YAML
+        except Exception as e:  # ConfigException, missing file, bad YAML, a refused field
             where = "in-cluster config" if in_cluster else f"kubeconfig {kubeconfig or '(default)'}"
             raise PermanentBackendError(f"cannot load {where}: {e}") from e
         configuration.retries = False  # no hidden retries: the caller decides

@@ -19,13 +19,13 @@ import os
 from pathlib import Path
 from typing import Any
 
-import yaml
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 from django.utils.text import slugify
 from django.utils.translation import gettext as _
 
+from apps.clusters.kubeconfig_safety import kubeconfig_parse
 from apps.core.audit import change_record_create
 from apps.core.errors import ValidationFailed
 from apps.inventory.models import Cluster
@@ -65,7 +65,6 @@ KNOWN_DAEMONSETS: tuple[tuple[str, str], ...] = (
     ("cambricon-device-plugin", "Cambricon device plugin"),
     ("mlu-exporter", "Cambricon MLU exporter"),
 )
-KUBECONFIG_MAX_BYTES = 256 * 1024
 
 
 def _verb_text(verb: str, group: str, resource: str) -> str:
@@ -211,15 +210,9 @@ def cluster_connection_test(*, cluster: Cluster, actor: Any) -> dict[str, Any]:
 
 def kubeconfig_check(data: bytes, context: str = "") -> dict:
     """An uploaded kubeconfig, checked: a ``kind: Config`` with clusters, users and contexts (and
-    ``context`` among them when given). ``ValidationFailed`` naming the problem."""
-    if len(data) > KUBECONFIG_MAX_BYTES:
-        raise ValidationFailed(_("A kubeconfig is at most %(n)d KiB.") % {"n": KUBECONFIG_MAX_BYTES // 1024})
-    try:
-        doc = yaml.safe_load(data)
-    except yaml.YAMLError as e:
-        raise ValidationFailed(_("The kubeconfig is not YAML: %(error)s") % {"error": e}) from e
-    if not isinstance(doc, dict) or doc.get("kind") != "Config":
-        raise ValidationFailed(_("The kubeconfig must be a kind: Config document."))
+    ``context`` among them when given) that runs no program and reads no file
+    (``apps.clusters.kubeconfig_safety``). ``ValidationFailed`` naming the problem."""
+    doc = kubeconfig_parse(data)
     for key in ("clusters", "contexts"):
         if not isinstance(doc.get(key), list) or not doc[key]:
             raise ValidationFailed(_("The kubeconfig has no %(key)s.") % {"key": key})
@@ -264,6 +257,7 @@ def cluster_save(
     if kubeconfig:
         kubeconfig_check(kubeconfig, cluster.kube_context)
         cluster.kubeconfig_path = str(kubeconfig_secret_path(cluster.slug or ""))
+        cluster.kubeconfig_upload_pending = True  # written below, once the row is valid
         cluster.in_cluster = False
     try:
         cluster.full_clean()

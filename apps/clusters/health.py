@@ -11,13 +11,15 @@ holds up its own task only, for at most the client timeout. Each run ends here:
   costs one bounded timeout per backoff period instead of one per period;
 * ``cluster_health``: what the cluster pages show (reachable or not, since when, the last error).
 
-A change between reachable and unreachable is audited (``core.ChangeRecord`` on the cluster); the
-runs in between are not (one row per cluster and loop is updated in place).
+A change between reachable and unreachable is audited (``core.ChangeRecord`` on the cluster) and
+logged as one warning line for the cluster (no traceback; the first of its loops to fail, the last to
+recover); the runs in between are not (one row per cluster and loop is updated in place).
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import random
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +31,8 @@ from apps.clusters.backend import BackendError, TransientBackendError
 from apps.clusters.models import ClusterLoop
 from apps.core.audit import change_record_create
 from apps.inventory.models import Cluster
+
+logger = logging.getLogger(__name__)
 
 # The first failure waits 10-20 s (about one or two 10 s periods), then 2x each time, up to 5 min.
 BACKOFF_BASE_S = 20.0
@@ -64,6 +68,45 @@ def clusters_in_backoff(*, loop: str, now: dt.datetime | None = None) -> set[int
     )
 
 
+def clusters_backing_off(*, now: dt.datetime | None = None) -> dict[int, str]:
+    """Clusters any of whose loops failed and is not due again yet → the last error: while so, the
+    cluster counts as unreachable and its pushes are held (``apps.clusters.pusher``)."""
+    now = now or timezone.now()
+    out: dict[int, str] = {}
+    rows = ClusterLoop.objects.filter(next_attempt_at__gt=now).order_by("-last_failure_at", "pk")
+    for cluster_id, error in rows.values_list("cluster_id", "last_error"):
+        out.setdefault(cluster_id, error)
+    return out
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    line = " ".join(str(text).split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def _others_failing(row: ClusterLoop) -> bool:
+    return (
+        ClusterLoop.objects.filter(cluster_id=row.cluster_id, consecutive_failures__gt=0)
+        .exclude(pk=row.pk)
+        .exists()
+    )
+
+
+def sync_outcome_log(cluster: Cluster, *, previous: dict, error: str) -> None:
+    """One warning line when a cluster's sync starts failing or works again (``previous``: its last
+    ``last_sync``), none for the passes in between, and none while its loops already said it is
+    unreachable (``loop_failed``)."""
+    was_failing = bool((previous or {}).get("error"))
+    if bool(error) == was_failing:
+        return
+    if ClusterLoop.objects.filter(cluster_id=cluster.pk, consecutive_failures__gt=0).exists():
+        return
+    if error:
+        logger.warning("cluster %s: sync fails: %s", cluster.slug, _one_line(error))
+    else:
+        logger.warning("cluster %s: sync works again", cluster.slug)
+
+
 def _row(cluster: Cluster, loop: str) -> ClusterLoop:
     row, _ = ClusterLoop.objects.get_or_create(cluster=cluster, loop=loop)
     return ClusterLoop.objects.select_for_update().get(pk=row.pk)
@@ -84,6 +127,10 @@ def loop_succeeded(
         row.last_duration_ms = max(0, int((now - started_at).total_seconds() * 1000))
         row.full_clean()
         row.save()
+        if was_failing and not _others_failing(row):
+            logger.warning(
+                "cluster %s is reachable again (%s after %d failed pass(es))", cluster.slug, loop, failures
+            )
         if was_failing:
             change_record_create(
                 actor=actor,
@@ -115,6 +162,13 @@ def loop_failed(
         row.last_duration_ms = max(0, int((now - started_at).total_seconds() * 1000))
         row.full_clean()
         row.save()
+        if row.consecutive_failures == 1 and not _others_failing(row):
+            logger.warning(
+                "cluster %s is unreachable (%s): %s; retried with backoff, its pushes are held",
+                cluster.slug,
+                loop,
+                _one_line(error),
+            )
         if row.consecutive_failures == 1:
             change_record_create(
                 actor=actor,

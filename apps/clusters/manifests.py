@@ -50,6 +50,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from apps.clusters.deployment_names import deployment_names
 from apps.inventory.vendors import ADAPTERS
 
 MANAGED_BY_KEY = "app.kubernetes.io/managed-by"
@@ -787,7 +788,13 @@ def _claim_ref(claim: dict | None) -> dict[str, str] | None:
 
 
 def workload_objects(
-    job: Any, allocations: Sequence[Any], cluster: Any, *, attempt: int, checkpoint: str | None = None
+    job: Any,
+    allocations: Sequence[Any],
+    cluster: Any,
+    *,
+    attempt: int,
+    checkpoint: str | None = None,
+    keep_names: dict[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     """Every object of one attempt of ``job``, in apply order (the outbox applies and deletes them
     as one group): the Ascend rank-table ConfigMap, DRA ResourceClaims / ResourceClaimTemplates, the
@@ -800,7 +807,8 @@ def workload_objects(
       NODE_RANK; ``RANK_TABLE_FILE`` and its ConfigMap mount when an Ascend job's env asks for it;
     * inference: one apps/v1 Deployment (``suanchi-<id>``) when its replicas share a node, else one
       per node (``suanchi-<id>-n<k>``, replicas = those placed there), each with a
-      ResourceClaimTemplate in DRA mode.
+      ResourceClaimTemplate in DRA mode; ``keep_names`` keeps the names a re-render of the same
+      attempt already used (``deployment_names``).
     """
     allocations = sorted(allocations, key=lambda a: (a.replica, a.node.name, a.device.index))
     if not allocations:
@@ -813,11 +821,11 @@ def workload_objects(
     workloads: list[dict[str, Any]] = []
 
     if job.kind == "inference":
-        base = workload_name(job)
-        for number, node in enumerate(nodes):
+        names = deployment_names(workload_name(job), nodes, keep_names)
+        for node in nodes:
             allocs = [a for a in allocations if a.node.name == node]
             units = [[a for a in allocs if a.replica == r] for r in sorted({a.replica for a in allocs})]
-            name = base if len(nodes) == 1 else f"{base}-n{number}"
+            name = names[node]
             claim = _claim_manifest(job, f"{name}-devices", units, cluster, attempt=None, template=True)
             if claim is not None:
                 objects.append(claim)
@@ -830,7 +838,7 @@ def workload_objects(
                 restart_policy="Always",
                 claim=_claim_ref(claim),
             )
-            count = int(job.replicas) if len(nodes) == 1 else len(units)
+            count = int(job.replicas) if name == workload_name(job) else len(units)
             workloads.append(_deployment(job, name, template, annotations, count))
         return objects + workloads
 

@@ -27,7 +27,7 @@ from typing import Any
 from django.db.models import Max
 from django.utils import timezone
 
-from apps.clusters.manifests import namespace_manifest, node_patch, workload_objects
+from apps.clusters.manifests import HOSTNAME_LABEL, namespace_manifest, node_patch, workload_objects
 from apps.clusters.models import PushAction
 from apps.core.bulk import copy_create
 from apps.core.tasks import enqueue_on_commit
@@ -66,7 +66,9 @@ def _action(job: Job, cluster: Any, obj: dict, seq: int, now: dt.datetime) -> Pu
     )
 
 
-def push_objects(job: Job, allocations: Sequence[Any], cluster: Any) -> tuple[dict, ...]:
+def push_objects(
+    job: Job, allocations: Sequence[Any], cluster: Any, *, keep_names: dict[str, str] | None = None
+) -> tuple[dict, ...]:
     """The objects one placed job's attempt needs, in the order they must exist: its namespace, then
     the whole group (DRA claims, the rendezvous Service, one workload per replica of a gang —
     ``workload_objects``). Allocations must have ``device`` and ``node`` loaded, the job its
@@ -74,7 +76,7 @@ def push_objects(job: Job, allocations: Sequence[Any], cluster: Any) -> tuple[di
     express)."""
     return (
         namespace_manifest(job.project),
-        *workload_objects(job, allocations, cluster, attempt=job.attempt),
+        *workload_objects(job, allocations, cluster, attempt=job.attempt, keep_names=keep_names),
     )
 
 
@@ -115,8 +117,50 @@ def push_actions_enqueue_rendered(items: Sequence[tuple[Job, Any, Sequence[dict]
 
 def push_actions_enqueue(*, job: Job, allocations: Sequence[Any], cluster: Any) -> list[PushAction]:
     """Write the namespace and workload applies for ``job`` on ``cluster`` (call inside the
-    scheduling transaction); the push is requested after commit."""
-    return push_actions_enqueue_many([(job, allocations, cluster)])
+    scheduling transaction); the push is requested after commit.
+
+    Pushed again within one attempt (a scaled service, one that lost a node's replicas), each node's
+    Deployment keeps the name it has (``deployment_names``: unchanged objects are unchanged applies,
+    their pods keep running), and the objects of this attempt that the new placement no longer has
+    (the Deployment of a node the service left) are deleted first."""
+    live = live_objects(job, job.attempt)
+    keep = {node: a.name for a in live if (node := deployment_node(a.object or {}))}
+    objects = push_objects(job, allocations, cluster, keep_names=keep)
+    wanted = {
+        (o["kind"], (o.get("metadata") or {}).get("namespace", ""), o["metadata"]["name"]) for o in objects
+    }
+    stale = [a for a in live if (a.kind, a.namespace, a.name) not in wanted]
+    deletes = _delete_actions(job, job.attempt, stale[::-1])  # workloads before their claims
+    return deletes + push_actions_enqueue_rendered([(job, cluster, objects)])
+
+
+def deployment_node(obj: dict) -> str:
+    """The node a rendered Deployment's pods are pinned to ("" for any other object)."""
+    if obj.get("kind") != "Deployment":
+        return ""
+    spec = ((obj.get("spec") or {}).get("template") or {}).get("spec") or {}
+    return (spec.get("nodeSelector") or {}).get(HOSTNAME_LABEL, "")
+
+
+def live_objects(job: Job, attempt: int) -> list[PushAction]:
+    """The newest apply of each object (Namespace aside) of ``job``'s ``attempt`` that no later
+    delete of the same attempt removed, in apply order."""
+    newest: dict[tuple[str, str, str], PushAction] = {}
+    for action in (
+        PushAction.objects.filter(
+            stream=job_stream(job.pk),
+            attempt=attempt,
+            verb__in=[PushAction.Verb.APPLY, PushAction.Verb.DELETE],
+        )
+        .exclude(kind="Namespace")
+        .select_related("cluster")
+        .order_by("seq")
+    ):
+        key = (action.kind, action.namespace, action.name)
+        newest.pop(key, None)  # re-inserted last: dict order is the order of the newest actions
+        if action.verb == PushAction.Verb.APPLY:
+            newest[key] = action
+    return list(newest.values())
 
 
 def _next_seq(stream: str, attempt: int) -> int:
@@ -124,23 +168,11 @@ def _next_seq(stream: str, attempt: int) -> int:
     return 0 if top is None else top + 1
 
 
-def workload_delete_enqueue(*, job: Job, attempt: int | None = None) -> list[PushAction]:
-    """Write graceful deletes for the objects of the job's attempt (call inside the transaction that
-    preempts, retries or cancels it); pushed after commit. Nothing when nothing was ever pushed."""
-    attempt = job.attempt if attempt is None else attempt
-    stream = job_stream(job.pk)
-    applied = list(
-        PushAction.objects.filter(stream=stream, attempt=attempt, verb=PushAction.Verb.APPLY)
-        .exclude(kind="Namespace")
-        .select_related("cluster")
-        .order_by("-seq")  # workloads before the claims and Service they use
-    )
+def _delete_actions(job: Job, attempt: int, applied: Sequence[PushAction]) -> list[PushAction]:
+    """Graceful deletes of ``applied`` objects, in the order given (pushed after commit)."""
     if not applied:
         return []
-    # Applies not yet done will never be: the job moved on.
-    PushAction.objects.filter(
-        stream=stream, attempt=attempt, verb=PushAction.Verb.APPLY, state=PushAction.State.PENDING
-    ).update(state=PushAction.State.SUPERSEDED, last_error="not applied: superseded by a delete")
+    stream = job_stream(job.pk)
     seq = _next_seq(stream, attempt)
     now = timezone.now()
     actions = [
@@ -161,6 +193,22 @@ def workload_delete_enqueue(*, job: Job, attempt: int | None = None) -> list[Pus
     PushAction.objects.bulk_create(actions)
     request_push(stream)
     return actions
+
+
+def workload_delete_enqueue(*, job: Job, attempt: int | None = None) -> list[PushAction]:
+    """Write graceful deletes for the objects of the job's attempt (call inside the transaction that
+    preempts, retries or cancels it); pushed after commit. Nothing when nothing was ever pushed."""
+    attempt = job.attempt if attempt is None else attempt
+    stream = job_stream(job.pk)
+    # Workloads before the claims and Service they use; objects already deleted are left out.
+    applied = live_objects(job, attempt)[::-1]
+    if not applied:
+        return []
+    # Applies not yet done will never be: the job moved on.
+    PushAction.objects.filter(
+        stream=stream, attempt=attempt, verb=PushAction.Verb.APPLY, state=PushAction.State.PENDING
+    ).update(state=PushAction.State.SUPERSEDED, last_error="not applied: superseded by a delete")
+    return _delete_actions(job, attempt, applied)
 
 
 def push_object_enqueue(

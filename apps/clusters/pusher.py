@@ -36,7 +36,13 @@ from apps.clusters.backend import (
     TransientBackendError,
 )
 from apps.clusters.connections import backend_for
-from apps.clusters.health import cluster_unreachable, clusters_in_backoff, loop_record, no_answer
+from apps.clusters.health import (
+    cluster_unreachable,
+    clusters_backing_off,
+    clusters_in_backoff,
+    loop_record,
+    no_answer,
+)
 from apps.clusters.models import ClusterLoop, PushAction
 from apps.clusters.outbox import job_stream
 from apps.clusters.signals import workload_push_failed
@@ -65,6 +71,9 @@ def backoff_delay(
 # Texts stored in job reasons and events, shown in the reader's language (apps.core.stored_text).
 PUSH_FAILED = stored("push failed: %(action)s: %(error)s")
 NOT_ATTEMPTED = stored("not attempted: %(action)s failed")
+# An action held while its cluster does not answer: not sent, not failed; sent once it answers again.
+HELD_UNREACHABLE = stored("held: cluster %(cluster)s is unreachable (%(error)s); sent once it answers again")
+HELD_PREFIX = "held: "
 
 
 def _describe(action: PushAction) -> str:
@@ -79,6 +88,13 @@ def _retry_later(action: PushAction, *, attempts: int, error: str, now: dt.datet
         last_error=error[:2000],
         next_attempt_at=now + dt.timedelta(seconds=backoff_delay(attempts)),
     )
+
+
+def _hold(action: PushAction, *, error: str) -> None:
+    """Mark a pending action held because its cluster does not answer (not an attempt: its count and
+    its next try stay as they are)."""
+    reason = HELD_UNREACHABLE % {"cluster": action.cluster.slug, "error": error[:500]}
+    PushAction.objects.filter(pk=action.pk, state=PushAction.State.PENDING).update(last_error=reason[:2000])
 
 
 def _fail(action: PushAction, *, error: str, attempts: int, actor: Any, now: dt.datetime) -> bool:
@@ -193,9 +209,10 @@ def push_stream_run(
     cluster that gave no answer earlier in the session (``PushSession.unreachable``) wait, untried.
     """
     now = now or timezone.now()
-    summary = {"stream": stream, "applied": 0, "retry": 0, "failed": 0, "waiting": 0, "errors": []}
+    summary = {"stream": stream, "applied": 0, "retry": 0, "failed": 0, "waiting": 0, "held": 0, "errors": []}
     own = session is None
-    session = PushSession() if own else session
+    # A push of its own (after commit) does not call a cluster that is backing off: held instead.
+    session = PushSession(skip=clusters_backing_off(now=now)) if own else session
     try:
         # One read for the stream's pending actions and one for its job's state; each outcome is
         # still recorded by a conditional update, so a concurrent pusher never double-applies.
@@ -228,8 +245,10 @@ def push_stream_run(
                 summary["failed"] += 1
                 continue
             if action.cluster_id in session.unreachable:
-                # The cluster did not answer a moment ago: another call would wait the timeout again.
-                summary["waiting"] += 1
+                # The cluster did not answer a moment ago (or backs off after failures): another call
+                # would wait the timeout again. Held with the reason, untried.
+                _hold(action, error=session.unreachable[action.cluster_id])
+                summary["held"] += 1
                 break
             attempts = action.attempts + 1
             namespace = (action.cluster_id, action.name)
@@ -255,6 +274,13 @@ def push_stream_run(
             except TransientBackendError as e:
                 summary["errors"].append(f"{_describe(action)}: {e.message}")
                 session.note_error(action.cluster_id, e)
+                if attempts >= max_attempts and action.job_id is None and no_answer(e):
+                    # A standalone object (a quota, a node's labels) is never lost to an outage: it
+                    # waits for the cluster, tried at the capped backoff, held with the reason.
+                    reason = HELD_UNREACHABLE % {"cluster": action.cluster.slug, "error": e.message[:500]}
+                    _retry_later(action, attempts=attempts, error=reason, now=now)
+                    summary["held"] += 1
+                    break
                 if attempts >= max_attempts:
                     _fail(
                         action,
@@ -332,7 +358,9 @@ class PushSession:
         self.backends: dict[int, Any] = {}
         self.namespaces: set[tuple[int, str]] = set()
         self.timeout = timeout
-        self.unreachable: dict[int, str] = {pk: "backing off after failures" for pk in skip}
+        self.unreachable: dict[int, str] = (
+            dict(skip) if isinstance(skip, dict) else {pk: "backing off after failures" for pk in skip}
+        )
         self.down: dict[int, str] = {}
 
     def backend(self, cluster: Any) -> Any:
@@ -358,7 +386,7 @@ def push_pending_run(*, actor: Any = "worker", limit: int = 100, now: dt.datetim
     """Push every stream with a due action, one client per cluster for the whole batch. One stream's
     unexpected failure does not stop the others."""
     done, errors = [], []
-    session = PushSession()
+    session = PushSession(skip=clusters_backing_off(now=now))
     try:
         for stream in push_due_streams(now=now, limit=limit):
             try:
@@ -423,7 +451,7 @@ def push_cluster_run(
         return {"cluster_id": cluster_id, "skipped": "gone"}
     if not force and cluster.pk in clusters_in_backoff(loop=ClusterLoop.Loop.PUSH, now=now):
         return {"cluster": cluster.slug, "skipped": "backing off after failures"}
-    done, errors = [], []
+    done, errors, applied = [], [], 0
     with try_lock(PUSH_LOCK % cluster.pk, holder="push") as taken:
         if not taken:
             return {"cluster": cluster.slug, "skipped": "another push of this cluster is running"}
@@ -434,10 +462,11 @@ def push_cluster_run(
                 if cluster.pk in session.unreachable:
                     break
                 try:
-                    push_stream_run(
+                    summary = push_stream_run(
                         stream=stream, actor=actor, now=now, session=session, cluster_id=cluster.pk
                     )
                     done.append(stream)
+                    applied += summary["applied"]
                 except Exception as e:  # noqa: BLE001
                     logger.exception("push of %s failed", stream)
                     errors.append(f"{stream}: {e}")
@@ -445,4 +474,8 @@ def push_cluster_run(
             session.close()
         error = session.down.get(cluster.pk)
         loop_record(cluster=cluster, loop=ClusterLoop.Loop.PUSH, error=error, started_at=started, actor=actor)
+        if applied and not error:  # it answers again: what was held for it is due at once
+            PushAction.objects.filter(
+                cluster=cluster, state=PushAction.State.PENDING, last_error__startswith=HELD_PREFIX
+            ).update(next_attempt_at=now or timezone.now())
     return {"cluster": cluster.slug, "pushed": done, "errors": errors, "unreachable": error or ""}

@@ -51,6 +51,7 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
+from apps.clusters.health import sync_outcome_log
 from apps.clusters.manifests import node_patch
 from apps.clusters.models import PushAction
 from apps.clusters.outbox import object_stream, push_object_enqueue
@@ -754,6 +755,20 @@ def cluster_sync_apply(
     return report
 
 
+def outside_changes_take(*, cluster: Cluster, nodes: list[dict], actor: Any = "cluster-sync") -> None:
+    """Take the labels and taints changed outside Suanchi on these live Nodes into the ledger now, as
+    the next sync would (``_sync_labels``): e.g. the NoExecute taint whose eviction reconcile just
+    saw, so that the engine keeps the job's next attempt off that node while the taint is there —
+    and only while it is there."""
+    views = nodes_parse(nodes)
+    with transaction.atomic():
+        s = _Sync(cluster, SyncReport(cluster=cluster.slug, dry_run=False), actor)
+        ledger = {n.name: n for n in Node.objects.filter(cluster=cluster, name__in=[v.name for v in views])}
+        for view in views:
+            if view.name in ledger:
+                _sync_labels(s, ledger[view.name], view)
+
+
 def cluster_sync(*, cluster: Cluster, actor: Any = "cluster-sync") -> SyncReport:
     """Read the live cluster (outside any transaction), then apply. A simulated cluster has no
     Kubernetes API to read: ``ValidationFailed``."""
@@ -764,11 +779,15 @@ def cluster_sync(*, cluster: Cluster, actor: Any = "cluster-sync") -> SyncReport
             _("cluster %(slug)s is simulated: there is no Kubernetes API to sync from")
             % {"slug": cluster.slug}
         )
+    previous = cluster.last_sync or {}
     try:
         nodes, slices = cluster_read(cluster)
     except BackendError as e:
         Cluster.objects.filter(pk=cluster.pk).update(
             last_sync={"error": e.message[:500]}, updated_at=timezone.now()
         )
+        sync_outcome_log(cluster, previous=previous, error=e.message)  # one line per change
         raise
-    return cluster_sync_apply(cluster=cluster, nodes=nodes, slices=slices, actor=actor)
+    report = cluster_sync_apply(cluster=cluster, nodes=nodes, slices=slices, actor=actor)
+    sync_outcome_log(cluster, previous=previous, error="")
+    return report

@@ -13,6 +13,13 @@ sentence was made from, recovers its parameters, translates the id into the acti
 the parameters back — each parameter itself localized (a nested registered text, or a word of a
 registered vocabulary such as a pool status). Unknown texts come back unchanged.
 
+A person's own words (a cancel reason, any free text someone typed that is stored) are never looked
+up: they are written into a registered id as a parameter whose name starts with ``user_``
+(``USER_PARAM_PREFIX``) — ``CANCELLED_BECAUSE % {"user_reason": typed}`` — and shown exactly as
+typed, in every language, even when they copy a system sentence word for word. Ids with such a
+parameter are tried first, so no registered sentence inside the typed text can take the whole text
+over.
+
 ``stored`` is an extraction keyword of ``manage.py makemessages`` (apps/core/management/commands/
 makemessages.py), so every registered id is in the catalogue that ``tests/core/test_i18n.py`` checks.
 """
@@ -30,6 +37,8 @@ _PATTERNS: dict[str, re.Pattern] = {}
 _PLAIN: set[str] = set()
 _VOCABULARY: dict[str, object] = {}  # stored word -> its (lazy) label
 _MAX_DEPTH = 3
+# Parameters named so hold a person's own words: shown as written, never localized (see above).
+USER_PARAM_PREFIX = "user_"
 
 
 def _compile(msgid: str) -> re.Pattern:
@@ -68,11 +77,17 @@ def stored_vocabulary(choices) -> None:
 
 @lru_cache(maxsize=1)
 def _ordered() -> tuple[tuple[str, re.Pattern], ...]:
-    # Most literal text first: "moved to %(to)s (was %(was)s)" before "moved to %(to)s".
+    # Ids carrying a person's words first; then the most literal text first: "moved to %(to)s (was
+    # %(was)s)" before "moved to %(to)s".
     def literal(msgid: str) -> int:
         return len(_PLACEHOLDER.sub("", msgid))
 
-    return tuple(sorted(_PATTERNS.items(), key=lambda item: (-literal(item[0]), item[0])))
+    def by_user(msgid: str) -> bool:
+        return any(m.group(1).startswith(USER_PARAM_PREFIX) for m in _PLACEHOLDER.finditer(msgid))
+
+    return tuple(
+        sorted(_PATTERNS.items(), key=lambda item: (not by_user(item[0]), -literal(item[0]), item[0]))
+    )
 
 
 _DISCOVERED = False
@@ -112,6 +127,14 @@ def discover() -> None:
         _DISCOVERED = True
 
 
+def _param(msgid: str, name: str, value: str, depth: int):
+    if name.startswith(USER_PARAM_PREFIX):
+        return value  # a person's own words: as written
+    if f"%({name})d" in msgid:
+        return int(value)
+    return localize(value, depth=depth + 1)
+
+
 def localize(text, *, depth: int = 0) -> str:
     """``text`` in the active language when it was made from a registered id; else unchanged."""
     if not text or not isinstance(text, str):
@@ -128,10 +151,7 @@ def localize(text, *, depth: int = 0) -> str:
         match = pattern.fullmatch(text)
         if match is None:
             continue
-        params = {
-            name: int(value) if f"%({name})d" in msgid else localize(value, depth=depth + 1)
-            for name, value in match.groupdict().items()
-        }
+        params = {name: _param(msgid, name, value, depth) for name, value in match.groupdict().items()}
         try:
             return gettext(msgid) % params
         except (KeyError, TypeError, ValueError):

@@ -179,6 +179,8 @@ NODES = [
 ]
 # PCIe GPU nodes whose `nvidia-smi topo -m` shows RDMA NICs (node name -> NICs, one per PCIe switch).
 PCIE_RDMA_NICS = {"a100-40g-pcie-01": 2}
+# The node the demo's agent token is bound to (its key is printed once by load_demo).
+DEMO_AGENT_NODE = "t4-infer-01"
 # A workstation node with a card the catalog does not know: recorded with its raw name and flagged.
 UNKNOWN_NODE = ("dev-ws-01", "NVIDIA RTX PRO 6000 Blackwell Server Edition")
 # Compute coefficients for models whose TFLOPS the catalog does not know. These are platform
@@ -441,7 +443,14 @@ def load(*, actor, stdout) -> dict:
                 actor=actor,
             )
 
+    # The demo's agent token speaks for one node, as a real DaemonSet's token per node would: an
+    # unbound one could report any node's cards lost (issue 27 §4).
     agent_key = None
-    if not AgentToken.objects.filter(cluster=cluster).exists():
-        _, agent_key = tokens.agent_token_create(cluster=cluster, name="demo agent", actor=actor)
-    return {"import": report.as_dict(), "agent_key": agent_key}
+    if not AgentToken.objects.filter(cluster=cluster).exclude(node_pattern="").exists():
+        _, agent_key = tokens.agent_token_create(
+            cluster=cluster,
+            name=f"demo agent ({DEMO_AGENT_NODE})",
+            node_pattern=DEMO_AGENT_NODE,
+            actor=actor,
+        )
+    return {"import": report.as_dict(), "agent_key": agent_key, "agent_node": DEMO_AGENT_NODE}

@@ -27,6 +27,7 @@ from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
+from apps.accounts.admin_keys import OneTimeKeyAdminMixin
 from apps.catalog.models import DeviceModel
 from apps.core.admin import ReadOnlyAdminMixin, run_each
 from apps.core.audit import change_record_create, snapshot
@@ -763,7 +764,7 @@ class NodeReportAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
 
 @admin.register(AgentToken)
-class AgentTokenAdmin(admin.ModelAdmin):
+class AgentTokenAdmin(OneTimeKeyAdminMixin, admin.ModelAdmin):
     """Node-agent tokens. The key is shown once when the token is created; only its SHA-256 is stored."""
 
     list_display = ("name", "cluster", "node_pattern", "prefix", "created_at", "last_used_at", "revoked")
@@ -803,13 +804,7 @@ class AgentTokenAdmin(admin.ModelAdmin):
             cluster=obj.cluster, name=obj.name, node_pattern=obj.node_pattern, actor=request.user
         )
         obj.pk, obj.prefix, obj.key_hash = token.pk, token.prefix, token.key_hash
-        self.message_user(
-            request,
-            format_html(
-                "Agent token key for <b>{}</b> (shown only this once; copy it now): <code>{}</code>", obj, key
-            ),
-            messages.WARNING,
-        )
+        self.show_key_once(request, key)
 
     @admin.action(description=_("Revoke selected tokens"), permissions=["change"])
     def revoke(self, request, queryset):

@@ -57,6 +57,10 @@ class Cluster(BaseModel):
         ]
         verbose_name = _("cluster")
 
+    # Set (not stored) by the upload form and service: the path is the secret file that is written
+    # once the row is valid, so it need not exist yet when ``clean`` runs.
+    kubeconfig_upload_pending = False
+
     def __str__(self) -> str:
         return self.name
 
@@ -82,8 +86,49 @@ class Cluster(BaseModel):
                 )
         if self.backend == self.Backend.KUBERNETES and not (self.kubeconfig_path or self.in_cluster):
             errors.append(_("a Kubernetes cluster needs a kubeconfig path or in-cluster credentials"))
-        if errors:
-            raise ValidationError({"device_plugin_modes" if modes else "backend": errors})
+        by_field: dict[str, list] = {"device_plugin_modes" if modes else "backend": errors} if errors else {}
+        path_problem = kubeconfig_path_problem(
+            self.kubeconfig_path, must_exist=not self.kubeconfig_upload_pending
+        )
+        if path_problem:
+            by_field["kubeconfig_path"] = [path_problem]
+        if by_field:
+            raise ValidationError(by_field)
+
+
+def kubeconfig_path_problem(path: str, *, must_exist: bool = True) -> str:
+    """Why a Cluster's kubeconfig path cannot be used ("" when it can). A path is an absolute path
+    of a regular file inside ``SUANCHI_SECRETS_DIR``: no ``..``, and resolved (symlinks followed) it
+    stays inside. The deployment's own ``KUBECONFIG`` (the first start's default cluster) is trusted
+    configuration and passes as it is; what any kubeconfig may contain is checked when it is loaded
+    (``apps.clusters.kubeconfig_safety``)."""
+    from pathlib import Path, PurePath
+
+    from django.conf import settings
+
+    if not path:
+        return ""
+    trusted = (settings.SUANCHI.get("KUBECONFIG") or "").strip()
+    if trusted and path == trusted:
+        return ""
+    root_text = settings.SUANCHI["SECRETS_DIR"]
+    if "\x00" in path or not PurePath(path).is_absolute():
+        return _("The kubeconfig path must be an absolute path inside %(dir)s (SUANCHI_SECRETS_DIR).") % {
+            "dir": root_text
+        }
+    if ".." in PurePath(path).parts:
+        return _('The kubeconfig path must not contain "..".')
+    root = Path(root_text).resolve()
+    resolved = Path(path).resolve()
+    if resolved == root or not resolved.is_relative_to(root):
+        return _(
+            "The kubeconfig path %(path)s is outside %(dir)s (SUANCHI_SECRETS_DIR), or a link out of it."
+        ) % {"path": path, "dir": root_text}
+    if must_exist and not resolved.is_file():
+        if resolved.exists():
+            return _("The kubeconfig path %(path)s is not a regular file.") % {"path": path}
+        return _("The kubeconfig path %(path)s does not exist.") % {"path": path}
+    return ""
 
 
 class Pool(BaseModel):
@@ -123,14 +168,20 @@ class Pool(BaseModel):
 # Kubernetes node names are DNS subdomain names (RFC 1123): at most 253 characters, lowercase
 # alphanumerics, '-' and '.', starting and ending with an alphanumeric character.
 # https://kubernetes.io/docs/concepts/overview/working-with-objects/names/#dns-subdomain-names
+# Kubernetes checks them label by label (k8s.io/apimachinery/pkg/util/validation, IsDNS1123Subdomain:
+# dns1123SubdomainFmt is a label "[a-z0-9]([-a-z0-9]*[a-z0-9])?", then ("." label)*), so "a..b", ".a"
+# and "a." are not names. It checks the 253 characters of the whole name but not RFC 1035's 63 per
+# label, and neither do we: a name the API server accepts must not make cluster sync refuse a cluster.
 NODE_NAME_MAX_LENGTH = 253
-_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 # An agent token's node pattern: the same characters plus the wildcard "*" (any run of characters).
 _NODE_PATTERN = re.compile(r"[-a-z0-9.*]+")
 
 
 def node_name_problem(name: str) -> str | None:
-    """Why ``name`` is not a valid Kubernetes node name (translated), or None when it is."""
+    """Why ``name`` is not a valid Kubernetes node name (translated), or None when it is. The one
+    check for every way a node name comes in: node reports, the API, the admin and its forms, the
+    ledger import and cluster sync (Node.name's validator)."""
     if not name:
         return str(_("A node name may not be empty."))
     if len(name) > NODE_NAME_MAX_LENGTH:
@@ -138,14 +189,23 @@ def node_name_problem(name: str) -> str | None:
             "max": NODE_NAME_MAX_LENGTH,
             "n": len(name),
         }
-    if not _DNS_SUBDOMAIN.fullmatch(name):
-        return str(
-            _(
-                "%(name)s is not a valid node name: Kubernetes node names are DNS subdomain names "
-                "(RFC 1123): lowercase letters, digits, '-' and '.', starting and ending with a "
-                "letter or digit."
-            )
-        ) % {"name": repr(name[:80])}
+    shown = repr(name[:80])
+    for label in name.split("."):
+        if not label:
+            return str(
+                _(
+                    "%(name)s is not a valid node name: it has an empty DNS label (a leading or "
+                    "trailing '.', or '..'); every part between dots needs a letter or digit."
+                )
+            ) % {"name": shown}
+        if not _DNS_LABEL.fullmatch(label):
+            return str(
+                _(
+                    "%(name)s is not a valid node name: Kubernetes node names are DNS subdomain names "
+                    "(RFC 1123): lowercase letters, digits, '-' and '.', starting and ending with a "
+                    "letter or digit."
+                )
+            ) % {"name": shown}
     return None
 
 
@@ -184,6 +244,16 @@ class Node(BaseModel):
         default=False,
         db_index=True,
         help_text=_("registered by a node agent; takes no work until approved"),
+    )
+    # The agent token whose report registered the node (None: staff, a ledger import, cluster sync,
+    # or a token deleted since). An unbound token marks cards lost only on nodes it registered.
+    registered_by_token = models.ForeignKey(
+        "AgentToken",
+        null=True,
+        blank=True,
+        editable=False,
+        on_delete=models.SET_NULL,
+        related_name="registered_nodes",
     )
     status_reason = models.CharField(max_length=300, blank=True)
     cpu_arch = models.CharField(max_length=20, blank=True, help_text="x86_64 / aarch64")
@@ -460,7 +530,8 @@ class AgentToken(BaseModel):
     ``node_pattern`` binds it to one node ("gpu-a01") or to the nodes a pattern matches
     ("gpu-a*"); a report for any other node is refused. A token without a pattern (every token
     made before bindings existed) may report for any node of its cluster, but a node it registers
-    arrives pending approval. Every node an agent registers arrives pending approval.
+    arrives pending approval, and it may mark cards lost (掉卡) only on the nodes it registered
+    (apps.inventory.services.agent_losses). Every node an agent registers arrives pending approval.
     """
 
     cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="agent_tokens")
@@ -487,6 +558,11 @@ class AgentToken(BaseModel):
         return f"{self.cluster.slug}: {self.name}"
 
     hash_key = staticmethod(ApiToken.hash_key)
+
+    @property
+    def is_unbound(self) -> bool:
+        """No pattern, or one of wildcards only ("*"): the token may report for any node."""
+        return not self.node_pattern.strip("*")
 
     def covers(self, node_name: str) -> bool:
         """Whether this token may report for ``node_name`` (in its own cluster)."""

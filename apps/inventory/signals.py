@@ -11,3 +11,8 @@ node_labels_changed = Signal()
 # inside the ledger's transaction with ``node``, ``reason`` and ``actor``; the scheduling app retries
 # the jobs running there (``apps.scheduling.faults.node_quarantined_receive``) in that transaction.
 node_quarantined = Signal()
+
+# A node came back from quarantine to ready. Sent inside the ledger's transaction with ``node`` and
+# ``actor``; the scheduling app wakes the jobs whose attempt ended there and gives the inference
+# services that lost replicas there their replicas back (``apps.scheduling.service_nodes``).
+node_released = Signal()

@@ -1,6 +1,6 @@
 """Allocation rows: what a placement claims on each card, re-checked under row locks, and releases.
 
-The scheduling cycle (``services._persist``), scaling (``scaling._scale_up``) and the job lifecycle
+The scheduling cycle (``services._persist``), scaling (``scaling.replicas_add``) and the job lifecycle
 (``lifecycle``: finish, cancel, preempt, retry) all write or release Allocation rows through these
 helpers, so the capacity rules live in one place: a whole card excludes every other allocation,
 memory is never overcommitted, and compute share stays within 100 % × the pool's overcommit factor

@@ -23,3 +23,8 @@ class SchedulingConfig(AppConfig):
         node_quarantined.connect(
             node_quarantined_receive, sender=None, dispatch_uid="scheduling.node_quarantined"
         )
+        from apps.inventory.signals import node_released
+        from apps.scheduling.handlers import node_released_receive
+
+        # Released from quarantine: the jobs whose attempt ended there are re-examined at once.
+        node_released.connect(node_released_receive, sender=None, dispatch_uid="scheduling.node_released")

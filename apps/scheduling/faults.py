@@ -120,16 +120,18 @@ def _jobs_on(**allocation_filter):
     return list(Job.objects.filter(pk__in=list(job_ids)).order_by("pk"))
 
 
-def _retry(job, *, reason: str, nodes: list[str], actor, failure_class: str) -> str:
+def _retry(job, *, reason: str, actor, failure_class: str, ended_on: list[str] | None = None) -> str:
     from apps.scheduling.lifecycle import job_retry_or_fail
 
     return job_retry_or_fail(
         job=job,
         reason=reason,
         actor=actor,
-        failed_nodes=nodes,
         count_attempt=False,  # the hardware, not the workload, ended the attempt
         failure_class=failure_class,
+        # Not avoided by the next attempt: the fault is contained by the cordon / quarantine itself,
+        # and a node released from quarantine must take its jobs again.
+        ended_on=ended_on,
     )
 
 
@@ -169,7 +171,6 @@ def cards_fault(*, devices: list, reason: str, actor) -> list[str]:
             _retry(
                 job,
                 reason=CARD_FAULT % {"cards": names, "cause": reason},
-                nodes=[],
                 actor=actor,
                 failure_class="device_lost",
             )
@@ -249,12 +250,16 @@ def node_quarantine(*, node, reason: str, actor) -> bool:
 def node_quarantined_receive(sender, *, node, reason: str = "", actor=None, **kwargs) -> None:
     """The ledger quarantined ``node`` (``apps.inventory.signals.node_quarantined``, in its
     transaction): the NoExecute taint will evict every pod there, so each job on the node is retried
-    elsewhere from its checkpoint now, without using up a retry, its event naming the cause."""
+    elsewhere from its checkpoint now, without using up a retry, its event naming the cause. An
+    inference service that also runs on other nodes loses only its replicas on this one
+    (``service_nodes.service_nodes_lost``). The quarantine, not the job, ended these attempts: the
+    node is not avoided once it is released."""
+    from apps.scheduling.service_nodes import service_nodes_lost
+
+    why = NODE_QUARANTINED % {"node": node.name, "cause": reason or "-"}
     for job in _jobs_on(node=node):
+        if service_nodes_lost(job=job, nodes=[node.name], reason=why, actor=actor or "ledger"):
+            continue
         _retry(
-            job,
-            reason=NODE_QUARANTINED % {"node": node.name, "cause": reason or "-"},
-            nodes=[node.name],
-            actor=actor or "ledger",
-            failure_class="node_quarantined",
+            job, reason=why, actor=actor or "ledger", failure_class="node_quarantined", ended_on=[node.name]
         )

@@ -14,3 +14,12 @@ def workload_push_failed_receive(sender: Any, *, action: Any, reason: str, actor
     releases its allocations, if it is still on that attempt and scheduled."""
     job = Job.objects.get(pk=action.job_id)
     job_push_failed(job=job, attempt=action.attempt, reason=reason, actor=actor)
+
+
+def node_released_receive(sender: Any, **kwargs: Any) -> None:
+    """A node came back from quarantine (``apps.inventory.signals.node_released``): see
+    ``apps.scheduling.service_nodes.node_released_receive`` (imported when needed: the scaling
+    service it uses is not loaded at start-up)."""
+    from apps.scheduling.service_nodes import node_released_receive as receive
+
+    receive(sender, **kwargs)

@@ -87,6 +87,8 @@ REQUEST_WORDS = (
     stored("any vendor"),
 )
 CANCELLED_BY_USER = stored("cancelled by user")
+# The reason is the person's own words: never looked up as a stored text (apps.core.stored_text).
+CANCELLED_BECAUSE = stored("cancelled by user: %(user_reason)s")
 PODS_RUNNING = stored("pods running")
 RELEASING = stored(
     "%(count)s allocation(s) releasing: %(reason)s; the cards stay held until Kubernetes "
@@ -207,7 +209,9 @@ def job_cancel(*, job: Job, actor, reason: str = "") -> Job:
             _("Job %(job)s is already %(state)s; it cannot be cancelled.")
             % {"job": job, "state": job.get_state_display()}
         )
-    if not job_transition(job, to=JobState.CANCELLED, actor=actor, reason=reason or CANCELLED_BY_USER):
+    reason = (reason or "").strip()
+    why = CANCELLED_BECAUSE % {"user_reason": reason} if reason else CANCELLED_BY_USER
+    if not job_transition(job, to=JobState.CANCELLED, actor=actor, reason=why):
         job.refresh_from_db()
         raise InvalidTransition(
             _("Job %(job)s is %(state)s; it cannot be cancelled now.")
@@ -374,13 +378,17 @@ def job_retry_or_fail(
     count_attempt: bool = True,
     failure_class: str = "",
     now: dt.datetime | None = None,
+    ended_on: list[str] | None = None,
 ) -> str:
     """An attempt failed (pod failed, object deleted, node lost). Retry per the job's policy or fail.
 
     Retries while ``attempt < max_retries`` (``count_attempt=False`` — an infrastructure fault such as
     a lost node — retries without using up the policy): the next attempt waits ``retry_backoff_s``
-    doubled per attempt (capped at one hour), avoids the nodes where this one failed and resumes
-    from the checkpoint. Returns "retried", "failed", or "" when the job was no longer active.
+    doubled per attempt (capped at one hour), avoids the nodes where this one failed
+    (``failed_nodes``) and resumes from the checkpoint. ``ended_on``: nodes where the attempt ended
+    through no failure of the job (the node was quarantined, the pod evicted) — recorded in the
+    event (a release of the node wakes the job: ``service_nodes.node_released_receive``), never
+    avoided. Returns "retried", "failed", or "" when the job was no longer active.
     """
     now = now or timezone.now()
     attempt = job.attempt
@@ -445,6 +453,7 @@ def job_retry_or_fail(
             "resume_from": resume,
             "counted": count_attempt,
             "failure_class": failure_class,
+            "ended_on": sorted(set(ended_on or [])),
             "message_parts": [{"msgid": m, "params": p} for m, p in parts],
         },
     )

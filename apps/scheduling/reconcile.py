@@ -50,6 +50,7 @@ from apps.clusters.health import clusters_in_backoff, loop_record
 from apps.clusters.manifests import HOSTNAME_LABEL, LABEL_ATTEMPT, LABEL_JOB
 from apps.clusters.models import ClusterLoop, PushAction
 from apps.clusters.outbox import job_stream
+from apps.clusters.sync import outside_changes_take
 from apps.core.locks import try_lock
 from apps.core.stored_text import stored
 from apps.inventory.models import Cluster, Device, DeviceEvent, Node
@@ -58,6 +59,7 @@ from apps.jobs.services import job_event
 from apps.scheduling.faults import classify_failure, is_hardware_fault, job_hardware_fault
 from apps.scheduling.lifecycle import job_finish, job_retry_or_fail, job_to_running
 from apps.scheduling.releasing import releases_confirm, releasing_clusters
+from apps.scheduling.service_nodes import service_nodes_lost, serving_nodes
 
 logger = logging.getLogger(__name__)
 
@@ -159,16 +161,23 @@ def _node_ready(node: dict) -> bool:
 def _workload_actions(jobs: list[Job]) -> dict[int, list[PushAction]]:
     """The workload applies (batch Jobs, Deployments) of each job's current attempt — a gang has one
     per replica, an inference service spread over nodes one per node — the newest per object, in
-    apply order. The group is one job: all of it must be applied before it is judged."""
+    apply order. The group is one job: all of it must be applied before it is judged. An object a
+    later delete of the same attempt removed (the Deployment of a node an inference service left)
+    is no longer part of it."""
     streams = {job_stream(j.pk): j for j in jobs}
     out: dict[int, dict[tuple[str, str, str], PushAction]] = defaultdict(dict)
     rows = PushAction.objects.filter(
-        stream__in=list(streams), verb=PushAction.Verb.APPLY, kind__in=["Job", "Deployment"]
+        stream__in=list(streams),
+        verb__in=[PushAction.Verb.APPLY, PushAction.Verb.DELETE],
+        kind__in=["Job", "Deployment"],
     ).order_by("attempt", "seq")
     for action in rows:
         job = streams[action.stream]
         if action.attempt == job.attempt:
-            out[job.pk][(action.kind, action.namespace, action.name)] = action
+            key = (action.kind, action.namespace, action.name)
+            out[job.pk].pop(key, None)
+            if action.verb == PushAction.Verb.APPLY:
+                out[job.pk][key] = action
     return {job_id: list(group.values()) for job_id, group in out.items()}
 
 
@@ -195,15 +204,18 @@ def _failure(
     result: ReconcileResult,
     infrastructure: bool = False,
     failure_class: str = "",
+    blamed: bool = True,
 ) -> None:
     """A failed attempt: retry or fail per policy. Hardware and infrastructure faults (a lost card, a
-    NotReady node) do not use up the job's retries; a hardware fault also quarantines the node."""
+    NotReady node) do not use up the job's retries; a hardware fault also quarantines the node. The
+    next attempt avoids ``nodes`` only when the attempt failed there (``blamed``)."""
     attempt = job.attempt
     outcome = job_retry_or_fail(
         job=job,
         reason=reason,
         actor=actor,
-        failed_nodes=nodes,
+        failed_nodes=nodes if blamed else [],
+        ended_on=[] if blamed else nodes,
         count_attempt=not (hardware or infrastructure),
         failure_class=failure_class or ("device_lost" if hardware else ""),
     )
@@ -411,6 +423,7 @@ def reconcile_cluster(
         hardware_nodes.add(node_name)
     for name in not_ready:
         _note_not_ready(cluster, name, actor)
+    serving = serving_nodes(jobs)  # where each inference service's replicas hold cards
 
     for job in jobs:
         result.checked += 1
@@ -450,6 +463,8 @@ def reconcile_cluster(
             continue
         # Job pods carry the attempt; a Deployment's pods do not (its name has no attempt either).
         job_pods = pods_by_job.get((str(job.pk), str(job.attempt))) or pods_by_job.get((str(job.pk), ""), [])
+        if job.pk in serving:  # a service's pods on a node it let go of are ending: not its verdict
+            job_pods = [p for p in job_pods if pod_node(p) in serving[job.pk]]
         # A pod being deleted (Terminating: an old ReplicaSet's, a scaled-down replica, one the
         # garbage collector removes) is never a failure of its own: it ends Failed before it goes
         # (pkg/registry/core/pod/strategy.go). Only an eviction (DisruptionTarget) or the Job's own
@@ -492,23 +507,33 @@ def reconcile_cluster(
         if evicted:
             # pkg/controller/tainteviction (or the eviction API / preemption): the node, not the
             # workload, ended this attempt — retried elsewhere without using up a retry.
+            # An inference service running on other nodes too loses only the evicted node's replicas.
             cond = _disruption(evicted[0])
             nodes = sorted({pod_node(p) for p in evicted} - {""})
+            why = (
+                (EVICTED if cond.get("message") else EVICTED_NO_MESSAGE)
+                % {
+                    "pod": evicted[0]["metadata"]["name"],
+                    "nodes": ", ".join(nodes) or ITS_NODE,
+                    "reason": cond.get("reason") or "DisruptionTarget",
+                    "message": cond.get("message") or "",
+                }
+            ).rstrip(": ")
+            # Not avoided for blame: the ledger learns the taint that evicted it (the engine keeps
+            # the next attempt off the node while the taint is there).
+            outside_changes_take(
+                cluster=cluster, nodes=[n for n in k8s_nodes if n["metadata"]["name"] in nodes], actor=actor
+            )
+            if nodes and service_nodes_lost(job=job, nodes=nodes, reason=why, actor=actor):
+                continue
             _failure(
                 job,
                 cluster=cluster,
-                reason=(
-                    (EVICTED if cond.get("message") else EVICTED_NO_MESSAGE)
-                    % {
-                        "pod": evicted[0]["metadata"]["name"],
-                        "nodes": ", ".join(nodes) or ITS_NODE,
-                        "reason": cond.get("reason") or "DisruptionTarget",
-                        "message": cond.get("message") or "",
-                    }
-                ).rstrip(": "),
+                reason=why,
                 nodes=nodes,
                 hardware=False,
                 infrastructure=True,
+                blamed=False,  # the eviction, not the job, ended it: the node is not avoided
                 actor=actor,
                 result=result,
             )

@@ -33,15 +33,31 @@ from apps.scheduling.snapshot import fleet_snapshot
 MAX_REPLICAS = 64
 
 
-def _active(job: Job):
-    return Allocation.objects.filter(job=job, attempt=job.attempt, released_at__isnull=True)
+def serving_allocations(job: Job):
+    """The serving replicas' allocations (not those let go of and waiting for their pods to end)."""
+    return Allocation.objects.filter(
+        job=job, attempt=job.attempt, released_at__isnull=True, releasing_since__isnull=True
+    )
 
 
-def _replicas(job: Job) -> int:
-    return len(set(_active(job).values_list("replica", flat=True)))
+def _replica_numbers(job: Job) -> list[int]:
+    return sorted(set(serving_allocations(job).values_list("replica", flat=True)))
 
 
-def _per_replicas(cu, before: int, after: int):
+def serving_replicas(job: Job) -> int:
+    return len(_replica_numbers(job))
+
+
+def _next_replica(job: Job) -> int:
+    """A number no live row of this attempt uses (replicas lost with a node leave gaps: the
+    survivors keep their numbers, which their pods' placement annotation names)."""
+    numbers = Allocation.objects.filter(job=job, attempt=job.attempt, released_at__isnull=True).values_list(
+        "replica", flat=True
+    )
+    return max(numbers, default=-1) + 1
+
+
+def cu_for_replicas(cu, before: int, after: int):
     """The request's CU per hour for ``after`` replicas (it was ``before``): the pages and the quota
     preview show what the job asks for now, not what it asked for at submission."""
     if cu is None or not before:
@@ -49,11 +65,11 @@ def _per_replicas(cu, before: int, after: int):
     return (cu * after / before).quantize(cu)
 
 
-def _push(job: Job) -> None:
+def service_push(job: Job) -> None:
     from apps.clusters.outbox import push_actions_enqueue
 
     allocations = list(
-        _active(job).select_related("device", "node__cluster").order_by("replica", "device_id")
+        serving_allocations(job).select_related("device", "node__cluster").order_by("replica", "device_id")
     )
     if allocations:
         push_actions_enqueue(job=job, allocations=allocations, cluster=allocations[0].node.cluster)
@@ -80,12 +96,12 @@ def inference_scale(*, job: Job, replicas: int, actor: Any, reason: str = "") ->
     job.refresh_from_db()
     if job.state not in (JobState.SCHEDULED, JobState.RUNNING):
         raise InvalidTransition(_(NOT_RUNNING) % {"job": job.pk, "state": localize(job.state)})
-    current = _replicas(job)
+    current = serving_replicas(job)
     if replicas == current:
         return current
     if replicas < current:
         return _scale_down(job, replicas, actor, reason)
-    return _scale_up(job, current, replicas, actor, reason)
+    return replicas_add(job, current, replicas, actor, reason)
 
 
 # Texts people read later, in their own language (apps.core.stored_text).
@@ -105,15 +121,16 @@ SCALED_ON_ASKED_BECAUSE = stored(
 @transaction.atomic
 def _scale_down(job: Job, replicas: int, actor: Any, reason: str) -> int:
     Job.objects.select_for_update().filter(pk=job.pk).first()
-    current = _replicas(job)
+    numbers = _replica_numbers(job)
+    current = len(numbers)
     now = timezone.now()
-    _active(job).filter(replica__gte=replicas).update(
+    serving_allocations(job).filter(replica__in=numbers[replicas:]).update(
         released_at=now,
         release_reason=(
             (SCALED_DOWN_TO if reason else SCALED_DOWN) % {"replicas": replicas, "reason": reason}
         )[:200],
     )
-    job.requested_cu = _per_replicas(job.requested_cu, current, replicas)
+    job.requested_cu = cu_for_replicas(job.requested_cu, current, replicas)
     Job.objects.filter(pk=job.pk).update(replicas=replicas, requested_cu=job.requested_cu, updated_at=now)
     job.replicas = replicas
     job_event(
@@ -123,11 +140,14 @@ def _scale_down(job: Job, replicas: int, actor: Any, reason: str) -> int:
         actor=actor,
         data={"from": current, "to": replicas},
     )
-    _push(job)
+    service_push(job)
     return replicas
 
 
-def _scale_up(job: Job, current: int, replicas: int, actor: Any, reason: str) -> int:
+def replicas_add(
+    job: Job, current: int, replicas: int, actor: Any, reason: str, avoid: dict[str, str] | None = None
+) -> int:
+    """Place ``replicas - current`` more replicas (never on the nodes of ``avoid``: node → why)."""
     snapshot = fleet_snapshot()
     engine = Engine(policy=BEST)
     catalog = list(DeviceModel.objects.all())
@@ -138,7 +158,9 @@ def _scale_up(job: Job, current: int, replicas: int, actor: Any, reason: str) ->
     decisions = []
     for i in range(extra):  # one replica at a time: take what fits
         placed = None
-        for request, _cu in job_requests(probe, catalog=catalog, coefficients=coefficients):
+        for request, _cu in job_requests(
+            probe, precheck_failures=avoid, catalog=catalog, coefficients=coefficients
+        ):
             # The snapshot already holds this job's replicas under its id: a distinct id per new one.
             request = replace(request, id=f"{job.pk}-scale-{current + i}")
             decision = engine.place(snapshot, request, commit=True)
@@ -172,7 +194,7 @@ def _scale_up(job: Job, current: int, replicas: int, actor: Any, reason: str) ->
         coef_now = coefficients_on({c[3] for c in caps.values() if c[3]})
         now = timezone.now()
         rows: list[Allocation] = []
-        replica = _replicas(job)
+        replica, number = serving_replicas(job), _next_replica(job)
         for decision in decisions:
             claimed = claim_placement(decision, usage, caps)
             if claimed is None:
@@ -184,7 +206,7 @@ def _scale_up(job: Job, current: int, replicas: int, actor: Any, reason: str) ->
                     pk,
                     a,
                     caps=caps,
-                    replica=replica,
+                    replica=number,
                     coefficients=coef_now,
                     trace_id=decision.trace_id,
                     now=now,
@@ -194,10 +216,11 @@ def _scale_up(job: Job, current: int, replicas: int, actor: Any, reason: str) ->
             usage = trial
             rows.extend(batch)
             replica += 1
+            number += 1
         if not rows:
             return current
         Allocation.objects.bulk_create(rows)
-        job.requested_cu = _per_replicas(job.requested_cu, current, replica)
+        job.requested_cu = cu_for_replicas(job.requested_cu, current, replica)
         Job.objects.filter(pk=job.pk).update(replicas=replica, requested_cu=job.requested_cu, updated_at=now)
         job.replicas = replica
         nodes = sorted(Node.objects.filter(pk__in={r.node_id for r in rows}).values_list("name", flat=True))
@@ -219,5 +242,5 @@ def _scale_up(job: Job, current: int, replicas: int, actor: Any, reason: str) ->
             actor=actor,
             data={"from": current, "to": replica, "asked": replicas},
         )
-        _push(job)
+        service_push(job)
         return replica

@@ -365,6 +365,10 @@ SUANCHI = {
     # Uploaded kubeconfigs are written here (mode 0600) and referenced by path from the Cluster row.
     "SECRETS_DIR": env.str("SUANCHI_SECRETS_DIR", default=str(VAR_DIR / "secrets")),
 }
+# Kubeconfig exec credential plugins (EKS, GKE, ACK, CCE) the server may run, by exact ``command``
+# (comma-separated names or paths). Empty (the default): no kubeconfig can run a program
+# (apps/clusters/kubeconfig_safety.py; SECURITY.md).
+SUANCHI_KUBECONFIG_EXEC_COMMANDS = env.list("SUANCHI_KUBECONFIG_EXEC_COMMANDS", default=[])
 
 LOGGING = {
     "version": 1,

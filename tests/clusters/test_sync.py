@@ -27,6 +27,12 @@ def server():
         yield srv
 
 
+@pytest.fixture(autouse=True)
+def secrets_dir(settings, tmp_path):
+    """The kubeconfigs written under ``tmp_path`` are in the secrets directory (a Cluster's path must be)."""
+    settings.SUANCHI = {**settings.SUANCHI, "SECRETS_DIR": str(tmp_path)}
+
+
 def fill(srv: FakeApiServer) -> None:
     """Three nodes: NVIDIA (4 cards, Ready), Ascend (8 NPUs, NotReady), Hygon (4 DCUs, one dropped)."""
     srv.add_node(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from apps.accounts.models import Membership
 from apps.accounts.services import api_token_create
 from tests.jobs import conftest as jobs_fixtures
 
@@ -19,9 +20,12 @@ def token_for(user) -> str:
 
 @pytest.fixture
 def tenants(make_user, make_project):
-    """A member of project "secretvision" and an outsider who belongs only to project "elsewhere"."""
+    """A member and a viewer of project "secretvision" and an outsider who belongs only to project
+    "elsewhere"."""
     member = make_user("member-m")
     outsider = make_user("outsider-o")
     project = make_project("secretvision", members=[member])
     other = make_project("elsewhere", members=[outsider])
-    return {"member": member, "outsider": outsider, "project": project, "other": other}
+    viewer = make_user("viewer-v")
+    Membership.objects.create(user=viewer, project=project, role=Membership.Role.VIEWER)
+    return {"member": member, "viewer": viewer, "outsider": outsider, "project": project, "other": other}

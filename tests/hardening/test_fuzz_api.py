@@ -1,11 +1,13 @@
-"""Schemathesis against the project's own OpenAPI schema: every operation, as a member, an outsider and
-staff, and as a node agent (agent token). No 5xx, every documented response matches its schema, and
+"""Schemathesis against the project's own OpenAPI schema: every operation, as a member, a viewer, an
+outsider and staff, and as a node agent (agent token). No 5xx, every documented response matches its schema, and
 nothing of another project leaks.
 
 Besides the schema's own cases, every operation gets hostile ones (issue 15, finding 5): query parameters
 set to far-off dates and integers beyond 64 bits, a path id beyond 64 bits, JSON bodies with wrong-typed
 or deeply nested values in each field, and for job submission tolerations / env / node selectors of the
-wrong shape; exporter pages with timestamps no date can hold.
+wrong shape; exporter pages with timestamps no date can hold; and issue 27's findings (unexpected fields
+in a project body, impossible calendar dates for a token's expiry, throughputs no column holds with a
+self-declared run count, node names with empty DNS labels).
 
 The run is bounded for CI: ``SUANCHI_FUZZ_EXAMPLES`` generated cases per operation and identity (default
 4), plus one case per known object id for operations on ``{id}``; Hypothesis is derandomized, so a CI
@@ -45,7 +47,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 EXAMPLES = int(os.environ.get("SUANCHI_FUZZ_EXAMPLES", "4"))
 SECRET = "secretvision"  # the member project's slug and namespace; also in its job names
 CHECKS = [not_a_server_error, response_schema_conformance, content_type_conformance]
-IDENTITIES = ("member", "outsider", "staff", "agent")
+IDENTITIES = ("member", "viewer", "outsider", "staff", "agent")
 
 # ---- hostile input ------------------------------------------------------------------------------
 
@@ -118,6 +120,35 @@ HOSTILE_EXPOSITION = st.sampled_from(
 ).map(lambda text: _GOOD_LINE + text)
 HOSTILE_EXAMPLES = int(os.environ.get("SUANCHI_FUZZ_HOSTILE_EXAMPLES", "2"))  # per hostile strategy
 
+# Issue 27's findings, sent by every identity: fields a serializer does not expect, impossible calendar
+# dates, figures no column holds, self-declared counters and node names with empty DNS labels.
+_BAD_DATES = ["2026-13-01", "2026-02-30T00:00:00Z", "2026-12-01T25:00:00Z", "0000-01-01", "10000-01-01"]
+_HUGE_FIGURES = [1e12, 999_999_999_999, 1e308, 2**63, -1, 0]
+ISSUE_27_BODIES = {
+    ("/api/accounts/projects/", "post"): st.fixed_dictionaries(
+        {"name": st.just("p27"), "slug": st.just("p27"), "is_active": st.sampled_from([False, "no", None])},
+        optional={"department": st.sampled_from([1, 2**63, "x"]), "namespace": st.just("p27")},
+    ),
+    ("/api/accounts/tokens/", "post"): st.fixed_dictionaries(
+        {"name": st.just("child"), "expires_at": st.sampled_from(_BAD_DATES + EXTREME_DATES)}
+    ),
+    ("/api/jobs/jobs/{id}/throughput/", "post"): st.fixed_dictionaries(
+        {"throughput": st.sampled_from(_HUGE_FIGURES), "runs": st.sampled_from([10000, 2**63, -5])},
+        optional={"unit": st.sampled_from(["samples/s", "tokens/s", ""]), "profile": st.just("llm-train")},
+    ),
+    ("/api/benchlib/measurements/", "post"): st.fixed_dictionaries(
+        {"throughput": st.sampled_from(_HUGE_FIGURES), "runs": st.sampled_from([10000, 2**63])},
+        optional={"device_model": st.sampled_from([1, "a100-40g"]), "source_label": st.just("job 1")},
+    ),
+    ("/api/inventory/node-reports/", "post"): st.fixed_dictionaries(
+        {
+            "node": st.sampled_from(["a..b", ".gpu-01", "gpu-01.", "x" * 64 + ".lab", "a" * 254]),
+            "kind": st.sampled_from(["nvidia-smi", "inventory", "rocm-smi-json"]),
+            "text": st.just(""),
+        }
+    ),
+}
+
 
 def _job_bodies(device_model: str) -> st.SearchStrategy:
     base = {
@@ -174,6 +205,15 @@ def _hostile_strategies(operation, raw: dict, ids: list, device_model: str) -> l
     if "{id}" in operation.path:
         out.append(st.just(operation.Case(path_parameters={"id": "99999999999999999999999"})))
     if "application/json" in spec.get("requestBody", {}).get("content", {}):
+        known_bad = ISSUE_27_BODIES.get((operation.path, operation.method.lower()))
+        if known_bad is not None:
+            out.append(
+                known_bad.map(
+                    lambda body: operation.Case(
+                        path_parameters=path_id, body=body, media_type="application/json"
+                    )
+                )
+            )
         if operation.path == "/api/jobs/jobs/" and operation.method.lower() == "post":
             out.append(
                 _job_bodies(device_model).map(
@@ -208,6 +248,7 @@ def _world(tenants, a100, staff_user):
     scheduling_cycle_run()
     return {
         "member": token_for(member),
+        "viewer": token_for(tenants["viewer"]),
         "outsider": token_for(outsider),
         "staff": token_for(staff_user),
         "agent": agent_key(),
@@ -303,7 +344,7 @@ def _fuzz_operation(
     run()
 
 
-def test_every_operation_survives_fuzzing_as_member_outsider_staff_and_agent(
+def test_every_operation_survives_fuzzing_as_member_viewer_outsider_staff_and_agent(
     tenants, fleet, a100, staff_user
 ):
     keys = _world(tenants, a100, staff_user)

@@ -37,8 +37,10 @@ def test_nesting_depth_counts_brackets_outside_strings_only():
 def test_a_deep_body_is_a_400_for_a_user_token(tenants, staff_user):
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Token {token_for(tenants['member'])}")
-    for path in ("/api/jobs/jobs/", "/api/accounts/tokens/"):
-        response = client.generic("POST", path, DEEP, content_type="application/json")
+    signed_in = APIClient()  # tokens are made from a signed-in session only (issue 27 §4)
+    signed_in.force_authenticate(tenants["member"])
+    for caller, path in ((client, "/api/jobs/jobs/"), (signed_in, "/api/accounts/tokens/")):
+        response = caller.generic("POST", path, DEEP, content_type="application/json")
         assert response.status_code == 400, (path, response.status_code)
         assert response.json()["error"]["message"] == TOO_DEEP_MESSAGE
     # The request-template import names its own parsers: the JSON one is the depth-limited one too.
@@ -51,7 +53,7 @@ def test_a_deep_body_is_a_400_for_a_user_token(tenants, staff_user):
 
 def test_a_body_at_the_limit_is_parsed_and_judged_on_its_content(tenants):
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {token_for(tenants['member'])}")
+    client.force_authenticate(tenants["member"])  # tokens are made from a signed-in session only
     response = client.generic(
         "POST", "/api/accounts/tokens/", nested(MAX_JSON_DEPTH), content_type="application/json"
     )

@@ -218,6 +218,8 @@ AUDITED_ELSEWHERE = {
     ("rollout", "autoscalepolicy", "evaluate"),
     # tests/clusters/test_sync.py::test_the_admin_sync_action_writes_the_audit_record_of_each_node_it_creates
     ("inventory", "cluster", "sync_now"),
+    # tests/benchlib/test_poisoning.py::test_the_admin_verify_action_is_audited_and_refuses_benchmark_runs
+    ("benchlib", "measurement", "verify"),
 }
 AUDITED_HERE = {
     ("accounts", "apitoken", "revoke"),

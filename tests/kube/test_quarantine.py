@@ -55,11 +55,13 @@ def assert_retried_elsewhere(jobs, node, cause):
     for job in jobs:
         job.refresh_from_db()
         assert job.state == JobState.PENDING and job.attempt == 1, job.state_reason
-        assert node in job.excluded_nodes
+        # The quarantine, not the job, ended the attempt: not avoided once released (issue 27 §7).
+        assert node not in job.excluded_nodes
         retry = job.events.filter(kind=JobEvent.Kind.RETRY)
         assert retry.count() == 1  # one event each
         assert cause in retry.get().message and f"node {node} quarantined (NoExecute)" in retry.get().message
         assert retry.get().data["counted"] is False  # the node, not the job, failed
+        assert retry.get().data["ended_on"] == [node]
     Job.objects.filter(pk__in=[j.pk for j in jobs]).update(retry_not_before=None)
     placed = set(scheduling_cycle_run().placed_job_ids)
     assert {j.pk for j in jobs} <= placed

@@ -79,7 +79,7 @@ def test_a_slot_asks_its_providers_in_order_and_skips_empty_answers():
 
 
 def test_telemetry_and_billing_fill_the_job_page_slots_when_django_starts():
-    from apps.billing.apps import job_cost_per_hour
+    from apps.billing.providers import job_cost_per_hour
     from apps.telemetry.apps import job_utilization_chart
 
     assert job_utilization_chart in extensions.JOB_UTILIZATION_CHART.providers

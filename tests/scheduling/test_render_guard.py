@@ -36,10 +36,10 @@ def test_a_job_that_cannot_be_rendered_stays_pending_and_the_others_are_placed(
     bad = _submit(project, user, a100, "bad")
     real = outbox.workload_objects
 
-    def render(job, allocations, cluster, *, attempt):
+    def render(job, allocations, cluster, *, attempt, **kwargs):
         if job.pk == bad.pk:
             raise ValueError("no manifest can express this placement")
-        return real(job, allocations, cluster, attempt=attempt)
+        return real(job, allocations, cluster, attempt=attempt, **kwargs)
 
     monkeypatch.setattr(outbox, "workload_objects", render)
     result = scheduling_cycle_run()

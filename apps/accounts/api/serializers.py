@@ -1,6 +1,7 @@
 from django.contrib.auth import get_user_model
 from rest_framework import serializers
 
+from apps.accounts.expiry import parse_expiry
 from apps.accounts.models import ApiToken, Department, Membership, Project
 
 
@@ -35,7 +36,17 @@ class MeSerializer(serializers.ModelSerializer):
         fields = ["id", "username", "email", "is_staff", "memberships"]
 
 
+class ExpiryField(serializers.DateTimeField):
+    """A token's expiry as ``apps.accounts.expiry.parse_expiry`` reads it: a date (the end of that
+    day) or a date and time; an impossible or out-of-bounds one is a 400 whose message says why."""
+
+    def to_internal_value(self, value):
+        return parse_expiry(value, field=self.field_name)
+
+
 class ApiTokenSerializer(serializers.ModelSerializer):
+    expires_at = ExpiryField(required=False, allow_null=True)
+
     class Meta:
         model = ApiToken
         fields = ["id", "name", "prefix", "created_at", "last_used_at", "expires_at", "revoked"]

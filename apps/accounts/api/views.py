@@ -1,5 +1,6 @@
 from django.contrib.auth import get_user_model
 from django.db import transaction
+from django.utils.cache import add_never_cache_headers
 from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status, viewsets
@@ -8,8 +9,9 @@ from rest_framework.response import Response
 
 from apps.accounts import selectors, services
 from apps.accounts.api import serializers as s
+from apps.accounts.api.permissions import MintsNoTokens
 from apps.accounts.models import ApiToken, Department, Membership
-from apps.core.api.permissions import IsStaffOrReadOnly
+from apps.core.api.permissions import IsStaffOrReadOnly, IsUser
 from apps.core.throttling import FailSoftUserRateThrottle
 
 
@@ -49,10 +51,12 @@ class TokenThrottle(FailSoftUserRateThrottle):
 
 
 class ApiTokenViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, viewsets.ReadOnlyModelViewSet):
-    """The caller's own API tokens. The key is returned once, at creation."""
+    """The caller's own API tokens. The key is returned once, at creation (``Cache-Control: no-store``).
+    Creating a token, or revoking another than the one in use, needs a signed-in session."""
 
     serializer_class = s.ApiTokenSerializer
     throttle_classes = [TokenThrottle]
+    permission_classes = [IsUser, MintsNoTokens]
 
     queryset = ApiToken.objects.none()
 
@@ -72,7 +76,9 @@ class ApiTokenViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, viewset
         )
         body = s.ApiTokenSerializer(token).data
         body["key"] = key
-        return Response(body, status=status.HTTP_201_CREATED)
+        response = Response(body, status=status.HTTP_201_CREATED)
+        add_never_cache_headers(response)  # the one answer that carries the key
+        return response
 
     @transaction.atomic
     def perform_destroy(self, instance):

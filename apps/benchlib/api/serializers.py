@@ -11,7 +11,9 @@ class MeasurementSerializer(serializers.ModelSerializer):
     template = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     node = serializers.CharField(source="node.name", read_only=True, default=None)
     job = serializers.SerializerMethodField()
+    source_label = serializers.SerializerMethodField()
     per_card = serializers.SerializerMethodField()
+    trusted = serializers.BooleanField(read_only=True)
 
     class Meta:
         model = Measurement
@@ -30,6 +32,9 @@ class MeasurementSerializer(serializers.ModelSerializer):
             "synthetic",
             "source",
             "source_label",
+            "trusted",
+            "verified_at",
+            "verified_by",
             "node",
             "job",
             "driver_version",
@@ -38,23 +43,29 @@ class MeasurementSerializer(serializers.ModelSerializer):
             "created_at",
         ]
 
-    def get_job(self, obj) -> int | None:
+    def _job_hidden(self, obj) -> bool:
+        """The measuring job belongs to a project the reader is not in (staff see every job)."""
         projects = self.context.get("visible_projects", set())
-        if obj.job_id is None or (projects is not None and obj.job.project_id not in projects):
-            return None
-        return obj.job_id
+        return obj.job_id is not None and projects is not None and obj.job.project_id not in projects
+
+    def get_job(self, obj) -> int | None:
+        return None if obj.job_id is None or self._job_hidden(obj) else obj.job_id
+
+    def get_source_label(self, obj) -> str:
+        # The label names the job ("job 12 attempt 1"): another project's reader gets the source only.
+        return str(obj.get_source_display()) if self._job_hidden(obj) else obj.source_label
 
     def get_per_card(self, obj) -> str:
         return str(obj.per_card.quantize(Decimal("0.001")))
 
 
 class ThroughputReportSerializer(serializers.Serializer):
-    """What a job posts at its end (validated by apps.benchlib.services.job_report)."""
+    """What a job posts at its end (validated by apps.benchlib.services.job_report). No ``runs``: the
+    platform counts the reports (one run each); a body that declares it is refused."""
 
     profile = serializers.CharField(help_text="workload profile key, e.g. resnet50-infer")
     throughput = serializers.CharField(help_text="units of the profile per second (> 0)")
     p99_latency_ms = serializers.CharField(required=False)
-    runs = serializers.IntegerField(required=False)
     spread_pct = serializers.CharField(required=False)
     measured_at = serializers.DateTimeField(required=False)
     runtime = serializers.CharField(required=False)

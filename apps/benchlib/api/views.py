@@ -56,6 +56,13 @@ class MeasurementViewSet(viewsets.ReadOnlyModelViewSet):
         context["visible_projects"] = selectors.visible_project_ids(self.request.user)
         return context
 
+    @extend_schema(request=None, responses=s.MeasurementSerializer)
+    @action(detail=True, methods=["post"])
+    def verify(self, request, pk=None):
+        """Platform staff vouch for a job report: it then ranks fleet-wide and may back proposals."""
+        measurement = services.measurement_verify(measurement=self.get_object(), actor=request.user)
+        return Response(s.MeasurementSerializer(measurement, context=self.get_serializer_context()).data)
+
 
 class CoefficientProposalViewSet(viewsets.ReadOnlyModelViewSet):
     """Coefficients the measurements contradict; platform staff accept (future metering only) or dismiss."""

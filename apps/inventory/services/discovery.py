@@ -16,6 +16,8 @@ Who may report what:
 * An agent's report never moves a card away from a node it could not report for itself (another
   cluster, a node outside its pattern) nor onto a node pending approval: such a card is a
   CONFLICT event for staff and stays where the ledger has it.
+* An unbound agent token (no node pattern) may not mark cards lost on a node it did not register
+  (403, nothing written: apps.inventory.services.agent_losses).
 * A report whose vendor is not the node's, or that would register a card with no identity at all
   (no UUID, serial, PCIe bus id, model or memory), is refused with a 400; nothing is written.
 """
@@ -46,6 +48,7 @@ from apps.inventory.models import (
     NodeReport,
     node_name_problem,
 )
+from apps.inventory.services.agent_losses import check_agent_may_mark_lost
 from apps.inventory.vendors import parse_report
 from apps.inventory.vendors.base import ParsedDevice, ParsedReport
 
@@ -231,6 +234,7 @@ def _resolve_node(
         name=node_name,
         status=Node.Status.READY,
         pending_approval=agent is not None,
+        registered_by_token=agent,
         last_report_at=None,
     )
     node.full_clean()
@@ -715,12 +719,12 @@ def _ingest_locked(
                 kept.append((p, device))
         pairs = kept
 
-    # 1. Devices missing from a full inventory become LOST.
+    # 1. Devices missing from a full inventory become LOST (when the reporter may say so).
     if parsed.full_inventory:
         previous_seen = node.last_report_at
-        for device in existing:
-            if device.pk in matched_ids or device.health == Device.Health.LOST:
-                continue
+        missing = [d for d in existing if d.pk not in matched_ids and d.health != Device.Health.LOST]
+        check_agent_may_mark_lost(agent=agent, node=node, missing=missing)
+        for device in missing:
             before = {"health": device.health}
             device.health = Device.Health.LOST
             device.health_reason = MISSING_FROM_REPORT % {"kind": kind}

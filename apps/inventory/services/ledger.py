@@ -330,6 +330,10 @@ def _node_transition_locked(*, node: Node, status: str, reason: str, actor) -> b
 
         # Every way into quarantine (operator, failed gray batch, fault) moves the node's jobs.
         node_quarantined.send(sender=Node, node=node, reason=reason, actor=actor)
+    if current == S.QUARANTINED and status == S.READY:
+        from apps.inventory.signals import node_released
+
+        node_released.send(sender=Node, node=node, reason=reason, actor=actor)
     if status == S.RETIRED:
         devices = (
             Device.objects.select_for_update()

@@ -47,4 +47,6 @@ class Command(BaseCommand):
         for username, password, role in credentials:
             self.stdout.write(f"  {username:<8} {password:<14} {role}")
         if fleet["agent_key"]:
-            self.stdout.write(f"  node agent token (shown once): {fleet['agent_key']}")
+            self.stdout.write(
+                f"  node agent token for {fleet['agent_node']} (shown once): {fleet['agent_key']}"
+            )
