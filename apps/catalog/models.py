@@ -21,6 +21,10 @@ class Vendor(models.TextChoices):
     HYGON = "hygon", "Hygon DCU"
     CAMBRICON = "cambricon", "Cambricon"
     INTEL = "intel", "Intel"
+    METAX = "metax", "MetaX"
+    ILUVATAR = "iluvatar", "Iluvatar CoreX"
+    KUNLUNXIN = "kunlunxin", "Kunlunxin"
+    ENFLAME = "enflame", "Enflame"
 
 
 class DeviceKind(models.TextChoices):

@@ -24,11 +24,16 @@ Choices worth knowing:
   ``plain`` / ``mig-single`` → the vendor's whole-device resource count; ``mig-mixed`` →
   ``nvidia.com/mig-<profile>`` per allocation with a partition profile; ``hami`` (NVIDIA) →
   ``nvidia.com/gpu`` count + ``nvidia.com/gpumem`` (MiB per card) + ``nvidia.com/gpucores`` (percent
-  per card) and the ``nvidia.com/use-gpuuuid`` annotation (the binding); ``ascend-vnpu`` (Huawei) →
-  ``huawei.com/Ascend910-<template>`` from the profile name (see ``vnpu_resource_name``); ``dra`` →
+  per card) and the ``nvidia.com/use-gpuuuid`` annotation (the binding), and the same for Hygon
+  (``hygon.com/dcunum`` …) and Cambricon (``cambricon.com/vmlu`` …) after HAMi's names; a fraction
+  in a mode that cannot share its vendor's card is refused, never rendered as a whole card
+  (``apps.clusters.sharing``); Huawei → the chip family's
+  resource (``huawei.com/Ascend910`` / ``huawei.com/Ascend310P``) and in ``ascend-vnpu`` mode the
+  device plugin's vNPU name for the template (``apps.clusters.ascend``); ``dra`` →
   a ``resource.k8s.io/v1`` ResourceClaim per pod (a ResourceClaimTemplate for a Deployment's
   interchangeable replicas on one node) selecting each allocated device by CEL on its driver's
-  attributes (NVIDIA ``uuid``; MIG ``parentUUID`` + ``profile``; AMD ``pciAddr``), fractions through
+  attributes (NVIDIA ``uuid``; MIG ``parentUUID`` + ``profile``; AMD ``pciAddr``, a partition
+  ``parentPciAddr``, in the driver's lower-case spelling: ``pci_address_sysfs``), fractions through
   NVIDIA's ``GpuConfig`` sharing (TimeSlicing / MPS), and no extended-resource count; a vendor
   without a DRA driver (``DRA_DRIVERS``) falls back to the plain count, noted in the
   ``suanchi.io/dra-fallback`` annotation. A mode that does not apply to a vendor (e.g. ``hami`` on
@@ -50,8 +55,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from django.utils.translation import gettext as _
+
+from apps.clusters import ascend, sharing
 from apps.clusters.deployment_names import deployment_names
+from apps.core.errors import ValidationFailed
 from apps.inventory.vendors import ADAPTERS
+from apps.inventory.vendors.resource_names import device_resource_name
 
 MANAGED_BY_KEY = "app.kubernetes.io/managed-by"
 MANAGED_BY = "suanchi"
@@ -63,7 +73,7 @@ ANN_UUIDS = "suanchi.io/device-uuids"
 ANN_PLACEMENT = "suanchi.io/placement"
 ANN_EXPECTED_DURATION = "suanchi.io/expected-duration-seconds"
 LABEL_WORKLOAD = "suanchi.io/workload"
-HAMI_UUID_ANNOTATION = "nvidia.com/use-gpuuuid"
+HAMI_UUID_ANNOTATION = sharing.HAMI_SHARES["nvidia"].uuid_annotation
 QUOTA_NAME = "suanchi-quota"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 
@@ -211,24 +221,9 @@ def node_patch(node: Any) -> dict[str, Any]:
 # Device resources per plugin mode
 # ---------------------------------------------------------------------------------------------------
 
-_VNPU_PROFILE = re.compile(r"^vir(?P<cores>\d+)(?:_(?P<cpu>\d+)c)?(?:_(?P<mem>\d+)g)?$")
-
-
-def vnpu_resource_name(profile: str, base: str = "huawei.com/Ascend910") -> str:
-    """Ascend vNPU template → extended resource, following the catalog's ``k8s_resource_names``.
-
-    ``vir02`` → ``huawei.com/Ascend910-2c``; ``vir05_1c_16g`` → ``huawei.com/Ascend910-5c.1cpu.16g``
-    (AI cores, AI CPUs, memory in GB). A name that is not a ``vir`` template is appended sanitised.
-    """
-    match = _VNPU_PROFILE.match(profile.strip().lower())
-    if not match:
-        return f"{base}-{label_value(profile)}"
-    suffix = f"{int(match['cores'])}c"
-    if match["cpu"]:
-        suffix += f".{int(match['cpu'])}cpu"
-    if match["mem"]:
-        suffix += f".{int(match['mem'])}g"
-    return f"{base}-{suffix}"
+# Ascend names (whole-chip resource by catalog family, the plugin's vNPU template table, the
+# AscendReal read-back) live in apps.clusters.ascend; ``vnpu_resource_name`` is re-exported here.
+vnpu_resource_name = ascend.vnpu_resource_name
 
 
 def _uses_dra(vendor: str, cluster: Any) -> bool:
@@ -236,20 +231,32 @@ def _uses_dra(vendor: str, cluster: Any) -> bool:
     return cluster is not None and cluster.plugin_mode(vendor) == "dra" and vendor in DRA_DRIVERS
 
 
-def _replica_resources(allocations: Sequence[Any], cluster: Any) -> tuple[dict[str, int], bool, list[str]]:
-    """Extended resources for one replica's allocations; second value: HAMi UUID pinning applies;
+def _replica_resources(
+    allocations: Sequence[Any], cluster: Any
+) -> tuple[dict[str, int], set[str], list[str]]:
+    """Extended resources for one replica's allocations; second value: the vendors HAMi pins by UUID;
     third: notes for vendors in ``dra`` mode without a DRA driver (plain counts instead). Devices
     of a vendor rendered as DRA claims add no extended resource here (the claim asks for them)."""
     limits: Counter[str] = Counter()
-    hami = False
+    hami: set[str] = set()
     notes: list[str] = []
     by_vendor: dict[str, list[Any]] = defaultdict(list)
     for allocation in allocations:
         by_vendor[allocation.device.vendor].append(allocation)
     for vendor, allocs in by_vendor.items():
-        adapter = ADAPTERS.get(vendor)
-        resource = adapter.resource_name if adapter else f"{dns_label(vendor)}.com/device"
+        resource = device_resource_name(vendor)
+        if resource is None:  # no documented device count: a guessed name would leave the pod Pending
+            raise ValidationFailed(
+                _(
+                    "No device-plugin resource name is known for %(vendor)s cards: Suanchi cannot ask for them."
+                )
+                % {"vendor": vendor},
+                code="no_resource_name",
+            )
         mode = cluster.plugin_mode(vendor) if cluster is not None else "plain"
+        refusal = next((sharing.fraction_refusal(vendor, mode) for a in allocs if sharing.is_fraction(a)), "")
+        if refusal:  # never a whole card billed as a slice (apps.clusters.sharing)
+            raise ValidationFailed(refusal, code="fraction_not_shareable")
         if mode == "dra" and vendor in DRA_DRIVERS:
             continue  # the pod's ResourceClaim selects these devices
         if mode == "mig-mixed" and vendor == "nvidia":
@@ -258,16 +265,18 @@ def _replica_resources(allocations: Sequence[Any], cluster: Any) -> tuple[dict[s
                     limits[f"nvidia.com/mig-{label_value(a.partition_profile)}"] += 1
                 else:
                     limits[resource] += 1
-        elif mode == "hami" and vendor == "nvidia":
-            hami = True
-            limits["nvidia.com/gpu"] += len(allocs)
-            limits["nvidia.com/gpumem"] = max(limits["nvidia.com/gpumem"], *(a.memory_mib for a in allocs))
-            cores = max(max(1, a.compute_milli // 10) for a in allocs)
-            limits["nvidia.com/gpucores"] = max(limits["nvidia.com/gpucores"], cores)
-        elif mode == "ascend-vnpu" and vendor == "huawei":
-            for a in allocs:
-                name = vnpu_resource_name(a.partition_profile, resource) if a.partition_profile else resource
-                limits[name] += 1
+        elif mode == "hami" and vendor in sharing.HAMI_SHARES:
+            hami.add(vendor)
+            share = sharing.HAMI_SHARES[vendor]
+            for name, amount in sharing.hami_limits(share, allocs).items():
+                limits[name] = limits[name] + amount if name == share.count else max(limits[name], amount)
+        elif vendor == "huawei":  # every mode: the chip family's names (apps.clusters.ascend)
+            names = ascend.allocation_resources(allocs, resource, vnpu=mode == "ascend-vnpu")
+            if mode == "dra":
+                counted = ",".join(sorted(set(names)))
+                notes.append(f"{vendor}: no DRA driver known, plain device-plugin count {counted}")
+            limits.update(names)
+            ascend.check_vnpu_count(limits)
         else:  # plain, mig-single, and dra for a vendor without a DRA driver: whole-device count
             if mode == "dra":
                 notes.append(f"{vendor}: no DRA driver known, plain device-plugin count {resource}")
@@ -328,8 +337,9 @@ DRA_DRIVERS: dict[str, DraDriver] = {
         source="https://github.com/NVIDIA/k8s-dra-driver-gpu",
     ),
     # ROCm/k8s-gpu-dra-driver: helm-charts-k8s/templates/deviceclass.yaml (one class, gpu.amd.com);
-    # docs/driver-attributes.md: type "amdgpu" / "amdgpu-partition", pciAddr (a partition: its
-    # parent's), partitionProfile. The driver publishes no UUID: a card is selected by PCI address.
+    # docs/driver-attributes.md: type "amdgpu" / "amdgpu-partition", pciAddr (a partition:
+    # parentPciAddr), partitionProfile. The driver publishes no UUID: a card is selected by its PCI
+    # address in the driver's spelling (:func:`pci_address_sysfs`).
     "amd": DraDriver(
         vendor="amd",
         driver="gpu.amd.com",
@@ -366,6 +376,30 @@ def _cel(value: str) -> str:
     return json.dumps(str(value))  # a CEL double-quoted string literal (same escapes as JSON)
 
 
+_PCI_ADDRESS = re.compile(r"^(?:([0-9a-f]{4,8}):)?([0-9a-f]{2}):([0-9a-f]{2})\.([0-7])$")
+
+
+def pci_address_sysfs(value: str | None) -> str:
+    """A PCI address as the DRA drivers publish it, the kernel's sysfs device name
+    ``dddd:bb:dd.f`` in lower-case hex ("" when ``value`` is not a PCI address).
+
+    AMD's driver publishes ``pciAddr`` = the basename of ``/sys/module/amdgpu/drivers/pci:amdgpu/…``
+    (ROCm/k8s-gpu-dra-driver pkg/amdgpu/amdgpu.go); NVIDIA's publishes
+    ``resource.kubernetes.io/pciBusID``, which k8s.io/dynamic-resource-allocation/deviceattribute
+    (pci_linux.go verifyPCIBDFFormat) only accepts in lower-case hex (its BDF regexp ``[0-9a-f]``).
+    The ledger may hold nvidia-smi's ``00000000:C1:00.0`` or ``0000:C1:00.0``: CEL ``==`` is
+    case-sensitive, so every comparison with a slice goes through this one spelling."""
+    m = _PCI_ADDRESS.match(str(value or "").strip().lower())
+    if m is None:
+        return ""
+    domain = m.group(1) or "0000"
+    if len(domain) == 8 and domain.startswith("0000"):
+        domain = domain[4:]  # NVML's 8-digit domain, as go-nvlib's GetPCIBusID shortens it
+    if len(domain) != 4:
+        return ""
+    return f"{domain}:{m.group(2)}:{m.group(3)}.{m.group(4)}"
+
+
 def _request_shape(allocation: Any) -> tuple[str, tuple[str, ...], str, str, dict | None]:
     """(DeviceClass, fixed CEL terms, identifying attribute, this device's id, opaque sharing config)."""
     device = allocation.device
@@ -396,13 +430,15 @@ def _request_shape(allocation: Any) -> tuple[str, tuple[str, ...], str, str, dic
                     },
                 }
         return "gpu.nvidia.com", (), f"{attrs}.uuid", device.uuid or "", sharing
-    # AMD (driver-attributes.md): whole GPUs and partitions told apart by ``type``.
+    # AMD (driver-attributes.md): whole GPUs and partitions told apart by ``type``. A GPU carries its
+    # own ``pciAddr``; a partition its parent's as ``parentPciAddr`` (cmd/gpu-kubeletplugin/
+    # deviceinfo.go AmdPartitionInfo.GetDevice; the doc's "pciAddr" for partitions is not what ships).
     attrs = 'device.attributes["gpu.amd.com"]'
+    pci = pci_address_sysfs(device.pci_bus_id)
     if profile:
         terms = (f'{attrs}.type == "amdgpu-partition"', f"{attrs}.partitionProfile == {_cel(profile)}")
-    else:
-        terms = (f'{attrs}.type == "amdgpu"',)
-    return "gpu.amd.com", terms, f"{attrs}.pciAddr", device.pci_bus_id or "", None
+        return "gpu.amd.com", terms, f"{attrs}.parentPciAddr", pci, None
+    return "gpu.amd.com", (f'{attrs}.type == "amdgpu"',), f"{attrs}.pciAddr", pci, None
 
 
 def _claim_devices(units: Sequence[Sequence[Any]], *, exact: bool) -> dict[str, Any]:
@@ -592,11 +628,11 @@ def _pod_template(
         raise ValueError(f"job {job.pk}: one pod template cannot be pinned to {len(nodes)} nodes")
 
     limits: dict[str, int] = {}
-    hami = False
+    hami: set[str] = set()
     notes: list[str] = []
     for allocs in replicas.values():
         replica_limits, replica_hami, replica_notes = _replica_resources(allocs, cluster)
-        hami = hami or replica_hami
+        hami |= replica_hami
         notes.extend(n for n in replica_notes if n not in notes)
         for name, amount in replica_limits.items():
             limits[name] = max(limits.get(name, 0), amount)
@@ -617,10 +653,10 @@ def _pod_template(
         # Informative for people and the simulated cluster (which runs the pod this long).
         annotations[ANN_EXPECTED_DURATION] = str(int(job.expected_duration_s))
     pod_annotations = dict(annotations)
-    if hami:
+    for vendor in sorted(hami):
         # HAMi binds the pod to these cards by UUID (its scheduler extender reads the annotation).
-        pod_annotations[HAMI_UUID_ANNOTATION] = ",".join(
-            a.device.uuid for a in allocations if a.device.vendor == "nvidia" and a.device.uuid
+        pod_annotations[sharing.HAMI_SHARES[vendor].uuid_annotation] = ",".join(
+            a.device.uuid for a in allocations if a.device.vendor == vendor and a.device.uuid
         )
 
     env: list[dict[str, str]] = [

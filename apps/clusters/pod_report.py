@@ -11,13 +11,17 @@ on the page, not a 500.
 from __future__ import annotations
 
 import datetime as dt
+from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from django.utils.translation import gettext as _
 
+from apps.clusters.ascend import ASCEND_REAL_ANNOTATION, ascend_real_chips
 from apps.clusters.backend import LOG_LIMIT_BYTES, LOG_TAIL_LINES, BackendError
 from apps.clusters.manifests import LABEL_JOB, MANAGED_BY, MANAGED_BY_KEY, dns_label, label_value
+from apps.core.errors import ParseFailed
 
 # The page waits at most this long for each call to a cluster (connect + answer).
 TIMEOUT_S = 3.0
@@ -30,7 +34,7 @@ EVENTS_SHOWN = 50
 class PodReport:
     cluster: str = ""
     simulated: bool = False
-    pods: list[dict] = field(default_factory=list)  # {"name", "phase", "node", "restarts", "reason"}
+    pods: list[dict] = field(default_factory=list)  # {"name", "phase", "node", "restarts", "reason", …}
     events: list[dict] = field(default_factory=list)  # oldest first: {"at", "type", "reason", ...}
     log: str = ""
     log_pod: str = ""
@@ -88,7 +92,20 @@ def _pod_row(pod: dict) -> dict:
         "terminating": bool(pod["metadata"].get("deletionTimestamp")),
         "containers": [c.get("name", "") for c in spec.get("containers") or []],
         "created": _when(pod["metadata"].get("creationTimestamp")),
+        # Huawei: the physical chips the Ascend device plugin gave the pod (huawei.com/AscendReal),
+        # None when it wrote none (not an Ascend pod, a vNPU, not allocated yet) or it does not parse.
+        "ascend_chips": _ascend_chips(pod),
     }
+
+
+def _ascend_chips(pod: dict) -> list[int] | None:
+    value = (pod["metadata"].get("annotations") or {}).get(ASCEND_REAL_ANNOTATION)
+    if not value:
+        return None
+    try:
+        return ascend_real_chips(value)
+    except ParseFailed:
+        return None
 
 
 def _event_row(event: dict, pod: str) -> dict:
@@ -171,3 +188,77 @@ def job_pod_report(
         if close is not None:
             close()
     return report
+
+
+# ---------------------------------------------------------------------------------------------------
+# Huawei: where huawei.com/AscendReal says a job's pods run (read only; the read-back decides)
+# ---------------------------------------------------------------------------------------------------
+
+
+def _live(pod: dict) -> bool:
+    status = pod.get("status") or {}
+    return not pod["metadata"].get("deletionTimestamp") and status.get("phase") in ("Pending", "Running")
+
+
+def ascend_placements(
+    pods: Iterable[dict], cluster: Any, *, seen: float
+) -> tuple[dict[int, set[tuple[str, str]]], dict[int, float], list[str]]:
+    """What ``huawei.com/AscendReal`` says about where Suanchi's pods run, in the shape the read-back
+    takes (``apps.telemetry.readback.readback``): ledger device → {(namespace, pod)}, every Huawei
+    device of a node whose pods were read → ``seen`` (a timestamp), and the problems found.
+
+    Only a job's pods on a node that all carry the annotation count (one without it has not been
+    given its chips yet, so its allocations are neither confirmed nor stray); an entry that does not
+    parse or names a chip the ledger does not have is reported and that job's pods on the node left out."""
+    from apps.inventory.models import Device
+
+    groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    for pod in pods:
+        labels = pod["metadata"].get("labels") or {}
+        node = (pod.get("spec") or {}).get("nodeName") or ""
+        if LABEL_JOB in labels and node and _live(pod):
+            groups[(labels[LABEL_JOB], node)].append(pod)
+    problems: list[str] = []
+    readable: list[list[tuple[str, dict, list[int]]]] = []  # per (job, node): every pod's chips
+    for (_job, node), group in sorted(groups.items()):
+        values = [(pod["metadata"].get("annotations") or {}).get(ASCEND_REAL_ANNOTATION) for pod in group]
+        if not all(values):
+            continue
+        parsed = []
+        for pod, value in zip(group, values, strict=True):
+            try:
+                parsed.append((node, pod, ascend_real_chips(value)))
+            except ParseFailed as e:
+                problems.append(f"{pod['metadata']['name']}: {e.message}")
+        if len(parsed) == len(group):
+            readable.append(parsed)
+    if not readable:
+        return {}, {}, problems
+    devices = {
+        (d.node.name, d.index): d.pk
+        for d in Device.objects.filter(
+            node__cluster=cluster, node__name__in={p[0] for g in readable for p in g}, vendor="huawei"
+        ).select_related("node")
+    }
+    pods_by_device: dict[int, set[tuple[str, str]]] = defaultdict(set)
+    seen_at = {pk: seen for pk in devices.values()}
+    for group in readable:
+        unknown = [(pod, [c for c in chips if (node, c) not in devices]) for node, pod, chips in group]
+        unknown = [(pod, missing) for pod, missing in unknown if missing]
+        for pod, missing in unknown:
+            problems.append(
+                _("%(pod)s: %(annotation)s names chips %(chips)s that %(node)s does not have in the ledger")
+                % {
+                    "pod": pod["metadata"]["name"],
+                    "annotation": ASCEND_REAL_ANNOTATION,
+                    "chips": ", ".join(map(str, missing)),
+                    "node": group[0][0],
+                }
+            )
+        if unknown:
+            continue  # the group's chips are not all known: nothing is concluded for its job there
+        for node, pod, chips in group:
+            meta = pod["metadata"]
+            for chip in chips:
+                pods_by_device[devices[(node, chip)]].add((meta.get("namespace", ""), meta["name"]))
+    return dict(pods_by_device), seen_at, problems

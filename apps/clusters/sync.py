@@ -36,13 +36,19 @@ Resource names (whole devices, as each vendor's device plugin publishes them in 
 ResourceSlice fields follow the ``resource.k8s.io/v1`` API (Kubernetes 1.34,
 kubernetes.io/docs/reference/kubernetes-api/workload-resources/resource-slice-v1/): ``spec.driver``,
 ``spec.nodeName``, ``spec.pool``, ``spec.devices[].name``, ``spec.devices[].attributes`` (a map of
-qualified name → one of ``int`` / ``bool`` / ``string`` / ``version``). The card's UUID is the
-``uuid`` attribute (NVIDIA's DRA driver ``gpu.nvidia.com`` publishes ``uuid`` and ``index``).
+qualified name → one of ``int`` / ``bool`` / ``string`` / ``version``); only the slices of the
+highest ``spec.pool.generation`` of a pool count (ResourcePool.generation). A slice device is a
+ledger card by ``uuid`` (NVIDIA ``gpu.nvidia.com``, cmd/gpu-kubelet-plugin/deviceinfo.go), else by
+PCI address (AMD ``gpu.amd.com`` publishes no UUID, only ``pciAddr``; NVIDIA also
+``resource.kubernetes.io/pciBusID``), in the drivers' lower-case sysfs spelling; a partition names
+its card (NVIDIA MIG ``parentUUID``, cmd/gpu-kubelet-plugin/mig.go, the only devices published for
+a MIG-enabled GPU; AMD ``parentPciAddr``). No driver publishes an ``index``: nothing relies on one.
 """
 
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -52,7 +58,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from apps.clusters.health import sync_outcome_log
-from apps.clusters.manifests import node_patch
+from apps.clusters.manifests import node_patch, pci_address_sysfs
 from apps.clusters.models import PushAction
 from apps.clusters.outbox import object_stream, push_object_enqueue
 from apps.core.audit import actor_fields, change_record_create
@@ -101,6 +107,10 @@ WHOLE_DEVICE_RESOURCES: dict[str, str] = {
     "amd.com/gpu": "amd",
     "hygon.com/dcu": "hygon",
     "cambricon.com/mlu": "cambricon",
+    # apps.inventory.vendors.resource_names (HAMi's documented counts)
+    "metax-tech.com/gpu": "metax",
+    "kunlunxin.com/xpu": "kunlunxin",
+    "enflame.com/gcu": "enflame",
 }
 # Slices of a card (MIG instances, vNPU templates, vDCUs, HAMi shares): reported, never counted as cards.
 _SLICE_RESOURCE = re.compile(
@@ -153,8 +163,17 @@ class SliceDevice:
     slice: str
     device: str
     uuid: str
-    index: int | None
+    pci: str  # the card's PCI address (pci_address_sysfs), "" when not published
+    parent_uuid: str = ""  # a partition (NVIDIA MIG device): its card's UUID
+    parent_pci: str = ""  # a partition (AMD): its card's PCI address
     attributes: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        """What names this device in drift records: its UUID, else (a whole card) its PCI address,
+        else its driver and name (a partition shares its card's PCI address with its siblings)."""
+        whole = not (self.parent_uuid or self.parent_pci)
+        return self.uuid or (self.pci if whole else "") or f"{self.driver}/{self.device}"
 
 
 def _count(value: Any, where: str) -> int:
@@ -247,9 +266,33 @@ def _attribute(value: Any) -> Any:
     return value
 
 
+def _pool_generation(spec: dict) -> tuple[tuple[str, str], int]:
+    pool = spec.get("pool") if isinstance(spec.get("pool"), dict) else {}
+    generation = pool.get("generation")
+    return (str(spec.get("driver")), str(pool.get("name") or "")), (
+        generation if isinstance(generation, int) else 0
+    )
+
+
+def _newest_generations(items: list[Any]) -> dict[tuple[str, str], int]:
+    """The highest ``spec.pool.generation`` of each (driver, pool): resource.k8s.io/v1 ResourcePool
+    (k8s.io/api resource/v1 types.go) — "Consumers of ResourceSlices should only consider resources
+    from the pool with the highest generation number" (older slices linger while a driver restarts
+    and republishes)."""
+    newest: dict[tuple[str, str], int] = {}
+    for item in items:
+        spec = item.get("spec") if isinstance(item, dict) else None
+        if isinstance(spec, dict) and spec.get("driver"):
+            pool, generation = _pool_generation(spec)
+            newest[pool] = max(newest.get(pool, generation), generation)
+    return newest
+
+
 def slices_parse(items: list[Any]) -> list[SliceDevice]:
-    """``resource.k8s.io/v1`` ResourceSlice objects → one :class:`SliceDevice` per device of a node."""
+    """``resource.k8s.io/v1`` ResourceSlice objects → one :class:`SliceDevice` per device of a node,
+    from the newest generation of each pool only."""
     out: list[SliceDevice] = []
+    newest = _newest_generations(items)
     for i, item in enumerate(items):
         where = f"items[{i}]"
         if not isinstance(item, dict):
@@ -267,6 +310,9 @@ def slices_parse(items: list[Any]) -> list[SliceDevice]:
         node = spec.get("nodeName")
         if not node:
             continue  # network-attached devices (allNodes / nodeSelector): no node to file them under
+        pool, generation = _pool_generation(spec)
+        if generation < newest[pool]:
+            continue  # a stale slice of a pool its driver has republished
         for j, device in enumerate(devices):
             if not isinstance(device, dict) or not device.get("name"):
                 raise ValidationFailed(
@@ -276,7 +322,6 @@ def slices_parse(items: list[Any]) -> list[SliceDevice]:
             attrs = {str(k): _attribute(v) for k, v in (device.get("attributes") or {}).items()}
             # Attribute names may be qualified with the driver's domain ("gpu.nvidia.com/uuid").
             plain = {k.rsplit("/", 1)[-1]: v for k, v in attrs.items()}
-            index = plain.get("index")
             out.append(
                 SliceDevice(
                     node=str(node),
@@ -284,7 +329,10 @@ def slices_parse(items: list[Any]) -> list[SliceDevice]:
                     slice=str(name),
                     device=str(device["name"]),
                     uuid=str(plain.get("uuid") or ""),
-                    index=index if isinstance(index, int) else None,
+                    # AMD: pciAddr; NVIDIA: resource.kubernetes.io/pciBusID (a MIG device: its parent's)
+                    pci=pci_address_sysfs(plain.get("pciAddr") or plain.get("pciBusID")),
+                    parent_uuid=str(plain.get("parentUUID") or ""),
+                    parent_pci=pci_address_sysfs(plain.get("parentPciAddr")),
                     attributes=attrs,
                 )
             )
@@ -614,6 +662,56 @@ def _sync_node(s: _Sync, node: Node, view: NodeView, created: bool) -> None:
         _sync_labels(s, node, view)
 
 
+def _card_pci(card: Device) -> str:
+    return pci_address_sysfs(card.pci_bus_id)
+
+
+def _slice_card(d: SliceDevice, cards: list[Device]) -> Device | None:
+    """The ledger card slice device ``d`` is, or is a partition of (None: the ledger lacks it).
+
+    A partition names its card: NVIDIA MIG devices by ``parentUUID`` (on a MIG-enabled GPU the
+    driver publishes only these, not the card), AMD partitions by ``parentPciAddr``. A card is
+    its UUID (NVIDIA), else its PCI address (AMD publishes no UUID) when one side has no UUID."""
+    if d.parent_uuid or d.parent_pci:
+        return next(
+            (
+                c
+                for c in cards
+                if (d.parent_uuid and c.uuid == d.parent_uuid)
+                or (d.parent_pci and _card_pci(c) == d.parent_pci)
+            ),
+            None,
+        )
+    if d.uuid:
+        match = next((c for c in cards if c.uuid == d.uuid), None)
+        if match is not None:
+            return match
+    if d.pci:
+        return next((c for c in cards if _card_pci(c) == d.pci and not (d.uuid and c.uuid)), None)
+    return None
+
+
+def _uuid_learn(s: _Sync, node: Node, card: Device, d: SliceDevice) -> None:
+    """A card the ledger knows by PCI address only takes the UUID its driver publishes."""
+    if card.uuid or not d.uuid or d.parent_uuid or Device.objects.filter(uuid=d.uuid).exists():
+        return
+    before = {"uuid": card.uuid}
+    card.uuid = d.uuid
+    card.save(update_fields=["uuid", "updated_at"])
+    DeviceEvent.objects.create(
+        node=node,
+        device=card,
+        kind=DeviceEvent.Kind.UPDATED,
+        message=(CARD_UUID % {"index": card.index, "name": node.name, "uuid": d.uuid, "slice": d.slice})[
+            :500
+        ],
+        before=before,
+        after={"uuid": d.uuid},
+        actor_label=s.actor_label,
+    )
+    s.report.events += 1
+
+
 def _sync_slices(s: _Sync, nodes: dict[str, Node], devices: list[SliceDevice]) -> None:
     by_node: dict[str, list[SliceDevice]] = {}
     for d in devices:
@@ -628,64 +726,52 @@ def _sync_slices(s: _Sync, nodes: dict[str, Node], devices: list[SliceDevice]) -
             .exclude(health__in=[Device.Health.RETIRED, Device.Health.LOST])
             .order_by("vendor", "index")
         )
-        seen_uuids = set()
+        # Cards the ledger cannot name (no UUID, no PCI address): a device of their vendor that
+        # matches nothing may be one of them, so it is unknown rather than drift.
+        unnamed = Counter(c.vendor for c in cards if not c.uuid and not _card_pci(c))
+        published: set[int] = set()
         for d in items:
             vendor = driver_vendor(d.driver)
-            s.report.slices.append({"node": name, "uuid": d.uuid, "driver": d.driver, "device": d.device})
-            if vendor is None or not d.uuid:
+            s.report.slices.append(
+                {"node": name, "uuid": d.uuid, "pci": d.pci, "driver": d.driver, "device": d.device}
+            )
+            if vendor is None or not (d.uuid or d.pci or d.parent_uuid or d.parent_pci):
                 continue
-            seen_uuids.add(d.uuid)
-            match = next((c for c in cards if c.uuid == d.uuid), None)
-            if match is None and d.index is not None:
-                match = next(
-                    (c for c in cards if c.vendor == vendor and c.index == d.index and not c.uuid), None
-                )
-                if match is not None and not Device.objects.filter(uuid=d.uuid).exists():
-                    before = {"uuid": match.uuid}
-                    match.uuid = d.uuid
-                    match.save(update_fields=["uuid", "updated_at"])
-                    DeviceEvent.objects.create(
-                        node=node,
-                        device=match,
-                        kind=DeviceEvent.Kind.UPDATED,
-                        message=(
-                            CARD_UUID % {"index": match.index, "name": name, "uuid": d.uuid, "slice": d.slice}
-                        )[:500],
-                        before=before,
-                        after={"uuid": d.uuid},
-                        actor_label=s.actor_label,
-                    )
-                    s.report.events += 1
-                elif match is not None:
-                    match = None  # that UUID belongs to another card of the ledger
+            match = _slice_card(d, [c for c in cards if c.vendor == vendor])
+            if match is not None:
+                published.add(match.pk)
+                _uuid_learn(s, node, match, d)
+            elif unnamed[vendor] > 0 and not (d.parent_uuid or d.parent_pci):
+                unnamed[vendor] -= 1
+                continue
             s.drift(
                 node,
-                f"slice-device:{d.uuid}",
+                f"slice-device:{d.key}",
                 {"in_ledger": match is not None},
                 {"in_ledger": True},
                 kind=DeviceEvent.Kind.CONFLICT,
                 message=(
-                    SLICE_UNKNOWN_DEVICE
-                    % {"slice": d.slice, "driver": d.driver, "uuid": d.uuid, "name": name}
+                    SLICE_UNKNOWN_DEVICE % {"slice": d.slice, "driver": d.driver, "uuid": d.key, "name": name}
                     if match is None
-                    else SLICE_DEVICE_OK % {"uuid": d.uuid, "name": name}
+                    else SLICE_DEVICE_OK % {"uuid": d.key, "name": name}
                 ),
             )
         for card in cards:
-            if not card.uuid:
+            ident = card.uuid or _card_pci(card)
+            if not ident:
                 continue
-            present = card.uuid in seen_uuids
+            present = card.pk in published
             s.drift(
                 node,
-                f"ledger-device:{card.uuid}",
+                f"ledger-device:{ident}",
                 {"in_slice": present},
                 {"in_slice": True},
                 kind=DeviceEvent.Kind.CONFLICT,
                 device=card,
                 message=(
-                    CARD_NOT_PUBLISHED % {"uuid": card.uuid, "name": name}
+                    CARD_NOT_PUBLISHED % {"uuid": ident, "name": name}
                     if not present
-                    else CARD_PUBLISHED % {"uuid": card.uuid, "name": name}
+                    else CARD_PUBLISHED % {"uuid": ident, "name": name}
                 ),
             )
 

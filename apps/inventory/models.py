@@ -503,6 +503,10 @@ class NodeReport(models.Model):
         HY_SMI_TOPO = "hy-smi-topo", "hy-smi --showtopo"
         NVIDIA_SMI_MIG_LGIP = "nvidia-smi-mig-lgip", "nvidia-smi mig -lgip"
         NVIDIA_SMI_MIG_LGIPP = "nvidia-smi-mig-lgipp", "nvidia-smi mig -lgipp"
+        MX_SMI = "mx-smi", "mx-smi (MetaX)"
+        IXSMI = "ixsmi", "ixsmi (Iluvatar CoreX)"
+        XPU_SMI = "xpu-smi", "xpu-smi (Kunlunxin)"
+        EFSMI = "efsmi", "efsmi (Enflame)"
 
     received_at = models.DateTimeField(auto_now_add=True, db_index=True)
     last_received_at = models.DateTimeField(null=True, blank=True)

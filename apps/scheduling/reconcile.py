@@ -50,6 +50,7 @@ from apps.clusters.health import clusters_in_backoff, loop_record
 from apps.clusters.manifests import HOSTNAME_LABEL, LABEL_ATTEMPT, LABEL_JOB
 from apps.clusters.models import ClusterLoop, PushAction
 from apps.clusters.outbox import job_stream
+from apps.clusters.signals import pods_listed
 from apps.clusters.sync import outside_changes_take
 from apps.core.locks import try_lock
 from apps.core.stored_text import stored
@@ -405,6 +406,14 @@ def reconcile_cluster(
     releases_confirm(
         cluster=cluster, workloads=workloads, pods=pods, nodes=k8s_nodes, listed_at=now, actor=actor
     )
+    # What the device plugins wrote on the pods (the chips they gave) is read back above us.
+    for receiver, outcome in pods_listed.send_robust(
+        sender=Cluster, cluster=cluster, pods=pods, now=now, actor=actor
+    ):
+        if isinstance(outcome, Exception):
+            logger.warning(
+                "cluster %s: pod read-back %s failed: %r", cluster.slug, receiver.__name__, outcome
+            )
 
     # Nodes lost to Kubernetes, and cards the ledger marks lost, take their jobs with them.
     lost = defaultdict(set)  # job id -> node names

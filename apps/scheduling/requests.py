@@ -11,6 +11,7 @@ from django.utils.translation import gettext as _
 from apps.catalog.models import ComputeTemplate, DeviceModel, Vendor
 from apps.catalog.partitions import MIG, profile_kind
 from apps.catalog.selectors import coefficients_on
+from apps.clusters import sharing
 from apps.core.errors import ValidationFailed
 from apps.inventory.vendors import ADAPTERS
 from apps.jobs.models import Job
@@ -117,7 +118,9 @@ def _cu_alternatives(
 ) -> list[tuple[DeviceGroup, Decimal]]:
     """Neutral compute units → concrete shapes per model, least over-grant first.
 
-    One slice (share = CU ÷ coefficient) when the request fits one card, else whole cards.
+    One slice (share = CU ÷ coefficient) when the request fits one card, else whole cards. A vendor
+    whose cards no device-plugin mode shares (``apps.clusters.sharing.FRACTION_MODES``) gets the whole
+    card, granted and billed as whole.
     """
     want = Decimal(job.compute_units)
     memory = job.memory_mib or 0
@@ -128,6 +131,8 @@ def _cu_alternatives(
             continue
         if want <= coef:
             milli = int((want / coef * WHOLE).to_integral_value(rounding=ROUND_CEILING))
+            if not sharing.FRACTION_MODES.get(model.vendor):
+                milli = WHOLE  # no plugin mode shares this vendor's card: a slice would be a whole card
             if memory > model.memory_mib:
                 continue
             group = DeviceGroup(

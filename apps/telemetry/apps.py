@@ -79,3 +79,8 @@ class TelemetryConfig(AppConfig):
         stored_vocabulary(Quality)  # "exact" / "estimated" on the pages, shown translated (|localized)
         # First start: PROMETHEUS_URL → the default cluster's metric source (after the clusters app).
         post_migrate.connect(first_start_receive, sender=self, dispatch_uid="telemetry.first_start")
+        # The chips device plugins name on the pods a reconcile pass lists (Ascend's AscendReal).
+        from apps.clusters.signals import pods_listed
+        from apps.telemetry.plugin_readback import pods_listed_receive
+
+        pods_listed.connect(pods_listed_receive, dispatch_uid="telemetry.plugin_readback")

@@ -55,13 +55,25 @@ def cluster_for(srv, tmp_path) -> Cluster:
     return cluster
 
 
+# The PCI addresses of gpu-01's cards as nvidia-smi / the agent report them (NVML's 8-digit domain,
+# upper case), and as the NVIDIA DRA driver publishes them (resource.kubernetes.io/pciBusID: the
+# kernel's lower-case sysfs name, go-nvlib GetPCIBusID + k8s deviceattribute).
+NV_PCI = [f"00000000:{b}:00.0" for b in ("1A", "1B", "9C", "9D")]
+
+
 def slice_devices():
+    # No "index" attribute: NVIDIA's DRA driver publishes none (cmd/gpu-kubelet-plugin/deviceinfo.go);
+    # an earlier version of this test matched cards by one.
     return [
         {
             "name": f"gpu-{i}",
-            "attributes": {"uuid": {"string": u}, "index": {"int": i}, "productName": {"string": "A100"}},
+            "attributes": {
+                "uuid": {"string": u},
+                "productName": {"string": "A100"},
+                "resource.kubernetes.io/pciBusID": {"string": pci[4:].lower()},
+            },
         }
-        for i, u in enumerate(NV_UUIDS)
+        for i, (u, pci) in enumerate(zip(NV_UUIDS, NV_PCI, strict=True))
     ]
 
 
@@ -131,6 +143,16 @@ def test_resource_slices_fill_device_uuids_and_report_unknown_devices(server, tm
     server.add_resource_slice("gpu-01-gpu.nvidia.com-x", "gpu-01", "gpu.nvidia.com", slice_devices())
     cluster = cluster_for(server, tmp_path)
 
+    # Cards known by count only (no UUID, no PCI address) cannot be told apart: no UUID is learned
+    # and no slice device is drift.
+    report = cluster_sync(cluster=cluster)
+    assert not Device.objects.filter(uuid__in=NV_UUIDS).exists()
+    assert not [d for d in report.drift if d["drift"].startswith("slice-device:")]
+    # Once the ledger has their PCI addresses (as the agent reports them), each card takes the UUID
+    # its driver publishes at that address.
+    for card, pci in zip(Device.objects.filter(node__name="gpu-01").order_by("index"), NV_PCI, strict=True):
+        card.pci_bus_id = pci
+        card.save(update_fields=["pci_bus_id"])
     report = cluster_sync(cluster=cluster)
 
     uuids = list(Device.objects.filter(node__name="gpu-01").order_by("index").values_list("uuid", flat=True))
@@ -242,7 +264,9 @@ def test_from_file_gives_the_same_result_offline_as_json(server, tmp_path):
     assert by_name["npu-01"]["ready"] is False
     assert [s["uuid"] for s in out["slices"]] == NV_UUIDS and {s["node"] for s in out["slices"]} == {"gpu-01"}
     assert {d["drift"] for d in out["drift"]} == {"ready", "allocatable:hygon.com/dcu"}
-    assert Device.objects.filter(uuid__in=NV_UUIDS).count() == 4
+    # The new cards have neither UUID nor PCI address (no driver publishes an index to match them
+    # by): unknown stays unknown, no drift either.
+    assert not Device.objects.filter(uuid__in=NV_UUIDS).exists()
     assert run("--cluster", "prod", "--from-file", nodes, "--from-file", slices)["events"] == 0
 
 

@@ -32,10 +32,13 @@ FIXTURE_KINDS = {
     "cnmon_mlu370_x4_v4.txt": "cnmon",
     "cnmon_mlu370_x8_v5.txt": "cnmon",
     "cnmon_truncated.txt": "cnmon",
+    "efsmi_s60_2dev.txt": "efsmi",
     "hy_smi_dcu.txt": "hy-smi",
     "hy_smi_hcu.txt": "hy-smi",
     "hy_smi_topo_hcu_4.txt": "hy-smi-topo",
     "hy_smi_topo_truncated.txt": "hy-smi-topo",
+    "ixsmi_bi_v150_16gpu.txt": "ixsmi",
+    "mx_smi_c550_8gpu.txt": "mx-smi",
     "npu_smi_310p_duo.txt": "npu-smi",
     "npu_smi_910b3_8chip.txt": "npu-smi",
     "npu_smi_a3_phy_id.txt": "npu-smi",
@@ -57,6 +60,7 @@ FIXTURE_KINDS = {
     "rocm_smi_topo_2hives.json": "rocm-smi-topo",
     "rocm_smi_topo_mi300a_4gpu.txt": "rocm-smi-topo",
     "rocm_smi_topo_truncated.txt": "rocm-smi-topo",
+    "xpu_smi_p800_8xpu.txt": "xpu-smi",
 }
 
 
@@ -85,7 +89,7 @@ def test_kind_auto_parses_like_the_named_kind_and_says_which_it_took(name):
 def test_kind_auto_refuses_an_output_it_cannot_recognise_naming_line_1():
     with pytest.raises(ParseFailed) as caught:
         parse_report("auto", "Mon Jan  1 00:00:00 2026\nsome other tool\n")
-    assert caught.value.message.startswith("line 1: cannot tell which tool")
+    assert caught.value.message.startswith("line 1: cannot tell which tool printed this output ('Mon Jan")
     assert caught.value.details["line"] == 1
     assert "cnmon" in caught.value.details["valid_kinds"]
 
@@ -138,6 +142,48 @@ def test_cnmon_info_gives_uuid_bus_id_memory_and_health():
         78.0,
         44.0,
     )
+
+
+# Issue 28 item 1: an idle card's "Processes :" section is empty. No vendor-hosted idle-card sample
+# was found, so the idle card is the fixture's busy card 0 with its one process entry removed.
+_CARD0_PROCESS = """        Process                    : 0
+            PID                    : 101934
+            cmdline                : /torch/venv3/pytorch_infer/bin/python
+            MLU Memory Usage       : 15829 MiB
+"""
+
+
+def _idle_card0() -> str:
+    text = fixture("cnmon_info_mlu370_x4.txt")
+    assert _CARD0_PROCESS in text
+    return text.replace(_CARD0_PROCESS, "", 1)
+
+
+def test_cnmon_info_accepts_an_empty_processes_section_between_cards():
+    report = parse_report("cnmon-info", _idle_card0())
+    assert [d.index for d in report.devices] == [0, 1]
+    assert report.devices[0].extra["process_count"] == 0
+    assert report.devices[1].extra["process_count"] is None  # card 1 prints no Processes section
+    assert (
+        parse_report("cnmon-info", fixture("cnmon_info_mlu370_x4.txt")).devices[0].extra["process_count"] == 1
+    )
+
+
+def test_cnmon_info_accepts_an_empty_processes_section_at_the_end_of_the_output():
+    text = _idle_card0()
+    card1 = text.index("Card 1")
+    last = text[:card1]  # card 0 alone, ending with its empty "Processes :"
+    assert last.rstrip().endswith("Processes                      :")
+    report = parse_report("cnmon-info", last)
+    assert [(d.index, d.extra["process_count"], d.memory_mib) for d in report.devices] == [(0, 0, 23308)]
+
+
+def test_cnmon_info_still_refuses_a_section_cut_at_the_end_of_the_output():
+    text = _idle_card0()
+    cut = text[: text.index("        Domain ID")]  # ends with "PCI :" and nothing under it
+    with pytest.raises(ParseFailed) as caught:
+        parse_report("cnmon-info", cut)
+    assert "section 'PCI' has no entries: the output is truncated" in caught.value.message
 
 
 def test_a_cnmon_info_card_in_bad_health_is_degraded_with_the_printed_state():

@@ -95,7 +95,8 @@ removes the node lifecycle controller's not-ready / unreachable taints. DRA: the
 controller generates ``<pod>-<claim>-<5 chars>`` claims from a pod's ``resourceClaimTemplateName``
 (owned by the pod, ``status.resourceClaimStatuses``), un-reserves and deallocates claims of pods gone
 or done and deletes their generated claims; the scheduler's DynamicResources plugin allocates
-devices from ResourceSlices (DeviceClass and request CEL selectors, ExactCount / All,
+devices from ResourceSlices (the highest ``pool.generation`` of each pool only; DeviceClass and
+request CEL selectors, ExactCount / All,
 ``firstAvailable``, never a device held by another claim), writes ``status.allocation`` /
 ``reservedFor`` and binds the pod to the node, or leaves it Pending (PodScheduled False
 Unschedulable, a ``FailedScheduling`` event).
@@ -696,6 +697,22 @@ def validate_labels(labels, field: str, errs: FieldErrors) -> None:
 _NAME_RULES = {"namespaces": dns1123_label_errors, "services": dns1035_label_errors}
 
 
+# -- real ResourceSlices of the DRA drivers (fixtures/dra, sources in fixtures/dra/SOURCES.md) --------
+DRA_SAMPLES = Path(__file__).parent / "fixtures" / "dra"
+
+
+def dra_sample(name: str) -> dict:
+    """A driver's ResourceSlice from ``fixtures/dra/<name>.yaml``, as resource.k8s.io/v1: a v1beta1
+    sample's ``devices[].basic`` (the v1beta1 BasicDevice wrapper) is unwrapped onto the device, the
+    one difference between the two versions for a slice of plain devices."""
+    obj = yaml.safe_load((DRA_SAMPLES / f"{name}.yaml").read_text())
+    if obj.get("apiVersion") == "resource.k8s.io/v1beta1":
+        obj["apiVersion"] = "resource.k8s.io/v1"
+        devices = obj["spec"]["devices"]
+        obj["spec"]["devices"] = [{"name": d["name"], **(d.get("basic") or {})} for d in devices]
+    return obj
+
+
 # -- a CEL subset for DRA selectors ------------------------------------------------------------------
 # DRA device selectors are CEL expressions over ``device`` (driver, attributes, capacity):
 # https://kubernetes.io/docs/concepts/scheduling-eviction/dynamic-resource-allocation/ and
@@ -877,7 +894,7 @@ def cel_compile(expression: str):
     return _CelParser(expression).parse()
 
 
-def _device_env(driver: str, device: dict) -> dict:
+def device_env(driver: str, device: dict) -> dict:
     """The ``device`` variable: attributes grouped by domain — an unqualified name belongs to the
     driver's domain, ``domain/name`` to that domain (the DRA CEL environment)."""
     domains: dict[str, dict] = {}
@@ -2092,25 +2109,50 @@ class FakeApiServer(ThreadingHTTPServer):
         return 201, review
 
     def add_resource_slice(
-        self, name: str, node: str, driver: str, devices: list[dict], pool: str | None = None
+        self,
+        name: str,
+        node: str,
+        driver: str,
+        devices: list[dict],
+        pool: str | None = None,
+        generation: int = 1,
     ) -> dict:
         """Publish a ResourceSlice as a DRA driver's kubelet plugin would (spec.driver, nodeName,
-        pool {name, generation, resourceSliceCount}, devices [{name, attributes, capacity}])."""
-        obj = {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceSlice",
-            "metadata": {"name": name},
-            "spec": {
-                "driver": driver,
-                "nodeName": node,
-                "pool": {"name": pool or node, "generation": 1, "resourceSliceCount": 1},
-                "devices": copy.deepcopy(devices),
-            },
+        pool {name, generation, resourceSliceCount}, devices [{name, attributes, capacity}]). A
+        driver that restarts republishes its pool with a higher ``generation``; until it deletes
+        them, the older slices stay listed (and are ignored: :meth:`_slice_devices`)."""
+        return self.publish_resource_slice(
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceSlice",
+                "metadata": {"name": name},
+                "spec": {
+                    "driver": driver,
+                    "nodeName": node,
+                    "pool": {"name": pool or node, "generation": generation, "resourceSliceCount": 1},
+                    "devices": copy.deepcopy(devices),
+                },
+            }
+        )
+
+    def publish_resource_slice(self, obj: dict) -> dict:
+        """Publish a whole ResourceSlice (e.g. a driver's real one, :func:`dra_sample`), checked as
+        the API server checks a create (ValueError with the causes when it would be refused);
+        server-owned metadata (uid, resourceVersion, creationTimestamp) is the fake's."""
+        obj = copy.deepcopy(obj)
+        errs = FieldErrors()
+        self._validate_slice(obj.get("spec") or {}, errs)
+        if errs:
+            raise ValueError(f"ResourceSlice {obj.get('metadata', {}).get('name')}: {errs}")
+        meta = obj.setdefault("metadata", {})
+        obj["metadata"] = {
+            "name": meta["name"],
+            **{k: meta[k] for k in ("labels", "ownerReferences") if k in meta},
         }
         with self._lock:
             self._new_meta(obj)
             self._bump(obj)
-            self._store[("resourceslices", "", name)] = obj
+            self._store[("resourceslices", "", obj["metadata"]["name"])] = obj
             return copy.deepcopy(obj)
 
     # -- validation and defaulting on create / update -------------------------------------------------
@@ -2433,6 +2475,10 @@ class FakeApiServer(ThreadingHTTPServer):
         else:
             if not pool.get("name"):
                 errs.required("spec.pool.name")
+            if not isinstance(pool.get("generation", 0), int) or pool.get("generation", 0) < 0:
+                errs.invalid(
+                    "spec.pool.generation", pool.get("generation"), "must be greater than or equal to 0"
+                )
             if not isinstance(pool.get("resourceSliceCount"), int) or pool["resourceSliceCount"] <= 0:
                 errs.invalid(
                     "spec.pool.resourceSliceCount",
@@ -2643,7 +2689,7 @@ class FakeApiServer(ThreadingHTTPServer):
     def _selectors_match(selectors, driver: str, device: dict, what: str) -> bool:
         """structured/allocator.go selectorsMatch: every selector must be true; a CEL runtime error
         fails the allocation (CelError with the allocator's "CEL runtime error")."""
-        env = _device_env(driver, device)
+        env = device_env(driver, device)
         for i, sel in enumerate(selectors or []):
             expr = ((sel or {}).get("cel") or {}).get("expression", "")
             try:
@@ -2653,6 +2699,30 @@ class FakeApiServer(ThreadingHTTPServer):
                 raise CelError(f"{what}: selector #{i}: CEL runtime error: {e}") from None
         return True
 
+    def _slice_devices(self, node: str) -> list[tuple[str, str, dict]]:
+        """(driver, pool, device) of the ResourceSlices of ``node`` (or ``allNodes``), from the
+        highest generation of each pool only: resource.k8s.io/v1 ResourcePool.generation (k8s.io/api
+        resource/v1 types.go) — "Consumers of ResourceSlices should only consider resources from the
+        pool with the highest generation number"."""
+        slices = []
+        for (plural, _, _sname), rslice in sorted(self._store.items()):
+            spec = rslice.get("spec") or {}
+            if plural == "resourceslices" and (spec.get("nodeName") == node or spec.get("allNodes")):
+                slices.append(spec)
+        newest: dict[tuple, int] = {}
+        for spec in slices:
+            pool = spec.get("pool") or {}
+            key = (spec.get("driver"), pool.get("name"))
+            newest[key] = max(newest.get(key, 0), pool.get("generation") or 0)
+        devices = []
+        for spec in slices:
+            pool = spec.get("pool") or {}
+            if (pool.get("generation") or 0) < newest[(spec.get("driver"), pool.get("name"))]:
+                continue
+            for dev in spec.get("devices") or []:
+                devices.append((spec.get("driver"), pool.get("name"), dev))
+        return devices
+
     def _allocate_on(self, node: str, claims: list[tuple[str, dict]], in_use: set) -> list[dict]:
         """structured/allocator.go, reduced: each request takes ``count`` (ExactCount) or every
         (All) matching device from the ResourceSlices of ``node`` (or ``allNodes``), a device never
@@ -2660,15 +2730,7 @@ class FakeApiServer(ThreadingHTTPServer):
         all be true; ``firstAvailable`` takes the first subrequest that fits. Returns the
         allocations in claim order; CelError (or ValueError with the reason) when it cannot."""
         taken = set(in_use)
-        devices = []
-        for (plural, _, _sname), rslice in sorted(self._store.items()):
-            if plural != "resourceslices":
-                continue
-            spec = rslice.get("spec") or {}
-            if spec.get("nodeName") != node and not spec.get("allNodes"):
-                continue
-            for dev in spec.get("devices") or []:
-                devices.append((spec.get("driver"), (spec.get("pool") or {}).get("name"), dev))
+        devices = self._slice_devices(node)
         allocations = []
         for claim_name, claim in claims:
             results, configs = [], []

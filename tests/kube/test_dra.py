@@ -23,7 +23,7 @@ from apps.scheduling.reconcile import reconcile_cluster
 from apps.scheduling.services import scheduling_cycle_run
 from tests.jobs import conftest as jobs_fixtures
 from tests.jobs.conftest import submit_whole_cards
-from tests.kube.fake_apiserver import FakeApiServer, kubeconfig_for
+from tests.kube.fake_apiserver import FakeApiServer, dra_sample, kubeconfig_for
 
 pytestmark = pytest.mark.django_db
 
@@ -143,6 +143,12 @@ def server():
     srv.stop()
 
 
+def nvidia_gpu_device(name: str, uuid: str) -> dict:
+    (device,) = dra_sample("nvidia-gpu-resourceslice")["spec"]["devices"]
+    device["name"], device["attributes"]["uuid"] = name, {"string": uuid}
+    return device
+
+
 @pytest.fixture
 def dra_cluster(fleet, server, tmp_path):
     cluster = Cluster.objects.get(slug="prod")
@@ -153,22 +159,13 @@ def dra_cluster(fleet, server, tmp_path):
     for name, node in fleet.items():
         server.add_node(name)
         if node.devices.filter(vendor="nvidia").exists():
-            # What NVIDIA's kubelet plugin publishes per GPU (cmd/gpu-kubelet-plugin/deviceinfo.go).
+            # NVIDIA's kubelet plugin's real GPU device (fixtures/dra/nvidia-gpu-resourceslice.yaml),
+            # one per card of the ledger with its UUID.
             server.add_resource_slice(
                 f"{name}-gpu.nvidia.com",
                 name,
                 "gpu.nvidia.com",
-                [
-                    {
-                        "name": f"gpu-{d.index}",
-                        "attributes": {
-                            "type": {"string": "gpu"},
-                            "uuid": {"string": d.uuid},
-                            "productName": {"string": "NVIDIA A100-SXM4-80GB"},
-                        },
-                    }
-                    for d in node.devices.order_by("index")
-                ],
+                [nvidia_gpu_device(f"gpu-{i}", d.uuid) for i, d in enumerate(node.devices.order_by("index"))],
             )
     backend = backend_for(cluster)
     try:  # the DeviceClasses of platform/kubernetes/dra, applied like any object

@@ -7,6 +7,7 @@ https://kubernetes.io/docs/concepts/scheduling-eviction/dynamic-resource-allocat
 
 from __future__ import annotations
 
+import copy
 import json
 
 import pytest
@@ -14,7 +15,14 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
-from tests.kube.fake_apiserver import CelError, FakeApiServer, cel_compile, cel_evaluate, kubeconfig_for
+from tests.kube.fake_apiserver import (
+    CelError,
+    FakeApiServer,
+    cel_compile,
+    cel_evaluate,
+    dra_sample,
+    kubeconfig_for,
+)
 from tests.kube.helpers import fake_client_fixtures
 
 DRIVER = "gpu.nvidia.com"
@@ -29,20 +37,18 @@ def dra(api):
     return k8s.ResourceV1Api(api)
 
 
-def devices(node: str, product: str = "NVIDIA H100 80GB HBM3", offset: int = 0) -> list[dict]:
-    # Shaped like the NVIDIA DRA driver's slices (k8s-dra-driver-gpu): typed attribute values.
-    return [
-        {
-            "name": f"gpu-{i}",
-            "attributes": {
-                "uuid": {"string": UUIDS[i + offset]},
-                "productName": {"string": product},
-                "index": {"int": i},
-                "type": {"string": "gpu"},
-            },
-        }
-        for i in range(2)
-    ]
+def devices(node: str, offset: int = 0) -> list[dict]:
+    # The NVIDIA driver's real GPU device (fixtures/dra/nvidia-gpu-resourceslice.yaml), one per card
+    # with this test's UUIDs. No "index" attribute: the driver publishes none (an earlier version of
+    # these slices carried one, an assumption of ours, not the driver's).
+    (real,) = dra_sample("nvidia-gpu-resourceslice")["spec"]["devices"]
+    out = []
+    for i in range(2):
+        device = copy.deepcopy(real)
+        device["name"] = f"gpu-{i}"
+        device["attributes"]["uuid"] = {"string": UUIDS[i + offset]}
+        out.append(device)
+    return out
 
 
 @pytest.fixture

@@ -8,17 +8,23 @@
   (``ParsedReport.kind``; ``requested_kind`` stays "auto").
 
 Adding a vendor = one module with its adapter (and parsers) + one line in ``_ADAPTER_CLASSES``.
+Vendors whose tool output Suanchi parses but whose deployment facts (labels, taints, mounts) are not
+settled yet (MetaX, Iluvatar, Kunlunxin, Enflame) are parser-only modules listed in
+``_PARSER_MODULES``: their reports register cards, but no adapter renders manifests for them
+(their device-plugin resource names are in ``resource_names``).
 """
 
 from __future__ import annotations
 
 import json
 import re
+from typing import NoReturn
 
 from django.utils.translation import gettext as _
 
 from apps.core.errors import ParseFailed, ValidationFailed
 
+from . import enflame, iluvatar, kunlunxin, metax
 from .adapter import Parser, VendorAdapter, ensure_text, strip_ansi
 from .amd import AmdAdapter
 from .base import ParsedDevice, ParsedLink, ParsedReport
@@ -37,8 +43,18 @@ _ADAPTER_CLASSES: tuple[type[VendorAdapter], ...] = (
 
 ADAPTERS: dict[str, VendorAdapter] = {cls.vendor: cls() for cls in _ADAPTER_CLASSES}
 
+# Parser-only vendors: module with VENDOR, KIND, SIGNATURE and PARSERS.
+_PARSER_MODULES = (metax, iluvatar, kunlunxin, enflame)
+
+# report kind -> vendor slug, for every kind (adapters' and parser-only modules').
+KIND_VENDORS: dict[str, str] = {
+    **{kind: adapter.vendor for adapter in ADAPTERS.values() for kind in adapter.parsers},
+    **{kind: module.VENDOR for module in _PARSER_MODULES for kind in module.PARSERS},
+}
+
 PARSERS: dict[str, Parser] = {
-    kind: parser for adapter in ADAPTERS.values() for kind, parser in adapter.parsers.items()
+    **{kind: parser for adapter in ADAPTERS.values() for kind, parser in adapter.parsers.items()},
+    **{kind: parser for module in _PARSER_MODULES for kind, parser in module.PARSERS.items()},
 }
 
 
@@ -54,12 +70,11 @@ def get_adapter(vendor: str) -> VendorAdapter:
         ) from None
 
 
-def adapter_for_kind(kind: str) -> VendorAdapter:
-    """The adapter whose parsers handle a report kind."""
-    for adapter in ADAPTERS.values():
-        if kind in adapter.parsers:
-            return adapter
-    raise _unknown_kind(kind)
+def adapter_for_kind(kind: str) -> VendorAdapter | None:
+    """The adapter whose parsers handle a report kind; None for a parser-only vendor's kind."""
+    if kind not in KIND_VENDORS:
+        raise _unknown_kind(kind)
+    return ADAPTERS.get(KIND_VENDORS[kind])
 
 
 AUTO = "auto"
@@ -82,13 +97,50 @@ def parse_report(kind: str, text: str | bytes) -> ParsedReport:
 
 
 # Content signatures, tried in order; each names the kind whose documented output carries it
-# (the formats are described in each vendor module). Order matters where one output contains
-# another's marker: rocm-smi text and hy-smi text both print "System Management Interface".
+# (the formats are described in each vendor module). Every signature is specific to its tool: a
+# banner or header only that tool prints, never a phrase several tools share ("System Management
+# Interface" is printed by hy-smi, rocm-smi, mx-smi, efsmi and Intel's xpu-smi alike).
 _LGIPP_LINE = re.compile(r"GPU\s+\d+\s+Profile ID\s+\d+\s+Placements?\s*:")
 _CNMON_INFO_CARD = re.compile(r"^Card\s+\d+\s*$", re.MULTILINE)
 _TOPO_HEADER = re.compile(r"^[ \t]+(?:\x1b\[[0-9;]*m)?GPU0\b", re.MULTILINE)
 _NPU_TOPO_HEADER = re.compile(r"^[ \t]+(?:NPU|Phy-ID)\d+\b", re.MULTILINE)
 _CSV_FIRST = re.compile(r"(?:index\s*,|\d+\s*,\s*\S)")
+# hy-smi's own rule: the phrase alone between '=' runs (mx-smi prints "MetaX ... Log", rocm-smi "ROCm ...").
+_HY_SMI_RULE = re.compile(r"^=+[ \t]+System Management Interface[ \t]+=+[ \t]*$", re.MULTILINE)
+
+# Outputs of tools (or views of a tool) this version does not parse: refused naming what they are.
+_UNSUPPORTED: tuple[tuple[re.Pattern[str], str], ...] = (
+    # "| NVIDIA-SMI 410.48  Driver Version: ..." heads nvidia-smi's default table (use -q -x or --query-gpu).
+    (re.compile(r"^\|\s*NVIDIA-SMI\s+\d", re.MULTILINE), "NVIDIA nvidia-smi's default table"),
+    # intel/xpumanager doc/smi_user_guide.md: "Intel(R) XPU System Management Interface -- v1.0" (older
+    # releases), "Intel XPU System Management Interface -- v1.0" (newer); not Kunlunxin's xpu-smi.
+    (re.compile(r"Intel(?:\(R\))? XPU System Management Interface"), "Intel xpu-smi"),
+    # Kunlunxin's R200/R300 listing (PaddlePaddle/docs docs/hardware_support/xpu/install_cn.md):
+    # "| DevID |   PCI Addr   | Model |   SN   |    INODE   | ...", not the P800 card table.
+    (
+        re.compile(r"^\|\s*DevID\s*\|\s*PCI Addr\s*\|\s*Model\s*\|", re.MULTILINE),
+        "Kunlunxin xpu-smi's R200/R300 listing",
+    ),
+)
+
+
+def _parser_module_kind(text: str) -> str | None:
+    """The kind of a parser-only vendor's output; ParseFailed for that tool's other views."""
+    for module in _PARSER_MODULES:
+        if not module.SIGNATURE.search(text):
+            continue
+        if module.HEADER.search(text):
+            return module.KIND
+        _refuse(
+            text,
+            _(
+                "line 1: this looks like %(tool)s output, but not its card table (%(header)s), "
+                "which is the only view this version parses"
+            )
+            % {"tool": module.TOOL, "header": module.HEADER_TEXT},
+            looks_like=module.TOOL,
+        )
+    return None
 
 
 def detect_kind(text: str | bytes) -> str:
@@ -114,9 +166,20 @@ def detect_kind(text: str | bytes) -> str:
         return "npu-smi"
     if _NPU_TOPO_HEADER.search(text):
         return "npu-smi-topo"
+    kind = _parser_module_kind(text)
+    if kind is not None:
+        return kind
+    for signature, tool in _UNSUPPORTED:
+        if signature.search(text):
+            _refuse(
+                text,
+                _("line 1: this looks like %(tool)s output, which this version does not parse")
+                % {"tool": tool},
+                looks_like=tool,
+            )
     if "ROCm System Management Interface" in stripped:
         return "rocm-smi-topo"
-    if "System Management Interface" in stripped:
+    if _HY_SMI_RULE.search(stripped):
         return "hy-smi-topo" if re.search(r"between two \w+s|Numa Nodes", stripped) else "hy-smi"
     if _TOPO_HEADER.search(text):
         return "nvidia-topo"
@@ -130,6 +193,18 @@ def detect_kind(text: str | bytes) -> str:
         )
         % {"text": first_line[:80], "kinds": ", ".join(supported)},
         details={"kind": AUTO, "line": 1, "text": first_line[:300], "valid_kinds": supported},
+    )
+
+
+def _refuse(text: str, message: str, *, looks_like: str | None = None) -> NoReturn:
+    first_line = text.strip().splitlines()[0].strip()
+    supported = sorted(PARSERS)
+    details = {"kind": AUTO, "line": 1, "text": first_line[:300], "valid_kinds": supported}
+    if looks_like:
+        details["looks_like"] = looks_like
+    raise ParseFailed(
+        _("%(message)s; supported kinds: %(kinds)s") % {"message": message, "kinds": ", ".join(supported)},
+        details=details,
     )
 
 

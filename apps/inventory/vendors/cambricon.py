@@ -17,7 +17,9 @@ version per card, no bus id) and ``vMemory-Usage`` in the third column of the se
 releases print ``SR-IOV`` instead of ``Mode``. Columns are told apart by the header words.
 
 ``cnmon info`` prints one ``Card <n>`` block per card of indented ``Key : value`` lines; a key with
-an empty value opens a nested section (``Physical Memory Usage :`` then ``Total : 23308 MiB``)::
+an empty value opens a nested section (``Physical Memory Usage :`` then ``Total : 23308 MiB``).
+A section with no entries is a fact, not damage: an idle card's ``Processes :`` is empty. Only a
+section left open at the very end of the output (other than ``Processes``) means it was cut short::
 
     Card 0
         Product Name                   : MLU370-X4
@@ -304,6 +306,7 @@ def _card_second_line(
 _CARD_HEAD = re.compile(r"Card\s+(\d+)")
 _KEY_VALUE = re.compile(r"(?P<key>[^:]+?)\s*:\s*(?P<value>.*)")
 _INFO_BANNER = re.compile(r"=*\s*CNMON\s+v(?P<smi>\S+)\s*=*", re.IGNORECASE)
+_PROCESS_COUNT = "#processes"  # not a cnmon key: the number of "Process" entries under "Processes"
 
 
 def parse_cnmon_info(text: str) -> ParsedReport:
@@ -326,13 +329,7 @@ def parse_cnmon_info(text: str) -> ParsedReport:
                 continue
         head = _CARD_HEAD.fullmatch(stripped)
         if head is not None and indent == 0:
-            if open_section is not None:
-                fail_line(
-                    open_section[0],
-                    _("section %(open_section)r has no entries: truncated output?")
-                    % {"open_section": open_section[1]},
-                    kind=kind,
-                )
+            open_section = None  # an empty section before the next card is a fact, not damage
             current = {}
             cards.append((int(head.group(1)), n, current))
             stack = []
@@ -347,14 +344,7 @@ def parse_cnmon_info(text: str) -> ParsedReport:
         match = _KEY_VALUE.fullmatch(stripped)
         if match is None:
             fail_line(n, _("expected '<key> : <value>'"), kind=kind, text=line)
-        if open_section is not None and indent <= open_section[2]:
-            fail_line(
-                open_section[0],
-                _("section %(open_section)r has no entries: truncated output?")
-                % {"open_section": open_section[1]},
-                kind=kind,
-            )
-        open_section = None
+        open_section = None  # a section followed by a sibling key is empty: a fact, not damage
         while stack and stack[-1][0] >= indent:
             stack.pop()
         key, value = match["key"].strip(), match["value"].strip()
@@ -362,9 +352,12 @@ def parse_cnmon_info(text: str) -> ParsedReport:
         if value == "":
             stack.append((indent, key))
             open_section = (n, key, indent)
+            current.setdefault(path, "")
             continue
+        if path == "Processes/Process":
+            current[_PROCESS_COUNT] = current.get(_PROCESS_COUNT, 0) + 1
         current.setdefault(path, value)
-    if open_section is not None:
+    if open_section is not None and open_section[1] != "Processes":
         fail_line(
             open_section[0],
             _("section %(open_section)r has no entries: the output is truncated")
@@ -456,6 +449,8 @@ def _info_device(index: int, lineno: int, values: dict[str, Any], report: Parsed
             "compute_mode": get("Compute Mode"),
             "power_cap_w": number("Power/Cap", "W"),
             "temperature_board_c": number("Temperature/Board", "C"),
+            # An idle card prints an empty "Processes" section: 0; a card without the section: unknown.
+            "process_count": values.get(_PROCESS_COUNT, 0) if "Processes" in values else None,
         },
     )
 
