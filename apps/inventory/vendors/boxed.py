@@ -9,7 +9,9 @@ cards' lines; each vendor module gives the cells their meaning. Pure Python, no 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from django.utils.translation import gettext as _
 
@@ -205,3 +207,38 @@ def check_unique_indexes(devices: list, blocks: list[list[CardRow]], *, kind: st
                 text=block[0].line,
             )
         seen[device.index] = block[0].lineno
+
+
+def card_devices(
+    lines: list[str],
+    *,
+    kind: str,
+    header: re.Pattern[str],
+    header_text: str,
+    tool: str,
+    rows: int,
+    card: Callable[[list[CardRow]], Any],
+) -> tuple[list[Any], CardTable]:
+    """The devices of the card table (``read_card_table``): every block checked to ``rows`` rows of
+    three cells and read by ``card``, no index listed twice; sorted by index. Also the table."""
+    table = read_card_table(lines, kind=kind, header=header, header_text=header_text, tool=tool)
+    devices = []
+    for block in table.cards:
+        check_card_rows(block, rows=rows, cells=3, kind=kind)
+        devices.append(card(block))
+    check_unique_indexes(devices, table.cards, kind=kind)
+    return sorted(devices, key=lambda d: d.index), table
+
+
+_PROCESSES = re.compile(r"^\|\s*Processes:")
+
+
+def require_processes_box(lines: list[str], table: CardTable, *, kind: str) -> None:
+    """The nvidia-smi layout (ixsmi, xpu-smi) prints a ``| Processes:`` box after the card table:
+    without it the output is truncated (``ParseFailed`` on the table's last line)."""
+    if section_after(lines, table.end_line, _PROCESSES) is None:
+        fail_line(
+            table.end_line,
+            _("no '| Processes:' box after the card table: the output is truncated"),
+            kind=kind,
+        )

@@ -29,11 +29,9 @@ from .adapter import fail_line, na, parse_int, parse_number, text_lines
 from .base import ParsedDevice, ParsedReport
 from .boxed import (
     CardRow,
+    card_devices,
     card_index_and_name,
-    check_card_rows,
-    check_unique_indexes,
     pci_bus_id_cell,
-    read_card_table,
 )
 
 VENDOR = "enflame"
@@ -58,12 +56,9 @@ def parse_efsmi(text: str) -> ParsedReport:
     banner = next((m for line in lines if (m := _BANNER.match(line.strip()))), None)
     if banner is not None:
         report.node["smi_version"], report.node["driver_version"] = banner["smi"], banner["driver"]
-    table = read_card_table(lines, kind=KIND, header=HEADER, header_text=HEADER_TEXT, tool=TOOL)
-    for block in table.cards:
-        check_card_rows(block, rows=2, cells=3, kind=KIND)
-        report.devices.append(_card(block))
-    check_unique_indexes(report.devices, table.cards, kind=KIND)
-    report.devices.sort(key=lambda d: d.index)
+    report.devices, table = card_devices(
+        lines, kind=KIND, header=HEADER, header_text=HEADER_TEXT, tool=TOOL, rows=2, card=_card
+    )
     return report
 
 

@@ -26,13 +26,11 @@ from .adapter import fail_line, na, parse_number, text_lines
 from .base import ParsedDevice, ParsedReport
 from .boxed import (
     CardRow,
+    card_devices,
     card_index_and_name,
-    check_card_rows,
-    check_unique_indexes,
     fan_temp_perf_power,
     pci_bus_id_cell,
-    read_card_table,
-    section_after,
+    require_processes_box,
     used_total_mib,
 )
 
@@ -48,7 +46,6 @@ TOOL = "Iluvatar CoreX ixsmi"
 _BANNER = re.compile(
     r"\|\s*IX-ML:\s*(?P<smi>\S+)\s+Driver Version:\s*(?P<driver>\S+)(?:\s+CUDA Version:\s*(?P<cuda>\S+))?"
 )
-_PROCESSES = re.compile(r"^\|\s*Processes:")
 
 
 def parse_ixsmi(text: str) -> ParsedReport:
@@ -59,18 +56,10 @@ def parse_ixsmi(text: str) -> ParsedReport:
         report.node["smi_version"] = banner["smi"]
         report.node["driver_version"] = banner["driver"]
         report.node["cuda_version"] = na(banner["cuda"])
-    table = read_card_table(lines, kind=KIND, header=HEADER, header_text=HEADER_TEXT, tool=TOOL)
-    for block in table.cards:
-        check_card_rows(block, rows=2, cells=3, kind=KIND)
-        report.devices.append(_card(block))
-    check_unique_indexes(report.devices, table.cards, kind=KIND)
-    if section_after(lines, table.end_line, _PROCESSES) is None:
-        fail_line(
-            table.end_line,
-            _("no '| Processes:' box after the card table: the output is truncated"),
-            kind=KIND,
-        )
-    report.devices.sort(key=lambda d: d.index)
+    report.devices, table = card_devices(
+        lines, kind=KIND, header=HEADER, header_text=HEADER_TEXT, tool=TOOL, rows=2, card=_card
+    )
+    require_processes_box(lines, table, kind=KIND)
     return report
 
 

@@ -31,13 +31,11 @@ from .adapter import fail_line, na, parse_int, parse_number, text_lines
 from .base import ParsedDevice, ParsedReport
 from .boxed import (
     CardRow,
+    card_devices,
     card_index_and_name,
-    check_card_rows,
-    check_unique_indexes,
     fan_temp_perf_power,
     pci_bus_id_cell,
-    read_card_table,
-    section_after,
+    require_processes_box,
     used_total_mib,
 )
 
@@ -51,7 +49,6 @@ HEADER = re.compile(r"\|\s*XPU\s+Name\b")
 HEADER_TEXT = "| XPU  Name  Persistence-M | Bus-Id  Disp.A | Volatile Uncorr. ECC |"
 TOOL = "Kunlunxin xpu-smi"
 _BANNER = re.compile(r"\|\s*XPU-SMI\s+Driver Version:\s*(?P<driver>\S+)\s+XPU-RT Version:\s*(?P<rt>\S+)")
-_PROCESSES = re.compile(r"^\|\s*Processes:")
 
 
 def parse_xpu_smi(text: str) -> ParsedReport:
@@ -61,18 +58,10 @@ def parse_xpu_smi(text: str) -> ParsedReport:
     if banner is not None:
         report.node["driver_version"] = banner["driver"]
         report.node["xpu_rt_version"] = na(banner["rt"])
-    table = read_card_table(lines, kind=KIND, header=HEADER, header_text=HEADER_TEXT, tool=TOOL)
-    for block in table.cards:
-        check_card_rows(block, rows=3, cells=3, kind=KIND)
-        report.devices.append(_card(block))
-    check_unique_indexes(report.devices, table.cards, kind=KIND)
-    if section_after(lines, table.end_line, _PROCESSES) is None:
-        fail_line(
-            table.end_line,
-            _("no '| Processes:' box after the card table: the output is truncated"),
-            kind=KIND,
-        )
-    report.devices.sort(key=lambda d: d.index)
+    report.devices, table = card_devices(
+        lines, kind=KIND, header=HEADER, header_text=HEADER_TEXT, tool=TOOL, rows=3, card=_card
+    )
+    require_processes_box(lines, table, kind=KIND)
     return report
 
 

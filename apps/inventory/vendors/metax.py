@@ -28,11 +28,9 @@ from .adapter import fail_line, na, parse_int, parse_number, text_lines
 from .base import ParsedDevice, ParsedReport
 from .boxed import (
     CardRow,
+    card_devices,
     card_index_and_name,
-    check_card_rows,
-    check_unique_indexes,
     pci_bus_id_cell,
-    read_card_table,
 )
 
 VENDOR = "metax"
@@ -64,11 +62,9 @@ def parse_mx_smi(text: str) -> ParsedReport:
             report.node["bios_version"] = na(match["bios"])
         elif match := _ATTACHED.match(line.strip()):
             attached = (n, int(match["count"]))
-    table = read_card_table(lines, kind=KIND, header=HEADER, header_text=HEADER_TEXT, tool=TOOL)
-    for block in table.cards:
-        check_card_rows(block, rows=2, cells=3, kind=KIND)
-        report.devices.append(_card(block))
-    check_unique_indexes(report.devices, table.cards, kind=KIND)
+    report.devices, table = card_devices(
+        lines, kind=KIND, header=HEADER, header_text=HEADER_TEXT, tool=TOOL, rows=2, card=_card
+    )
     if attached is not None and attached[1] != len(report.devices):
         fail_line(
             table.end_line,
@@ -76,7 +72,6 @@ def parse_mx_smi(text: str) -> ParsedReport:
             % {"count": attached[1], "line": attached[0], "listed": len(report.devices)},
             kind=KIND,
         )
-    report.devices.sort(key=lambda d: d.index)
     return report
 
 
