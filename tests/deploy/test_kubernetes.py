@@ -7,7 +7,6 @@ import importlib.machinery
 import importlib.util
 from pathlib import Path
 
-import kubernetes_validate
 import pytest
 import yaml
 from kubernetes_validate.utils import resources_from_file
@@ -16,10 +15,10 @@ from apps.inventory.services.ledger import _STATUS_TAINTS
 from apps.inventory.vendors import ADAPTERS
 from apps.rollout.services import GRAY_TAINT
 from tests.deploy.kustomize import KustomizeError, build, strategic_merge
+from tests.kube.validation import assert_strict_valid
 
 ROOT = Path(__file__).resolve().parents[2]
 KUBE = ROOT / "platform" / "kubernetes"
-VERSIONS = ("1.30", "1.34")
 KUSTOMIZATIONS = {
     "root": KUBE,
     "dev": KUBE / "overlays" / "dev",
@@ -27,14 +26,8 @@ KUSTOMIZATIONS = {
 }
 
 
-# resource.k8s.io/v1 (DRA, GA in 1.34) has no schema in 1.30: those objects validate against 1.34 only.
-DRA_ONLY = ("1.34",)
-
-
 def _validate(obj: dict) -> None:
-    versions = DRA_ONLY if obj.get("apiVersion") == "resource.k8s.io/v1" else VERSIONS
-    for version in versions:
-        assert kubernetes_validate.validate(obj, version, strict=True) == version, obj["metadata"]["name"]
+    assert_strict_valid(obj)
 
 
 def _by_kind(objects: list[dict], kind: str) -> dict[str, dict]:

@@ -3,7 +3,6 @@ allocations released, events on the job page; and render_manifests --all on the 
 
 from __future__ import annotations
 
-import kubernetes_validate
 import pytest
 from django.core.management import call_command
 from django.urls import reverse
@@ -16,6 +15,7 @@ from apps.inventory.models import Cluster
 from apps.jobs.models import Allocation, Job, JobState
 from apps.scheduling.reconcile import reconcile_all
 from apps.scheduling.services import scheduling_cycle_run
+from tests.kube.validation import assert_strict_valid
 
 pytestmark = pytest.mark.django_db
 
@@ -86,6 +86,4 @@ def test_render_manifests_all_on_the_demo_database_validates(tmp_path, capsys):
     assert {"namespace", "job", "deployment", "node"} <= kinds
     for path in files:
         for resource in resources_from_file(str(path)):
-            assert kubernetes_validate.validate(resource, "1.34", strict=True) == "1.34", path.name
-            if resource["apiVersion"] != "resource.k8s.io/v1":  # DRA v1 (DeviceClass …) is 1.34+
-                assert kubernetes_validate.validate(resource, "1.30", strict=True) == "1.30", path.name
+            assert_strict_valid(resource)

@@ -8,7 +8,6 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 
-import kubernetes_validate
 import pytest
 import yaml
 from django.core.management import call_command
@@ -24,6 +23,7 @@ from apps.scheduling.services import scheduling_cycle_run
 from tests.jobs import conftest as jobs_fixtures
 from tests.jobs.conftest import submit_whole_cards
 from tests.kube.fake_apiserver import FakeApiServer, dra_sample, kubeconfig_for
+from tests.kube.validation import assert_strict_valid
 
 pytestmark = pytest.mark.django_db
 
@@ -50,11 +50,7 @@ def pod_templates(objects):
 
 
 def validate(obj):
-    assert kubernetes_validate.validate(obj, "1.34.0", strict=True) == "1.34"
-    pod = obj.get("spec", {}).get("template", {}).get("spec", {})
-    if obj["apiVersion"] != m.DRA_API_VERSION and not pod.get("resourceClaims"):
-        # resource.k8s.io/v1 and a pod's resourceClaims[] (as 1.31+ spell them) are not in 1.30.
-        assert kubernetes_validate.validate(obj, "1.30.0", strict=True) == "1.30"
+    assert_strict_valid(obj)
 
 
 def test_demo_renders_exact_requests_in_plain_and_dra_mode(tmp_path, capsys):

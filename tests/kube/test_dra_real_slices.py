@@ -9,7 +9,6 @@ import copy
 from datetime import date
 from decimal import Decimal
 
-import kubernetes_validate
 import pytest
 from kubernetes import client as k8s
 
@@ -31,6 +30,7 @@ from tests.kube.fake_apiserver import (
     dra_sample,
     kubeconfig_for,
 )
+from tests.kube.validation import assert_strict_valid
 
 pytestmark = pytest.mark.django_db
 
@@ -172,7 +172,7 @@ def test_an_amd_claim_for_a_card_with_hex_letters_gets_exactly_that_card(
     (claim,) = [
         c for c in server.objects("ResourceClaim") if c["metadata"]["name"].startswith(f"suanchi-{job.pk}-")
     ]
-    assert kubernetes_validate.validate(claim, "1.34.0", strict=True) == "1.34"
+    assert_strict_valid(claim)
     (request,) = claim["spec"]["devices"]["requests"]
     (selector,) = request["exactly"]["selectors"]
     assert f'device.attributes["{AMD}"].pciAddr == "{chosen.lower()}"' in selector["cel"]["expression"]

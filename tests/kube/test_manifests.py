@@ -19,8 +19,9 @@ from apps.inventory.models import Cluster, Device, Node
 from apps.jobs.models import Allocation, Job, JobState
 from apps.scheduling.services import scheduling_cycle_run
 from tests.jobs.conftest import a100, ascend, fleet, member_project, submit_whole_cards  # noqa: F401  (fixtures)
+from tests.kube.validation import assert_strict_valid
 
-# Pinned Kubernetes schema version (kubernetes-validate ships the schemas; nothing is downloaded).
+# The schema versions every rendered object is checked against: tests/kube/validation.py.
 K8S_VERSION = "1.30.0"
 PLATFORM_DIR = Path(__file__).resolve().parents[2] / "platform" / "kubernetes" / "base"
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
@@ -28,20 +29,8 @@ LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$")
 TRACE = uuid.UUID("00000000-0000-4000-8000-00000000abcd")
 
 
-# resource.k8s.io/v1 is GA in 1.34; 1.30 has only v1alpha2 DRA (a pod's ``resourceClaims[]`` then
-# took a ``source``), so DRA objects and pods using claims are checked against 1.34 only.
-K8S_DRA_VERSION = "1.34.0"
-
-
-def uses_dra(obj: dict) -> bool:
-    pod = obj.get("spec", {}).get("template", {}).get("spec", {})
-    return obj["apiVersion"] == m.DRA_API_VERSION or bool(pod.get("resourceClaims"))
-
-
 def validate(obj: dict) -> None:
-    assert kubernetes_validate.validate(obj, K8S_DRA_VERSION, strict=True) == "1.34"
-    if not uses_dra(obj):
-        assert kubernetes_validate.validate(obj, K8S_VERSION, strict=True) == "1.30"
+    assert_strict_valid(obj)
     meta = obj["metadata"]
     # Node and DeviceClass names are DNS subdomains (dots allowed), everything else a DNS label.
     assert DNS_LABEL.match(meta["name"]) or (
