@@ -18,6 +18,11 @@
    "with / without" is printed for both designs, and the period after, when the hanging cluster
    backs off and is not sent at all.
 
+3. one quiet cluster (nothing changes between passes) against the fake that, as kube-apiserver's
+   watch cache, sends no bookmark after a watch's replay: seconds per pass before (kinds one after
+   the other, one 1 s limit for headers and silence) and after (kinds at once, separate limits),
+   the goal (<= 1.5 s per pass) and the ratios, then both with every answer 3 s late.
+
 Figures only; nothing is asserted on time.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/suanchi_bench_reconcile \
@@ -259,7 +264,7 @@ def watch_figures(n_pods: int, n_nodes: int, n_jobs: int, changed: int, timeout:
                     server._bump(pod)
 
         read_seconds = [0.0]
-        original = KubernetesBackend.list_watched
+        original = KubernetesBackend.list_watched_kinds  # the pass's reads (every kind at once)
 
         def timed(self, *args, **kwargs):
             started = time.perf_counter()
@@ -272,11 +277,11 @@ def watch_figures(n_pods: int, n_nodes: int, n_jobs: int, changed: int, timeout:
             mark = len(server.request_log)
             read_seconds[0] = 0.0
             started = time.perf_counter()
-            KubernetesBackend.list_watched = timed
+            KubernetesBackend.list_watched_kinds = timed
             try:
                 report = reconcile_cluster(cluster=cluster, actor="bench", timeout=timeout)
             finally:
-                KubernetesBackend.list_watched = original
+                KubernetesBackend.list_watched_kinds = original
             seconds = time.perf_counter() - started
             reads = [r for r in server.request_log[mark:] if r["method"] == "GET"]
             watches = sum(1 for r in reads if "watch" in r["query"])
@@ -308,6 +313,95 @@ def watch_figures(n_pods: int, n_nodes: int, n_jobs: int, changed: int, timeout:
         return {"first": first, "watch": watched, "list": listed, "ratio": ratio}
 
 
+def quiet_figures(nodes: int, passes: int, timeout: float) -> dict:
+    """Seconds per reconcile pass over one quiet cluster (nothing changes between passes: every pass
+    only catches up, with a watch per kind) against the fake as kube-apiserver's watch cache behaves
+    (no bookmark after the replay: tests/kube/fake_apiserver.py ``next_bookmark_time``), for
+
+    - *before*: the kinds one after the other, one 1 s limit for the headers and for silence, 5 s
+      watches (what the backend did before issue 28 §6);
+    - *serial*: the kinds one after the other with today's limits (what concurrency alone buys);
+    - *after*: today's backend (the kinds at once; headers up to ``WATCH_HEADERS_S``, silence
+      ``WATCH_IDLE_S``);
+
+    then both designs with every list and watch answered 3 s late (``header_delay_s``)."""
+    from unittest import mock
+
+    from apps.clusters import backend as backend_module
+    from apps.clusters.backend import ClusterBackend, KubernetesBackend, WatchedView
+    from apps.jobs.models import Job
+    from apps.scheduling.reconcile import reconcile_cluster
+
+    serial = mock.patch.object(KubernetesBackend, "list_watched_kinds", ClusterBackend.list_watched_kinds)
+    old_limits = [
+        mock.patch.object(backend_module, "WATCH_IDLE_S", 1.0),
+        mock.patch.object(backend_module, "WATCH_HEADERS_S", 1.0),
+        mock.patch.object(backend_module, "WATCH_TIMEOUT_S", 5),
+    ]
+    WatchedView.forget()
+    with tempfile.TemporaryDirectory() as tmp:
+        servers, clusters, placed = build_clusters(1, nodes, Path(tmp))
+        (server,), (cluster,) = servers, clusters
+        try:
+            reconcile_cluster(cluster=cluster, actor="bench", timeout=timeout)  # lists; jobs → running
+            reconcile_cluster(cluster=cluster, actor="bench", timeout=timeout)
+            running = Job.objects.filter(state="running").count()
+
+            def measure(label: str, patches: list) -> dict:
+                for p in patches:
+                    p.start()
+                try:
+                    seconds, errors = [], []
+                    for _ in range(passes):
+                        started = time.perf_counter()
+                        report = reconcile_cluster(cluster=cluster, actor="bench", timeout=timeout)
+                        seconds.append(time.perf_counter() - started)
+                        errors.extend(report.errors)
+                        if report.list_error:  # the views are dropped: the next pass would list
+                            WatchedView.forget()
+                            reconcile_cluster(cluster=cluster, actor="bench", timeout=timeout)
+                finally:
+                    for p in reversed(patches):
+                        p.stop()
+                mean = sum(seconds) / len(seconds)
+                print(
+                    f"    {label:>44}: {mean:5.2f}s per pass (min {min(seconds):.2f}s, max {max(seconds):.2f}s, "
+                    f"{passes} passes), {len(errors)} errors {errors[:1]}"
+                )
+                return {"seconds": mean, "errors": len(errors)}
+
+            print(
+                f"quiet cluster: 1 cluster x {nodes} nodes, {running} of {placed} jobs running, nothing "
+                f"changes between passes; the fake sends no early bookmark. Goal: <= 1.5 s per pass"
+            )
+            before = measure("before (serial kinds, 1 s headers = idle)", [serial, *old_limits])
+            serial_now = measure("serial kinds, today's limits", [serial])
+            after = measure("after (kinds at once, today's limits)", [])
+            goal = "met" if after["seconds"] <= 1.5 else "NOT met"
+            print(
+                f"    after: {after['seconds']:.2f}s per pass, goal <= 1.5 s {goal}; before / after "
+                f"{before['seconds'] / after['seconds']:.2f}x, serial / concurrent (same limits) "
+                f"{serial_now['seconds'] / after['seconds']:.2f}x"
+            )
+            server.header_delay_s = 3.0
+            print(
+                "  every list and watch answered 3 s late (API Priority and Fairness queueing, a lagging watch cache):"
+            )
+            late_before = measure("before (serial kinds, 1 s headers = idle)", [serial, *old_limits])
+            late_after = measure("after (kinds at once, today's limits)", [])
+            server.header_delay_s = 0.0
+            return {
+                "before": before,
+                "serial": serial_now,
+                "after": after,
+                "late_before": late_before,
+                "late_after": late_after,
+            }
+        finally:
+            for s in servers:
+                s.stop()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes")
@@ -318,6 +412,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clusters", type=int, default=0, help="healthy clusters (-1: skip that part)")
     parser.add_argument("--nodes", type=int, default=0, help="nodes (= running jobs) per healthy cluster")
     parser.add_argument("--workers", type=int, default=4, help="worker threads (a worker's concurrency)")
+    parser.add_argument(
+        "--quiet-passes", type=int, default=3, help="passes per figure of the quiet-cluster part (0: skip it)"
+    )
     parser.add_argument("--timeout", type=float, default=5.0, help="Kubernetes client timeout, seconds")
     parser.add_argument(
         "--pods-timeout", type=float, default=120.0, help="client timeout of the 50,000-pod part, seconds"
@@ -336,6 +433,8 @@ def main(argv: list[str] | None = None) -> int:
         )
     if n_clusters:
         clusters_figures(n_clusters, nodes, args.workers, args.timeout)
+    if args.quiet_passes > 0:
+        quiet_figures(nodes, args.quiet_passes, args.timeout)
     return 0
 
 

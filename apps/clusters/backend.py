@@ -484,6 +484,12 @@ class ClusterBackend(abc.ABC):
         (:class:`KubernetesBackend`). The objects are shared: read them, never change them."""
         return self.list_owned(kind, None, selector)
 
+    def list_watched_kinds(self, wanted: list[tuple[str, str]]) -> list[list[dict]]:
+        """``list_watched(kind, selector)`` for each ``(kind, selector)`` of ``wanted``, in that
+        order. Here one after the other; :class:`KubernetesBackend` reads them at the same time. The
+        first failure (in ``wanted``'s order) is raised once every read has ended."""
+        return [self.list_watched(kind, selector) for kind, selector in wanted]
+
     @abc.abstractmethod
     def patch_node(self, name: str, labels: dict | None = None, taints: list | None = None) -> dict:
         """Merge ``labels`` into the node's labels (a value of None removes the label) and, when
@@ -494,11 +500,31 @@ class ClusterBackend(abc.ABC):
 # -- watched views ---------------------------------------------------------------------------------
 # A watch reads only what changed since a resourceVersion; a full relist still happens this often.
 WATCH_RESYNC_S = 300.0
-# ``timeoutSeconds`` of one catch-up watch: the server ends the stream after it (a client that got
-# a BOOKMARK stops earlier).
-WATCH_TIMEOUT_S = 5
-# A catch-up watch silent this long has sent every change there was.
-WATCH_IDLE_S = 1.0
+# ``timeoutSeconds`` of one catch-up watch: the server ends the stream after it. The watch cache
+# sends its only BOOKMARK of such a watch 2 s before that deadline (none when it is 2 s or less
+# away; kubernetes staging/src/k8s.io/apiserver/pkg/storage/cacher/cache_watcher.go
+# ``nextBookmarkTime``), so 3 s puts it about 1 s into the stream: the end of a stream that never
+# falls silent (a busy Node stream). Nothing relies on it coming.
+WATCH_TIMEOUT_S = 3
+# How long a catch-up watch may wait for its response headers: API Priority and Fairness may queue
+# the request, and a watch cache behind the version asked for blocks up to 3 s before it answers
+# (storage/cacher/watch_cache.go ``blockTimeout = 3 * time.Second``).
+WATCH_HEADERS_S = 6.0
+# Once the headers came, a stream silent this long has sent every change there was (the watch
+# cache sends the replay as soon as the watch starts).
+WATCH_IDLE_S = 0.5
+
+
+def _response_socket(response: Any):
+    """The socket a streamed urllib3 response reads from: its connection's, or, once http.client
+    let go of it there (an answer with ``Connection: close``: http/client.py HTTPConnection.getresponse
+    closes the connection object and the response's file keeps the socket), the file's. None when
+    neither is there."""
+    sock = getattr(getattr(response, "connection", None), "sock", None)
+    if sock is None:
+        raw = getattr(getattr(getattr(response, "_fp", None), "fp", None), "raw", None)
+        sock = getattr(raw, "_sock", None)
+    return sock if hasattr(sock, "settimeout") else None
 
 
 def _view_key(obj: dict) -> tuple[str, str]:
@@ -805,6 +831,24 @@ class KubernetesBackend(ClusterBackend):
                 self._relist(view, kind, selector)
             return list(view.items.values())
 
+    def list_watched_kinds(self, wanted: list[tuple[str, str]]) -> list[list[dict]]:
+        """``list_watched`` of every ``(kind, selector)`` at the same time, one thread each, so a
+        pass waits for the slowest kind, not for the sum of them. Each read keeps its own bounds
+        (``_timeout``, the pass deadline, the watch's header and idle limits). The threads share
+        this backend's ``ApiClient``: a call keeps no state on it (kubernetes/client/api_client.py
+        ``call_api`` returns the response it got) and its transport is urllib3's ``PoolManager``,
+        whose pools are a "Thread-safe connection pool for one host" (urllib3/connectionpool.py);
+        the client's pool holds ``connection_pool_maxsize`` connections (CPU count x 5) and opens
+        more when they are busy. Each kind has its own :class:`WatchedView` and lock."""
+        if len(wanted) <= 1:
+            return super().list_watched_kinds(wanted)
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=len(wanted), thread_name_prefix="list-watched") as pool:
+            futures = [pool.submit(self.list_watched, kind, selector) for kind, selector in wanted]
+        # The pool waited for every read (each is bounded): raise the first failure in order.
+        return [f.result() for f in futures]
+
     def _relist(self, view: WatchedView, kind: str, selector: str) -> None:
         view.clear()
         items, rv = self._list_pages(kind, None, selector)
@@ -813,12 +857,30 @@ class KubernetesBackend(ClusterBackend):
         view.lists += 1
 
     def _catch_up(self, view: WatchedView, kind: str, selector: str) -> bool:
-        """Apply the events after ``view.resource_version``, until a BOOKMARK (every change up to its
-        version was sent), the end of the stream (``timeoutSeconds``) or ``WATCH_IDLE_S`` without
-        a byte.
-        False when the server refuses to continue from there (the caller relists). The events come
-        in resourceVersion order, so the view is consistent at the last one applied whatever stops
-        the stream; a failure before any answer is the cluster's error (raised)."""
+        """Apply the events after ``view.resource_version``: a watch from that version with a short
+        ``timeoutSeconds`` (``WATCH_TIMEOUT_S``), read until the first of
+
+        - ``WATCH_IDLE_S`` without a byte once the response headers came: caught up. The watch cache
+          sends every change after the version at once when the watch starts, so a silent stream has
+          nothing more to send;
+        - a BOOKMARK (every change up to its version was sent): an earlier end where one comes. A real
+          API server sends none after the replay, only 2 s before the deadline or once a minute
+          (``WATCH_TIMEOUT_S``), so nothing waits for one;
+        - the end of the stream (the server's ``timeoutSeconds``), or ``WATCH_TIMEOUT_S +
+          WATCH_IDLE_S`` after the headers on our side (a stream that never falls silent).
+
+        The wait for the headers has its own limit, ``WATCH_HEADERS_S`` (a request queued by API
+        Priority and Fairness, a lagging watch cache), within the call's ``_timeout``.
+
+        Why not something exact: a consistent list (``resourceVersionMatch``) reads everything again,
+        which is what the watch avoids; ``sendInitialEvents`` (a watch that ends its initial events
+        with a bookmark) needs a server with WatchList enabled and starts from the whole state, not
+        from our version. A watch from our version that stopped early is still correct: the events
+        come in resourceVersion order, so the view is consistent at the last one applied, and the
+        next pass continues from there.
+
+        False when the server refuses to continue from there (the caller relists); a failure before
+        any answer is the cluster's error (raised)."""
         from kubernetes import watch
         from kubernetes.client.exceptions import ApiException
         from urllib3.exceptions import HTTPError
@@ -829,23 +891,29 @@ class KubernetesBackend(ClusterBackend):
         # return_type=object: the client hands back the JSON objects as they are (no model
         # deserialization) and still turns an ERROR event into an ApiException (kubernetes/watch/watch.py).
         w = watch.Watch(return_type=object)
-        opened: list = []
+        opened: list[float] = []
+        idle = min(WATCH_IDLE_S, timeout)
 
-        def call(*args, **kwargs):  # records that the server answered (its headers came)
+        def call(*args, **kwargs):
+            # The client returns once the headers came (urllib3 preload_content=False): from then on
+            # each read of the socket waits at most ``idle`` (the read timeout below covered the
+            # headers only; urllib3 sets it again on a connection it reuses).
             response = func(*args, **kwargs)
-            opened.append(response)
+            opened.append(time.monotonic())
+            sock = _response_socket(response)
+            if sock is not None:  # else each read waits up to the header limit (still bounded)
+                sock.settimeout(idle)
             return response
 
         # (connect, read) timeouts (kubernetes/client/rest.py: a pair becomes urllib3.Timeout(connect=,
-        # read=)): a stream silent for WATCH_IDLE_S has sent what there was (a server need not send
-        # a bookmark early: api-concepts "Watch bookmarks").
+        # read=)); the read timeout is the wait for the headers.
         stream = w.stream(
             call,
             resource_version=view.resource_version,
             timeout_seconds=max(1, min(WATCH_TIMEOUT_S, int(timeout))),
             allow_watch_bookmarks=True,
             label_selector=selector or None,
-            _request_timeout=(timeout, min(WATCH_IDLE_S, timeout)),
+            _request_timeout=(timeout, min(WATCH_HEADERS_S, timeout)),
         )
         try:
             for event in stream:
@@ -865,6 +933,8 @@ class KubernetesBackend(ClusterBackend):
                     return False  # not an event type of the API: trust nothing, relist
                 view.resource_version = rv or view.resource_version
                 view.events += 1
+                if time.monotonic() - opened[0] >= WATCH_TIMEOUT_S + WATCH_IDLE_S:
+                    break  # never silent: consistent here, the next pass goes on from this version
         except ApiException as e:  # an ERROR event (410 Expired, ...) or a refused request
             if e.status in (401, 403):
                 raise self._map_api_exception(what, e) from e

@@ -49,7 +49,9 @@ VERBS: tuple[tuple[str, str, str], ...] = (
 # NVIDIA k8s-device-plugin and GPU Operator (nvidia-device-plugin-daemonset, nvidia-dcgm-exporter),
 # NVIDIA dra-driver-gpu, Ascend MindCluster (ascend-device-plugin, npu-exporter), ROCm
 # k8s-device-plugin (amdgpu-device-plugin), AMD device-metrics-exporter, Hygon dcu-device-plugin /
-# dcu-exporter, Cambricon cambricon-device-plugin / mlu-exporter, HAMi hami-device-plugin).
+# dcu-exporter, Cambricon cambricon-device-plugin / mlu-exporter, HAMi hami-device-plugin, Iluvatar
+# iluvatar-device-plugin (Deep-Spark/ix-device-plugin ix-device-plugin.yaml) / ix-exporter
+# (Deep-Spark/ix-exporter deployment/static/ix-exporter.yaml)).
 KNOWN_DAEMONSETS: tuple[tuple[str, str], ...] = (
     ("nvidia-dra-driver", "NVIDIA DRA driver"),
     ("nvidia-device-plugin", "NVIDIA device plugin"),
@@ -64,6 +66,8 @@ KNOWN_DAEMONSETS: tuple[tuple[str, str], ...] = (
     ("dcu-exporter", "Hygon DCU exporter"),
     ("cambricon-device-plugin", "Cambricon device plugin"),
     ("mlu-exporter", "Cambricon MLU exporter"),
+    ("iluvatar-device-plugin", "Iluvatar device plugin"),
+    ("ix-exporter", "Iluvatar ix-exporter"),
 )
 
 

@@ -358,6 +358,17 @@ DRA_DRIVERS: dict[str, DraDriver] = {
 NVIDIA_CONFIG_API = "resource.nvidia.com/v1beta1"
 
 
+# The extended resource a DeviceClass stands for (resource.k8s.io/v1 DeviceClassSpec
+# ``extendedResourceName``, Kubernetes 1.34+, used by the scheduler under the DRAExtendedResource
+# gate): NVIDIA's chart sets ``nvidia.com/gpu`` on gpu.nvidia.com only when it renders
+# resource.k8s.io/v1, and nothing on mig.nvidia.com (NVIDIA/k8s-dra-driver-gpu @ 22407113785e78c7763b4637689a201eb39c6199
+# deployments/helm/dra-driver-nvidia-gpu/templates/deviceclass-gpu.yaml, deviceclass-mig.yaml).
+# AMD's chart sets one only from its optional ``deviceClass.extendedResourceName`` value
+# (ROCm/k8s-gpu-dra-driver @ b52b585bc35c43074c94dce44f8f9155d48a5e66 helm-charts-k8s/templates/
+# deviceclass.yaml), so Suanchi's copy of gpu.amd.com carries none.
+DRA_EXTENDED_RESOURCE: dict[str, str] = {"gpu.nvidia.com": "nvidia.com/gpu"}
+
+
 def device_class_manifests() -> list[dict[str, Any]]:
     """Every DeviceClass Suanchi's claims name (``platform/kubernetes/dra/deviceclasses.yaml``)."""
     return [
@@ -365,7 +376,14 @@ def device_class_manifests() -> list[dict[str, Any]]:
             "apiVersion": DRA_API_VERSION,
             "kind": "DeviceClass",
             "metadata": {"name": name, "labels": {MANAGED_BY_KEY: MANAGED_BY}},
-            "spec": {"selectors": [{"cel": {"expression": expression}}]},
+            "spec": {
+                "selectors": [{"cel": {"expression": expression}}],
+                **(
+                    {"extendedResourceName": DRA_EXTENDED_RESOURCE[name]}
+                    if name in DRA_EXTENDED_RESOURCE
+                    else {}
+                ),
+            },
         }
         for driver in DRA_DRIVERS.values()
         for name, expression in driver.classes

@@ -176,6 +176,47 @@ NODES = [
         "leaf-03",
         cuda="12.4",
     ),
+    # Issue 28: domestic cards beyond Ascend/DCU. Driver versions are the ones the published samples
+    # printed (mx-smi 2.2.4 "Kernel Mode Driver Version: 2.15.9", BIOS 1.25.1.0; xpu-smi "Driver
+    # Version: 5.0.21.21"; tests/inventory/fixtures/SOURCES.md). The 310P node runs the 910B nodes'
+    # driver and CANN (a demo choice); its cards are advertised as huawei.com/Ascend310P.
+    DemoNode(
+        "metax-c550-01",
+        "training",
+        "metax",
+        "C550",
+        8,
+        "x86_64",
+        "2.15.9",
+        "1.25.1.0",
+        "r05",
+        "leaf-03",
+    ),
+    DemoNode(
+        "xpu-p800-01",
+        "inference",
+        "kunlunxin",
+        "P800 OAM",
+        8,
+        "x86_64",
+        "5.0.21.21",
+        "",
+        "r05",
+        "leaf-03",
+    ),
+    DemoNode(
+        "ascend-310p-01",
+        "inference",
+        "huawei",
+        "Ascend 310P",
+        4,
+        "aarch64",
+        "24.1.rc2",
+        "7.3.0.1.231",
+        "r04",
+        "leaf-03",
+        cann="8.0.RC3",
+    ),
 ]
 # PCIe GPU nodes whose `nvidia-smi topo -m` shows RDMA NICs (node name -> NICs, one per PCIe switch).
 PCIE_RDMA_NICS = {"a100-40g-pcie-01": 2}
@@ -189,6 +230,9 @@ POLICY_COEFFICIENTS = {
     "Ascend 910B3": Decimal("0.8000"),
     "Ascend 910B4": Decimal("0.5000"),
     "DCU Z100/Z100L": Decimal("0.3000"),
+    "Ascend 310P": Decimal("0.2000"),
+    "C550": Decimal("0.6000"),
+    "P800 OAM": Decimal("0.6000"),
 }
 
 
@@ -199,14 +243,16 @@ def _device_uuid(node: str, index: int, vendor: str) -> str:
 
 def _serial(node: DemoNode, index: int) -> str:
     digest = uuid.uuid5(_NS, f"serial/{node.name}/{index}").int
-    prefix = {"nvidia": "1324023", "huawei": "033JNN", "hygon": "HYD"}[node.vendor]
+    prefix = {"nvidia": "1324023", "huawei": "033JNN", "hygon": "HYD", "metax": "MXC", "kunlunxin": "KLX"}[
+        node.vendor
+    ]
     return f"{prefix}{digest % 10**7:07d}"
 
 
 def _bus(node: DemoNode, index: int) -> str:
     if node.count == 8 and node.vendor == "nvidia":
         return f"0000:{HGX_BUS[index]}:00.0"
-    base = {"nvidia": 0x17, "huawei": 0xC1, "hygon": 0x1B}[node.vendor]
+    base = {"nvidia": 0x17, "huawei": 0xC1, "hygon": 0x1B, "metax": 0x0F, "kunlunxin": 0x03}[node.vendor]
     return f"0000:{base + index * 0x10 % 0x100:02X}:00.0"
 
 
@@ -377,7 +423,13 @@ def load(*, actor, stdout) -> dict:
             slug=CLUSTER[0],
             name=CLUSTER[1],
             backend=Cluster.Backend.SIMULATED,
-            device_plugin_modes={"nvidia": "plain", "huawei": "ascend-vnpu", "hygon": "plain"},
+            device_plugin_modes={
+                "nvidia": "plain",
+                "huawei": "ascend-vnpu",
+                "hygon": "plain",
+                "metax": "plain",
+                "kunlunxin": "plain",
+            },
             description="The embedded demo: pods run in the simulated backend.",
         )
     for slug, name, owner, overcommit in POOLS:

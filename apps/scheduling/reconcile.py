@@ -44,7 +44,7 @@ from typing import Any
 from django.utils import timezone
 
 from apps.benchlib.services import synthetic_result
-from apps.clusters.backend import BackendError
+from apps.clusters.backend import MANAGED_BY, BackendError
 from apps.clusters.connections import backend_for
 from apps.clusters.health import clusters_in_backoff, loop_record
 from apps.clusters.manifests import HOSTNAME_LABEL, LABEL_ATTEMPT, LABEL_JOB
@@ -366,15 +366,16 @@ def reconcile_cluster(
     if deadline_s is not None and hasattr(backend, "set_deadline"):
         backend.set_deadline(deadline_s)
     try:
-        # Read from the backend's watched view (apps.clusters.backend.KubernetesBackend.list_watched:
-        # the first pass lists, later passes apply only the changes since); read only.
+        # Read from the backend's watched views (apps.clusters.backend.KubernetesBackend.list_watched:
+        # the first pass lists, later passes apply only the changes since), every kind at the same
+        # time (list_watched_kinds); read only.
+        jobs_live, deployments, pods, k8s_nodes = backend.list_watched_kinds(
+            [("Job", MANAGED_BY), ("Deployment", MANAGED_BY), ("Pod", MANAGED_BY), ("Node", "")]
+        )
         workloads = {
             (o["kind"], o["metadata"].get("namespace", ""), o["metadata"]["name"]): o
-            for kind in ("Job", "Deployment")
-            for o in backend.list_watched(kind)
+            for o in (*jobs_live, *deployments)
         }
-        pods = backend.list_watched("Pod")
-        k8s_nodes = backend.list_watched("Node", selector="")
         # Why a Job has no pod at all is only in its Events (one more list, only when needed).
         refusals: dict[str, list[dict]] = defaultdict(list)
         if any(_podless(o) for o in workloads.values()):

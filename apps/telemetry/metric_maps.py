@@ -2,8 +2,8 @@
 
 Every name, label and unit below is from ``../shared/reference/hardware-telemetry.md`` §1
 (1.1 dcgm-exporter, 1.2 Ascend npu-exporter, 1.3 AMD device-metrics-exporter, 1.4 Hygon
-dcu-exporter, 1.5 Cambricon mlu-exporter, 1.6 cross-vendor cheat-sheet). Canonical units: %, MiB,
-°C, W. Pure Python, no Django.
+dcu-exporter, 1.5 Cambricon mlu-exporter, 1.6 cross-vendor cheat-sheet); Iluvatar's ix-exporter is
+from its own repository (cited above its map). Canonical units: %, MiB, °C, W. Pure Python, no Django.
 
 Memory units: dcgm reports MiB. Ascend and AMD say "MB"; the observed Ascend HBM totals (32768 MB,
 65536 MB, §2 npu-smi) are powers of two, i.e. the tools' "MB" is 2^20 bytes, so MB is read as MiB
@@ -337,7 +337,45 @@ CAMBRICON = VendorMap(
 )
 
 
-VENDOR_MAPS: dict[str, VendorMap] = {m.vendor: m for m in (NVIDIA, ASCEND, AMD, HYGON, CAMBRICON)}
+# --- Iluvatar CoreX ix-exporter (issue 28) -----------------------------------------------------------
+# Names, units and labels from Deep-Spark/ix-exporter@7f169d7f etc/metrics.yaml (the metric list with
+# units: memory in MiB, power in W, temperature in C) and the README's example /metrics output
+# (@0ac29ede). Pod labels ``namespace`` / ``pod`` are filled in Kubernetes mode (``--enable-kubernetes``,
+# default true); ``ix_temperature`` is the deprecated name of ``ix_gpu_temperature``.
+# MetaX, Kunlunxin, Enflame and Moore Threads: no exporter metric list from the vendor was found in a
+# public source, so they have no map (their series are counted as unknown families).
+
+
+def _iluvatar_identity(labels: dict[str, str]) -> dict:
+    return {
+        "uuid": _blank(labels.get("uuid")),
+        "serial": _blank(labels.get("serial")),
+        "pci_bus_id": None,
+        "index": _int(labels.get("gpu")),
+        "node": _node(labels, "node_name"),
+    }
+
+
+ILUVATAR = VendorMap(
+    vendor="iluvatar",
+    gauges={
+        "ix_gpu_utilization": Gauge(UTIL),
+        "ix_mem_used": Gauge(MEM_USED),
+        "ix_mem_total": Gauge(MEM_TOTAL),
+        "ix_gpu_temperature": Gauge(TEMP),
+        "ix_temperature": Gauge(TEMP, priority=1),
+        "ix_power_usage": Gauge(POWER),
+    },
+    counters={"ix_pcie_replay_counter": "pcie_replay"},
+    health={"ix_xid_errors": "xid"},
+    pod_info=("ix_process_info",),
+    prefixes=("ix_",),
+    identity=_iluvatar_identity,
+    pod=_nvidia_pod,
+)
+
+
+VENDOR_MAPS: dict[str, VendorMap] = {m.vendor: m for m in (NVIDIA, ASCEND, AMD, HYGON, CAMBRICON, ILUVATAR)}
 
 # Unified series written by platform/prometheus/rules/suanchi-gpu.rules.yml (seed 004 §4): the
 # vendor comes from the ``gpu_brand`` label; the original labels are kept, so identity is per vendor.

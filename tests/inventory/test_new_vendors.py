@@ -15,7 +15,7 @@ from apps.catalog.models import Vendor
 from apps.core.errors import ParseFailed
 from apps.inventory.models import Cluster, Device, NodeReport
 from apps.inventory.services.discovery import node_report_ingest
-from apps.inventory.vendors import ADAPTERS, KIND_VENDORS, detect_kind, parse_report
+from apps.inventory.vendors import ADAPTERS, KIND_VENDORS, adapter_for_kind, detect_kind, parse_report
 from apps.inventory.vendors.resource_names import device_resource_name
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -51,17 +51,18 @@ def test_each_new_kind_belongs_to_its_vendor_and_the_vendor_is_a_catalog_value()
     }
     assert {"metax", "iluvatar", "kunlunxin", "enflame"} <= set(Vendor.values)
     assert {"mx-smi", "ixsmi", "xpu-smi", "efsmi"} <= set(NodeReport.Kind.values)
-    # Parser-only: no adapter renders manifests, labels or taints for them yet.
-    assert not {"metax", "iluvatar", "kunlunxin", "enflame"} & set(ADAPTERS)
+    # Each now has an adapter (issue 28 §1): resource name, labels, taint and the agent DaemonSet.
+    assert {"metax", "iluvatar", "kunlunxin", "enflame"} <= set(ADAPTERS)
 
 
-def test_device_resource_names_come_from_the_adapter_or_the_documented_table():
+def test_device_resource_names_come_from_the_adapter():
     assert device_resource_name("cambricon") == "cambricon.com/mlu"
     assert device_resource_name("metax") == "metax-tech.com/gpu"
     assert device_resource_name("kunlunxin") == "kunlunxin.com/xpu"
     assert device_resource_name("enflame") == "enflame.com/gcu"
-    assert device_resource_name("iluvatar") is None  # HAMi names Iluvatar shares per model only
-    assert device_resource_name("mthreads") is None
+    # Deep-Spark/ix-device-plugin's plugin.go and chart values (not HAMi's per-model shares).
+    assert device_resource_name("iluvatar") == "iluvatar.com/gpu"
+    assert device_resource_name("mthreads") is None  # no Vendor value, no adapter
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -292,3 +293,244 @@ def test_an_efsmi_report_keeps_the_serial_numbers(cluster):
         "A073640510015",
         "C807J40510285",
     ]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Adapters (issue 28 §1): facts taken from each vendor's plugin; sources in each adapter's docstring.
+
+
+@pytest.mark.parametrize(
+    ("vendor", "resource", "env", "accelerator", "model_key", "model", "model_label"),
+    [
+        (
+            "metax",
+            "metax-tech.com/gpu",
+            "MACA_VISIBLE_DEVICES",
+            "metax-gpu",
+            "gpu-model",
+            "MetaX C550",
+            "C550",
+        ),
+        (
+            "iluvatar",
+            "iluvatar.com/gpu",
+            "IX_VISIBLE_DEVICES",
+            "iluvatar-gpu",
+            "gpu-model",
+            "Iluvatar BI-V150",
+            "BI-V150",
+        ),
+        (
+            "kunlunxin",
+            "kunlunxin.com/xpu",
+            "XPU_VISIBLE_DEVICES",
+            "kunlunxin-xpu",
+            "xpu-model",
+            "P800 OAM",
+            "P800-OAM",
+        ),
+        ("enflame", "enflame.com/gcu", "ENFLAME_VISIBLE_DEVICES", "enflame-gcu", "gcu-model", "S60", "S60"),
+    ],
+)
+def test_each_new_vendor_has_an_adapter_with_its_plugins_resource_labels_and_taint(
+    vendor, resource, env, accelerator, model_key, model, model_label
+):
+    adapter = ADAPTERS[vendor]
+    assert (adapter.resource_name, adapter.visible_devices_env) == (resource, env)
+    assert adapter.node_labels(model) == {
+        "accelerator": accelerator,
+        "gpu-brand": vendor,
+        model_key: model_label,
+    }
+    assert adapter.taints() == [{"key": "accelerator", "value": accelerator, "effect": "NoSchedule"}]
+    assert adapter.mounts() == []
+    assert adapter_for_kind(adapter.report_kinds[0]) is adapter
+
+
+def test_the_jobs_env_filter_drops_the_new_vendors_visible_devices_variables():
+    from apps.clusters.manifests import DEVICE_PLUGIN_ENV
+
+    assert {
+        "MACA_VISIBLE_DEVICES",
+        "IX_VISIBLE_DEVICES",
+        "XPU_VISIBLE_DEVICES",
+        "ENFLAME_VISIBLE_DEVICES",
+    } <= (DEVICE_PLUGIN_ENV)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Real sample → ledger → whole-card pod → fake API server → bound to a node advertising the resource
+
+
+@pytest.fixture
+def fake_server():
+    from tests.kube.fake_apiserver import FakeApiServer
+
+    srv = FakeApiServer().start()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture
+def fake_api(fake_server, tmp_path):
+    from kubernetes import config as k8s_config
+
+    from tests.kube.fake_apiserver import kubeconfig_for
+
+    api_client = k8s_config.new_client_from_config(config_file=str(kubeconfig_for(fake_server, tmp_path)))
+    yield api_client
+    api_client.close()
+
+
+def _tolerated(tolerations: list[dict], taint: dict) -> bool:
+    for t in tolerations:
+        if t.get("effect") and t["effect"] != taint["effect"]:
+            continue
+        if t.get("operator") == "Exists" and (not t.get("key") or t["key"] == taint["key"]):
+            return True
+        if t.get("key") == taint["key"] and t.get("value") == taint.get("value"):
+            return True
+    return False
+
+
+@pytest.mark.parametrize(
+    ("kind", "name", "node_name"),
+    [
+        ("mx-smi", "mx_smi_c550_8gpu.txt", "mx-01"),
+        ("ixsmi", "ixsmi_bi_v150_16gpu.txt", "ix-01"),
+        ("xpu-smi", "xpu_smi_p800_8xpu.txt", "xpu-01"),
+        ("efsmi", "efsmi_s60_2dev.txt", "gcu-01"),
+    ],
+)
+def test_a_real_report_becomes_a_whole_card_pod_the_fake_binds_to_the_node_advertising_it(
+    cluster, fake_server, fake_api, kind, name, node_name
+):
+    from kubernetes import client as k8s
+
+    from apps.clusters import manifests as m
+    from apps.jobs.models import Allocation
+    from tests.kube.test_manifests import TRACE, make_job
+    from tests.kube.validation import assert_strict_valid
+
+    result = node_report_ingest(
+        node_name=node_name, kind=kind, text=fixture(name), actor="command", cluster=cluster
+    )
+    vendor = KIND_VENDORS[kind]
+    adapter = ADAPTERS[vendor]
+    cards = list(Device.objects.filter(node__name=node_name).order_by("index"))
+    assert result.created == len(cards) > 0 and {c.vendor for c in cards} == {vendor}
+    card = cards[-1]
+    alloc = Allocation(
+        device=card,
+        node=card.node,
+        replica=0,
+        memory_mib=card.memory_mib or 0,
+        compute_milli=1000,
+        whole_card=True,
+        trace_id=TRACE,
+    )
+    obj = m.job_manifest(make_job(), [alloc], cluster, attempt=0)
+    assert_strict_valid(obj)
+    pod_spec = obj["spec"]["template"]["spec"]
+    (ctr,) = pod_spec["containers"]
+    assert ctr["resources"]["limits"] == {adapter.resource_name: "1"}
+    assert adapter.visible_devices_env not in {e["name"] for e in ctr.get("env", [])}
+    for taint in adapter.taints():
+        assert _tolerated(pod_spec.get("tolerations", []), taint), taint
+
+    # The node as its device plugin registers it: the count of cards under the plugin's resource name.
+    fake_server.add_node(
+        node_name,
+        adapter.node_labels(card.raw_model_name),
+        capacity={adapter.resource_name: str(len(cards)), "cpu": "64", "memory": "512Gi", "pods": "110"},
+        taints=adapter.taints(),
+    )
+    fake_server.add_node("cpu-01", capacity={"cpu": "64", "memory": "512Gi", "pods": "110"})
+    namespace = obj["metadata"]["namespace"]
+    k8s.CoreV1Api(fake_api).create_namespace(
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
+    )
+    k8s.BatchV1Api(fake_api).create_namespaced_job(namespace, obj)
+    fake_server.advance(1)
+    (pod,) = fake_server.objects("Pod", namespace)
+    bound = pod["spec"].get("nodeName")
+    assert bound == node_name
+    (node,) = [n for n in fake_server.objects("Node") if n["metadata"]["name"] == bound]
+    wanted = pod["spec"]["containers"][0]["resources"]["limits"]
+    assert all(int(node["status"]["allocatable"].get(res, "0")) >= int(qty) for res, qty in wanted.items())
+    assert all(_tolerated(pod["spec"]["tolerations"], t) for t in node["spec"].get("taints", []))
+
+
+# ---------------------------------------------------------------------------------------------------
+# The demo (issue 28 §7): MetaX, Kunlunxin and Ascend 310P nodes, matched to catalog rows, labelled
+
+
+@pytest.mark.django_db
+def test_the_demo_fleet_has_metax_kunlunxin_and_ascend_310p_nodes_matched_to_the_catalog():
+    from django.core.management import call_command
+
+    from apps.catalog.models import ComputeCoefficient
+    from apps.inventory.models import Node
+
+    call_command("load_demo")
+    for node_name, vendor, model, count in (
+        ("metax-c550-01", "metax", "C550", 8),
+        ("xpu-p800-01", "kunlunxin", "P800 OAM", 8),
+        ("ascend-310p-01", "huawei", "Ascend 310P", 4),
+    ):
+        cards = Device.objects.filter(node__name=node_name).select_related("device_model")
+        assert cards.count() == count
+        assert {(c.vendor, c.device_model.name if c.device_model else None) for c in cards} == {
+            (vendor, model)
+        }
+        assert not any(c.model_unrecognized for c in cards)
+        assert ComputeCoefficient.objects.filter(device_model__name=model).exists()  # billable
+        node = Node.objects.get(name=node_name)
+        accelerator = ADAPTERS[vendor].node_labels()["accelerator"]
+        assert node.labels.get("accelerator") == accelerator, node.labels
+        assert {"key": "accelerator", "value": accelerator, "effect": "NoSchedule"} in node.taints
+
+
+# ---------------------------------------------------------------------------------------------------
+# Exporter metric maps (issue 28 §1): Iluvatar's ix-exporter, on its README's real /metrics output
+
+
+def test_the_ix_exporter_page_gives_three_cards_with_mib_watts_and_the_deprecated_temperature():
+    from apps.telemetry import exposition
+    from apps.telemetry.metric_maps import MEM_TOTAL, TEMP, VENDOR_MAPS, lookup
+    from apps.telemetry.samples import series_to_samples
+    from tests.telemetry.conftest import fixture_text
+
+    parsed = exposition.parse(fixture_text("iluvatar.prom"))
+    conv = series_to_samples(
+        ((s.name, s.labels, s.value, s.timestamp) for s in parsed.samples), default_at=0.0
+    )
+    samples = sorted(conv.samples, key=lambda s: s.index)
+    assert [(s.vendor, s.index, s.uuid) for s in samples] == [
+        ("iluvatar", 0, "GPU-4a8348cb-505c-507f-8df7-ff3c796e3033"),
+        ("iluvatar", 1, "GPU-50351a81-6f42-4746-9981-6e4401848ba5"),
+        ("iluvatar", 2, "GPU-6d2ec5fa-f293-57a3-9f2c-335f78120578"),
+    ]
+    mr_v50 = samples[1]
+    # MiB and W as the exporter's metrics.yaml states; ix_temperature (deprecated) still read.
+    assert (mr_v50.memory_used_mib, mr_v50.memory_total_mib) == (116.0, 32768.0)
+    assert (mr_v50.power_w, mr_v50.temperature_c, mr_v50.utilization_pct) == (131.0, 57.0, 0.0)
+    assert (mr_v50.namespace, mr_v50.pod, mr_v50.pods) == (None, None, None)  # README ran outside Kubernetes
+    # Families the exporter has that Suanchi does not use are "unused", not "unknown".
+    assert conv.skipped.get("unused_family", 0) > 0 and conv.skipped.get("unknown_family", 0) == 0
+    vmap = VENDOR_MAPS["iluvatar"]
+    assert vmap.gauges["ix_gpu_temperature"].priority < vmap.gauges["ix_temperature"].priority
+    assert vmap.gauges["ix_mem_total"].field == MEM_TOTAL and vmap.gauges["ix_gpu_temperature"].field == TEMP
+    assert vmap.pod({"namespace": "team-a", "pod": "train-0"}) == ("team-a", "train-0")
+    assert lookup("ix_xid_errors") == (vmap, "health", "ix_xid_errors")
+    # No public metric list for the other new vendors' exporters: no map, no guessed names.
+    assert not {"metax", "kunlunxin", "enflame", "mthreads"} & set(VENDOR_MAPS)
+
+
+def test_test_connection_names_iluvatars_own_plugin_and_exporter_daemonsets():
+    from apps.clusters.connect import KNOWN_DAEMONSETS
+
+    known = dict(KNOWN_DAEMONSETS)
+    # metadata.name in Deep-Spark/ix-device-plugin ix-device-plugin.yaml and ix-exporter's static manifest.
+    assert known["iluvatar-device-plugin"] == "Iluvatar device plugin"
+    assert known["ix-exporter"] == "Iluvatar ix-exporter"

@@ -41,7 +41,7 @@ REPORT_KINDS = {
     "hy-smi-topo",
     "nvidia-smi-mig-lgip",
     "nvidia-smi-mig-lgipp",
-    # issue 28: parser-only vendors
+    # issue 28: MetaX, Iluvatar, Kunlunxin, Enflame
     "mx-smi",
     "ixsmi",
     "xpu-smi",
@@ -78,7 +78,17 @@ def parse_error(parser, text: str) -> ParseFailed:
 
 
 def test_the_registry_has_one_adapter_per_vendor_slug():
-    assert set(ADAPTERS) == {"nvidia", "amd", "huawei", "hygon", "cambricon"}
+    assert set(ADAPTERS) == {
+        "nvidia",
+        "amd",
+        "huawei",
+        "hygon",
+        "cambricon",
+        "metax",
+        "iluvatar",
+        "kunlunxin",
+        "enflame",
+    }
     for slug, adapter in ADAPTERS.items():
         assert isinstance(adapter, VendorAdapter)
         assert adapter.vendor == slug
@@ -101,8 +111,7 @@ def test_parsers_cover_every_node_report_kind():
 
 
 def test_every_report_kind_belongs_to_exactly_one_adapter():
-    adapter_kinds = REPORT_KINDS - {"mx-smi", "ixsmi", "xpu-smi", "efsmi"}
-    owners = {kind: [a.vendor for a in ADAPTERS.values() if kind in a.report_kinds] for kind in adapter_kinds}
+    owners = {kind: [a.vendor for a in ADAPTERS.values() if kind in a.report_kinds] for kind in REPORT_KINDS}
     assert owners == {
         "nvidia-smi-xml": ["nvidia"],
         "nvidia-smi-csv": ["nvidia"],
@@ -117,9 +126,13 @@ def test_every_report_kind_belongs_to_exactly_one_adapter():
         "hy-smi-topo": ["hygon"],
         "nvidia-smi-mig-lgip": ["nvidia"],
         "nvidia-smi-mig-lgipp": ["nvidia"],
+        "mx-smi": ["metax"],
+        "ixsmi": ["iluvatar"],
+        "xpu-smi": ["kunlunxin"],
+        "efsmi": ["enflame"],
     }
     assert adapter_for_kind("npu-smi") is ADAPTERS["huawei"]
-    assert adapter_for_kind("mx-smi") is None  # MetaX has a parser but no adapter yet
+    assert adapter_for_kind("mx-smi") is ADAPTERS["metax"]
 
 
 def test_parse_report_dispatches_on_the_kind():

@@ -31,8 +31,10 @@ Verbs:
   the current version, then the changes. ``labelSelector`` / ``fieldSelector`` filter the objects;
   an object that stops matching arrives as DELETED (its previous state), one that starts as ADDED.
   ``timeoutSeconds`` ends the stream; ``allowWatchBookmarks=true`` adds BOOKMARK events (only
-  ``kind``, ``apiVersion`` and ``metadata.resourceVersion``) after the replay and before the
-  timeout. ``sendInitialEvents`` is not implemented (400).
+  ``kind``, ``apiVersion`` and ``metadata.resourceVersion``) when the real watch cache sends them:
+  none after the replay, one 2 s before the deadline, else once a minute (see
+  :func:`next_bookmark_time`). ``sendInitialEvents`` is not implemented (400).
+  :attr:`~FakeApiServer.header_delay_s` holds back the response headers of lists and watches.
 - get: ``GET`` on an item (and on ``.../status``).
 - create: ``POST``; 409 ``AlreadyExists`` on duplicates; 404 ``NotFound`` when the namespace of a
   namespaced object does not exist, 403 when it is Terminating (NamespaceLifecycle); 400
@@ -63,6 +65,10 @@ Verbs:
   strategy), and node ``spec.taints`` are *replaced* (Kubernetes declares no patch strategy for
   taints either, so a strategic merge of taints replaces the list). ``$patch`` directives and
   ``application/json-patch+json`` are not implemented (415 Status).
+- server-side apply: ``PATCH`` with ``application/apply-patch+yaml`` (see :meth:`FakeApiServer._apply`):
+  create when absent, ``metadata.managedFields`` per manager, 409 on a conflict, ``force=true``.
+- discovery: ``/api``, ``/api/v1``, ``/apis``, ``/apis/<group>``, ``/apis/<group>/<version>`` list
+  exactly the kinds above (:func:`discovery_document`), enough for the real kubectl.
 - replace: ``PUT``; a ``metadata.resourceVersion`` in the body that is not the current one gives
   409 ``Conflict``; an absent item gives 404.
 - normalisation (create, patch, replace): quantities canonical, empty ``env[].value`` dropped
@@ -118,10 +124,13 @@ Pod logs: ``GET .../pods/{name}/log`` (text/plain; ``tailLines``, ``limitBytes``
 ``previous``) answers what :meth:`~FakeApiServer.set_pod_log` stored, with the API server's and the
 kubelet's errors (see :meth:`FakeApiServer._pod_log`).
 
-Not implemented: ``sendInitialEvents`` (streaming lists), other kinds/API groups, discovery (``/api``, ``/apis``) beyond a minimal
-answer, authentication/authorization, other admission/defaulting (beyond the tolerations above, quota
+Not implemented: ``sendInitialEvents`` (streaming lists), other kinds/API groups, aggregated
+discovery (``APIGroupDiscoveryList``; the plain documents answer), OpenAPI (``/openapi/v2``,
+``/openapi/v3``: 404, so kubectl apply needs ``--validate=false``), server-side printing (``as=Table``:
+kubectl falls back to its NAME / AGE columns), managedFields of non-apply writes,
+authentication/authorization, other admission/defaulting (beyond the tolerations above, quota
 scopes and the "must specify requests" constraint), finalizers other than foregroundDeletion,
-``dryRun``, server-side apply, rollout surge/availability budgets and history, json-patch, schema
+``dryRun``, rollout surge/availability budgets and history, json-patch, schema
 validation beyond the checks listed above; DRA constraints (matchAttribute), admin access, device
 taints, capacity selectors and CEL beyond the subset of :func:`cel_compile` (refused with 422).
 
@@ -210,6 +219,126 @@ _LOG_PATH_RE = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/]
 
 # Strategic-merge keys for lists (path suffix -> merge key); other lists are replaced.
 _MERGE_KEYS = {"containers": "name", "initContainers": "name", "env": "name", "volumes": "name"}
+
+# -- discovery (https://kubernetes.io/docs/reference/using-api/api-concepts/#discovery-api) ------
+# Per served resource: singularName, shortNames, categories, as kube-apiserver's registries declare
+# them (pkg/registry/core/pod/storage/storage.go ShortNames "po", Categories "all"; namespace "ns",
+# node "no", resourcequota "quota", event "ev", service "svc", configmap "cm"; apps deployment
+# "deploy", replicaset "rs", daemonset "ds"; batch Job and resource.k8s.io kinds have none). The
+# shapes follow a real v1.31 kube-apiserver's /api/v1 APIResourceList (kubectl -v=9 log:
+# {"name","singularName","namespaced","kind","verbs","shortNames","categories"}; subresources with
+# an empty singularName). Verbs are the ones this fake implements: no deletecollection.
+_VERBS = ["create", "delete", "get", "list", "patch", "update", "watch"]
+_DISCOVERY = {
+    "namespaces": ("namespace", ["ns"], []),
+    "nodes": ("node", ["no"], []),
+    "pods": ("pod", ["po"], ["all"]),
+    "resourcequotas": ("resourcequota", ["quota"], []),
+    "events": ("event", ["ev"], []),
+    "services": ("service", ["svc"], ["all"]),
+    "configmaps": ("configmap", ["cm"], []),
+    "jobs": ("job", [], ["all"]),
+    "deployments": ("deployment", ["deploy"], ["all"]),
+    "replicasets": ("replicaset", ["rs"], ["all"]),
+    "daemonsets": ("daemonset", ["ds"], ["all"]),
+    "resourceslices": ("resourceslice", [], []),
+    "deviceclasses": ("deviceclass", [], []),
+    "resourceclaims": ("resourceclaim", [], []),
+    "resourceclaimtemplates": ("resourceclaimtemplate", [], []),
+    "selfsubjectaccessreviews": ("selfsubjectaccessreview", [], []),
+}
+# Subresources the fake answers: .../status (any kind with a status; get, patch, update) and pods/log.
+_STATUS_SUBRESOURCE = {
+    "namespaces",
+    "nodes",
+    "pods",
+    "resourcequotas",
+    "services",
+    "jobs",
+    "deployments",
+    "replicasets",
+    "daemonsets",
+    "resourceclaims",
+}
+
+
+def discovery_resources(group_version: str) -> dict:
+    """The APIResourceList of ``group_version`` (``v1`` or ``<group>/<version>``)."""
+    resources = []
+    for res in sorted(RESOURCES.values(), key=lambda r: r.plural):
+        if res.api_version != group_version:
+            continue
+        singular, short, categories = _DISCOVERY[res.plural]
+        verbs = ["create"] if res.plural == "selfsubjectaccessreviews" else list(_VERBS)
+        entry = {
+            "name": res.plural,
+            "singularName": singular,
+            "namespaced": res.namespaced,
+            "kind": res.kind,
+            "verbs": verbs,
+        }
+        if short:
+            entry["shortNames"] = list(short)
+        if categories:
+            entry["categories"] = list(categories)
+        resources.append(entry)
+        subs = []
+        if res.plural == "pods":
+            subs.append(("log", ["get"]))
+        if res.plural in _STATUS_SUBRESOURCE:
+            subs.append(("status", ["get", "patch", "update"]))
+        for sub, sub_verbs in subs:
+            resources.append(
+                {
+                    "name": f"{res.plural}/{sub}",
+                    "singularName": "",
+                    "namespaced": res.namespaced,
+                    "kind": res.kind,
+                    "verbs": sub_verbs,
+                }
+            )
+    answer = {"kind": "APIResourceList", "groupVersion": group_version, "resources": resources}
+    if group_version != "v1":
+        answer["apiVersion"] = "v1"
+    return answer
+
+
+def discovery_groups() -> dict:
+    """``/apis``: the APIGroupList of every named group the fake serves (one version each)."""
+    groups = []
+    for gv in GROUP_PREFIX:
+        if "/" not in gv:
+            continue
+        name, version = gv.split("/")
+        ref = {"groupVersion": gv, "version": version}
+        groups.append({"name": name, "versions": [ref], "preferredVersion": dict(ref)})
+    return {"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}
+
+
+def discovery_document(path: str, address: str = "127.0.0.1") -> dict | None:
+    """``/api``, ``/api/v1``, ``/apis``, ``/apis/<group>`` and ``/apis/<group>/<version>``; None for
+    any other path. Aggregated discovery (``as=APIGroupDiscoveryList``) is not served: the plain
+    documents answer with ``Content-Type: application/json``, which client-go's discovery takes as
+    the legacy form (kubectl's Accept header lists ``application/json`` last as that fallback)."""
+    path = path.rstrip("/")
+    if path == "/api":
+        return {
+            "kind": "APIVersions",
+            "versions": ["v1"],
+            "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": address}],
+        }
+    if path == "/apis":
+        return discovery_groups()
+    if path == "/api/v1":
+        return discovery_resources("v1")
+    if path.startswith("/apis/"):
+        parts = path[len("/apis/") :].split("/")
+        for group in discovery_groups()["groups"]:
+            if parts == [group["name"]]:
+                return {"kind": "APIGroup", "apiVersion": "v1", **group}
+            if len(parts) == 2 and parts[0] == group["name"] and parts[1] == group["versions"][0]["version"]:
+                return discovery_resources(f"{parts[0]}/{parts[1]}")
+    return None
 
 
 def _random_suffix(n: int = 5) -> str:
@@ -344,7 +473,24 @@ _EVENT_FIELDS = (
 )
 
 
+# Pod field selectors (pkg/registry/core/pod/strategy.go PodToSelectableFields): what
+# ``kubectl describe node`` asks for (spec.nodeName, status.phase!=…).
+_POD_FIELDS = (
+    "spec.nodeName",
+    "spec.restartPolicy",
+    "spec.schedulerName",
+    "spec.serviceAccountName",
+    "spec.hostNetwork",
+    "status.phase",
+    "status.podIP",
+    "status.nominatedNodeName",
+)
+
+
 def _field_match(obj: dict, selector: str) -> bool:
+    # A kind-less object is the check of a selector before any object is matched: each kind's
+    # fields are allowed then, and refused later for the other kinds' objects.
+    kind = obj.get("kind")
     for part in (p.strip() for p in selector.split(",")):
         if not part:
             continue
@@ -352,7 +498,10 @@ def _field_match(obj: dict, selector: str) -> bool:
         field = m.group(1) if m else ""
         if not m or not (
             field in ("metadata.name", "metadata.namespace")
-            or (obj.get("kind") == "Event" and field in _EVENT_FIELDS)
+            or (kind in ("Event", None) and field in _EVENT_FIELDS)
+            or (kind in ("Pod", None) and field in _POD_FIELDS)
+            # resource.k8s.io ResourceSliceSelectorNodeName / ResourceSliceSelectorDriver
+            or (kind in ("ResourceSlice", None) and field in ("spec.nodeName", "spec.driver"))
         ):
             raise ApiError(
                 400, "BadRequest", f'field label not supported: "{part.split("=")[0].rstrip("!")}"'
@@ -360,6 +509,13 @@ def _field_match(obj: dict, selector: str) -> bool:
         field, op, value = m.groups()
         if field.startswith("metadata."):
             actual = obj["metadata"].get(field.split(".")[1], "")
+        elif field == "spec.hostNetwork":
+            actual = "true" if (obj.get("spec") or {}).get("hostNetwork") is True else "false"
+        elif field == "status.podIP":
+            ips = (obj.get("status") or {}).get("podIPs") or [
+                {"ip": (obj.get("status") or {}).get("podIP", "")}
+            ]
+            actual = ips[0].get("ip", "")
         else:
             actual = obj
             for bit in field.split("."):
@@ -713,6 +869,70 @@ def dra_sample(name: str) -> dict:
     return obj
 
 
+# -- consumable capacity (KEP-5075 DRAConsumableCapacity, resource.k8s.io/v1) ---------------------
+# The API reference: a DeviceRequest's ``exactly.capacity.requests`` names how much of each device
+# capacity the request needs; a device with ``allowMultipleAllocations: true`` may be allocated to
+# several requests at once, each consuming its share, never more than ``capacity[].value`` in all;
+# ``capacity[].requestPolicy`` gives ``default`` (consumed when the request names none; without a
+# policy the full value) and ``validRange {min, max, step}`` / ``validValues`` (a request is rounded up
+# to the next valid amount, and one above every valid amount does not fit the device). A device
+# without allowMultipleAllocations is exclusive and only needs capacity ≥ the request.
+
+
+def _consumed_capacity(device: dict, wanted: dict) -> dict[str, Decimal]:
+    """What one allocation of a shared device consumes of each capacity; ValueError when a request
+    is above the policy's max (or every valid value)."""
+    use = {}
+    for cap, spec in (device.get("capacity") or {}).items():
+        value = parse_quantity(spec["value"])[0]
+        policy = spec.get("requestPolicy")
+        if cap not in wanted:
+            use[cap] = parse_quantity(policy["default"])[0] if policy and policy.get("default") else value
+            continue
+        q = parse_quantity(wanted[cap])[0]
+        if policy and policy.get("validValues"):
+            valid = sorted(parse_quantity(v)[0] for v in policy["validValues"])
+            q = next((v for v in valid if v >= q), None)
+            if q is None:
+                raise ValueError(cap)
+        elif policy and policy.get("validRange"):
+            rng = policy["validRange"]
+            lo = parse_quantity(rng.get("min", "0"))[0]
+            q = max(q, lo)
+            if rng.get("step"):
+                step = parse_quantity(rng["step"])[0]
+                q = lo + ((q - lo) / step).to_integral_value(rounding=ROUND_CEILING) * step
+            if rng.get("max") is not None and q > parse_quantity(rng["max"])[0]:
+                raise ValueError(cap)
+        use[cap] = q
+    return use
+
+
+def _consumable_fits(device: dict, wanted: dict, already: dict[str, Decimal]) -> bool:
+    """Whether ``device`` can serve a request for ``wanted`` capacity, given what other allocations
+    already consume of it."""
+    caps = device.get("capacity") or {}
+    if any(cap not in caps for cap in wanted):
+        return False
+    if not device.get("allowMultipleAllocations"):
+        return all(parse_quantity(wanted[c])[0] <= parse_quantity(caps[c]["value"])[0] for c in wanted)
+    try:
+        use = _consumed_capacity(device, wanted)
+    except ValueError:
+        return False
+    return all(already.get(c, Decimal(0)) + q <= parse_quantity(caps[c]["value"])[0] for c, q in use.items())
+
+
+def _quantity_text(q: Decimal, like: str) -> str:
+    """``q`` spelled as a Quantity in its canonical form: binary (the largest of Ei … Ki that
+    divides it) where the capacity's value is binary, else a plain number."""
+    if parse_quantity(like)[1] == "binary" and q and q == q.to_integral_value():
+        for shift, suffix in ((60, "Ei"), (50, "Pi"), (40, "Ti"), (30, "Gi"), (20, "Mi"), (10, "Ki")):
+            if int(q) % (1 << shift) == 0:
+                return f"{int(q) >> shift}{suffix}"
+    return str(int(q)) if q == q.to_integral_value() else str(q)
+
+
 # -- a CEL subset for DRA selectors ------------------------------------------------------------------
 # DRA device selectors are CEL expressions over ``device`` (driver, attributes, capacity):
 # https://kubernetes.io/docs/concepts/scheduling-eviction/dynamic-resource-allocation/ and
@@ -1006,6 +1226,129 @@ def strategic_merge_patch(target, patch, key: str = ""):
     return result
 
 
+# -- server-side apply (https://kubernetes.io/docs/reference/using-api/server-side-apply/) ---------
+APPLY_PATCH = "application/apply-patch+yaml"
+# Fields the field manager never tracks (apiserver's fieldmanager strips them: type and identity
+# meta, server-set metadata) and, for kinds with a status subresource, the whole status.
+_UNTRACKED = {"apiVersion", "kind"}
+_UNTRACKED_META = {
+    "name",
+    "namespace",
+    "uid",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "managedFields",
+    "selfLink",
+}
+
+
+def _drop_nulls(value):
+    if isinstance(value, dict):
+        return {k: _drop_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_drop_nulls(v) for v in value]
+    return value
+
+
+def field_paths(value, prefix: tuple = (), key: str = "") -> set[tuple]:
+    """The leaf fields of an applied configuration, as FieldsV1 path segments (``f:<field>``,
+    ``k:{"name":…}`` for an item of a list with a merge key, ``.`` for that item itself); other
+    lists are atomic (one leaf)."""
+    out: set[tuple] = set()
+    if isinstance(value, dict) and value:
+        for k, v in value.items():
+            if not prefix and k in _UNTRACKED:
+                continue
+            if prefix == ("f:metadata",) and k in _UNTRACKED_META:
+                continue
+            out |= field_paths(v, (*prefix, f"f:{k}"), k)
+        return out
+    mkey = _MERGE_KEYS.get(key)
+    if isinstance(value, list) and mkey and value and all(isinstance(i, dict) and mkey in i for i in value):
+        for item in value:
+            seg = "k:" + json.dumps({mkey: item[mkey]}, separators=(",", ":"))
+            out.add((*prefix, seg, "."))
+            out |= field_paths(item, (*prefix, seg), "")
+        return out
+    if prefix:
+        out.add(prefix)
+    return out
+
+
+def fields_v1(paths: set[tuple]) -> dict:
+    """Paths → the FieldsV1 tree (a leaf is ``{}``)."""
+    tree: dict = {}
+    for path in sorted(paths):
+        node = tree
+        for seg in path:
+            node = node.setdefault(seg, {})
+    return tree
+
+
+def fields_v1_paths(tree: dict, prefix: tuple = ()) -> set[tuple]:
+    out: set[tuple] = set()
+    for seg, child in (tree or {}).items():
+        if isinstance(child, dict) and child:
+            out |= fields_v1_paths(child, (*prefix, seg))
+        else:
+            out.add((*prefix, seg))
+    return out
+
+
+_MISSING = object()
+
+
+def _at_path(obj, path: tuple):
+    """The value at a FieldsV1 path (``_MISSING`` when absent)."""
+    node = obj
+    for seg in path:
+        if seg == ".":
+            return node
+        if seg.startswith("f:") and isinstance(node, dict):
+            node = node.get(seg[2:], _MISSING)
+        elif seg.startswith("k:") and isinstance(node, list):
+            want = json.loads(seg[2:])
+            node = next(
+                (i for i in node if isinstance(i, dict) and all(i.get(k) == v for k, v in want.items())),
+                _MISSING,
+            )
+        else:
+            return _MISSING
+        if node is _MISSING:
+            return _MISSING
+    return node
+
+
+def _remove_path(obj, path: tuple) -> None:
+    """Remove the field (or the keyed list item, for a path ending in ``.``) at ``path``."""
+    if path and path[-1] == ".":
+        parent, seg = _at_path(obj, path[:-2]), path[-2]
+        if isinstance(parent, list):
+            want = json.loads(seg[2:])
+            parent[:] = [
+                i for i in parent if not (isinstance(i, dict) and all(i.get(k) == v for k, v in want.items()))
+            ]
+        return
+    parent = _at_path(obj, path[:-1])
+    if isinstance(parent, dict) and path[-1].startswith("f:"):
+        parent.pop(path[-1][2:], None)
+
+
+def field_path_text(path: tuple) -> str:
+    """A path as structured-merge-diff prints it: ``.spec.containers[name="c"].image``."""
+    text = ""
+    for seg in path:
+        if seg == ".":
+            continue
+        if seg.startswith("f:"):
+            text += "." + seg[2:]
+        else:
+            text += "[" + ",".join(f"{k}={json.dumps(v)}" for k, v in json.loads(seg[2:]).items()) + "]"
+    return text
+
+
 class _Fault:
     def __init__(self, pattern: str, status, times: int, method: str | None):
         self.regex = re.compile(pattern)
@@ -1050,6 +1393,28 @@ class _WatchStream:
     deadline: float  # time.monotonic()
     bookmarks: bool
     error: dict | None = None  # an ERROR event's Status, sent alone
+    next_bookmark: float | None = None  # time.monotonic() of the next BOOKMARK; None: no more
+
+
+# The watch cache's bookmark schedule (kubernetes/kubernetes, read, not run):
+# staging/src/k8s.io/apiserver/pkg/storage/cacher/cache_watcher.go @ 04d6b4f11d533e92dc999e981f73f7b44dacd591,
+# ``nextBookmarkTime``: "(a) right before the watcher timeout - for now we simply set it 2s before
+# the deadline" and "(b) roughly every minute"; no time left before that ("heartbeatTime.Before(now)")
+# schedules none. Case (c), "immediately", applies only while a ``bookmarkAfterResourceVersion`` is
+# awaited, which cacher.go ``getBookmarkAfterResourceVersionLockedFunc`` sets only for
+# ``sendInitialEvents=true`` (else 0: ``setBookmarkAfterResourceVersion`` counts it as sent), so a
+# plain watch gets no bookmark after its replay. The frequency is cacher.go's
+# ``defaultBookmarkFrequency = time.Minute``; the cacher re-schedules a watcher after each bookmark
+# it sent. The real server fires them from one-second buckets ("you can get the bookmark within
+# (X-1,X+1) period", cacher.go @ 00319881a809400fd88feac10e724a9e4afae4d9); the fake sends on time.
+BOOKMARK_BEFORE_DEADLINE_S = 2.0
+BOOKMARK_FREQUENCY_S = 60.0
+
+
+def next_bookmark_time(now: float, deadline: float, frequency: float = BOOKMARK_FREQUENCY_S) -> float | None:
+    """When the watch cache sends a watch's next BOOKMARK (``nextBookmarkTime``), or None (no more)."""
+    heartbeat = min(now + frequency, deadline - BOOKMARK_BEFORE_DEADLINE_S)
+    return heartbeat if heartbeat > now else None
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -1066,6 +1431,8 @@ class _Handler(BaseHTTPRequestHandler):
         url = urlsplit(self.path)
         srv.requests.append((self.command, url.path))
         entry = {"method": self.command, "path": url.path, "query": parse_qs(url.query), "objects": 0}
+        # When the request came, its headers were sent and it ended (time.monotonic()).
+        entry["started"] = time.monotonic()
         srv.request_log.append(entry)
         fault = srv._take_fault(self.command, url.path)
         if fault == "reset":
@@ -1085,6 +1452,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(fault, err.status())
             return
         headers: dict[str, str] = {}
+        delay = srv._header_delay(self.command, url.path)
+        if delay:
+            time.sleep(delay)  # queued (API Priority and Fairness) or a lagging watch cache; no lock held
         try:
             answer = srv._handle(
                 self.command, url.path, parse_qs(url.query), raw, self.headers.get("Content-Type", "")
@@ -1106,7 +1476,9 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if isinstance(body, dict) and isinstance(body.get("items"), list):
             entry["objects"] = len(body["items"])
+        entry["answered"] = time.monotonic()
         self._send(code, body, headers)
+        entry["ended"] = time.monotonic()
 
     def _stream_watch(self, watch: _WatchStream, entry: dict) -> None:
         """Send a watch's events as chunks (RFC 9112 chunked transfer coding), one JSON line each,
@@ -1131,35 +1503,39 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("Transfer-Encoding", "chunked")
             self.send_header("Connection", "close")
             self.end_headers()
+            entry["answered"] = time.monotonic()
             if watch.error is not None:
                 chunk([{"type": "ERROR", "object": watch.error}])
             else:
                 if watch.initial:
                     chunk([{"type": "ADDED", "object": o} for o in watch.initial])
                     watch.initial = []
-                first = True
+                # No bookmark after the replay, none at the deadline: only on the watch cache's
+                # schedule (next_bookmark_time).
                 while True:
                     events, error = srv._watch_next(watch)
                     if error is not None:
                         chunk([{"type": "ERROR", "object": error}])
                         break
-                    if first and watch.bookmarks and srv.bookmark_after_replay:
-                        # "the API server may send bookmarks at any time" (api-concepts, Watch
-                        # bookmarks): here once the replay is sent, so a client knows it caught up.
+                    now = time.monotonic()
+                    if watch.next_bookmark is not None and now >= watch.next_bookmark:
                         events.append(srv._bookmark(watch))
-                    first = False
+                        watch.next_bookmark = next_bookmark_time(
+                            now, watch.deadline, srv.bookmark_frequency_s
+                        )
                     if events:
                         chunk(events)
-                    if time.monotonic() >= watch.deadline or srv._stopping:
-                        if watch.bookmarks:
-                            chunk([srv._bookmark(watch)])  # the cacher's bookmark before the timeout
+                    if now >= watch.deadline or srv._stopping:
                         break
-                    if client_gone(min(srv.watch_poll_s, max(0.0, watch.deadline - time.monotonic()))):
+                    wake = min(watch.deadline, watch.next_bookmark or watch.deadline)
+                    if client_gone(min(srv.watch_poll_s, max(0.0, wake - time.monotonic()))):
                         return  # it stopped watching
             self.wfile.write(b"0\r\n\r\n")
             self.wfile.flush()
         except OSError:
             pass  # the client went away (it stopped watching)
+        finally:
+            entry["ended"] = time.monotonic()
 
     def _send(self, code: int, body: dict | bytes, headers: dict | None = None):
         # A pod log is text/plain (bytes); everything else a JSON object.
@@ -1205,7 +1581,13 @@ class FakeApiServer(ThreadingHTTPServer):
         self._bumped: list[dict] = []
         self.watch_poll_s = 0.02
         self.watch_default_timeout = 60.0
-        self.bookmark_after_replay = True
+        # The watch cache's bookmark frequency (cacher.go defaultBookmarkFrequency; a test may shorten it).
+        self.bookmark_frequency_s = BOOKMARK_FREQUENCY_S
+        # Seconds every list and watch waits before its response headers: a request queued by API
+        # Priority and Fairness, or a watch cache behind the version asked for (it blocks up to 3 s:
+        # staging/src/k8s.io/apiserver/pkg/storage/cacher/watch_cache.go @ 00f3bd4418723bfd579a3b13ac1f824083ac5942
+        # ``blockTimeout = 3 * time.Second``). A watch's timeoutSeconds counts from after the wait.
+        self.header_delay_s = 0.0
         self._stopping = False
         self._faults: list[_Fault] = []
         self._thread: threading.Thread | None = None
@@ -2025,8 +2407,9 @@ class FakeApiServer(ThreadingHTTPServer):
                 "gitVersion": self.git_version,
                 "platform": "linux/amd64",
             }
-        if path in ("/api", "/apis", "/version"):
-            return 200, {"kind": "APIVersions", "versions": ["v1"]} if path == "/api" else {}
+        discovery = discovery_document(path, f"127.0.0.1:{self.port}") if method == "GET" else None
+        if discovery is not None:
+            return 200, discovery
         log = _LOG_PATH_RE.match(path)
         if log:
             return self._pod_log(method, log.group("ns"), log.group("name"), query)
@@ -2049,10 +2432,12 @@ class FakeApiServer(ThreadingHTTPServer):
             )
         ns = ns or ""
         body = None
+        apply = method == "PATCH" and content_type.split(";")[0].strip() == APPLY_PATCH
         if raw:
             try:
-                body = json.loads(raw)
-            except ValueError as e:
+                # A server-side apply body is YAML (JSON is YAML too); every other body is JSON.
+                body = yaml.safe_load(raw) if apply else json.loads(raw)
+            except (ValueError, yaml.YAMLError) as e:
                 raise ApiError(400, "BadRequest", f"the body of the request was in an unknown format: {e}")
         if res.plural == "selfsubjectaccessreviews":
             return self._access_review(method, name, body)
@@ -2075,6 +2460,10 @@ class FakeApiServer(ThreadingHTTPServer):
                 return 200, copy.deepcopy(self._get(res, ns, name))
             if method == "DELETE":
                 return self._delete(res, ns, name, query, body)
+            if method == "PATCH" and apply:
+                code, applied = self._apply(res, ns, name, body, query, status_only=bool(sub))
+                self._run_controllers()
+                return code, applied
             if method == "PATCH":
                 patched = self._patch(res, ns, name, body, content_type, status_only=bool(sub))
                 self._run_controllers()
@@ -2682,7 +3071,22 @@ class FakeApiServer(ThreadingHTTPServer):
             for r in (((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}).get(
                 "results"
             ) or []:
-                used.add((r.get("driver"), r.get("pool"), r.get("device")))
+                if not r.get("shareID"):  # a shared device's allocations count by capacity instead
+                    used.add((r.get("driver"), r.get("pool"), r.get("device")))
+        return used
+
+    def _capacity_in_use(self, skip: set) -> dict[tuple[str, str, str], dict[str, Decimal]]:
+        """Capacity the allocated claims (but ``skip``) consume of each shared device
+        (``allowMultipleAllocations``): the sum of their results' ``consumedCapacity``."""
+        used: dict[tuple[str, str, str], dict[str, Decimal]] = {}
+        for key, claim in self._store.items():
+            if key[0] != "resourceclaims" or (key[1], key[2]) in skip:
+                continue
+            allocation = (claim.get("status") or {}).get("allocation") or {}
+            for r in (allocation.get("devices") or {}).get("results") or []:
+                mine = used.setdefault((r.get("driver"), r.get("pool"), r.get("device")), {})
+                for cap, q in (r.get("consumedCapacity") or {}).items():
+                    mine[cap] = mine.get(cap, Decimal(0)) + parse_quantity(q)[0]
         return used
 
     @staticmethod
@@ -2731,6 +3135,7 @@ class FakeApiServer(ThreadingHTTPServer):
         allocations in claim order; CelError (or ValueError with the reason) when it cannot."""
         taken = set(in_use)
         devices = self._slice_devices(node)
+        consumed = self._capacity_in_use({(c.get("metadata", {}).get("namespace"), n) for n, c in claims})
         allocations = []
         for claim_name, claim in claims:
             results, configs = [], []
@@ -2758,7 +3163,13 @@ class FakeApiServer(ThreadingHTTPServer):
                         )
                         and self._selectors_match(sub.get("selectors"), d, dev, f"claim {claim_name}")
                     ]
-                    free = [(d, p, dev) for d, p, dev in matching if (d, p, dev.get("name")) not in taken]
+                    wanted = (sub.get("capacity") or {}).get("requests") or {}
+                    free = [
+                        (d, p, dev)
+                        for d, p, dev in matching
+                        if (d, p, dev.get("name")) not in taken
+                        and _consumable_fits(dev, wanted, consumed.get((d, p, dev.get("name")), {}))
+                    ]
                     if sub.get("allocationMode") == "All":
                         chosen = free if matching and len(free) == len(matching) else None
                     else:
@@ -2770,9 +3181,22 @@ class FakeApiServer(ThreadingHTTPServer):
                 if picked is None:
                     raise ValueError(f"claim {claim_name}, request {req.get('name')}: not enough devices")
                 rname, chosen, cls = picked
+                wanted = (sub.get("capacity") or {}).get("requests") or {}
                 for d, p, dev in chosen:
-                    taken.add((d, p, dev.get("name")))
-                    results.append({"request": rname, "driver": d, "pool": p, "device": dev.get("name")})
+                    result = {"request": rname, "driver": d, "pool": p, "device": dev.get("name")}
+                    if dev.get("allowMultipleAllocations"):
+                        # KEP-5075: a shared device's result carries a shareID and consumedCapacity.
+                        use = _consumed_capacity(dev, wanted)
+                        mine = consumed.setdefault((d, p, dev.get("name")), {})
+                        for cap, q in use.items():
+                            mine[cap] = mine.get(cap, Decimal(0)) + q
+                        result["shareID"] = str(uuid.uuid4())
+                        result["consumedCapacity"] = {
+                            cap: _quantity_text(q, dev["capacity"][cap]["value"]) for cap, q in use.items()
+                        }
+                    else:
+                        taken.add((d, p, dev.get("name")))
+                    results.append(result)
                 for cfg in (cls.get("spec") or {}).get("config") or []:
                     configs.append({"source": "FromClass", "requests": [rname], **copy.deepcopy(cfg)})
             for cfg in ((claim.get("spec") or {}).get("devices") or {}).get("config") or []:
@@ -3137,7 +3561,10 @@ class FakeApiServer(ThreadingHTTPServer):
         if requested and not requested.isdigit():
             raise ApiError(400, "BadRequest", f"resourceVersion: Invalid value: {requested!r}")
         self._watch_flush()
-        watch = _WatchStream(res, ns, reqs, fsel, self._rv, [], time.monotonic() + timeout, bookmarks)
+        now = time.monotonic()
+        watch = _WatchStream(res, ns, reqs, fsel, self._rv, [], now + timeout, bookmarks)
+        if bookmarks:
+            watch.next_bookmark = next_bookmark_time(now, watch.deadline, self.bookmark_frequency_s)
         if requested in ("", "0"):
             watch.initial = [
                 self._wire(o)
@@ -3154,6 +3581,14 @@ class FakeApiServer(ThreadingHTTPServer):
         else:
             watch.cursor = int(requested)
         return watch
+
+    def _header_delay(self, method: str, path: str) -> float:
+        """``header_delay_s`` for a list or a watch (a GET on a collection), else 0."""
+        if method != "GET" or not self.header_delay_s:
+            return 0.0
+        m = _PATH_RE.match(path)
+        collection = m is not None and m.group("name") is None and m.group("plural") in RESOURCES
+        return self.header_delay_s if collection else 0.0
 
     def _expired(self, rv: int) -> dict:
         return ApiError(410, "Expired", f"too old resource version: {rv} ({self._history_start})").status()
@@ -3765,6 +4200,9 @@ class FakeApiServer(ThreadingHTTPServer):
             else:
                 meta.pop(key, None)
         new["kind"], new["apiVersion"] = res.kind, res.api_version
+        if "managedFields" not in meta and old["metadata"].get("managedFields"):
+            # An update that leaves managedFields out keeps them (server-side apply's ownership).
+            meta["managedFields"] = copy.deepcopy(old["metadata"]["managedFields"])
         meta["resourceVersion"] = old["metadata"].get("resourceVersion")
         if new == old:
             # A no-op update is not written: same resourceVersion, no watch event
@@ -3806,6 +4244,135 @@ class FakeApiServer(ThreadingHTTPServer):
             if res.plural == "resourcequotas":
                 self._validate_quota(new)
         return self._store_update(res, ns, name, old, new)
+
+    def _apply(self, res: Resource, ns: str, name: str, body, query: dict, status_only: bool) -> tuple:
+        """Server-side apply (``PATCH`` with ``application/apply-patch+yaml``, ``fieldManager``,
+        ``force``), as https://kubernetes.io/docs/reference/using-api/server-side-apply/ defines it:
+        creates the object when absent (201); records the manager's fields in
+        ``metadata.managedFields`` (operation ``Apply``, FieldsV1); a field another manager owns and
+        the configuration sets to a different value is a 409 conflict (``Apply failed with N
+        conflict(s): conflict with "m": .path``, causes of type ``FieldManagerConflict``) unless
+        ``force=true``, which takes it over; a field the manager applied before and now leaves out
+        is removed unless another manager owns it. Only Apply operations own fields here: writes
+        by create / update / merge patch record no manager (the real server records Update
+        managers too)."""
+        manager = (query.get("fieldManager") or [""])[0]
+        if not manager:
+            raise ApiError(
+                400,
+                "BadRequest",
+                "PATCH, application/apply-patch+yaml: fieldManager is required for apply requests",
+            )
+        force = (query.get("force") or ["false"])[0] == "true"
+        if not isinstance(body, dict):
+            raise ApiError(400, "BadRequest", f"the body of the request must be a {res.kind} object")
+        if "apiVersion" not in body or "kind" not in body:
+            raise ApiError(400, "BadRequest", "apiVersion and kind must be set in an apply configuration")
+        config = self._check_body(res, ns, server_normalise(_drop_nulls(copy.deepcopy(body))))
+        if config["metadata"].get("name", name) != name:
+            raise ApiError(
+                400,
+                "BadRequest",
+                f"the name of the object ({config['metadata'].get('name')}) does not match the name on the URL ({name})",
+            )
+        config["metadata"]["name"] = name
+        if config["metadata"].pop("managedFields", None):
+            raise ApiError(400, "BadRequest", "metadata.managedFields must be nil")
+        if status_only:
+            config = {
+                "apiVersion": res.api_version,
+                "kind": res.kind,
+                "metadata": config["metadata"],
+                "status": config.get("status") or {},
+            }
+        elif res.plural in _STATUS_SUBRESOURCE:
+            config.pop("status", None)
+        mine = field_paths(config)
+        entry = {
+            "manager": manager,
+            "operation": "Apply",
+            "apiVersion": res.api_version,
+            "time": _now(),
+            "fieldsType": "FieldsV1",
+            "fieldsV1": fields_v1(mine),
+        }
+        if status_only:
+            entry["subresource"] = "status"
+        old = self._store.get((res.plural, ns, name))
+        if old is None:
+            if status_only:
+                raise _not_found(res, name)
+            self._create(res, ns, config, query)
+            stored = self._store[(res.plural, ns, name)]
+            stored["metadata"]["managedFields"] = [entry]
+            return 201, copy.deepcopy(stored)
+        managed = copy.deepcopy(old["metadata"].get("managedFields") or [])
+        others = [
+            m
+            for m in managed
+            if (m.get("manager"), m.get("subresource")) != (manager, entry.get("subresource"))
+        ]
+        previous = next((m for m in managed if m not in others), None)
+        conflicts = []
+        for other in others:
+            owned = fields_v1_paths(other.get("fieldsV1") or {})
+            for path in sorted(mine & owned):
+                if path[-1] != "." and _at_path(config, path) != _at_path(old, path):
+                    conflicts.append((other, path))
+        if conflicts and not force:
+
+            def who(m: dict) -> str:
+                if m.get("operation") == "Update":
+                    return f'"{m.get("manager")}" using {m.get("apiVersion")}'
+                return f'"{m.get("manager")}"'
+
+            if len(conflicts) == 1:
+                message = f"Apply failed with 1 conflict: conflict with {who(conflicts[0][0])}: {field_path_text(conflicts[0][1])}"
+            else:
+                lines = []
+                for m in sorted(
+                    {c[0]["manager"]: c[0] for c in conflicts}.values(), key=lambda m: m["manager"]
+                ):
+                    lines.append(f"conflicts with {who(m)}:")
+                    lines += [f"- {field_path_text(p)}" for o, p in conflicts if o["manager"] == m["manager"]]
+                message = f"Apply failed with {len(conflicts)} conflicts: " + "\n".join(lines)
+            causes = [
+                {
+                    "type": "FieldManagerConflict",
+                    "message": f"conflict with {who(o)}",
+                    "field": field_path_text(p),
+                }
+                for o, p in conflicts
+            ]
+            raise ApiError(409, "Conflict", message, {"causes": causes})
+        for other in others:  # force: the conflicting fields change owner (same values stay shared)
+            taken = {p for o, p in conflicts if o is other}
+            if taken:
+                other["fieldsV1"] = fields_v1(fields_v1_paths(other.get("fieldsV1") or {}) - taken)
+        others = [m for m in others if m.get("fieldsV1")]
+        new = strategic_merge_patch(copy.deepcopy(old), config)
+        still_owned = set().union(*(fields_v1_paths(m["fieldsV1"]) for m in others)) if others else set()
+        if previous is not None:
+            # Whole list items first (their key field identifies them), then fields, deepest first.
+            dropped = fields_v1_paths(previous.get("fieldsV1") or {}) - mine - still_owned
+            for path in sorted(dropped, key=lambda p: (p[-1] != ".", -len(p), p)):
+                _remove_path(new, path)
+        new = server_normalise(new)
+        kept = [
+            entry if mf is previous else mf
+            for mf in managed
+            if mf is previous or any(mf is o for o in others)
+        ]
+        new["metadata"]["managedFields"] = kept if previous is not None else [*kept, entry]
+        if not status_only:
+            self._apply_defaults(res, new)
+            self._validate(res, new, create=False)
+            self._validate_update(res, name, old, new)
+        if previous is not None and previous.get("fieldsV1") == entry["fieldsV1"]:
+            # The manager's fields are the same: its entry keeps its time, so an apply that changes
+            # nothing is not written (same resourceVersion, no event) by _store_update.
+            entry["time"] = previous.get("time", entry["time"])
+        return 200, self._store_update(res, ns, name, old, new)
 
     def _conflict(self, res: Resource, name: str) -> ApiError:
         return ApiError(

@@ -104,9 +104,12 @@ def test_a_new_vendor_renders_hamis_documented_count_or_is_refused_where_there_i
     obj = m.job_manifest(make_job(), allocs("metax", ["node-01"], 1), Cluster(), attempt=0)
     validate(obj)
     assert container(obj)["resources"]["limits"] == {"metax-tech.com/gpu": "1"}
+    # Iluvatar's own ix-device-plugin advertises whole cards as iluvatar.com/gpu (its adapter).
+    obj = m.job_manifest(make_job(), allocs("iluvatar", ["node-01"], 1), Cluster(), attempt=0)
+    assert container(obj)["resources"]["limits"] == {"iluvatar.com/gpu": "1"}
     with pytest.raises(ValidationFailed) as err:
-        m.job_manifest(make_job(), allocs("iluvatar", ["node-01"], 1), Cluster(), attempt=0)
-    assert err.value.code == "no_resource_name" and "iluvatar" in err.value.message
+        m.job_manifest(make_job(), allocs("intel", ["node-01"], 1), Cluster(), attempt=0)
+    assert err.value.code == "no_resource_name" and "intel" in err.value.message
 
 
 def test_compute_units_on_a_vendor_no_mode_can_share_round_up_to_a_whole_card(fleet_with_amd):

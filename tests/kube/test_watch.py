@@ -96,10 +96,11 @@ def test_the_stream_is_chunked_json_lines_and_ends_after_timeout_seconds(ns, fak
 def test_bookmarks_only_when_allowed_and_they_carry_only_the_version(ns, fake_api, fake_server):
     rv = ns.list_namespaced_pod(NS).metadata.resource_version
     make_pod(ns, "x")
-    _, plain = raw_watch(fake_api, f"watch=1&resourceVersion={rv}&timeoutSeconds=1")
+    _, plain = raw_watch(fake_api, f"watch=1&resourceVersion={rv}&timeoutSeconds=3")
     assert [e["type"] for e in plain] == ["ADDED"]
-    _, got = raw_watch(fake_api, f"watch=1&resourceVersion={rv}&timeoutSeconds=1&allowWatchBookmarks=true")
-    assert [e["type"] for e in got] == ["ADDED", "BOOKMARK", "BOOKMARK"]  # caught up; before the end
+    _, got = raw_watch(fake_api, f"watch=1&resourceVersion={rv}&timeoutSeconds=3&allowWatchBookmarks=true")
+    # none after the replay, none at the end: the one 2 s before the deadline (1 s into the stream)
+    assert [e["type"] for e in got] == ["ADDED", "BOOKMARK"]
     bookmark = got[1]["object"]
     assert bookmark == {
         "kind": "Pod",
@@ -110,7 +111,7 @@ def test_bookmarks_only_when_allowed_and_they_carry_only_the_version(ns, fake_ap
     w = watch.Watch(return_type=object)
     list(
         w.stream(
-            ns.list_namespaced_pod, NS, resource_version=rv, timeout_seconds=1, allow_watch_bookmarks=True
+            ns.list_namespaced_pod, NS, resource_version=rv, timeout_seconds=3, allow_watch_bookmarks=True
         )
     )
     assert w.resource_version == bookmark["metadata"]["resourceVersion"]
@@ -265,7 +266,7 @@ def test_the_view_lists_then_watches_and_equals_a_full_list(fake_server, fake_co
     second = KubernetesBackend(str(kubeconfig_for(fake_server, tmp_path))).list_watched("Pod")
     assert pod_lists(fake_server, mark) == []
     (watched,) = pod_watches(fake_server, mark)
-    assert watched["objects"] == 4 + 1  # the four changes and the bookmark, not the 30 pods
+    assert watched["objects"] == 4  # the four changes (then silence: caught up), not the 30 pods
     assert watched["query"]["labelSelector"] == [MANAGED_BY]
     assert snapshot(second) == snapshot(backend.list_owned("Pod"))
     assert ("team-a", "p04") not in snapshot(second) and ("team-a", "p05") not in snapshot(second)
@@ -349,7 +350,7 @@ def test_a_second_pass_reads_only_the_change_and_concludes_as_a_full_list(
     assert result.succeeded == 1
     assert pod_lists(server, mark) == []
     (watched,) = pod_watches(server, mark)
-    assert watched["objects"] == 2  # the pod's MODIFIED event and the bookmark
+    assert watched["objects"] == 1  # the pod's MODIFIED event, then silence (no early bookmark)
     collection_gets = [
         r for r in server.request_log[mark:] if r["method"] == "GET" and "watch" not in r["query"]
     ]
@@ -415,7 +416,7 @@ def test_a_workload_and_its_pod_deleted_between_passes_are_seen_gone(
     assert reconcile_cluster(cluster=kube_cluster).failed == 1
     assert pod_lists(server, mark) == []
     (watched,) = pod_watches(server, mark)
-    assert watched["objects"] >= 2  # its changes up to the DELETED event, and the bookmark
+    assert watched["objects"] >= 2  # its changes up to the DELETED event
     job.refresh_from_db()
     assert job.state == JobState.FAILED
     assert f"Job {w.namespace}/{w.name} was deleted outside Suanchi" in job.state_reason
@@ -431,9 +432,8 @@ def test_a_workload_and_its_pod_deleted_between_passes_are_seen_gone(
 
 
 def test_without_an_early_bookmark_the_view_stops_when_the_stream_is_silent(fake_server, fake_core, tmp_path):
-    """A real API server need not send a bookmark once it caught up: the view stops reading when the
-    stream stayed silent for WATCH_IDLE_S, with every change sent before applied."""
-    fake_server.bookmark_after_replay = False
+    """A real API server sends no bookmark once it caught up (the fake neither): the view stops
+    reading when the stream stayed silent for WATCH_IDLE_S, with every change sent before applied."""
     fake_core.create_namespace({"metadata": {"name": NS}})
     labels = {"app.kubernetes.io/managed-by": "suanchi"}
     make_pod(fake_core, "a", labels)

@@ -8,10 +8,8 @@
   (``ParsedReport.kind``; ``requested_kind`` stays "auto").
 
 Adding a vendor = one module with its adapter (and parsers) + one line in ``_ADAPTER_CLASSES``.
-Vendors whose tool output Suanchi parses but whose deployment facts (labels, taints, mounts) are not
-settled yet (MetaX, Iluvatar, Kunlunxin, Enflame) are parser-only modules listed in
-``_PARSER_MODULES``: their reports register cards, but no adapter renders manifests for them
-(their device-plugin resource names are in ``resource_names``).
+MetaX, Iluvatar, Kunlunxin and Enflame modules also carry ``SIGNATURE`` / ``HEADER`` / ``TOOL`` for
+``--kind auto`` (``_SIGNATURE_MODULES``): their tools print a banner only they print.
 """
 
 from __future__ import annotations
@@ -39,22 +37,24 @@ _ADAPTER_CLASSES: tuple[type[VendorAdapter], ...] = (
     AmdAdapter,
     HygonAdapter,
     CambriconAdapter,
+    metax.MetaxAdapter,
+    iluvatar.IluvatarAdapter,
+    kunlunxin.KunlunxinAdapter,
+    enflame.EnflameAdapter,
 )
 
 ADAPTERS: dict[str, VendorAdapter] = {cls.vendor: cls() for cls in _ADAPTER_CLASSES}
 
-# Parser-only vendors: module with VENDOR, KIND, SIGNATURE and PARSERS.
-_PARSER_MODULES = (metax, iluvatar, kunlunxin, enflame)
+# Vendors recognised by their tool's banner: module with VENDOR, KIND, SIGNATURE, HEADER and TOOL.
+_SIGNATURE_MODULES = (metax, iluvatar, kunlunxin, enflame)
 
-# report kind -> vendor slug, for every kind (adapters' and parser-only modules').
+# report kind -> vendor slug, for every kind.
 KIND_VENDORS: dict[str, str] = {
-    **{kind: adapter.vendor for adapter in ADAPTERS.values() for kind in adapter.parsers},
-    **{kind: module.VENDOR for module in _PARSER_MODULES for kind in module.PARSERS},
+    kind: adapter.vendor for adapter in ADAPTERS.values() for kind in adapter.parsers
 }
 
 PARSERS: dict[str, Parser] = {
-    **{kind: parser for adapter in ADAPTERS.values() for kind, parser in adapter.parsers.items()},
-    **{kind: parser for module in _PARSER_MODULES for kind, parser in module.PARSERS.items()},
+    kind: parser for adapter in ADAPTERS.values() for kind, parser in adapter.parsers.items()
 }
 
 
@@ -71,7 +71,7 @@ def get_adapter(vendor: str) -> VendorAdapter:
 
 
 def adapter_for_kind(kind: str) -> VendorAdapter | None:
-    """The adapter whose parsers handle a report kind; None for a parser-only vendor's kind."""
+    """The adapter whose parsers handle a report kind."""
     if kind not in KIND_VENDORS:
         raise _unknown_kind(kind)
     return ADAPTERS.get(KIND_VENDORS[kind])
@@ -124,9 +124,9 @@ _UNSUPPORTED: tuple[tuple[re.Pattern[str], str], ...] = (
 )
 
 
-def _parser_module_kind(text: str) -> str | None:
-    """The kind of a parser-only vendor's output; ParseFailed for that tool's other views."""
-    for module in _PARSER_MODULES:
+def _signature_module_kind(text: str) -> str | None:
+    """The kind of a banner-recognised vendor's output; ParseFailed for that tool's other views."""
+    for module in _SIGNATURE_MODULES:
         if not module.SIGNATURE.search(text):
             continue
         if module.HEADER.search(text):
@@ -166,7 +166,7 @@ def detect_kind(text: str | bytes) -> str:
         return "npu-smi"
     if _NPU_TOPO_HEADER.search(text):
         return "npu-smi-topo"
-    kind = _parser_module_kind(text)
+    kind = _signature_module_kind(text)
     if kind is not None:
         return kind
     for signature, tool in _UNSUPPORTED:

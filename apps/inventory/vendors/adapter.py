@@ -27,7 +27,9 @@ Parser = Callable[[str], ParsedReport]
 # ---------------------------------------------------------------------------------------------------
 
 _LABEL_INVALID = re.compile(r"[^A-Za-z0-9._-]+")
-_VENDOR_PREFIX = re.compile(r"^(nvidia|amd|huawei|ascend|hygon|cambricon)[\s_-]+", re.IGNORECASE)
+_VENDOR_PREFIX = re.compile(
+    r"^(nvidia|amd|huawei|ascend|hygon|cambricon|metax|iluvatar|kunlunxin|enflame)[\s_-]+", re.IGNORECASE
+)
 
 
 def label_value(text: str, *, lowercase: bool = False) -> str:

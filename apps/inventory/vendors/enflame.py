@@ -25,7 +25,7 @@ import re
 
 from django.utils.translation import gettext as _
 
-from .adapter import fail_line, na, parse_int, parse_number, text_lines
+from .adapter import VendorAdapter, fail_line, na, parse_int, parse_number, text_lines
 from .base import ParsedDevice, ParsedReport
 from .boxed import (
     CardRow,
@@ -111,3 +111,28 @@ def _card(block: list[CardRow]) -> ParsedDevice:
 
 
 PARSERS = {KIND: parse_efsmi}
+
+
+class EnflameAdapter(VendorAdapter):
+    """Enflame (燧原) GCUs, whole cards.
+
+    * ``enflame.com/gcu``: the default of HAMi's ``--enflame-gcu-resource-name`` (Project-HAMi/HAMi@4707fb02
+      pkg/device/enflame/config.go, "enflame gcu resource name"; examples/enflame/gcu_use.yaml requests
+      ``enflame.com/gcu: 1``). HAMi's shares are ``enflame.com/drs-gcu`` (+ ``gcu-memory`` /
+      ``gcu-core``) and the legacy ``enflame.com/vgcu``; not rendered here.
+    * ``ENFLAME_VISIBLE_DEVICES``: what a device plugin's Allocate sets for the cards it gave
+      (openi.pcl.ac.cn/Kraken/KrakenPlug, enflame device: ``r.Envs["ENFLAME_VISIBLE_DEVICES"]``) and
+      what Enflame's container guides pass to ``docker run -e`` (read, not run).
+    * Labels and taint: Suanchi's own (same style as ``cambricon-mlu``).
+    """
+
+    vendor = VENDOR
+    display_name = "Enflame GCU"
+    # DeviceKind has no "gcu": the GCU is a non-GPU AI ASIC, filed with the NPUs (no new choice, no migration).
+    device_kind = "npu"
+    resource_name = "enflame.com/gcu"
+    visible_devices_env = "ENFLAME_VISIBLE_DEVICES"
+    accelerator_label = "enflame-gcu"
+    brand_label = "enflame"
+    model_label_key = "gcu-model"
+    parsers = PARSERS

@@ -22,7 +22,7 @@ import re
 
 from django.utils.translation import gettext as _
 
-from .adapter import fail_line, na, parse_number, text_lines
+from .adapter import VendorAdapter, fail_line, na, parse_number, text_lines
 from .base import ParsedDevice, ParsedReport
 from .boxed import (
     CardRow,
@@ -101,3 +101,27 @@ def _card(block: list[CardRow]) -> ParsedDevice:
 
 
 PARSERS = {KIND: parse_ixsmi}
+
+
+class IluvatarAdapter(VendorAdapter):
+    """Iluvatar CoreX (天数智芯) GPUs, whole cards through Iluvatar's ix-device-plugin.
+
+    * ``iluvatar.com/gpu``: Deep-Spark/ix-device-plugin pkg/dpm/plugin.go@1b517f33
+      (``var ResourceName string = "iluvatar.com/gpu"``) and deployment/ix-device-plugin/values.yaml@87aa2b74
+      (``resourceName: "iluvatar.com/gpu"``). The plugin's older README names ``iluvatar.ai/gpu``; HAMi
+      names per-model shares (``iluvatar.ai/BI-V150-vgpu`` + ``.vCore`` + ``.vMem``,
+      charts/hami/templates/scheduler/device-configmap.yaml), not rendered here.
+    * ``IX_VISIBLE_DEVICES``: what the plugin's Allocate sets for the cards it gave (same plugin.go,
+      ``p.allocateEnvs("IX_VISIBLE_DEVICES", deviceIDs)``; read, not run).
+    * Labels and taint: Suanchi's own (same style as ``cambricon-mlu``).
+    """
+
+    vendor = VENDOR
+    display_name = "Iluvatar CoreX"
+    device_kind = "gpu"
+    resource_name = "iluvatar.com/gpu"
+    visible_devices_env = "IX_VISIBLE_DEVICES"
+    accelerator_label = "iluvatar-gpu"
+    brand_label = "iluvatar"
+    model_label_key = "gpu-model"
+    parsers = PARSERS

@@ -27,7 +27,7 @@ import re
 
 from django.utils.translation import gettext as _
 
-from .adapter import fail_line, na, parse_int, parse_number, text_lines
+from .adapter import VendorAdapter, fail_line, na, parse_int, parse_number, text_lines
 from .base import ParsedDevice, ParsedReport
 from .boxed import (
     CardRow,
@@ -109,3 +109,27 @@ def _card(block: list[CardRow]) -> ParsedDevice:
 
 
 PARSERS = {KIND: parse_xpu_smi}
+
+
+class KunlunxinAdapter(VendorAdapter):
+    """Kunlunxin (昆仑芯) XPUs, whole cards.
+
+    * ``kunlunxin.com/xpu``: the default of HAMi's ``--kunlun-name`` (Project-HAMi/HAMi@4707fb02
+      pkg/device/kunlun/config.go; charts/hami/values.yaml ``kunlunResourceName``). HAMi's vXPU
+      shares are ``kunlunxin.com/vxpu`` + ``kunlunxin.com/vxpu-memory`` (same file); not rendered here.
+    * ``XPU_VISIBLE_DEVICES``: the variable Kunlunxin's XRE runtime reads, as Baidu's own deployment
+      guides set it (PaddlePaddle/FastDeploy docs/zh/usage/kunlunxin_xpu_deployment.md
+      ``export XPU_VISIBLE_DEVICES="0,1,2,3,4,5,6,7"``).
+    * Labels and taint: Suanchi's own (same style as ``cambricon-mlu``).
+    """
+
+    vendor = VENDOR
+    display_name = "Kunlunxin XPU"
+    # DeviceKind has no "xpu": the XPU is a non-GPU AI ASIC, filed with the NPUs (no new choice, no migration).
+    device_kind = "npu"
+    resource_name = "kunlunxin.com/xpu"
+    visible_devices_env = "XPU_VISIBLE_DEVICES"
+    accelerator_label = "kunlunxin-xpu"
+    brand_label = "kunlunxin"
+    model_label_key = "xpu-model"
+    parsers = PARSERS

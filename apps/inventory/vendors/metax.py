@@ -24,7 +24,7 @@ import re
 
 from django.utils.translation import gettext as _
 
-from .adapter import fail_line, na, parse_int, parse_number, text_lines
+from .adapter import VendorAdapter, fail_line, na, parse_int, parse_number, text_lines
 from .base import ParsedDevice, ParsedReport
 from .boxed import (
     CardRow,
@@ -115,3 +115,29 @@ def _card(block: list[CardRow]) -> ParsedDevice:
 
 
 PARSERS = {KIND: parse_mx_smi}
+
+
+class MetaxAdapter(VendorAdapter):
+    """MetaX (沐曦) GPUs, whole cards through MetaX's device plugin.
+
+    * ``metax-tech.com/gpu``: the default of HAMi's ``--metax-name`` (Project-HAMi/HAMi@4707fb02
+      pkg/device/metax/config.go; charts/hami/templates/scheduler/device-configmap.yaml
+      ``resourceCountName``; examples/metax/gpu/default_use.yaml requests it). HAMi's sGPU shares are
+      ``metax-tech.com/sgpu`` + ``vcore`` + ``vmemory`` (same config.go); not rendered here.
+    * ``MACA_VISIBLE_DEVICES``: not documented by MetaX in any source found; read (not run) in public
+      framework code that drives MetaX cards (Ray's MetaX accelerator manager: "MetaX reads
+      MACA_VISIBLE_DEVICES"; FlagTree's backend table). Suanchi only strips it from a job's env.
+    * Labels and taint: Suanchi's own (same style as ``cambricon-mlu``); MetaX's operator labels nodes
+      ``metax-tech.com/gpu.installed`` (seen in public ``kubectl get nodes --show-labels`` output),
+      which Suanchi does not set.
+    """
+
+    vendor = VENDOR
+    display_name = "MetaX"
+    device_kind = "gpu"
+    resource_name = "metax-tech.com/gpu"
+    visible_devices_env = "MACA_VISIBLE_DEVICES"
+    accelerator_label = "metax-gpu"
+    brand_label = "metax"
+    model_label_key = "gpu-model"
+    parsers = PARSERS
