@@ -12,6 +12,7 @@ admin.site.site_title = "Suanchi admin"
 urlpatterns = [
     path("", core_views.home, name="home"),
     path("healthz", core_views.healthz, name="healthz"),
+    path("favicon.ico", core_views.favicon, name="favicon"),
     path("accounts/login/", core_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("i18n/", include("django.conf.urls.i18n")),

@@ -15,6 +15,16 @@ def home(request: HttpRequest) -> HttpResponse:
 
 
 @require_GET
+def favicon(request: HttpRequest) -> HttpResponse:
+    """``/favicon.ico``, which browsers and tools ask for whatever the page's ``<link rel="icon">``
+    says: a permanent redirect to the static icon (so it is served, cached and hashed as the rest)."""
+    from django.http import HttpResponsePermanentRedirect
+    from django.templatetags.static import static
+
+    return HttpResponsePermanentRedirect(static("img/favicon.svg"))
+
+
+@require_GET
 def healthz(request: HttpRequest) -> JsonResponse:
     with connection.cursor() as cursor:
         cursor.execute("SELECT 1")

@@ -67,6 +67,11 @@ MIDDLEWARE = [
     "apps.core.middleware.ContentSecurityPolicyMiddleware",
     "apps.core.middleware.TraceNotAllowedMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
+    # Compresses the pages and API answers (static files come compressed from WhiteNoise, above, and
+    # never reach it). Django's middleware pads each compressed body at random against BREACH
+    # (a random file name in the gzip header: django/middleware/gzip.py max_random_bytes,
+    # django/utils/text.py compress_string).
+    "django.middleware.gzip.GZipMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.locale.LocaleMiddleware",
     "django.middleware.common.CommonMiddleware",
