@@ -29,6 +29,7 @@ from django.utils.translation import gettext as _
 
 from apps.catalog.models import DeviceModel, WorkloadProfile
 from apps.core.errors import Conflict, ValidationFailed
+from apps.core.formatting import plain_decimal
 
 SPARSITY_FACTOR = Decimal(2)
 SERVING_BATCH = Decimal(256)
@@ -130,7 +131,7 @@ def check_plausible(
             "throughput": throughput,
             "unit": profile.unit,
             "cards": cards,
-            "share": Decimal(share).normalize(),
+            "share": plain_decimal(share),
             "model": model.name,
             "profile": profile.key,
             "ceiling": ceiling,

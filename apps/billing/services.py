@@ -203,13 +203,18 @@ def _rate_card_check(card: RateCard) -> None:
     card.full_clean()
     clash = rate_card_overlaps(card)
     if clash is not None:
-        until = clash.effective_to.isoformat() if clash.effective_to else "open-ended"
+        until = format_datetime(clash.effective_to) if clash.effective_to else _("open-ended")
         raise Conflict(
             _(
                 "Rate card %(card)r overlaps %(other)r (same scope, %(start)s – %(until)s); "
                 "end the other card first or pick other dates."
             )
-            % {"card": card.name, "other": clash.name, "start": clash.effective_from, "until": until},
+            % {
+                "card": card.name,
+                "other": clash.name,
+                "start": format_datetime(clash.effective_from),
+                "until": until,
+            },
             details={"effective_from": [f"overlaps rate card {clash.pk}"]},
             code="rate_card_overlap",
         )
@@ -684,7 +689,7 @@ def _ensure_after_first_use(month: date) -> None:
     if end <= first:
         raise ValidationFailed(
             _("Month %(month)s cannot be closed: it ended before the platform's first usage (%(first)s).")
-            % {"month": f"{month:%Y-%m}", "first": timezone.localtime(first, platform_tz()).isoformat()},
+            % {"month": f"{month:%Y-%m}", "first": format_datetime(first)},
             details={"month": ["before the platform's first usage"], "first_use": first.isoformat()},
             code="month_before_first_use",
         )

@@ -18,6 +18,7 @@ from decimal import ROUND_HALF_UP, Decimal
 from django.db.models import Count
 from django.utils import timezone
 
+from apps.core.formatting import plain_decimal
 from apps.migration.models import AccuracyEval, Gate, MigratedService, ServiceMetric, Track
 
 PASS, FAIL, NO_DATA = "pass", "fail", "no_data"
@@ -140,7 +141,7 @@ def _latency_or_errors(gate: Gate, service: MigratedService, now: datetime) -> G
     elif failing:
         status = FAIL
         what = "p99 above the source by more than" if latency else "error rate above"
-        detail = f"{what} {gate.threshold.normalize()} % on {len(failing)} of {gate.window_days} days"
+        detail = f"{what} {plain_decimal(gate.threshold)} % on {len(failing)} of {gate.window_days} days"
     else:
         status = PASS
         detail = f"held on all {gate.window_days} days"
@@ -153,7 +154,7 @@ def _latency_or_errors(gate: Gate, service: MigratedService, now: datetime) -> G
         description=gate.describe(),
         status=status,
         measured=None if worst is None else str(worst),
-        threshold=str(gate.threshold.normalize()),
+        threshold=plain_decimal(gate.threshold),
         unit="% vs source p99" if latency else "% errors",
         source=source_text,
         detail=detail,
@@ -181,7 +182,7 @@ def _accuracy(gate: Gate, service: MigratedService, now: datetime) -> GateResult
             description=gate.describe(),
             status=NO_DATA,
             measured=None,
-            threshold=str(gate.threshold.normalize()),
+            threshold=plain_decimal(gate.threshold),
             unit=gate.metric,
             source="AccuracyEval: none",
             detail=f"no {gate.metric} evaluation of the {' and '.join(absent)} track",
@@ -195,13 +196,13 @@ def _accuracy(gate: Gate, service: MigratedService, now: datetime) -> GateResult
         description=gate.describe(),
         status=status,
         measured=str(delta),
-        threshold=str(gate.threshold.normalize()),
+        threshold=plain_decimal(gate.threshold),
         unit=f"Δ {gate.metric}",
         source=(
-            f"AccuracyEval #{tgt.pk} (target {tgt.value.normalize()} on {tgt.dataset or '?'}, {tgt.source}) "
-            f"vs #{src.pk} (source {src.value.normalize()} on {src.dataset or '?'}, {src.source})"
+            f"AccuracyEval #{tgt.pk} (target {plain_decimal(tgt.value)} on {tgt.dataset or '?'}, {tgt.source}) "
+            f"vs #{src.pk} (source {plain_decimal(src.value)} on {src.dataset or '?'}, {src.source})"
         ),
-        detail=f"|Δ| {'≤' if status == PASS else '>'} {gate.threshold.normalize()}",
+        detail=f"|Δ| {'≤' if status == PASS else '>'} {plain_decimal(gate.threshold)}",
     )
 
 

@@ -34,6 +34,7 @@ from apps.accounts.selectors import is_platform_staff, project_list, user_role
 from apps.clusters.pod_report import job_pod_report
 from apps.core.errors import ApplicationError, ValidationFailed
 from apps.core.filters import page_filter
+from apps.core.formatting import plain_decimal
 from apps.core.paginators import EstimatedCountPaginator
 from apps.core.templatetags.suanchi import DEVICE_KIND_BY_VENDOR
 from apps.inventory import selectors as inventory_selectors
@@ -364,7 +365,7 @@ def _precheck_failures(job: Job) -> dict[str, str]:
 
 
 def _decimal(value: Decimal | None) -> str | None:
-    return None if value is None else f"{value.normalize():f}"
+    return None if value is None else plain_decimal(value)
 
 
 def _placement_preview(job: Job, user) -> dict[str, Any]:
@@ -757,8 +758,11 @@ def _quota_left(job: Job, user) -> str | None:
     if any(limit is None for limit in limits):
         borrow = _("may borrow idle capacity without limit")
     else:
-        borrow = _("may borrow up to %(cu)s CU") % {"cu": sum(limits, Decimal(0)).normalize()}
-    return _("%(left)s CU of the guarantee free; %(borrow)s") % {"left": left.normalize(), "borrow": borrow}
+        borrow = _("may borrow up to %(cu)s CU") % {"cu": plain_decimal(sum(limits, Decimal(0)))}
+    return _("%(left)s CU of the guarantee free; %(borrow)s") % {
+        "left": plain_decimal(left),
+        "borrow": borrow,
+    }
 
 
 def _utilization_chart(job: Job, user) -> str:

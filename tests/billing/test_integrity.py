@@ -106,7 +106,9 @@ def test_closing_a_month_before_the_first_usage_is_a_400_and_writes_nothing(
     assert response.json()["error"]["code"] == "month_before_first_use"
     make_allocation(make_job(project), devices[0], local(2026, 9, 3, 0), local(2026, 9, 3, 3))
     response = api_client.post("/api/billing/periods/close/", {"month": "2026-08"}, format="json")
-    assert response.status_code == 400 and "first usage" in response.json()["error"]["message"]
+    message = response.json()["error"]["message"]
+    assert response.status_code == 400 and "first usage" in message
+    assert "2026-09-03 00:00" in message and "T00:00:00" not in message  # the pages' date format (issue 29 §9)
     assert not BillingPeriod.objects.exists() and not Bill.objects.exists()
     current = services.current_month().strftime("%Y-%m")
     response = api_client.post("/api/billing/periods/close/", {"month": current}, format="json")

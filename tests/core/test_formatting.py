@@ -82,6 +82,33 @@ def test_a_gate_reads_p99_plus_ten_percent_not_an_exponent():
 
 
 @pytest.mark.django_db
+def test_a_gate_result_prints_its_threshold_without_an_exponent(dual):  # noqa: F811
+    """Issue 29 §9: the gate's evaluation (threshold, detail) read ``1E+1`` where describe() was fixed."""
+    from apps.migration.gates import _accuracy
+    from apps.migration.models import Gate
+
+    service, _user, _project = dual
+    gate = Gate(kind=Gate.Kind.ACCURACY, threshold=Decimal("10.000"), metric="top1", window_days=7)
+    result = _accuracy(gate, service, datetime(2026, 12, 1, tzinfo=UTC))
+    assert result.threshold == "10"
+
+
+def test_no_decimal_is_printed_through_str_of_normalize():
+    """``str(Decimal("10").normalize())`` is ``1E+1``: numbers are printed by
+    ``apps.core.formatting.plain_decimal`` (or ``f"{x.normalize():f}"``), nowhere else."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2] / "apps"
+    offenders = [
+        f"{path.relative_to(root)}:{number}"
+        for path in root.rglob("*.py")
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if ".normalize()" in line and ".normalize():f}" not in line
+    ]
+    assert offenders == []
+
+
+@pytest.mark.django_db
 def test_the_close_month_error_prints_the_page_date_format():
     from datetime import date
 
