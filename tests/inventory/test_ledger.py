@@ -495,6 +495,8 @@ def test_import_with_three_bad_rows_writes_nothing_and_lists_each(actor, ledger)
         ({"uuid": "GPU-zzzz-elsewhere"}, "uuid", "belongs to device"),
         ({"uuid": "GPU-new", "device_index": "0", "node": "gpu-a01"}, "uuid", "retire it before"),
         ({"node_status": "ready", "node": "gpu-old"}, "node_status", "a retired node cannot become ready"),
+        ({"pci_bus_id": "zz:zz"}, "pci_bus_id", "is not a PCI address"),  # issue 29 §9
+        ({"pci_bus_id": "0000:1a:00"}, "pci_bus_id", "is not a PCI address"),  # no function
     ],
 )
 def test_import_reports_bad_values(actor, ledger, change, column, fragment):
@@ -510,6 +512,12 @@ def test_import_reports_bad_values(actor, ledger, change, column, fragment):
     [error] = [e for e in exc.value.details["rows"] if e["column"] == column]
     assert error["line"] == 2
     assert fragment in error["message"]
+
+
+def test_import_stores_a_pci_address_in_the_form_reports_store(actor, ledger):
+    row = {"cluster": "bj1", "node": "gpu-pci", "vendor": "nvidia", "device_index": "0", "pci_bus_id": "1a:00.0"}
+    ledger_import_csv(data=make_csv([row]), actor=actor)
+    assert Device.objects.get(node__name="gpu-pci").pci_bus_id == "0000:1A:00.0"
 
 
 def test_import_rejects_duplicates_within_the_file(actor, ledger):

@@ -67,6 +67,7 @@ from apps.core.models import BackgroundRun
 from apps.core.stored_text import stored
 from apps.core.validation import validate, validate_and_save
 from apps.inventory.models import Cluster, Device, DeviceEvent, Node, Pool
+from apps.inventory.vendors.adapter import normalise_pci_bus_id
 
 __all__ = [
     "DEVICE_EDITABLE_FIELDS",
@@ -1013,6 +1014,18 @@ class _Importer:
         for column in _DEVICE_TEXT_COLUMNS:
             if c.get(column):
                 values[column] = self._text(row, column, Device)
+        if values.get("pci_bus_id"):
+            # The form the vendors' tools print and every report stores ("0000:1A:00.0"): a value
+            # that is no PCI address would match nothing the cluster publishes (issue 29 §9).
+            try:
+                values["pci_bus_id"] = normalise_pci_bus_id(values["pci_bus_id"])
+            except ValueError:
+                self.error(
+                    line,
+                    "pci_bus_id",
+                    f"{c['pci_bus_id']!r} is not a PCI address (domain:bus:device.function, e.g. 0000:1A:00.0)",
+                )
+                del values["pci_bus_id"]
         if c.get("owner_project"):
             project = self.projects.get(c["owner_project"])
             if project is None:
