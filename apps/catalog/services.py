@@ -374,6 +374,19 @@ def _as_decimal(value: Any, field: str) -> Decimal | None:
     return number
 
 
+def _instances_that_fit(
+    model: DeviceModel | None, memory_mib: int | None, share: Decimal | None
+) -> int | None:
+    """How many instances of a soft slice one card holds: by compute share (100 / share) and, where the
+    catalog knows the card's memory, by memory; None when neither is known (the caller's default)."""
+    counts = []
+    if share is not None and share > 0:
+        counts.append(int(Decimal(100) // share))
+    if memory_mib and model is not None and model.memory_mib:
+        counts.append(model.memory_mib // memory_mib)
+    return max(1, min(counts)) if counts else None
+
+
 def _profile_or_none(model: DeviceModel | None, name: str) -> PartitionProfile | None:
     if model is None or not name:
         return None
@@ -420,7 +433,8 @@ def compute_template_build(
 
     A partition profile fills what it fixes when left out: memory, compute share and the instance
     count (the vendor's count, lowered to what fits the card). Without a profile, max_instances
-    defaults to 1. Raises ValidationFailed with field errors.
+    defaults to as many instances as the card holds (``_instances_that_fit``: a 50 % slice, 2).
+    Raises ValidationFailed with field errors.
     """
     profile_name = (partition_profile or "").strip()
     profile = _profile_or_none(device_model, profile_name)
@@ -436,6 +450,8 @@ def compute_template_build(
     template.compute_share = share
     template.isolation = str(isolation or Isolation.HARD.value)
     template.partition_profile = profile_name
+    if max_instances is None and profile is None:
+        max_instances = _instances_that_fit(device_model, memory_mib, share)
     template.max_instances = 1 if max_instances is None else max_instances
     template.description = (description or "").strip()
     template.slug = (slug or "").strip() or template.slug or ""
@@ -449,6 +465,12 @@ def compute_template_build(
         template.full_clean(validate_constraints=False)
     except DjangoValidationError as exc:
         errors = validation_details(exc)
+    if profile_name and profile is None:
+        # An unknown profile is the one error: the fields it would have filled stay empty, and
+        # "cannot be null" on each of them says nothing more (issue 29 §9).
+        for field in ("memory_mib", "compute_share", "max_instances"):
+            if getattr(template, field) is None:
+                errors.pop(field, None)
     if (
         device_model is not None
         and template.name

@@ -260,6 +260,27 @@ def test_editor_reports_an_unknown_profile_on_its_field(staff_client, catalog):
     assert 'value="3g.40gb"' in page
 
 
+def test_a_soft_slice_without_a_count_gets_as_many_instances_as_the_card_holds(staff_client, catalog):
+    """Issue 29 §9: a 50 % slice of a T4 allowed one instance per card."""
+    response = _editor_post(
+        staff_client, catalog, name="t4 halves", memory_gib="8", compute_share="50", max_instances=""
+    )
+    assert response.status_code == 302
+    assert ComputeTemplate.objects.get(name="t4 halves").max_instances == 2
+    # Memory bounds it too: 12 GiB of a 16 GiB card at 25 % is one instance, not four.
+    _editor_post(staff_client, catalog, name="t4 big", memory_gib="12", compute_share="25", max_instances="")
+    assert ComputeTemplate.objects.get(name="t4 big").max_instances == 1
+
+
+def test_an_unknown_profile_is_the_only_error_not_three_stray_nulls(staff_client, catalog):
+    response = _editor_post(
+        staff_client, catalog, partition_profile="9g.99gb", memory_gib="", compute_share="", max_instances=""
+    )
+    page = _text(response)
+    assert response.status_code == 200
+    assert "9g.99gb" in page and "This field cannot be null" not in page
+
+
 def test_editor_fills_a_profile_template(staff_client, catalog):
     response = _editor_post(
         staff_client,
