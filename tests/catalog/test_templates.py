@@ -333,7 +333,7 @@ def test_builtins_are_read_only(builtins):
 
 
 def test_update_revalidates_and_audits(catalog, staff):
-    template = _create(catalog, memory_mib=4096, compute_share=30)
+    template = _create(catalog, memory_mib=4096, compute_share=30, max_instances=1)
     with pytest.raises(ValidationFailed):
         services.compute_template_update(template=template, actor=staff, memory_mib=32 * 1024)
     updated = services.compute_template_update(
@@ -475,7 +475,7 @@ def test_api_update_builtin_is_409_and_custom_is_patched(builtins, catalog, staf
     response = client.patch(f"{LIST_URL}{builtin.pk}/", {"name": "mine"}, format="json")
     assert response.status_code == 409
     assert "read-only" in response.json()["error"]["message"]
-    custom = _create(catalog, memory_mib=4096, compute_share=30)
+    custom = _create(catalog, memory_mib=4096, compute_share=30, max_instances=1)
     response = client.patch(f"{LIST_URL}{custom.pk}/", {"memory_gib": 8}, format="json")
     assert response.status_code == 200, response.json()
     assert response.json()["memory_mib"] == 8192
