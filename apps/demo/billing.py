@@ -169,7 +169,8 @@ def _history(month, actor) -> int:
                     release_reason="succeeded",
                 )
                 made += 1
-        Job.objects.filter(pk=job.pk).update(finished_at=windows[-1][1])
+        # Submitted when it first ran (created_at is set on insert; issue 29 §9).
+        Job.objects.filter(pk=job.pk).update(created_at=first, finished_at=windows[-1][1])
     return made
 
 

@@ -253,7 +253,7 @@ def _bus(node: DemoNode, index: int) -> str:
     if node.count == 8 and node.vendor == "nvidia":
         return f"0000:{HGX_BUS[index]}:00.0"
     base = {"nvidia": 0x17, "huawei": 0xC1, "hygon": 0x1B, "metax": 0x0F, "kunlunxin": 0x03}[node.vendor]
-    return f"0000:{base + index * 0x10 % 0x100:02X}:00.0"
+    return f"0000:{(base + index * 0x10) % 0x100:02X}:00.0"  # a bus number is one byte
 
 
 def fleet_csv() -> str:

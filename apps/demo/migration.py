@@ -15,12 +15,13 @@ from datetime import timedelta
 from decimal import Decimal
 
 from django.contrib.auth import get_user_model
+from django.db.models import F
 from django.utils import timezone
 
 from apps.accounts.models import Project
 from apps.catalog.models import DeviceModel
 from apps.core.errors import ApplicationError
-from apps.jobs.models import Job
+from apps.jobs.models import Job, JobEvent
 from apps.migration import services
 from apps.migration.models import MigratedService, MigrationAction, MigrationPlan
 from apps.scheduling.lifecycle import job_submit
@@ -230,10 +231,15 @@ def _meter(plan: MigrationPlan, now) -> None:
     since = max(now - timedelta(days=14), billing.month_bounds(billing.current_month())[0])
     since = billing.floor_hour(since)
     jobs = [pk for s in plan.services.all() for pk in (s.source_job_id, s.target_job_id)]
-    Allocation.objects.filter(job_id__in=jobs, released_at__isnull=True, started_at__gt=since).update(
-        started_at=since
-    )
-    Job.objects.filter(pk__in=jobs, started_at__isnull=False).update(started_at=since)
+    # The whole history of each job moves back by the same amount (submitted, events, started), so
+    # no job starts before it was submitted (issue 29 §9: "Started 00:00" on a job submitted later).
+    for job in Job.objects.filter(pk__in=jobs, started_at__gt=since):
+        shift = job.started_at - since
+        Job.objects.filter(pk=job.pk).update(created_at=F("created_at") - shift, started_at=since)
+        JobEvent.objects.filter(job=job).update(created_at=F("created_at") - shift)
+        Allocation.objects.filter(job=job, released_at__isnull=True).update(
+            started_at=F("started_at") - shift
+        )
     billing.metering_run(start=since, end=now, actor="demo-loader")
 
 

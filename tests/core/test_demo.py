@@ -28,6 +28,18 @@ def test_load_demo_builds_the_seed_fleet_and_a_second_run_changes_nothing(capsys
     assert ascend.cann_version == "8.0.RC3" and ascend.driver_version == "24.1.rc2"
     assert Project.objects.count() == 4 and Membership.objects.count() == 5
     assert AgentToken.objects.count() == 1
+    # Issue 29 §9: no job starts before it was submitted, no card before its job; every PCI address
+    # is one the import accepts (a bus is one byte).
+    from django.db.models import F
+
+    from apps.jobs.models import Allocation, Job
+
+    assert not Job.objects.filter(started_at__lt=F("created_at")).exists()
+    assert not Allocation.objects.filter(started_at__lt=F("job__created_at")).exists()
+    assert all(
+        len(bus.split(":")[1]) == 2
+        for bus in Device.objects.exclude(pci_bus_id="").values_list("pci_bus_id", flat=True)
+    )
 
     counts = (
         Device.objects.count(),
