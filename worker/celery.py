@@ -50,6 +50,8 @@ BEAT = [
     # the outbox's safety net: deliveries whose after-commit task was lost, and retries that are due
     ("notify-send", "worker.tasks.notify.deliveries_send_task", 30.0),
     ("notify-quota-check", "worker.tasks.notify.quota_check_task", 600.0),
+    # alert rules on measurements (hysteresis in apps/notify/alerts.py): one evaluation a minute
+    ("notify-alerts", "worker.tasks.notify.alerts_evaluate_task", 60.0),
 ]
 app.conf.beat_schedule = {
     name: {"task": task, "schedule": every, "options": {"expires": 2 * every}} for name, task, every in BEAT

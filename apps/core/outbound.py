@@ -271,16 +271,45 @@ class _PinnedHTTPSConnection(_PinnedHTTPConnection):
             raise
 
 
-def request(method: str, url: str, *, body: bytes, headers: dict[str, str], timeout: float) -> int:
-    """Send one request under the policy and return the HTTP status (redirects are not followed).
-    Raises ``BadURL``, ``AddressRefused`` or ``RequestFailed``; never returns the response body."""
+def _exchange(
+    method: str, url: str, *, body: bytes, headers: dict[str, str], timeout: float, read: int
+) -> tuple[int, bytes]:
     target = check_url(url)
     kind = _PinnedHTTPSConnection if target.scheme == "https" else _PinnedHTTPConnection
     connection = kind(target, timeout)
     try:
         connection.request(method, target.path, body=body, headers=headers)
-        return connection.getresponse().status
+        response = connection.getresponse()
+        return response.status, (response.read(read) if read else b"")
     except (OSError, http.client.HTTPException, ValueError) as exc:  # ssl.SSLError is an OSError
         raise RequestFailed(f"{type(exc).__name__}: {exc}") from exc
     finally:
         connection.close()
+
+
+def request(method: str, url: str, *, body: bytes, headers: dict[str, str], timeout: float) -> int:
+    """Send one request under the policy and return the HTTP status (redirects are not followed).
+    Raises ``BadURL``, ``AddressRefused`` or ``RequestFailed``; never returns the response body."""
+    return _exchange(method, url, body=body, headers=headers, timeout=timeout, read=0)[0]
+
+
+# The chat robots (DingTalk, WeCom, Feishu) answer HTTP 200 also when they refuse a message (a wrong
+# signature, a rate limit): the verdict is an error code in a small JSON body.
+JSON_ANSWER_LIMIT = 4096
+
+
+def request_json(
+    method: str, url: str, *, body: bytes, headers: dict[str, str], timeout: float
+) -> tuple[int, dict | None]:
+    """``request``, and the answer's JSON object when the body is one (at most ``JSON_ANSWER_LIMIT``
+    bytes are read; anything else is None). Callers show only the error code they look for in it,
+    never the body, so the answer of an arbitrary host tells the person who typed the URL nothing more
+    than its status would."""
+    import json
+
+    status, raw = _exchange(method, url, body=body, headers=headers, timeout=timeout, read=JSON_ANSWER_LIMIT)
+    try:
+        answer = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        return status, None
+    return status, answer if isinstance(answer, dict) else None

@@ -1,7 +1,7 @@
 from django.contrib import admin
 
 from apps.core.admin import ReadOnlyAdminMixin
-from apps.notify.models import Delivery, Subscription
+from apps.notify.models import Alert, AlertRule, Delivery, Subscription
 
 
 @admin.register(Subscription)
@@ -24,3 +24,16 @@ class DeliveryAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         "last_error",
     ]
     list_filter = ["state", "event"]
+
+
+@admin.register(AlertRule)
+class AlertRuleAdmin(admin.ModelAdmin):
+    list_display = ["name", "kind", "threshold", "duration_s", "clear_margin", "project", "cluster", "enabled"]
+    list_filter = ["kind", "enabled"]
+    search_fields = ["name"]
+
+
+@admin.register(Alert)
+class AlertAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    list_display = ["rule", "subject_label", "state", "value", "since", "fired_at", "resolved_at"]
+    list_filter = ["state", "rule__kind"]

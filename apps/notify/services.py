@@ -36,13 +36,14 @@ from django.db.models import F
 from django.utils import timezone, translation
 from django.utils.translation import gettext as _
 
-from apps.accounts.models import Membership, Project
+from apps.accounts.models import Membership, Project, UserPreference
 from apps.accounts.selectors import is_platform_staff, user_role
 from apps.core import outbound
 from apps.core.audit import change_record_create
 from apps.core.errors import PermissionDenied, ValidationFailed
 from apps.core.stored_text import stored
 from apps.core.tasks import enqueue_on_commit
+from apps.notify import robots
 from apps.notify.models import Delivery, Event, Subscription
 
 log = logging.getLogger(__name__)
@@ -86,15 +87,67 @@ def _may_manage(user, project: Project | None) -> None:
         )
 
 
+ROBOT_NAMES = {
+    robots.DINGTALK: "DingTalk",
+    robots.WECOM: "WeCom",
+    robots.FEISHU: "Feishu",
+}
+
+
+def _robot_secret(channel: str, secret: str) -> str:
+    secret = (secret or "").strip()
+    if channel == robots.WECOM and secret:
+        raise ValidationFailed(
+            _("WeCom group robots are not signed: the key in the webhook URL is their credential."),
+            details={"secret": ["not used by WeCom"]},
+        )
+    if len(secret) > 200:
+        raise ValidationFailed(
+            _("The signing secret is longer than 200 characters."), details={"secret": ["too long"]}
+        )
+    if channel == robots.DINGTALK and secret and not secret.startswith("SEC"):
+        raise ValidationFailed(
+            _(
+                "A DingTalk signing secret starts with SEC: copy it from “Sign request” (加签) in the "
+                "robot's security settings."
+            ),
+            details={"secret": ["not a DingTalk secret"]},
+        )
+    return secret
+
+
 @transaction.atomic
 def subscription_create(
-    *, actor, channel: str, target: str, events: list[str], project: Project | None = None
+    *,
+    actor,
+    channel: str,
+    target: str,
+    events: list[str],
+    project: Project | None = None,
+    secret: str = "",
+    language: str = "",
 ) -> Subscription:
     _may_manage(actor, project)
     if channel not in Subscription.Channel.values:
-        raise ValidationFailed(_("Choose webhook or e-mail."), details={"channel": ["unknown"]})
+        raise ValidationFailed(
+            _("Choose webhook, e-mail, DingTalk, WeCom or Feishu."), details={"channel": ["unknown"]}
+        )
+    if language and language not in dict(settings.LANGUAGES):
+        raise ValidationFailed(
+            _("Choose a language of the platform or leave it blank."), details={"language": ["unknown"]}
+        )
     target = (target or "").strip()
     if channel == Subscription.Channel.WEBHOOK:
+        _check_url(target)
+    elif channel in Subscription.ROBOTS:
+        missing = robots.target_problem(channel, target)  # the shape first: it needs no DNS
+        if missing:
+            raise ValidationFailed(
+                _("This is not a %(robot)s robot webhook address: it has no %(part)s.")
+                % {"robot": ROBOT_NAMES[channel], "part": missing},
+                details={"target": ["not a robot webhook address"]},
+            )
+        secret = _robot_secret(channel, secret)
         _check_url(target)
     else:
         try:
@@ -121,7 +174,14 @@ def subscription_create(
         channel=channel,
         target=target,
         events=events,
-        secret=Subscription.new_secret() if channel == Subscription.Channel.WEBHOOK else "",
+        secret=(
+            Subscription.new_secret()
+            if channel == Subscription.Channel.WEBHOOK
+            else secret
+            if channel in Subscription.ROBOTS
+            else ""
+        ),
+        language=language,
     )
     change_record_create(
         actor=actor, action="subscription.create", obj=sub, after={"channel": channel, "events": events}
@@ -274,9 +334,66 @@ def _send_webhook(delivery: Delivery) -> tuple[bool, int | None, str]:
     )
 
 
+def subscriber_language(sub: Subscription) -> str:
+    """The language a subscription's messages are written in: its own, else its owner's preference,
+    else the platform's."""
+    if sub.language:
+        return sub.language
+    preferred = UserPreference.objects.filter(user_id=sub.owner_id).values_list("language", flat=True).first()
+    return preferred or settings.LANGUAGE_CODE
+
+
+def message_in(payload: dict, language: str) -> str:
+    """The payload's message in ``language`` (every message is rendered in each platform language)."""
+    if language.startswith("zh"):
+        return payload.get("message_zh_hans") or payload.get("message") or ""
+    return payload.get("message") or ""
+
+
+ROBOT_REFUSED = stored("failed: the robot refused the message (error code %(code)s)")
+
+
+def _send_robot(delivery: Delivery) -> tuple[bool, int | None, str]:
+    """Post to a DingTalk / WeCom / Feishu group robot (apps/notify/robots.py), signed as its vendor
+    documents, in the subscriber's language, under the outbound address policy. The robots answer
+    HTTP 200 also when they refuse a message; their JSON error code decides."""
+    sub = delivery.subscription
+    payload = delivery.payload
+    language = subscriber_language(sub)
+    with translation.override(language):
+        title = _("[Suanchi] %(event)s") % {"event": Event(delivery.event).label}
+    text = message_in(payload, language)
+    base = (settings.SUANCHI.get("PUBLIC_URL") or "").rstrip("/")
+    if base and payload.get("link"):
+        text = f"{text}\n{base}{payload['link']}"
+    url, body = robots.build(sub.channel, sub.target, sub.secret, title=title, text=text, now=time.time())
+    headers = {"Content-Type": "application/json; charset=utf-8", "User-Agent": "Suanchi-Webhook/1"}
+    try:
+        status, answer = outbound.request_json("POST", url, body=body, headers=headers, timeout=TIMEOUT_S)
+    except (outbound.BadURL, outbound.AddressRefused) as exc:
+        log.warning("notification %s refused by the outbound address policy: %r", delivery.pk, exc)
+        return False, None, REFUSED_BY_POLICY
+    except outbound.RequestFailed as exc:
+        log.info("notification %s got no HTTP response: %s", delivery.pk, exc)
+        return False, None, FAILED_NO_RESPONSE
+    status_class = status // 100
+    if status_class == 3:
+        return False, 300, REDIRECT_NOT_FOLLOWED
+    if status_class != 2:
+        return (
+            False,
+            status_class * 100 if 1 <= status_class <= 5 else None,
+            FAILED_HTTP % {"status_class": f"{status_class}xx"},
+        )
+    code = robots.refusal_code(sub.channel, answer)
+    if code is not None:
+        return False, 200, ROBOT_REFUSED % {"code": code}
+    return True, 200, ""
+
+
 def _send_email(delivery: Delivery) -> tuple[bool, int | None, str]:
     payload = delivery.payload
-    language = settings.LANGUAGE_CODE
+    language = subscriber_language(delivery.subscription)
     text = payload.get("message_zh_hans") if language.startswith("zh") else payload.get("message")
     with translation.override(language):
         subject = _("[Suanchi] %(event)s") % {"event": Event(delivery.event).label}
@@ -310,8 +427,13 @@ def deliveries_send(*, limit: int = 100, now=None) -> dict[str, int]:
         if not claimed:
             continue  # another sender has it
         delivery = Delivery.objects.select_related("subscription").get(pk=pk)
+        channel = delivery.subscription.channel
         sender = (
-            _send_webhook if delivery.subscription.channel == Subscription.Channel.WEBHOOK else _send_email
+            _send_webhook
+            if channel == Subscription.Channel.WEBHOOK
+            else _send_robot
+            if channel in Subscription.ROBOTS
+            else _send_email
         )
         ok, status, error = sender(delivery)
         fields = {"response_status": status, "last_error": error}
