@@ -7,7 +7,6 @@ import pytest
 
 from tests.browser.conftest import login, switch_language
 
-
 TABLE_GEOMETRY = """() => {
   const wrap = document.querySelector('.table-wrap');
   const table = wrap.querySelector('table');
