@@ -28,7 +28,16 @@ class DeliveryAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
 @admin.register(AlertRule)
 class AlertRuleAdmin(admin.ModelAdmin):
-    list_display = ["name", "kind", "threshold", "duration_s", "clear_margin", "project", "cluster", "enabled"]
+    list_display = [
+        "name",
+        "kind",
+        "threshold",
+        "duration_s",
+        "clear_margin",
+        "project",
+        "cluster",
+        "enabled",
+    ]
     list_filter = ["kind", "enabled"]
     search_fields = ["name"]
 

@@ -108,7 +108,9 @@ def test_closing_a_month_before_the_first_usage_is_a_400_and_writes_nothing(
     response = api_client.post("/api/billing/periods/close/", {"month": "2026-08"}, format="json")
     message = response.json()["error"]["message"]
     assert response.status_code == 400 and "first usage" in message
-    assert "2026-09-03 00:00" in message and "T00:00:00" not in message  # the pages' date format (issue 29 §9)
+    assert (
+        "2026-09-03 00:00" in message and "T00:00:00" not in message
+    )  # the pages' date format (issue 29 §9)
     assert not BillingPeriod.objects.exists() and not Bill.objects.exists()
     current = services.current_month().strftime("%Y-%m")
     response = api_client.post("/api/billing/periods/close/", {"month": current}, format="json")
