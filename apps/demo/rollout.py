@@ -1,7 +1,7 @@
 """Demo rollout data: a collector version that passed its soak, an Ascend firmware batch soaking, the
 upgrade plan that holds them, and an autoscaling policy for the demo inference service.
 
-The passed batch's telemetry is synthetic (source ``simulated:demo-rollout``, quality "estimated"),
+Both batches' soak telemetry is synthetic (source ``simulated:demo-rollout``, quality "estimated"),
 written through the telemetry ingest path and judged by the same evaluation as real data.
 """
 
@@ -109,7 +109,10 @@ def load(*, actor, stdout) -> dict[str, int]:
             nodes=[ascend_node],
         )
         services.upgrade_wave_create(actor=actor, plan=plan, batch=batch)
-        services.batch_soak_start(batch=batch, actor=actor, now=now - timedelta(hours=20))
+        start = now - timedelta(hours=20)
+        services.batch_soak_start(batch=batch, actor=actor, now=start)
+        # 20 hours of soak telemetry (synthetic, marked as such): the soak chart draws every hour.
+        _synthetic_soak(ascend_node, start=start, end=now - timedelta(minutes=1))
         services.batch_evaluate(batch=batch, actor=actor, now=now)
         created["batches"] += 1
 

@@ -215,7 +215,8 @@ def figure_html(fig: go.Figure, *, div_id: str) -> str:
                 "responsive": True,
                 "modeBarButtonsToRemove": ["lasso2d", "select2d"],
             },
-            "height": "360px",
+            # The box is as tall as the figure: a taller layout would spill over the next card.
+            "height": f"{int(fig.layout.height)}px" if fig.layout.height else "360px",
         },
         separators=(",", ":"),
     ).translate(_JSON_SCRIPT_ESCAPES)

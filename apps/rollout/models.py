@@ -319,6 +319,11 @@ class UpgradeWave(BaseModel):
     def state(self) -> str:
         return wave_state(self.batch.stage)
 
+    @property
+    def state_label(self) -> str:
+        """The state in the reader's language (the badge's text)."""
+        return str(UpgradeWave.State(self.state).label)
+
 
 _WAVE_STATE = {
     GrayBatch.Stage.PLANNED: UpgradeWave.State.PLANNED,

@@ -15,11 +15,12 @@ from datetime import datetime, timedelta
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
-from django.db.models import QuerySet
+from django.db.models import Count, OuterRef, Q, QuerySet, Subquery
 
 from apps.accounts.selectors import is_platform_staff, user_project_ids
+from apps.core.models import ChangeRecord
 from apps.core.stored_text import stored
-from apps.inventory.models import Device, DeviceEvent
+from apps.inventory.models import Device, DeviceEvent, Node
 from apps.rollout.autoscale import Sample
 from apps.rollout.models import (
     AutoscalePolicy,
@@ -82,6 +83,55 @@ def decision_list(*, user) -> QuerySet[ScaleDecision]:
     if is_platform_staff(user):
         return qs
     return qs.filter(job__project_id__in=user_project_ids(user))
+
+
+# --------------------------------------------------------------------------------------------------
+# node picker and history
+
+PICK_PAGE_SIZE = 25
+
+
+def node_pick_list(
+    *, user, q: str = "", pool_id: int | None = None, cluster_id: int | None = None, status: str = ""
+) -> QuerySet[Node]:
+    """Nodes a batch may be built from, for the create form's picker (paged by the caller): the
+    user's visible nodes (staff: all) minus retired ones, filtered by name (or ``key=value`` on the
+    labels), pool, cluster and status, with their cards in service and any gray batch holding them."""
+    from apps.inventory import selectors as inventory_selectors
+
+    qs = inventory_selectors.node_list(user=user).exclude(status=Node.Status.RETIRED)
+    q = (q or "").strip()
+    if "=" in q:
+        key, _sep, value = q.partition("=")
+        qs = qs.filter(labels__contains={key.strip(): value.strip()})
+    elif q:
+        qs = qs.filter(name__icontains=q)
+    if pool_id:
+        qs = qs.filter(pool_id=pool_id)
+    if cluster_id:
+        qs = qs.filter(cluster_id=cluster_id)
+    if status:
+        qs = qs.filter(status=status)
+    busy = GrayBatch.objects.filter(
+        nodes=OuterRef("pk"), stage__in=[GrayBatch.Stage.SOAKING, GrayBatch.Stage.PASSED]
+    ).values("name")[:1]
+    return qs.annotate(
+        cards=Count("devices", filter=~Q(devices__health__in=[Device.Health.RETIRED, Device.Health.LOST])),
+        gray_batch=Subquery(busy),
+    ).order_by("name", "pk")
+
+
+def batch_history(batch: GrayBatch, *, limit: int = 50) -> list[ChangeRecord]:
+    """The batch's audit records, newest first."""
+    from django.contrib.contenttypes.models import ContentType
+
+    return list(
+        ChangeRecord.objects.filter(
+            content_type=ContentType.objects.get_for_model(GrayBatch), object_id=str(batch.pk)
+        )
+        .select_related("actor")
+        .order_by("-created_at", "-pk")[:limit]
+    )
 
 
 # --------------------------------------------------------------------------------------------------

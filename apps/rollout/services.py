@@ -71,6 +71,20 @@ GRAY_KEY = "suanchi.io/gray"
 GRAY_TAINT = {"key": GRAY_KEY, "value": "true", "effect": "NoSchedule"}
 Stage = GrayBatch.Stage
 _IN_SERVICE_EXCLUDED = (Device.Health.RETIRED, Device.Health.LOST)
+# The stage changes of the diagram above, by the stages they start from (the batch page offers
+# these; each service still refuses a batch in another stage with a 409).
+BATCH_ACTIONS: dict[str, tuple[str, ...]] = {
+    "start_soak": (Stage.PLANNED,),
+    "evaluate": (Stage.SOAKING,),
+    "admit": (Stage.PASSED,),
+    "fail": (Stage.SOAKING, Stage.PASSED),
+    "rollback": (Stage.SOAKING, Stage.PASSED, Stage.FAILED),
+}
+
+
+def batch_actions(batch: GrayBatch) -> list[str]:
+    """The stage changes that apply to ``batch`` now, in the diagram's order."""
+    return [name for name, stages in BATCH_ACTIONS.items() if batch.stage in stages]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -108,8 +122,11 @@ def _lock_batch(batch: GrayBatch) -> GrayBatch:
     )
 
 
-def _move(batch: GrayBatch, *, to: str, expected: tuple[str, ...], reason: str, actor, **fields) -> None:
-    """Conditional stage update on a locked batch; 409 with the reason when it is in another stage."""
+def _move(
+    batch: GrayBatch, *, to: str, expected: tuple[str, ...], reason: str, actor, note: str = "", **fields
+) -> None:
+    """Conditional stage update on a locked batch; 409 with the reason when it is in another stage.
+    The audit record's message is the operator's ``note`` when one was given, else the stage reason."""
     if batch.stage not in expected:
         raise InvalidTransition(
             _("batch %(batch)s is %(stage)s; it must be %(expected)s to become %(to)s")
@@ -134,7 +151,7 @@ def _move(batch: GrayBatch, *, to: str, expected: tuple[str, ...], reason: str, 
         obj=batch,
         before=before,
         after=snapshot(batch, ["stage", "stage_reason"]),
-        message=reason,
+        message=note or reason,
     )
 
 
@@ -321,7 +338,8 @@ def _check_nodes(nodes: list[Node]) -> None:
 
 
 @transaction.atomic
-def batch_create(*, actor, nodes: list[Node], **fields: Any) -> GrayBatch:
+def batch_create(*, actor, nodes: list[Node], reason: str = "", **fields: Any) -> GrayBatch:
+    """A planned batch; ``reason`` (why it is created) is the audit record's message."""
     batch = GrayBatch(created_by=actor if not isinstance(actor, str) and actor is not None else None)
     _set_fields(batch, fields, BATCH_FIELDS)
     nodes = list(nodes or [])
@@ -333,6 +351,7 @@ def batch_create(*, actor, nodes: list[Node], **fields: Any) -> GrayBatch:
         action="graybatch.create",
         obj=batch,
         after={**snapshot(batch, list(BATCH_FIELDS)), "nodes": sorted(n.name for n in nodes)},
+        message=(reason or "").strip(),
     )
     return batch
 
@@ -429,8 +448,10 @@ def _layer_check(batch: GrayBatch) -> None:
 
 
 @transaction.atomic
-def batch_soak_start(*, batch: GrayBatch, actor, now: datetime | None = None) -> GrayBatch:
-    """Put the batch's nodes in the gray pool (cards gray, node label and taint pushed)."""
+def batch_soak_start(*, batch: GrayBatch, actor, now: datetime | None = None, reason: str = "") -> GrayBatch:
+    """Put the batch's nodes in the gray pool (cards gray, node label and taint pushed). ``reason``
+    (the operator's, from the batch page) is the audit record's message."""
+    note = (reason or "").strip()
     now = now or timezone.now()
     batch = _lock_batch(batch)
     if batch.stage != Stage.PLANNED:
@@ -531,6 +552,7 @@ def batch_soak_start(*, batch: GrayBatch, actor, now: datetime | None = None) ->
         expected=(Stage.PLANNED,),
         reason=started,
         actor=actor,
+        note=note,
         soak_started_at=now,
     )
     return batch
@@ -548,12 +570,15 @@ def _unhealthy_before_soak(device: Device) -> str:
 
 
 @transaction.atomic
-def batch_evaluate(*, batch: GrayBatch, actor, now: datetime | None = None) -> SoakResult:
+def batch_evaluate(*, batch: GrayBatch, actor, now: datetime | None = None, reason: str = "") -> SoakResult:
     """Compute the soak result now; a violated limit fails the batch, a complete soak passes it.
 
     The latest *pending* result is updated in place (a soak is evaluated every few minutes); a
-    decisive result (pass / fail) is a row of its own.
+    decisive result (pass / fail) is a row of its own. An evaluation someone asked for (``reason``
+    given, from the batch page) is audited (``graybatch.evaluate``); the beat's are not, except for
+    the stage change a decisive result makes.
     """
+    reason = (reason or "").strip()
     now = now or timezone.now()
     batch = _lock_batch(batch)
     if batch.stage != Stage.SOAKING:
@@ -589,6 +614,14 @@ def batch_evaluate(*, batch: GrayBatch, actor, now: datetime | None = None) -> S
         result = latest
     else:
         result = SoakResult.objects.create(batch=batch, **values)
+    if reason:
+        change_record_create(
+            actor=actor,
+            action="graybatch.evaluate",
+            obj=batch,
+            after={"result": result.pk, "verdict": verdict, "soak_hours": str(measure.soak_hours)},
+            message=reason,
+        )
     if verdict == SoakResult.Verdict.FAIL:
         _fail(
             batch,
@@ -603,6 +636,7 @@ def batch_evaluate(*, batch: GrayBatch, actor, now: datetime | None = None) -> S
             expected=(Stage.SOAKING,),
             reason=SOAK_PASSED_AFTER % {"hours": measure.soak_hours},
             actor=actor,
+            note=reason,
             soak_ended_at=now,
         )
     return result
@@ -884,15 +918,21 @@ def benchmark_run_record(*, actor, **fields: Any) -> BenchmarkRun:
 
 
 @transaction.atomic
-def upgrade_plan_create(*, actor, name: str, description: str = "") -> UpgradePlan:
+def upgrade_plan_create(*, actor, name: str, description: str = "", reason: str = "") -> UpgradePlan:
     plan = UpgradePlan(name=name, description=description)
     validate_and_save(plan, what="upgrade plan")
-    change_record_create(actor=actor, action="upgradeplan.create", obj=plan, after={"name": name})
+    change_record_create(
+        actor=actor,
+        action="upgradeplan.create",
+        obj=plan,
+        after={"name": name},
+        message=(reason or "").strip(),
+    )
     return plan
 
 
 @transaction.atomic
-def upgrade_wave_create(*, actor, plan: UpgradePlan, batch: GrayBatch) -> UpgradeWave:
+def upgrade_wave_create(*, actor, plan: UpgradePlan, batch: GrayBatch, reason: str = "") -> UpgradeWave:
     """Add a batch to a plan as the wave of its layer (derived from the batch's kind)."""
     layer = LAYER_OF_KIND.get(batch.kind)
     if layer is None:
@@ -915,13 +955,16 @@ def upgrade_wave_create(*, actor, plan: UpgradePlan, batch: GrayBatch) -> Upgrad
         action="upgradewave.create",
         obj=wave,
         after={"plan": plan.pk, "batch": batch.pk, "layer": layer},
+        message=(reason or "").strip(),
     )
     return wave
 
 
-def upgrade_wave_start(*, wave: UpgradeWave, actor, now: datetime | None = None) -> UpgradeWave:
+def upgrade_wave_start(
+    *, wave: UpgradeWave, actor, now: datetime | None = None, reason: str = ""
+) -> UpgradeWave:
     """Start the wave's soak; refused (409, with the blocking waves) before earlier layers passed."""
-    batch_soak_start(batch=wave.batch, actor=actor, now=now)
+    batch_soak_start(batch=wave.batch, actor=actor, now=now, reason=reason)
     return UpgradeWave.objects.select_related("plan", "batch").get(pk=wave.pk)
 
 

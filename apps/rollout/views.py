@@ -1,15 +1,22 @@
-"""Rollout pages: gray batches (list, detail with soak evidence), upgrade waves, autoscaling decisions."""
+"""Rollout pages: gray batches (list, create, detail with soak evidence and its stage changes), upgrade
+plans and waves, autoscaling decisions.
+
+Every write is a staff-only POST with a reason that calls one ``apps.rollout.services`` function (which
+validates, decides and writes the audit record); the actor and ``created_by`` are the signed-in user.
+Bad input is a 400 and a refused stage change a 409, both re-rendering the page with the message.
+"""
 
 from __future__ import annotations
 
-from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.db import transaction
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.safestring import mark_safe
 from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST, require_safe
 
@@ -17,9 +24,16 @@ from apps.accounts.selectors import is_platform_staff
 from apps.core.errors import ApplicationError
 from apps.core.permissions import staff_required
 from apps.core.stored_text import localize
-from apps.inventory.models import Node
+from apps.inventory.models import Cluster, Node, Pool
 from apps.rollout import charts, selectors, services
 from apps.rollout.filtersets import GrayBatchFilterSet
+from apps.rollout.forms import (
+    BatchCreateForm,
+    NodeReleaseForm,
+    PlanCreateForm,
+    ReasonForm,
+    WaveCreateForm,
+)
 from apps.rollout.models import GrayBatch, Layer, UpgradeWave
 
 
@@ -37,11 +51,74 @@ def batch_list(request: HttpRequest) -> HttpResponse:
     )
 
 
-class NodeReleaseForm(forms.Form):
-    """Release a node of a rolled-back batch from quarantine; the reason goes to the ledger history."""
+# The batch page's stage changes (services.BATCH_ACTIONS): label, what it does, and the message after.
+BATCH_ACTIONS = {
+    "start_soak": (
+        gettext_lazy("Start the soak"),
+        gettext_lazy(
+            "The cards go to the gray pool and the nodes get the suanchi.io/gray label and taint: only "
+            "jobs that opt in run there."
+        ),
+    ),
+    "evaluate": (
+        gettext_lazy("Evaluate now"),
+        gettext_lazy(
+            "Computes the soak result from telemetry and device events; a violated limit fails the batch, "
+            "a complete soak passes it."
+        ),
+    ),
+    "admit": (
+        gettext_lazy("Admit to production"),
+        gettext_lazy("The cards return to production; label and taint are removed."),
+    ),
+    "fail": (
+        gettext_lazy("Fail and quarantine"),
+        gettext_lazy("For a problem the criteria do not see: the nodes and their cards are quarantined."),
+    ),
+    "rollback": (
+        gettext_lazy("Roll back"),
+        gettext_lazy(
+            "The change was reverted on the nodes: gray cards return to production, label and taint go; "
+            "nodes only this batch's failure quarantined are released."
+        ),
+    ),
+}
+ACTION_DONE = {
+    "start_soak": gettext_lazy("Soak of %(batch)s started."),
+    "evaluate": gettext_lazy("%(batch)s evaluated: %(verdict)s."),
+    "admit": gettext_lazy("%(batch)s admitted to production."),
+    "fail": gettext_lazy("%(batch)s failed; its nodes are quarantined."),
+    "rollback": gettext_lazy("%(batch)s rolled back."),
+}
+# Audit actions as people read them on the batch page.
+HISTORY_LABELS = {
+    "graybatch.create": gettext_lazy("Batch created"),
+    "graybatch.update": gettext_lazy("Batch changed"),
+    "graybatch.evaluate": gettext_lazy("Soak evaluated on request"),
+    "graybatch.soaking": gettext_lazy("Soak started"),
+    "graybatch.passed": gettext_lazy("Soak passed"),
+    "graybatch.failed": gettext_lazy("Batch failed"),
+    "graybatch.admitted": gettext_lazy("Batch admitted to production"),
+    "graybatch.rolled_back": gettext_lazy("Batch rolled back"),
+}
+NODES_SHOWN = 100
 
-    node = forms.IntegerField()
-    reason = forms.CharField(max_length=300, strip=True)
+
+def _error_status(exc: ApplicationError) -> int:
+    return exc.status_code if exc.status_code in (400, 403, 404, 409) else 400
+
+
+def _form_errors_from(form, exc: ApplicationError) -> None:
+    """A service refusal on the form: under the field it names when the form has it, else on top."""
+    details = exc.details if isinstance(exc.details, dict) else {}
+    placed = False
+    for name, problems in details.items():
+        if name in form.fields and isinstance(problems, list) and name not in ("nodes",):
+            for problem in problems:
+                form.add_error(name, str(problem))
+            placed = True
+    if not placed:
+        form.add_error(None, exc.message)
 
 
 def _quarantined_nodes(batch: GrayBatch, nodes: list[Node]) -> list[dict]:
@@ -61,11 +138,26 @@ def _detail_context(batch: GrayBatch) -> dict:
     results = list(batch.results.order_by("-computed_at", "-pk")[:20])
     latest = results[0] if results else None
     wave = UpgradeWave.objects.filter(batch=batch).select_related("plan").first()
-    nodes = list(batch.nodes.select_related("cluster").order_by("name"))
+    nodes = batch.nodes.select_related("cluster").order_by("name")
+    quarantined = list(nodes.filter(status=Node.Status.QUARANTINED))
+    history = selectors.batch_history(batch)
+    for record in history:
+        record.label = HISTORY_LABELS.get(record.action, record.action)
     return {
         "batch": batch,
-        "nodes": nodes,
-        "quarantined": _quarantined_nodes(batch, nodes),
+        "nodes": list(nodes[:NODES_SHOWN]),
+        "node_count": nodes.count(),
+        "quarantined": _quarantined_nodes(batch, quarantined),
+        "actions": [
+            {
+                "key": key,
+                "url_key": key.replace("_", "-"),
+                "label": BATCH_ACTIONS[key][0],
+                "hint": BATCH_ACTIONS[key][1],
+            }
+            for key in services.batch_actions(batch)
+        ],
+        "history": history,
         "can_release": batch.stage == GrayBatch.Stage.ROLLED_BACK,
         "results": results,
         "latest": latest,
@@ -81,6 +173,147 @@ def _detail_context(batch: GrayBatch) -> dict:
 def batch_detail(request: HttpRequest, pk: int) -> HttpResponse:
     batch = get_object_or_404(selectors.batch_list(user=request.user), pk=pk)
     return render(request, "rollout/batch_detail.html", _detail_context(batch))
+
+
+def _run_batch_action(batch: GrayBatch, action: str, *, reason: str, actor) -> str:
+    """Call the action's service; the success message."""
+    done = ACTION_DONE[action]
+    if action == "start_soak":
+        services.batch_soak_start(batch=batch, actor=actor, reason=reason)
+    elif action == "evaluate":
+        result = services.batch_evaluate(batch=batch, actor=actor, reason=reason)
+        return done % {"batch": batch.name, "verdict": result.get_verdict_display()}
+    elif action == "admit":
+        services.batch_admit(batch=batch, actor=actor, reason=reason)
+    elif action == "fail":
+        services.batch_fail(batch=batch, actor=actor, reason=reason)
+    else:
+        outcome = services.batch_rollback(batch=batch, actor=actor, reason=reason).quarantine_outcome
+        text = done % {"batch": batch.name}
+        for kept in outcome["kept"]:
+            text += " " + _("Node %(node)s stays quarantined: %(why)s.") % {
+                "node": kept["node"],
+                "why": localize(kept["reason"]),
+            }
+        return text
+    return done % {"batch": batch.name}
+
+
+@staff_required
+@require_POST
+def batch_action(request: HttpRequest, pk: int, action: str) -> HttpResponse:
+    """One stage change of a batch (start soak, evaluate, admit, fail, roll back), staff, with a
+    reason. A missing reason is a 400; a stage change the batch's stage does not allow a 409 (the
+    service's message); both re-render the page with the error next to the action's form."""
+    action = action.replace("-", "_")
+    if action not in services.BATCH_ACTIONS:
+        raise Http404
+    batch = get_object_or_404(selectors.batch_list(user=request.user), pk=pk)
+    form = ReasonForm(request.POST)
+    status = 400
+    if form.is_valid():
+        try:
+            text = _run_batch_action(batch, action, reason=form.cleaned_data["reason"], actor=request.user)
+        except ApplicationError as exc:
+            form.add_error(None, exc.message)
+            status = _error_status(exc)
+        else:
+            messages.success(request, text)
+            return redirect("rollout:batch-detail", pk=batch.pk)
+    batch.refresh_from_db()
+    context = _detail_context(batch)
+    context["action_form"] = form
+    context["action_failed"] = action
+    return render(request, "rollout/batch_detail.html", context, status=status)
+
+
+def _create_context(form: BatchCreateForm) -> dict:
+    """The create page: the form, the picker's pools and clusters, and the nodes already picked (kept
+    when the form comes back with an error)."""
+    picked_ids = [int(v) for v in form.data.getlist("nodes") if str(v).isdigit()] if form.is_bound else []
+    return {
+        "form": form,
+        "picked": list(Node.objects.filter(pk__in=picked_ids).select_related("cluster").order_by("name")),
+        "pools": Pool.objects.select_related("cluster").order_by("cluster__name", "name"),
+        "clusters": Cluster.objects.order_by("name"),
+        "statuses": [(v, label) for v, label in Node.Status.choices if v != Node.Status.RETIRED],
+        "has_criteria": form.fields["criteria"].queryset.exists(),
+    }
+
+
+@staff_required
+def batch_create(request: HttpRequest) -> HttpResponse:
+    """Create a planned batch (staff): ``created_by`` is the signed-in user, the reason goes to the
+    audit record. With a plan, the batch also becomes the plan's wave of its layer, in one
+    transaction: a refusal of either writes nothing."""
+    if request.method == "POST":
+        form = BatchCreateForm(request.POST)
+        if form.is_valid():
+            kwargs = form.service_kwargs()
+            plan = form.cleaned_data.get("plan")
+            try:
+                with transaction.atomic():
+                    batch = services.batch_create(actor=request.user, **kwargs)
+                    if plan is not None:
+                        services.upgrade_wave_create(
+                            actor=request.user, plan=plan, batch=batch, reason=kwargs["reason"]
+                        )
+            except ApplicationError as exc:
+                _form_errors_from(form, exc)
+                status = _error_status(exc)
+            else:
+                messages.success(
+                    request,
+                    _("Batch %(batch)s created with %(count)s node(s).")
+                    % {"batch": batch.name, "count": len(kwargs["nodes"])},
+                )
+                return redirect("rollout:batch-detail", pk=batch.pk)
+        else:
+            status = 400
+        return render(request, "rollout/batch_create.html", _create_context(form), status=status)
+    if request.method not in ("GET", "HEAD"):
+        return HttpResponse(status=405, headers={"Allow": "GET, HEAD, POST"})
+    return render(request, "rollout/batch_create.html", _create_context(BatchCreateForm()))
+
+
+def _int_param(request: HttpRequest, name: str) -> int | None:
+    value = request.GET.get(name, "")
+    return int(value) if value.isdigit() else None
+
+
+@never_cache
+@staff_required
+@require_safe
+def node_search(request: HttpRequest) -> JsonResponse:
+    """The create form's node picker: one page of matching nodes (server-side filter and paging, so it
+    works the same for ten nodes or ten thousand)."""
+    qs = selectors.node_pick_list(
+        user=request.user,
+        q=request.GET.get("q", "")[:200],
+        pool_id=_int_param(request, "pool"),
+        cluster_id=_int_param(request, "cluster"),
+        status=request.GET.get("status", "") if request.GET.get("status") in Node.Status.values else "",
+    )
+    page = Paginator(qs, selectors.PICK_PAGE_SIZE).get_page(request.GET.get("page"))
+    return JsonResponse(
+        {
+            "count": page.paginator.count,
+            "page": page.number,
+            "pages": page.paginator.num_pages,
+            "results": [
+                {
+                    "id": node.pk,
+                    "name": node.name,
+                    "cluster": node.cluster.name,
+                    "pool": str(node.pool.name) if node.pool_id else "",
+                    "status": str(node.get_status_display()),
+                    "cards": node.cards,
+                    "gray_batch": node.gray_batch or "",
+                }
+                for node in page.object_list
+            ],
+        }
+    )
 
 
 @staff_required
@@ -137,9 +370,7 @@ def batch_live(request: HttpRequest, pk: int) -> JsonResponse:
     return JsonResponse({"fields": fields})
 
 
-@staff_required
-@require_safe
-def wave_list(request: HttpRequest) -> HttpResponse:
+def _waves_context(request: HttpRequest, **forms) -> dict:
     plans = []
     for plan in selectors.plan_list(user=request.user).prefetch_related("waves__batch"):
         waves = sorted(plan.waves.all(), key=lambda w: (w.layer, w.pk))
@@ -152,7 +383,77 @@ def wave_list(request: HttpRequest) -> HttpResponse:
                 ],
             }
         )
-    return render(request, "rollout/waves.html", {"plans": plans})
+    return {
+        "plans": plans,
+        "plan_form": forms.get("plan_form") or PlanCreateForm(),
+        "wave_form": forms.get("wave_form") or WaveCreateForm(),
+        "start_form": forms.get("start_form"),
+        "start_failed": forms.get("start_failed"),
+    }
+
+
+@staff_required
+@require_safe
+def wave_list(request: HttpRequest) -> HttpResponse:
+    return render(request, "rollout/waves.html", _waves_context(request))
+
+
+@staff_required
+@require_POST
+def plan_create(request: HttpRequest) -> HttpResponse:
+    form = PlanCreateForm(request.POST)
+    status = 400
+    if form.is_valid():
+        try:
+            plan = services.upgrade_plan_create(actor=request.user, **form.cleaned_data)
+        except ApplicationError as exc:
+            _form_errors_from(form, exc)
+            status = _error_status(exc)
+        else:
+            messages.success(request, _("Upgrade plan %(plan)s created.") % {"plan": plan.name})
+            return redirect("rollout:waves")
+    return render(request, "rollout/waves.html", _waves_context(request, plan_form=form), status=status)
+
+
+@staff_required
+@require_POST
+def wave_create(request: HttpRequest) -> HttpResponse:
+    form = WaveCreateForm(request.POST)
+    status = 400
+    if form.is_valid():
+        try:
+            wave = services.upgrade_wave_create(actor=request.user, **form.cleaned_data)
+        except ApplicationError as exc:
+            form.add_error(None, exc.message)
+            status = _error_status(exc)
+        else:
+            messages.success(
+                request,
+                _("%(batch)s is the %(layer)s wave of %(plan)s.")
+                % {"batch": wave.batch.name, "layer": wave.get_layer_display(), "plan": wave.plan.name},
+            )
+            return redirect("rollout:waves")
+    return render(request, "rollout/waves.html", _waves_context(request, wave_form=form), status=status)
+
+
+@staff_required
+@require_POST
+def wave_start(request: HttpRequest, pk: int) -> HttpResponse:
+    """Start a wave's soak (staff, with a reason); refused with a 409 before earlier layers passed."""
+    wave = get_object_or_404(selectors.wave_list(user=request.user), pk=pk)
+    form = ReasonForm(request.POST)
+    status = 400
+    if form.is_valid():
+        try:
+            services.upgrade_wave_start(wave=wave, actor=request.user, reason=form.cleaned_data["reason"])
+        except ApplicationError as exc:
+            form.add_error(None, exc.message)
+            status = _error_status(exc)
+        else:
+            messages.success(request, _("Wave %(batch)s started.") % {"batch": wave.batch.name})
+            return redirect("rollout:waves")
+    context = _waves_context(request, start_form=form, start_failed=wave.pk)
+    return render(request, "rollout/waves.html", context, status=status)
 
 
 @login_required
