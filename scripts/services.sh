@@ -29,6 +29,8 @@ command -v prometheus >/dev/null 2>&1 || missing="$missing prometheus"
 # ... which the PDF bill also embeds (apps/billing/exports.py); the bill tests read PDFs with
 # poppler's pdffonts / pdftotext.
 command -v pdffonts >/dev/null 2>&1 || missing="$missing poppler-utils"
+# The cluster tests make TLS certificates at test time with the openssl CLI (tests/clusters/test_pages.py).
+command -v openssl >/dev/null 2>&1 || missing="$missing openssl"
 if [ -n "$missing" ]; then
     echo "installing Debian packages:$missing"
     SUDO=""

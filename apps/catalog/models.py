@@ -25,6 +25,7 @@ class Vendor(models.TextChoices):
     ILUVATAR = "iluvatar", "Iluvatar CoreX"
     KUNLUNXIN = "kunlunxin", "Kunlunxin"
     ENFLAME = "enflame", "Enflame"
+    MTHREADS = "mthreads", "Moore Threads"
 
 
 class DeviceKind(models.TextChoices):
@@ -236,7 +237,8 @@ class ComputeTemplate(BaseModel):
 
     @property
     def partition_type(self) -> str:
-        """ "mig", "vnpu" or "" (soft slice); from the model's catalog data (no query once loaded)."""
+        """ "mig", "vnpu", "amd-partition" or "" (soft slice); from the model's catalog data (no query
+        once loaded)."""
         from apps.catalog.partitions import profile_kind
 
         if not self.partition_profile or self.device_model_id is None:

@@ -24,12 +24,16 @@ Facts from the vendor's source, Ascend/mind-cluster at 22bb3d987bc0208c3eb7395e2
   (``assemblePhyDevices``: ``fmt.Sprintf("%s-%d", tool.name, davinCiDev.PhyID)``), e.g.
   ``Ascend910-1,Ascend910-2`` (docs ``03_full_npu_scheduling_and_static_vnpu_scheduling_training.md``).
   The ledger's ``Device.index`` is what ``npu-smi info`` prints (``apps.inventory.vendors.huawei``):
-  the physical id on ``Phy-ID`` layouts, the NPU / Device id elsewhere, which is read as the same id.
+  the physical id on ``Phy-ID`` layouts, the NPU / Device id elsewhere, which is read as the same id
+  — an assumption: the ledger keeps no id known to be the physical one there (npu-smi info does not
+  label one so; the parser's ``extra`` is not stored), and a real 310P3 host has NPU ids 4 / 5 for physical ids 0 / 2
+  (HAMi's DRA lab, see the DRA section below). Exact only for ledgers from ``Phy-ID`` layouts.
   ``apps.clusters.pod_report.ascend_placements`` turns pods into the read-back's input.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -197,3 +201,136 @@ def ascend_real_chips(value: str) -> list[int]:
             )
         ids.append(int(match.group(1)))
     return sorted(set(ids))
+
+
+# ---------------------------------------------------------------------------------------------------
+# DRA: HAMi's ascend-dra-driver (cluster mode ``ascend-dra``)
+# ---------------------------------------------------------------------------------------------------
+#
+# Read in the driver's source (not run: no Ascend host here), Project-HAMi/ascend-dra-driver @
+# dc1db52ee22085e63406da674fade2684bd13748:
+#
+# * Driver name ``ascend.project-hami.io`` (pkg/consts/consts.go DriverName). Attribute names are
+#   unqualified (the driver's domain): ``index`` (the chip's DCMI logic id), ``physicalID`` (its
+#   physical id, ``GetPhysicIDFromLogicID``; what the driver puts in ASCEND_VISIBLE_DEVICES,
+#   state.go visibleDeviceID), ``uuid``, ``model`` / ``productName`` (the chip type, e.g. 310P3),
+#   ``brand`` "Huawei", ``type`` (cmd/ascend-dra-kubeletplugin/discovery.go enumerateDevices). One
+#   device per chip, named ``npu-<logic id>-0``. No PCI address is published.
+# * The Helm chart runs the plugin with ``--feature-gates=HAMivNPUCore=true`` unless
+#   ``kubeletPlugin.fullCardAndTraditionalVNPU.enabled`` (templates/kubeletplugin.yaml; values.yaml:
+#   full-card and template vNPU "still under development"). With the gate every device is
+#   ``type: HAMivNPUCore``, ``allowMultipleAllocations: true``, with consumable capacity ``cores``
+#   (100, step 1, min 0) and ``memory`` (the chip's memory in bytes, step 1Mi), each defaulting to the
+#   whole value (buildLibvNPUDeviceCapacities): a request that names no capacity consumes the whole
+#   chip, so no other claim fits on it. Needs Kubernetes 1.34+ with DRAConsumableCapacity.
+# * Prepare (applyLibvNPUConfig) gives the container NPU_MEM_QUOTA = consumed memory in MiB and
+#   NPU_PRIORITY = consumed ``cores``, and refuses a claim whose devices consumed different
+#   capacities ("capacities must be same across devices currently", validateAllocationResultForLibvNPU):
+#   the pod would hang in ContainerCreating, so Suanchi refuses such a pod before it is pushed.
+#   Template vNPUs are the other (non-default) mode's; under HAMivNPUCore a template is refused.
+# * The DeviceClass: HAMi-DRA's ``hami-vnpu-core.project-hami.io`` (Project-HAMi/HAMi-DRA @
+#   15adbeea09c41ce3009aa33a832dcf167211e2c6 docs/ascend-dra.md "DeviceClass"; the driver's own demo
+#   uses the same selector under another name, demo/kind-vnpu/templates/setup-resources.yaml.tpl).
+#
+# Pinning: the claim selects ``physicalID == Device.index``, the same id the device plugin's
+# AscendReal names (``<chip>-<physical id>``). ``Device.index`` is the physical id on ``npu-smi info``
+# layouts with a ``Phy-ID`` column (A3); on the others it is the NPU id (910B) or Device id (310P),
+# which the ledger cannot tell from the physical id. The ledger stores no other id (npu-smi info
+# prints no logic or physical id there, and the parser's ``extra`` is not kept), so on such nodes the
+# pin holds only where the two coincide; cluster sync reports every chip whose index no ``physicalID``
+# matches (``apps.clusters.sync``), so a mismatch is seen, not hidden. A real 310P3 host shows they can
+# differ (HAMi's "Lab 18: Ascend NPU Sharing with HAMi DRA": npu-smi NPU ids 4 / 5, physicalID 0 / 2).
+
+ASCEND_DRA_MODE = "ascend-dra"
+DRA_DRIVER = "ascend.project-hami.io"
+DRA_DEVICE_CLASS = "hami-vnpu-core.project-hami.io"
+DRA_DEVICE_TYPE = "HAMivNPUCore"
+DRA_DEVICE_CLASS_SELECTOR = (
+    f'device.driver == "{DRA_DRIVER}" && device.attributes["{DRA_DRIVER}"].type == "{DRA_DEVICE_TYPE}"'
+)
+DRA_ATTRS = f'device.attributes["{DRA_DRIVER}"]'
+DRA_PIN_ATTRIBUTE = "physicalID"
+DRA_SOURCE = "https://github.com/Project-HAMi/ascend-dra-driver"
+
+
+def dra_capacity_requests(allocation: Any) -> dict[str, str] | None:
+    """``exactly.capacity.requests`` for one Huawei allocation under HAMivNPUCore: None for a whole
+    chip (the capacities' defaults are the whole chip), else ``memory`` (``<MiB>Mi``) and ``cores``
+    (percent of the chip, rounded up, 1-100). ``ValidationFailed`` for what the driver cannot give."""
+    device = allocation.device
+    if allocation.partition_profile:
+        raise ValidationFailed(
+            _(
+                "vNPU template %(template)s cannot be given by HAMi's ascend-dra-driver: in its "
+                "HAMivNPUCore mode (the chart's default) it shares a chip by memory and cores, not by "
+                "templates. Ask for memory and a compute share instead, or set the cluster's mode for "
+                "huawei to ascend-vnpu (the Ascend device plugin's templates)."
+            )
+            % {"template": allocation.partition_profile},
+            code="fraction_not_shareable",
+            details={"partition_profile": allocation.partition_profile, "mode": ASCEND_DRA_MODE},
+        )
+    if allocation.whole_card:
+        return None
+    if not allocation.memory_mib:
+        raise ValidationFailed(
+            _(
+                "A share of Ascend chip %(card)s cannot be given without a memory size: HAMi's "
+                "ascend-dra-driver would give it all of the chip's memory. Ask for memory, or for whole chips."
+            )
+            % {"card": device.index},
+            code="fraction_not_shareable",
+        )
+    cores = min(100, max(1, math.ceil(int(allocation.compute_milli or 0) / 10)))
+    return {"cores": str(cores), "memory": f"{int(allocation.memory_mib)}Mi"}
+
+
+def dra_gate_refusal(cluster: Any) -> str:
+    """Why no claim of class hami-vnpu-core.project-hami.io can be allocated on ``cluster`` ("" when
+    it can, or when Test connection never read the driver's gates: unknown is no refusal): the
+    driver runs with HAMivNPUCore off (``apps.clusters.connect.ascend_dra_gates``), so it publishes
+    type "NPU" devices the class does not select and the pod would stay Pending."""
+    from apps.clusters.sharing import recorded_gates
+
+    gates, daemonset = recorded_gates(cluster, "huawei")
+    if gates is None or gates.get("HAMivNPUCore"):
+        return ""
+    return _(
+        "HAMi's Ascend DRA driver runs with its HAMivNPUCore feature gate off (DaemonSet %(daemonset)s): "
+        "it then publishes its chips as type NPU (the full-card / template mode, still under "
+        "development), which DeviceClass %(cls)s does not select, so the pod would stay Pending. "
+        "Install the chart without kubeletPlugin.fullCardAndTraditionalVNPU.enabled (then test the "
+        "connection again), or set the cluster's mode for huawei to plain or ascend-vnpu."
+    ) % {"daemonset": daemonset or "?", "cls": DRA_DEVICE_CLASS}
+
+
+def dra_check_claim(allocations: Sequence[Any], cluster: Any = None) -> None:
+    """Refuse (``ValidationFailed``) one pod's Huawei allocations that the driver would not give:
+    none while its HAMivNPUCore gate is known to be off (:func:`dra_gate_refusal`); and, as its
+    Prepare refuses, devices of one claim consuming different capacities. Whole chips consume their
+    whole memory, so whole chips of different memory sizes (as the ledger knows them) are refused too."""
+    refusal = dra_gate_refusal(cluster) if cluster is not None else ""
+    if refusal:
+        raise ValidationFailed(refusal, code="dra_gate_off", details={"mode": ASCEND_DRA_MODE})
+    shapes = {}
+    for a in allocations:
+        caps = dra_capacity_requests(a)
+        shape = ("share", caps["cores"], caps["memory"]) if caps else ("whole", a.device.memory_mib or "?")
+        shapes.setdefault(shape, []).append(a)
+    if len(shapes) > 1:
+
+        def said(shape: tuple) -> str:
+            if shape[0] == "whole":
+                return _("a whole chip (%(memory)s MiB)") % {"memory": shape[1]}
+            return _("cores %(cores)s, memory %(memory)s") % {"cores": shape[1], "memory": shape[2]}
+
+        raise ValidationFailed(
+            _(
+                "HAMi's ascend-dra-driver gives all chips of one pod the same memory and cores (it "
+                'refuses the claim otherwise: "capacities must be same across devices currently"); '
+                "this pod would get %(shapes)s. Ask for the same share on every chip."
+            )
+            % {"shapes": "; ".join(said(s) for s in shapes)},
+            code="fraction_not_shareable",
+            details={"mode": ASCEND_DRA_MODE},
+        )

@@ -26,6 +26,7 @@ from django.utils.text import slugify
 from django.utils.translation import gettext as _
 
 from apps.clusters.kubeconfig_safety import kubeconfig_parse
+from apps.clusters.tls import tls_failure, tls_lines
 from apps.core.audit import change_record_create
 from apps.core.errors import ValidationFailed
 from apps.inventory.models import Cluster
@@ -54,21 +55,141 @@ VERBS: tuple[tuple[str, str, str], ...] = (
 # (Deep-Spark/ix-exporter deployment/static/ix-exporter.yaml)).
 KNOWN_DAEMONSETS: tuple[tuple[str, str], ...] = (
     ("nvidia-dra-driver", "NVIDIA DRA driver"),
+    ("dra-driver-nvidia", "NVIDIA DRA driver"),  # the chart's name since the repository's rename
     ("nvidia-device-plugin", "NVIDIA device plugin"),
     ("dcgm-exporter", "NVIDIA DCGM exporter"),
     ("hami-device-plugin", "HAMi device plugin"),
     ("ascend-device-plugin", "Ascend device plugin"),
+    # HAMi's ascend-dra-driver chart: DaemonSet "<release>-ascend-dra-driver-kubeletplugin" (its
+    # templates/kubeletplugin.yaml; "ascend-dra-driver-kubeletplugin" for the README's release name).
+    ("ascend-dra-driver", "HAMi Ascend DRA driver"),
     ("npu-exporter", "Ascend NPU exporter"),
     ("amdgpu-device-plugin", "AMD GPU device plugin"),
     ("amd-gpu-device-plugin", "AMD GPU device plugin"),
     ("device-metrics-exporter", "AMD device metrics exporter"),
     ("dcu-device-plugin", "Hygon DCU device plugin"),
     ("dcu-exporter", "Hygon DCU exporter"),
+    # HYGON-AI/k8s-hcu-device-plugin deployment/static/*.yaml: hcu-device-plugin (-mig, -hami);
+    # HYGON-AI/k8s-hcu-dra-driver deployments/static/hcu-dra-driver.yaml; HYGON-AI/hcu-exporter.
+    ("hcu-device-plugin", "Hygon HCU device plugin"),
+    ("hcu-dra-driver", "Hygon HCU DRA driver"),
+    ("hcu-exporter", "Hygon HCU exporter"),
     ("cambricon-device-plugin", "Cambricon device plugin"),
     ("mlu-exporter", "Cambricon MLU exporter"),
     ("iluvatar-device-plugin", "Iluvatar device plugin"),
     ("ix-exporter", "Iluvatar ix-exporter"),
 )
+
+
+# The NVIDIA DRA driver's sharing feature gates, read from its kubelet plugin (sigs.k8s.io/
+# dra-driver-nvidia-gpu, formerly NVIDIA/k8s-dra-driver-gpu, @ 22407113785e78c7763b4637689a201eb39c6199):
+# the chart's DaemonSet ``<chart name>-kubelet-plugin`` (templates/kubeletplugin.yaml; chart
+# ``dra-driver-nvidia-gpu``, before the rename ``nvidia-dra-driver-gpu``) passes the Helm value
+# ``featureGates`` to its ``gpus`` container as env ``FEATURE_GATES`` = "K=V," per gate, read as the
+# ``--feature-gates`` flag (pkg/flags/featuregates.go; k8s.io/component-base featuregate: comma-
+# separated key=value, strconv.ParseBool values). Defaults (pkg/featuregates/featuregates.go):
+# TimeSlicingSettings and MPSSupport alpha, off; DynamicMIG alpha, off (and refused together with
+# MPSSupport). api/nvidia.com/resource/v1beta1/validate.go refuses a GpuConfig whose sharing
+# strategy's gate is off when the claim is prepared.
+NVIDIA_DRA_GATES: dict[str, bool] = {"TimeSlicingSettings": False, "MPSSupport": False, "DynamicMIG": False}
+_GO_BOOLS = {
+    **dict.fromkeys(("1", "t", "T", "TRUE", "true", "True"), True),
+    **dict.fromkeys(("0", "f", "F", "FALSE", "false", "False"), False),
+}
+
+
+def feature_gates_parse(text: str) -> dict[str, bool] | None:
+    """``"TimeSlicingSettings=true,MPSSupport=false,"`` → {name: on}; None when a pair is not
+    ``key=bool`` (the driver would refuse to start with it: nothing is known then)."""
+    gates: dict[str, bool] = {}
+    for pair in str(text).split(","):
+        pair = pair.strip()
+        if not pair:
+            continue
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip() or value.strip() not in _GO_BOOLS:
+            return None
+        gates[key.strip()] = _GO_BOOLS[value.strip()]
+    return gates
+
+
+def nvidia_dra_gates(ds: dict) -> dict[str, bool] | None:
+    """The sharing gates the NVIDIA DRA driver's kubelet plugin DaemonSet ``ds`` runs with (the
+    driver's defaults for the gates it does not set); None when they cannot be read (an env from a
+    ConfigMap or Secret, a malformed list)."""
+    containers = ((ds.get("spec") or {}).get("template") or {}).get("spec", {}).get("containers") or []
+    ordered = [c for c in containers if c.get("name") == "gpus"] or list(containers)
+    for container in ordered:
+        texts = []
+        for env in container.get("env") or []:
+            if env.get("name") == "FEATURE_GATES":
+                if "value" not in env:
+                    return None  # valueFrom: not in the DaemonSet
+                texts.append(str(env.get("value") or ""))
+        for arg in (container.get("args") or []) + (container.get("command") or []):
+            if str(arg).startswith("--feature-gates="):
+                texts.append(str(arg).split("=", 1)[1])
+        if texts or container.get("name") == "gpus":
+            gates = dict(NVIDIA_DRA_GATES)
+            for text in texts:
+                parsed = feature_gates_parse(text)
+                if parsed is None:
+                    return None
+                gates.update({k: v for k, v in parsed.items() if k in NVIDIA_DRA_GATES})
+            return gates
+    return None
+
+
+# HAMi's Ascend DRA driver (Project-HAMi/ascend-dra-driver @ dc1db52ee22085e63406da674fade2684bd13748):
+# its one gate HAMivNPUCore defaults to off in code (pkg/featuregates/featuregates.go, alpha), and the
+# chart's ``plugin`` container passes ``--feature-gates=HAMivNPUCore=<not
+# kubeletPlugin.fullCardAndTraditionalVNPU.enabled>`` (templates/kubeletplugin.yaml); the flag is also
+# read from env FEATURE_GATES (pkg/flags/utils.go pflagToCLI). Off, the driver publishes type "NPU"
+# devices, which the HAMivNPUCore class does not select (apps.clusters.ascend).
+ASCEND_DRA_GATES: dict[str, bool] = {"HAMivNPUCore": False}
+
+
+def ascend_dra_gates(ds: dict) -> dict[str, bool] | None:
+    """The gates HAMi's Ascend DRA kubelet plugin DaemonSet ``ds`` runs with (the code's defaults for
+    those it does not set); None when they cannot be read."""
+    containers = ((ds.get("spec") or {}).get("template") or {}).get("spec", {}).get("containers") or []
+    ordered = [c for c in containers if c.get("name") == "plugin"] or list(containers)
+    for container in ordered:
+        texts = []
+        for env in container.get("env") or []:
+            if env.get("name") == "FEATURE_GATES":
+                if "value" not in env:
+                    return None  # valueFrom: not in the DaemonSet
+                texts.append(str(env.get("value") or ""))
+        for arg in (container.get("args") or []) + (container.get("command") or []):
+            if str(arg).startswith("--feature-gates="):
+                texts.append(str(arg).split("=", 1)[1])
+        if texts or container.get("name") == "plugin":
+            gates = dict(ASCEND_DRA_GATES)
+            for text in texts:
+                parsed = feature_gates_parse(text)
+                if parsed is None:
+                    return None
+                gates.update({k: v for k, v in parsed.items() if k in ASCEND_DRA_GATES})
+            return gates
+    return None
+
+
+def hcu_plugin_strategy(ds: dict) -> str | None:
+    """The registration strategy Hygon's HCU device plugin DaemonSet ``ds`` runs with: its
+    ``RESOURCE_REGISTER_STRATEGY`` env (or ``--strategy``), default ``mixed`` (HYGON-AI/
+    k8s-hcu-device-plugin @ 42b18bd893d308704e8c9b0e0c95e981b79886dd cmd/main.go). ``hcu`` and
+    ``mixed`` advertise whole cards as ``hygon.com/hcu`` (Suanchi's mode ``hcu``); ``vhcu`` / ``mig``
+    / ``hami`` only slices. None when the value comes from elsewhere (valueFrom)."""
+    containers = ((ds.get("spec") or {}).get("template") or {}).get("spec", {}).get("containers") or []
+    for container in containers:
+        for arg in [*(container.get("command") or []), *(container.get("args") or [])]:
+            if str(arg).startswith("--strategy="):
+                return str(arg).split("=", 1)[1]
+        for env in container.get("env") or []:
+            if env.get("name") == "RESOURCE_REGISTER_STRATEGY":
+                return str(env["value"]) if "value" in env else None
+    return "mixed"
 
 
 def _verb_text(verb: str, group: str, resource: str) -> str:
@@ -103,7 +224,13 @@ def cluster_probe(cluster: Cluster) -> dict[str, Any]:
         try:
             version = backend._call("get /version", client.VersionApi(api).get_code)
         except BackendError as e:
-            result["problems"].append(_("The API server did not answer: %(error)s") % {"error": e.message})
+            tls = tls_failure(e, server=str(getattr(api.configuration, "host", "") or ""))
+            if tls:  # explained at display (check_lines); the raw text kept for staff
+                result["tls"] = tls
+            else:
+                result["problems"].append(
+                    _("The API server did not answer: %(error)s") % {"error": e.message}
+                )
             return result
         result["server_version"] = (
             version.get("gitVersion") or f"{version.get('major')}.{version.get('minor')}"
@@ -139,14 +266,27 @@ def cluster_probe(cluster: Cluster) -> dict[str, Any]:
             what = next((label for fragment, label in KNOWN_DAEMONSETS if fragment in name), None)
             if what:
                 status = ds.get("status") or {}
-                result["plugins"].append(
-                    {
-                        "what": what,
-                        "daemonset": f"{meta.get('namespace', '')}/{name}",
-                        "ready": int(status.get("numberReady") or 0),
-                        "desired": int(status.get("desiredNumberScheduled") or 0),
+                plugin = {
+                    "what": what,
+                    "daemonset": f"{meta.get('namespace', '')}/{name}",
+                    "ready": int(status.get("numberReady") or 0),
+                    "desired": int(status.get("desiredNumberScheduled") or 0),
+                }
+                if what == "NVIDIA DRA driver" and name.endswith("-kubelet-plugin"):
+                    plugin["feature_gates"] = nvidia_dra_gates(ds)
+                    result.setdefault("dra_gates", {})["nvidia"] = {
+                        "daemonset": plugin["daemonset"],
+                        "gates": plugin["feature_gates"],
                     }
-                )
+                if what == "Hygon HCU device plugin":
+                    plugin["strategy"] = hcu_plugin_strategy(ds)
+                if what == "HAMi Ascend DRA driver" and name.endswith("-kubeletplugin"):
+                    plugin["feature_gates"] = ascend_dra_gates(ds)
+                    result.setdefault("dra_gates", {})["huawei"] = {
+                        "daemonset": plugin["daemonset"],
+                        "gates": plugin["feature_gates"],
+                    }
+                result["plugins"].append(plugin)
         try:
             classes = backend._call("list deviceclasses", client.ResourceV1Api(api).list_device_class)
             result["device_classes"] = sorted(
@@ -167,6 +307,8 @@ def check_lines(result: dict[str, Any]) -> list[str]:
     lines: list[str] = []
     if result.get("server_version") == "simulated":
         return [_("Simulated cluster: nothing to connect to.")]
+    if result.get("tls"):
+        lines += tls_lines(result["tls"])
     if result.get("server_version"):
         lines.append(_("Connected: Kubernetes %(version)s.") % {"version": result["server_version"]})
     verbs = result.get("verbs") or {}
@@ -180,6 +322,15 @@ def check_lines(result: dict[str, Any]) -> list[str]:
             _("%(what)s runs as DaemonSet %(ds)s (%(ready)d of %(desired)d ready).")
             % {"what": p["what"], "ds": p["daemonset"], "ready": p["ready"], "desired": p["desired"]}
         )
+        if "feature_gates" in p:
+            gates = p["feature_gates"]
+            if gates is None:
+                lines.append(
+                    _("Its feature gates could not be read (FEATURE_GATES is not a literal key=value list).")
+                )
+            else:
+                shown = ", ".join(f"{k}={'true' if v else 'false'}" for k, v in sorted(gates.items()))
+                lines.append(_("Its feature gates: %(gates)s.") % {"gates": shown})
     if result.get("server_version") and not result.get("plugins"):
         lines.append(_("No known device plugin or exporter DaemonSet was found."))
     classes = result.get("device_classes")
@@ -240,9 +391,13 @@ def kubeconfig_store(*, slug: str, data: bytes) -> str:
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     tmp = path.with_suffix(".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(data)
-    os.replace(tmp, path)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)  # nothing half-written stays behind
+        raise
     return str(path)
 
 
@@ -271,8 +426,6 @@ def cluster_save(
         ) from e
     with transaction.atomic():
         cluster.save()
-        if kubeconfig:  # last: a failed save leaves no file behind
-            cluster.kubeconfig_path = kubeconfig_store(slug=cluster.slug, data=kubeconfig)
         change_record_create(
             actor=actor,
             action="cluster.create" if creating else "cluster.update",
@@ -280,6 +433,14 @@ def cluster_save(
             before=before,
             after={f: getattr(cluster, f) for f in fields},
         )
+        if kubeconfig:  # last: a failed save leaves no file behind, a failed write no row
+            try:
+                cluster.kubeconfig_path = kubeconfig_store(slug=cluster.slug, data=kubeconfig)
+            except OSError as e:
+                raise ValidationFailed(
+                    _("The kubeconfig could not be stored in %(dir)s (SUANCHI_SECRETS_DIR): %(error)s")
+                    % {"dir": settings.SUANCHI["SECRETS_DIR"], "error": e.strerror or e}
+                ) from e
     return cluster
 
 

@@ -25,12 +25,44 @@ class ClusterConnectionForm(forms.ModelForm):
     kubeconfig_upload = forms.FileField(
         label=_("Upload a kubeconfig"),
         required=False,
-        help_text=_("Stored as a secret file on the server (mode 0600); the cluster keeps its path."),
+        help_text=_(
+            "Enough on its own: stored as a secret file on the server (mode 0600, in "
+            "SUANCHI_SECRETS_DIR) whose path the cluster keeps. Inline credentials only "
+            "(token, client-certificate-data, certificate-authority-data)."
+        ),
+        widget=forms.FileInput,  # no "accept": ~/.kube/config has no extension
     )
+
+    # The upload first: it is the usual way in; a path is for a file already on the server.
+    field_order = ["name", "slug", "backend", "kubeconfig_upload", "kubeconfig_path", "kube_context"]
 
     class Meta:
         model = Cluster
         fields = CONNECTION_FIELDS
+        labels = {
+            "name": _("Name"),
+            "slug": _("Slug"),
+            "backend": _("Backend"),
+            "kubeconfig_path": _("Kubeconfig path on the server"),
+            "kube_context": _("Context"),
+            "in_cluster": _("Use the pod's service account (in-cluster)"),
+            "description": _("Description"),
+        }
+        help_texts = {
+            "slug": _(
+                "Letters, digits and hyphens; used in addresses and in the stored kubeconfig's file name."
+            ),
+            "kubeconfig_path": _(
+                "An absolute path inside SUANCHI_SECRETS_DIR. Leave empty when you upload a kubeconfig "
+                "or use the in-cluster service account."
+            ),
+            "kube_context": _("Empty: the kubeconfig's current-context."),
+            "in_cluster": _("When Suanchi itself runs in the cluster it manages."),
+        }
+        widgets = {
+            "kubeconfig_path": forms.TextInput(attrs={"class": "mono", "autocomplete": "off"}),
+            "description": forms.Textarea(attrs={"rows": 3}),
+        }
 
     def clean_kubeconfig_upload(self):
         upload = self.cleaned_data.get("kubeconfig_upload")

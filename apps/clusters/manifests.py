@@ -25,21 +25,35 @@ Choices worth knowing:
   ``nvidia.com/mig-<profile>`` per allocation with a partition profile; ``hami`` (NVIDIA) →
   ``nvidia.com/gpu`` count + ``nvidia.com/gpumem`` (MiB per card) + ``nvidia.com/gpucores`` (percent
   per card) and the ``nvidia.com/use-gpuuuid`` annotation (the binding), and the same for Hygon
-  (``hygon.com/dcunum`` …) and Cambricon (``cambricon.com/vmlu`` …) after HAMi's names; a fraction
+  (``hygon.com/dcunum`` …), Cambricon (``cambricon.com/vmlu`` …) and Moore Threads
+  (``mthreads.com/vgpu`` …, pinned by HAMi's own device id) after HAMi's names; a fraction
   in a mode that cannot share its vendor's card is refused, never rendered as a whole card
   (``apps.clusters.sharing``); Huawei → the chip family's
   resource (``huawei.com/Ascend910`` / ``huawei.com/Ascend310P``) and in ``ascend-vnpu`` mode the
   device plugin's vNPU name for the template (``apps.clusters.ascend``); ``dra`` →
   a ``resource.k8s.io/v1`` ResourceClaim per pod (a ResourceClaimTemplate for a Deployment's
   interchangeable replicas on one node) selecting each allocated device by CEL on its driver's
-  attributes (NVIDIA ``uuid``; MIG ``parentUUID`` + ``profile``; AMD ``pciAddr``, a partition
-  ``parentPciAddr``, in the driver's lower-case spelling: ``pci_address_sysfs``), fractions through
+  attributes (NVIDIA ``uuid``; MIG the MIG device's own ``uuid`` when cluster sync learned it, else
+  ``parentUUID`` + ``profile``; AMD ``pciAddr``, a partition (an AMD partition profile, ``cpx_nps4``,
+  apps.catalog.partitions) ``type == "amdgpu-partition"`` + ``partitionProfile`` + ``parentPciAddr``,
+  in the driver's lower-case spelling: ``pci_address_sysfs``; an AMD partition outside ``dra`` is
+  refused, and so is a claim for a mode the card is not in once cluster sync learned its mode:
+  ``amd_mode_refusal``), fractions through
   NVIDIA's ``GpuConfig`` sharing (TimeSlicing / MPS), and no extended-resource count; a vendor
   without a DRA driver (``DRA_DRIVERS``) falls back to the plain count, noted in the
   ``suanchi.io/dra-fallback`` annotation. A mode that does not apply to a vendor (e.g. ``hami`` on
   Huawei) renders as plain. DRA allocates a device to one claim at a time: a fraction of a card
   shared by two *jobs* is only shared within a claim by NVIDIA's driver, so the second job's claim
-  stays unallocated (the pod Pending) until the first releases the card.
+  stays unallocated (the pod Pending) until the first releases the card. Hygon (``apps.clusters.hygon``):
+  mode ``hcu`` → ``hygon.com/hcu`` counts (whole cards only); ``hcu-dra`` → claims of class
+  ``dra.hygon.com`` pinning the card by ``uuid``, a fraction as a vHCU with ``capacity.requests``
+  ``cores`` (compute units) / ``memory`` — the driver's devices allow multiple allocations
+  (consumable capacity), so vHCUs of several jobs share a card.
+  Huawei in ``ascend-dra`` (HAMi's ascend-dra-driver, ``apps.clusters.ascend``): claims of class
+  ``hami-vnpu-core.project-hami.io`` pinning the chip by ``physicalID`` (a CEL int), a share with
+  ``capacity.requests`` ``memory`` / ``cores`` (percent), a whole chip with none (the capacities'
+  defaults are the whole chip); a template vNPU or a pod whose chips would consume different
+  capacities is refused (the driver's Prepare refuses it).
 * **Checkpoints**: ``SUANCHI_CHECKPOINT_DIR`` is the job's checkpoint directory; ``SUANCHI_RESUME_FROM``
   is the ``checkpoint`` argument, or — on a retry (attempt > 0) without one — the directory itself
   (the workload resumes from the newest checkpoint it finds there).
@@ -57,7 +71,7 @@ from typing import Any
 
 from django.utils.translation import gettext as _
 
-from apps.clusters import ascend, sharing
+from apps.clusters import ascend, hygon, sharing
 from apps.clusters.deployment_names import deployment_names
 from apps.core.errors import ValidationFailed
 from apps.inventory.vendors import ADAPTERS
@@ -227,8 +241,10 @@ vnpu_resource_name = ascend.vnpu_resource_name
 
 
 def _uses_dra(vendor: str, cluster: Any) -> bool:
-    """DRA claims are rendered for ``vendor`` (its mode is ``dra`` and it has a DRA driver)."""
-    return cluster is not None and cluster.plugin_mode(vendor) == "dra" and vendor in DRA_DRIVERS
+    """DRA claims are rendered for ``vendor`` (it has a DRA driver and the cluster's mode for it is
+    that driver's: ``dra``, Hygon's ``hcu-dra``)."""
+    driver = DRA_DRIVERS.get(vendor)
+    return cluster is not None and driver is not None and cluster.plugin_mode(vendor) == driver.mode
 
 
 def _replica_resources(
@@ -254,10 +270,35 @@ def _replica_resources(
                 code="no_resource_name",
             )
         mode = cluster.plugin_mode(vendor) if cluster is not None else "plain"
+        resource = device_resource_name(vendor, mode) or resource  # Hygon ``hcu``: hygon.com/hcu
         refusal = next((sharing.fraction_refusal(vendor, mode) for a in allocs if sharing.is_fraction(a)), "")
+        refusal = refusal or next(
+            (
+                r
+                for a in allocs
+                if sharing.is_fraction(a)
+                and (r := sharing.dra_gate_refusal(vendor, mode, str(a.isolation), cluster))
+            ),
+            "",
+        )
+        if vendor == "amd" and not refusal:  # an AMD partition is a DRA device of its own
+            refusal = next(
+                (
+                    r
+                    for a in allocs
+                    if a.partition_profile and (r := sharing.amd_partition_refusal(mode, a.partition_profile))
+                ),
+                "",
+            )
         if refusal:  # never a whole card billed as a slice (apps.clusters.sharing)
             raise ValidationFailed(refusal, code="fraction_not_shareable")
-        if mode == "dra" and vendor in DRA_DRIVERS:
+        if _uses_dra(vendor, cluster):
+            if vendor == "huawei":  # what HAMi's ascend-dra-driver would refuse at Prepare
+                ascend.dra_check_claim(allocs, cluster)
+            if vendor == "amd":  # a card in another mode than the claim's: no device would match
+                mismatch = next((r for a in allocs if (r := amd_mode_refusal(a))), "")
+                if mismatch:
+                    raise ValidationFailed(mismatch, code="amd_partition_mode")
             continue  # the pod's ResourceClaim selects these devices
         if mode == "mig-mixed" and vendor == "nvidia":
             for a in allocs:
@@ -272,16 +313,60 @@ def _replica_resources(
                 limits[name] = limits[name] + amount if name == share.count else max(limits[name], amount)
         elif vendor == "huawei":  # every mode: the chip family's names (apps.clusters.ascend)
             names = ascend.allocation_resources(allocs, resource, vnpu=mode == "ascend-vnpu")
-            if mode == "dra":
+            if mode == "dra":  # HAMi's Ascend DRA driver is mode ascend-dra
                 counted = ",".join(sorted(set(names)))
-                notes.append(f"{vendor}: no DRA driver known, plain device-plugin count {counted}")
+                notes.append(
+                    f"{vendor}: DRA driver {ascend.DRA_DRIVER} is mode {ascend.ASCEND_DRA_MODE}, "
+                    f"plain device-plugin count {counted}"
+                )
             limits.update(names)
             ascend.check_vnpu_count(limits)
         else:  # plain, mig-single, and dra for a vendor without a DRA driver: whole-device count
-            if mode == "dra":
+            if mode == "dra" and vendor in DRA_DRIVERS:  # Hygon: its driver is mode hcu-dra
+                notes.append(
+                    f"{vendor}: DRA driver {DRA_DRIVERS[vendor].driver} is mode {DRA_DRIVERS[vendor].mode}, "
+                    f"plain device-plugin count {resource}"
+                )
+            elif mode == "dra":
                 notes.append(f"{vendor}: no DRA driver known, plain device-plugin count {resource}")
             limits[resource] += len(allocs)
     return dict(limits), hami, notes
+
+
+def amd_mode_refusal(allocation: Any) -> str:
+    """Why the AMD card of ``allocation`` cannot give what it asks for, from what cluster sync learned
+    the AMD GPU DRA driver publishes for it (``Device.dra_mig_devices``: ``type`` / ``profile`` per
+    device, apps.clusters.sync ``_amd_learn``); "" when it can or nothing was learned (no guess).
+
+    The driver publishes a card in SPX as one ``type: amdgpu`` device and a card in any other mode as
+    its partitions only (ROCm/k8s-gpu-dra-driver cmd/gpu-kubeletplugin/discovery.go), so a claim for
+    another mode's partition, or for the whole of a partitioned card, matches no device and its pod
+    would stay Pending."""
+    device = allocation.device
+    learned = getattr(device, "dra_mig_devices", None) or []
+    published = [d for d in learned if isinstance(d, dict) and d.get("type")]
+    if getattr(device, "vendor", "") != "amd" or not published:
+        return ""
+    card = f"{device.pci_bus_id or device.index}"
+    modes = ", ".join(
+        sorted({d.get("profile") or "?" for d in published if d["type"] == "amdgpu-partition"})
+    )
+    profile = allocation.partition_profile or ""
+    if profile:
+        if any(d["type"] == "amdgpu-partition" and d.get("profile") == profile for d in published):
+            return ""
+        return _(
+            "AMD card %(card)s runs in %(modes)s: its DRA driver publishes no %(profile)s partition of it, "
+            "so the pod would stay Pending. Ask for a partition template of the card's mode, or change "
+            "the card's mode on the node and let cluster sync see it."
+        ) % {"card": card, "modes": modes or _("SPX (a whole card)"), "profile": profile}
+    if any(d["type"] == "amdgpu" for d in published):
+        return ""
+    return _(
+        "AMD card %(card)s is partitioned (%(modes)s): its DRA driver publishes only the partitions, not "
+        "the whole card, so the pod would stay Pending. Ask for a partition template of that mode, or "
+        "for a card in SPX mode."
+    ) % {"card": card, "modes": modes}
 
 
 def _device_ref(allocation: Any) -> str:
@@ -314,6 +399,7 @@ class DraDriver:
     driver: str
     classes: tuple[tuple[str, str], ...]  # (DeviceClass name, its CEL selector)
     source: str
+    mode: str = "dra"  # the Cluster.PluginMode that renders claims for this driver
 
 
 DRA_DRIVERS: dict[str, DraDriver] = {
@@ -346,9 +432,30 @@ DRA_DRIVERS: dict[str, DraDriver] = {
         classes=(("gpu.amd.com", "device.driver == 'gpu.amd.com'"),),
         source="https://github.com/ROCm/k8s-gpu-dra-driver",
     ),
-    # Huawei Ascend, Hygon DCU, Cambricon MLU and the others: no DRA driver is published (their
-    # device plugins only); a cluster set to ``dra`` for them gets plain counts and the
-    # ``suanchi.io/dra-fallback`` annotation says so.
+    # HYGON-AI/k8s-hcu-dra-driver (apps.clusters.hygon): one class, dra.hygon.com, as its
+    # deployments/static/hcu-dra-driver.yaml creates it; a card is pinned by its ``uuid`` (the driver
+    # publishes no PCI attribute), a vHCU asks the card's ``cores`` / ``memory`` capacity. Its mode is
+    # ``hcu-dra`` (the DCU names stay in ``plain`` / ``hami``).
+    "hygon": DraDriver(
+        vendor="hygon",
+        driver=hygon.DRA_DRIVER,
+        classes=((hygon.DRA_DRIVER, hygon.DEVICE_CLASS_SELECTOR),),
+        source="https://github.com/HYGON-AI/k8s-hcu-dra-driver",
+        mode=hygon.HCU_DRA_MODE,
+    ),
+    # HAMi's Project-HAMi/ascend-dra-driver (apps.clusters.ascend): HAMi-DRA's class
+    # hami-vnpu-core.project-hami.io (type HAMivNPUCore, the chart's default mode); a chip is pinned
+    # by its ``physicalID``, a share asks the chip's ``memory`` / ``cores`` capacity. Mode ``ascend-dra``.
+    "huawei": DraDriver(
+        vendor="huawei",
+        driver=ascend.DRA_DRIVER,
+        classes=((ascend.DRA_DEVICE_CLASS, ascend.DRA_DEVICE_CLASS_SELECTOR),),
+        source=ascend.DRA_SOURCE,
+        mode=ascend.ASCEND_DRA_MODE,
+    ),
+    # Cambricon MLU and the others: no DRA driver is published (their device plugins only); a
+    # cluster set to ``dra`` for them gets plain counts and the ``suanchi.io/dra-fallback``
+    # annotation says so.
 }
 
 # NVIDIA's opaque per-claim configuration: api/nvidia.com/resource/v1beta1 (api.go: group
@@ -390,7 +497,14 @@ def device_class_manifests() -> list[dict[str, Any]]:
     ]
 
 
+class CelInt(str):
+    """An id the driver publishes as an ``int`` attribute (HAMi's Ascend ``physicalID``): rendered as
+    a CEL int literal (an int attribute never equals a string), kept a ``str`` so that 0 is an id."""
+
+
 def _cel(value: str) -> str:
+    if isinstance(value, CelInt):
+        return str(int(value))
     return json.dumps(str(value))  # a CEL double-quoted string literal (same escapes as JSON)
 
 
@@ -418,6 +532,25 @@ def pci_address_sysfs(value: str | None) -> str:
     return f"{domain}:{m.group(2)}:{m.group(3)}.{m.group(4)}"
 
 
+def mig_device_uuid(allocation: Any) -> str:
+    """The uuid of the MIG device the ledger allocated ("" when cluster sync has not learned it).
+
+    The NVIDIA DRA driver publishes each MIG device with its own ``uuid`` and one ``memorySlice<i>``
+    capacity per memory slice of its placement (cmd/gpu-kubelet-plugin/deviceinfo.go
+    MigDeviceInfo.GetDevice); cluster sync keeps them on the card (``Device.dra_mig_devices``). The
+    allocation's instance is the one of its profile at its start slot (``Allocation.mig_start``), or
+    the card's only instance of that profile when the ledger chose no start."""
+    known = [
+        m
+        for m in getattr(allocation.device, "dra_mig_devices", None) or []
+        if isinstance(m, dict) and m.get("uuid") and m.get("profile") == allocation.partition_profile
+    ]
+    start = getattr(allocation, "mig_start", None)
+    if start is not None:
+        return next((str(m["uuid"]) for m in known if m.get("start") == start), "")
+    return str(known[0]["uuid"]) if len(known) == 1 else ""
+
+
 def _request_shape(allocation: Any) -> tuple[str, tuple[str, ...], str, str, dict | None]:
     """(DeviceClass, fixed CEL terms, identifying attribute, this device's id, opaque sharing config)."""
     device = allocation.device
@@ -425,7 +558,12 @@ def _request_shape(allocation: Any) -> tuple[str, tuple[str, ...], str, str, dic
     profile = allocation.partition_profile or ""
     if vendor == "nvidia":
         attrs = 'device.attributes["gpu.nvidia.com"]'
-        if profile:  # a MIG slice: its parent card and its profile (CommonAttributesMig)
+        if profile:
+            mig_uuid = mig_device_uuid(allocation)
+            if mig_uuid:  # the MIG instance the ledger allocated, by its own uuid (MigDeviceInfo.GetDevice)
+                return "mig.nvidia.com", (), f"{attrs}.uuid", mig_uuid, None
+            # Its instance is not known (no sync yet): its parent card and its profile (CommonAttributesMig);
+            # with two instances of the profile on the card the allocator picks one of them.
             return (
                 "mig.nvidia.com",
                 (f"{attrs}.profile == {_cel(profile)}",),
@@ -448,6 +586,11 @@ def _request_shape(allocation: Any) -> tuple[str, tuple[str, ...], str, str, dic
                     },
                 }
         return "gpu.nvidia.com", (), f"{attrs}.uuid", device.uuid or "", sharing
+    if vendor == "huawei":  # HAMi's ascend-dra-driver: the chip by its physicalID (apps.clusters.ascend)
+        attrs = ascend.DRA_ATTRS
+        return ascend.DRA_DEVICE_CLASS, (), f"{attrs}.{ascend.DRA_PIN_ATTRIBUTE}", CelInt(device.index), None
+    if vendor == "hygon":  # dra.hygon.com: the card by its uuid (apps.clusters.hygon)
+        return hygon.DRA_DRIVER, (), f"{hygon.ATTRS}.uuid", device.uuid or "", None
     # AMD (driver-attributes.md): whole GPUs and partitions told apart by ``type``. A GPU carries its
     # own ``pciAddr``; a partition its parent's as ``parentPciAddr`` (cmd/gpu-kubeletplugin/
     # deviceinfo.go AmdPartitionInfo.GetDevice; the doc's "pciAddr" for partitions is not what ships).
@@ -469,13 +612,22 @@ def _claim_devices(units: Sequence[Sequence[Any]], *, exact: bool) -> dict[str, 
     allocator's choice. A device without an id (no UUID / PCI address known) is asked for by class.
     """
     groups: dict[tuple, dict[str, Any]] = {}
+    hygon.models_load([a.device for allocs in units for a in allocs])  # vHCU cores: one query
     for index, allocs in enumerate(units):
         for a in allocs:
             cls, terms, id_attr, ident, sharing = _request_shape(a)
+            # A Hygon vHCU: the card's consumable cores / memory it takes (apps.clusters.hygon).
+            capacity = hygon.capacity_requests(a) if a.device.vendor == hygon.VENDOR else None
+            if a.device.vendor == "huawei":  # an Ascend share: the chip's memory / cores (HAMivNPUCore)
+                capacity = ascend.dra_capacity_requests(a)
             key = (cls, terms, id_attr, json.dumps(sharing, sort_keys=True), bool(ident))
+            if capacity is not None:
+                key = (*key, json.dumps(capacity, sort_keys=True))
             if exact:
                 key = (*key, len(groups))
-            group = groups.setdefault(key, {"ids": [], "per_unit": Counter(), "sharing": sharing})
+            group = groups.setdefault(
+                key, {"ids": [], "per_unit": Counter(), "sharing": sharing, "capacity": capacity}
+            )
             if ident and ident not in group["ids"]:
                 group["ids"].append(ident)
             group["per_unit"][index] += 1
@@ -498,6 +650,8 @@ def _claim_devices(units: Sequence[Sequence[Any]], *, exact: bool) -> dict[str, 
         }
         if expression:
             request["selectors"] = [{"cel": {"expression": " && ".join(expression)}}]
+        if group["capacity"] is not None:
+            request["capacity"] = {"requests": group["capacity"]}
         requests.append({"name": name, "exactly": request})
         if group["sharing"] is not None:
             by_sharing[json.dumps(group["sharing"], sort_keys=True)].append(name)
@@ -673,8 +827,9 @@ def _pod_template(
     pod_annotations = dict(annotations)
     for vendor in sorted(hami):
         # HAMi binds the pod to these cards by UUID (its scheduler extender reads the annotation).
-        pod_annotations[sharing.HAMI_SHARES[vendor].uuid_annotation] = ",".join(
-            a.device.uuid for a in allocations if a.device.vendor == vendor and a.device.uuid
+        share = sharing.HAMI_SHARES[vendor]
+        pod_annotations[share.uuid_annotation] = ",".join(
+            sharing.hami_device_ids(share, [a for a in allocations if a.device.vendor == vendor])
         )
 
     env: list[dict[str, str]] = [

@@ -30,7 +30,9 @@ Resource names (whole devices, as each vendor's device plugin publishes them in 
   vNPU templates ``huawei.com/Ascend910-<n>c…`` (slices) — Ascend MindCluster ascend-device-plugin docs;
 * ``amd.com/gpu`` — ROCm/k8s-device-plugin README;
 * ``hygon.com/dcu`` (HAMi dcu-vgpu-device-plugin: ``hygon.com/dcunum`` for vDCUs, slices) —
-  Project-HAMi/HAMi docs/hygon-dcu-support.md;
+  Project-HAMi/HAMi docs/hygon-dcu-support.md; ``hygon.com/hcu`` (the HCU device plugin; its
+  ``hygon.com/hcu-share-*`` vHCUs, ``hcu-mig-*`` instances and HAMi ``hcunum`` / ``hcucores`` /
+  ``hcumem`` are slices) — HYGON-AI/k8s-hcu-device-plugin (``apps.clusters.hygon``);
 * ``cambricon.com/mlu`` — Cambricon/cambricon-k8s-device-plugin README ("Running MLU Jobs").
 
 ResourceSlice fields follow the ``resource.k8s.io/v1`` API (Kubernetes 1.34,
@@ -42,7 +44,21 @@ ledger card by ``uuid`` (NVIDIA ``gpu.nvidia.com``, cmd/gpu-kubelet-plugin/devic
 PCI address (AMD ``gpu.amd.com`` publishes no UUID, only ``pciAddr``; NVIDIA also
 ``resource.kubernetes.io/pciBusID``), in the drivers' lower-case sysfs spelling; a partition names
 its card (NVIDIA MIG ``parentUUID``, cmd/gpu-kubelet-plugin/mig.go, the only devices published for
-a MIG-enabled GPU; AMD ``parentPciAddr``). No driver publishes an ``index``: nothing relies on one.
+a MIG-enabled GPU, whose own ``uuid``, ``profile`` and ``memorySlice<i>`` placement are kept on the
+card as ``Device.dra_mig_devices`` for MIG claims; AMD ``parentPciAddr``, a partitioned card being
+published as its partitions only; what the AMD driver publishes for a card — the whole card or its
+partitions and their ``partitionProfile`` — is kept in the same field, so a claim for a mode the card
+is not in is refused before it is pushed). A pool's counter slice (KEP-4815 ``sharedCounters``, no
+devices) has nothing to match. No driver publishes an ``index``: nothing relies on one.
+
+Hygon's ``dra.hygon.com`` publishes ``uuid`` and no PCI attribute; its device name
+``hcu-<PCI address, - for : and .>`` gives the address (``apps.clusters.hygon.device_name_pci``). A
+vHCU is capacity consumed on its card's one device (consumable capacity), never a device of its
+own: vHCUs are no cards and no drift.
+
+HAMi's Ascend driver (``ascend.project-hami.io``, ``apps.clusters.ascend``) publishes no PCI address
+and no stable uuid: a chip is the ledger's Huawei card whose ``index`` is its ``physicalID`` (the id
+the claims pin); a vNPU share is consumed capacity of that one device, no card and no drift.
 """
 
 from __future__ import annotations
@@ -57,6 +73,8 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
+from apps.clusters import hygon
+from apps.clusters.ascend import DRA_DRIVER as ASCEND_DRA_DRIVER
 from apps.clusters.health import sync_outcome_log
 from apps.clusters.manifests import node_patch, pci_address_sysfs
 from apps.clusters.models import PushAction
@@ -90,6 +108,12 @@ SLICE_UNKNOWN_DEVICE = stored(
     "ResourceSlice %(slice)s of driver %(driver)s publishes device %(uuid)s on node %(name)s; the ledger lacks it"
 )
 SLICE_DEVICE_OK = stored("device %(uuid)s of node %(name)s is in the ledger")
+CARD_MIG_DEVICES = stored(
+    "card %(index)d of node %(name)s: MIG devices %(devices)s published by the NVIDIA DRA driver"
+)
+CARD_AMD_DEVICES = stored(
+    "card %(index)d of node %(name)s: devices %(devices)s published by the AMD GPU DRA driver"
+)
 CARD_NOT_PUBLISHED = stored(
     "card %(uuid)s of node %(name)s is in the ledger but in no ResourceSlice of its driver"
 )
@@ -106,16 +130,20 @@ WHOLE_DEVICE_RESOURCES: dict[str, str] = {
     "huawei.com/npu": "huawei",
     "amd.com/gpu": "amd",
     "hygon.com/dcu": "hygon",
+    "hygon.com/hcu": "hygon",  # the HCU device plugin (apps.clusters.hygon)
     "cambricon.com/mlu": "cambricon",
     # apps.inventory.vendors.resource_names (HAMi's documented counts)
     "metax-tech.com/gpu": "metax",
     "kunlunxin.com/xpu": "kunlunxin",
     "enflame.com/gcu": "enflame",
+    # Moore Threads' device plugin (apps/inventory/vendors/mthreads.py)
+    "mthreads.com/gpu": "mthreads",
 }
 # Slices of a card (MIG instances, vNPU templates, vDCUs, HAMi shares): reported, never counted as cards.
 _SLICE_RESOURCE = re.compile(
     r"^(nvidia\.com/(mig-.+|gpumem|gpucores)|huawei\.com/Ascend(910|310P?)-.+|hygon\.com/dcu(num|mem|cores)"
-    r"|cambricon\.com/mlu.+)$"
+    r"|hygon\.com/(hcu(num|mem|cores)|hcu-.+)"
+    r"|cambricon\.com/mlu.+|mthreads\.com/(vgpu|sgpu-memory|sgpu-core))$"
 )
 # DRA driver name -> vendor: the driver names are DNS subdomains owned by the vendor.
 _DRIVER_VENDOR = (
@@ -167,6 +195,42 @@ class SliceDevice:
     parent_uuid: str = ""  # a partition (NVIDIA MIG device): its card's UUID
     parent_pci: str = ""  # a partition (AMD): its card's PCI address
     attributes: dict[str, Any] = field(default_factory=dict)
+    capacity: dict[str, Any] = field(default_factory=dict)  # name -> quantity ("value"), as published
+    # Huawei under HAMi's ascend-dra-driver: the chip's ``physicalID``, matched with ``Device.index``
+    # (the id its claims pin, apps.clusters.ascend); None for every other driver.
+    physical_id: int | None = None
+
+    def mig_record(self) -> dict[str, Any] | None:
+        """An NVIDIA MIG device as ``Device.dra_mig_devices`` keeps it: its own ``uuid``, ``profile``,
+        and its placement from the ``memorySlice<i>`` capacities (one per memory slice it holds:
+        cmd/gpu-kubelet-plugin/deviceinfo.go MigDeviceInfo.GetDevice). None for anything else."""
+        plain = {k.rsplit("/", 1)[-1]: v for k, v in self.attributes.items()}
+        if self.driver != "gpu.nvidia.com" or plain.get("type") != "mig" or not self.uuid:
+            return None
+        slices = sorted(
+            int(name[len("memorySlice") :]) for name in self.capacity if re.fullmatch(r"memorySlice\d+", name)
+        )
+        return {
+            "uuid": self.uuid,
+            "profile": str(plain.get("profile") or ""),
+            "start": slices[0] if slices else None,
+            "size": len(slices) if slices else None,
+            "device": self.device,
+        }
+
+    def amd_record(self) -> dict[str, Any] | None:
+        """An AMD device as ``Device.dra_mig_devices`` keeps it for its card: ``device`` (its name),
+        ``type`` (``amdgpu`` a whole card, ``amdgpu-partition`` one of its partitions) and
+        ``profile`` (``partitionProfile``: the card's mode, "cpx_nps4"; ROCm/k8s-gpu-dra-driver
+        cmd/gpu-kubeletplugin/deviceinfo.go). None for any other driver's device."""
+        if self.driver != "gpu.amd.com":
+            return None
+        plain = {k.rsplit("/", 1)[-1]: v for k, v in self.attributes.items()}
+        return {
+            "device": self.device,
+            "type": str(plain.get("type") or ""),
+            "profile": str(plain.get("partitionProfile") or ""),
+        }
 
     @property
     def key(self) -> str:
@@ -288,6 +352,12 @@ def _newest_generations(items: list[Any]) -> dict[tuple[str, str], int]:
     return newest
 
 
+def _ascend_physical_id(driver: str, plain: dict[str, Any]) -> int | None:
+    """``physicalID`` of a device of HAMi's Ascend driver (an int attribute), else None."""
+    value = plain.get("physicalID") if driver == ASCEND_DRA_DRIVER else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def slices_parse(items: list[Any]) -> list[SliceDevice]:
     """``resource.k8s.io/v1`` ResourceSlice objects → one :class:`SliceDevice` per device of a node,
     from the newest generation of each pool only."""
@@ -328,12 +398,23 @@ def slices_parse(items: list[Any]) -> list[SliceDevice]:
                     driver=str(spec["driver"]),
                     slice=str(name),
                     device=str(device["name"]),
-                    uuid=str(plain.get("uuid") or ""),
-                    # AMD: pciAddr; NVIDIA: resource.kubernetes.io/pciBusID (a MIG device: its parent's)
-                    pci=pci_address_sysfs(plain.get("pciAddr") or plain.get("pciBusID")),
+                    # HAMi's Ascend driver publishes no stable uuid (source: "<node>-<logic id>"; a
+                    # development build: the chip UUID), so it is never taken as the card's.
+                    uuid="" if str(spec["driver"]) == ASCEND_DRA_DRIVER else str(plain.get("uuid") or ""),
+                    physical_id=_ascend_physical_id(str(spec["driver"]), plain),
+                    # AMD: pciAddr; NVIDIA: resource.kubernetes.io/pciBusID (a MIG device: its parent's);
+                    # Hygon dra.hygon.com: none, the device name encodes it (hcu-0000-3b-00-0)
+                    pci=pci_address_sysfs(plain.get("pciAddr") or plain.get("pciBusID"))
+                    or pci_address_sysfs(
+                        hygon.device_name_pci(device["name"]) if spec["driver"] == hygon.DRA_DRIVER else ""
+                    ),
                     parent_uuid=str(plain.get("parentUUID") or ""),
                     parent_pci=pci_address_sysfs(plain.get("parentPciAddr")),
                     attributes=attrs,
+                    capacity={
+                        str(k).rsplit("/", 1)[-1]: (v.get("value") if isinstance(v, dict) else v)
+                        for k, v in (device.get("capacity") or {}).items()
+                    },
                 )
             )
     return out
@@ -672,6 +753,8 @@ def _slice_card(d: SliceDevice, cards: list[Device]) -> Device | None:
     A partition names its card: NVIDIA MIG devices by ``parentUUID`` (on a MIG-enabled GPU the
     driver publishes only these, not the card), AMD partitions by ``parentPciAddr``. A card is
     its UUID (NVIDIA), else its PCI address (AMD publishes no UUID) when one side has no UUID."""
+    if d.physical_id is not None:  # HAMi's Ascend driver: the chip whose index is its physicalID
+        return next((c for c in cards if c.index == d.physical_id), None)
     if d.parent_uuid or d.parent_pci:
         return next(
             (
@@ -712,6 +795,51 @@ def _uuid_learn(s: _Sync, node: Node, card: Device, d: SliceDevice) -> None:
     s.report.events += 1
 
 
+def _mig_learn(s: _Sync, node: Node, card: Device, published: list[dict[str, Any]]) -> None:
+    """Keep the MIG devices the NVIDIA DRA driver publishes for ``card`` (their own UUIDs, profiles and
+    placements) so a MIG claim selects exactly the ledger's instance; an event when they change."""
+    published = sorted(published, key=lambda m: (m["start"] is None, m["start"] or 0, m["uuid"]))
+    if (card.dra_mig_devices or []) == published:
+        return
+    before = {"dra_mig_devices": card.dra_mig_devices or []}
+    card.dra_mig_devices = published
+    card.save(update_fields=["dra_mig_devices", "updated_at"])
+    shown = ", ".join(f"{m['profile']}@{m['start']} {m['uuid']}" for m in published) or "-"
+    DeviceEvent.objects.create(
+        node=node,
+        device=card,
+        kind=DeviceEvent.Kind.UPDATED,
+        message=(CARD_MIG_DEVICES % {"index": card.index, "name": node.name, "devices": shown})[:500],
+        before=before,
+        after={"dra_mig_devices": published},
+        actor_label=s.actor_label,
+    )
+    s.report.events += 1
+
+
+def _amd_learn(s: _Sync, node: Node, card: Device, published: list[dict[str, Any]]) -> None:
+    """Keep what the AMD GPU DRA driver publishes for ``card`` (the whole card, or its partitions and
+    their mode) in ``Device.dra_mig_devices``, so a claim for a mode the card is not in is refused
+    before it leaves a pod Pending (apps.clusters.manifests.amd_mode_refusal); an event on change."""
+    published = sorted(published, key=lambda d: d["device"])
+    if (card.dra_mig_devices or []) == published:
+        return
+    before = {"dra_mig_devices": card.dra_mig_devices or []}
+    card.dra_mig_devices = published
+    card.save(update_fields=["dra_mig_devices", "updated_at"])
+    shown = ", ".join(f"{d['device']} {d['type']} {d['profile']}".strip() for d in published) or "-"
+    DeviceEvent.objects.create(
+        node=node,
+        device=card,
+        kind=DeviceEvent.Kind.UPDATED,
+        message=(CARD_AMD_DEVICES % {"index": card.index, "name": node.name, "devices": shown})[:500],
+        before=before,
+        after={"dra_mig_devices": published},
+        actor_label=s.actor_label,
+    )
+    s.report.events += 1
+
+
 def _sync_slices(s: _Sync, nodes: dict[str, Node], devices: list[SliceDevice]) -> None:
     by_node: dict[str, list[SliceDevice]] = {}
     for d in devices:
@@ -730,17 +858,24 @@ def _sync_slices(s: _Sync, nodes: dict[str, Node], devices: list[SliceDevice]) -
         # matches nothing may be one of them, so it is unknown rather than drift.
         unnamed = Counter(c.vendor for c in cards if not c.uuid and not _card_pci(c))
         published: set[int] = set()
+        migs: dict[int, list[dict[str, Any]]] = {}
         for d in items:
             vendor = driver_vendor(d.driver)
             s.report.slices.append(
                 {"node": name, "uuid": d.uuid, "pci": d.pci, "driver": d.driver, "device": d.device}
             )
-            if vendor is None or not (d.uuid or d.pci or d.parent_uuid or d.parent_pci):
+            if vendor is None or not (
+                d.uuid or d.pci or d.parent_uuid or d.parent_pci or d.physical_id is not None
+            ):
                 continue
             match = _slice_card(d, [c for c in cards if c.vendor == vendor])
             if match is not None:
                 published.add(match.pk)
                 _uuid_learn(s, node, match, d)
+                record = d.mig_record() if match.vendor == "nvidia" else d.amd_record()
+                mig_list = migs.setdefault(match.pk, [])
+                if record is not None:
+                    mig_list.append(record)
             elif unnamed[vendor] > 0 and not (d.parent_uuid or d.parent_pci):
                 unnamed[vendor] -= 1
                 continue
@@ -757,6 +892,10 @@ def _sync_slices(s: _Sync, nodes: dict[str, Node], devices: list[SliceDevice]) -
                 ),
             )
         for card in cards:
+            if card.pk in migs and card.vendor == "nvidia":
+                _mig_learn(s, node, card, migs[card.pk])
+            elif card.pk in migs and card.vendor == "amd":
+                _amd_learn(s, node, card, migs[card.pk])
             ident = card.uuid or _card_pci(card)
             if not ident:
                 continue

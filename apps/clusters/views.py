@@ -1,13 +1,13 @@
 """Cluster pages (staff): the list, one cluster with "Test connection" and "Sync now", create / edit.
 
 Every write goes through a service (``apps.clusters.connect``, ``apps.clusters.sync``); network calls
-happen outside any transaction.
+happen outside any transaction. Members get the styled 403 page (``staff_required``), anonymous
+visitors the sign-in page; a TLS failure is explained in words (``apps.clusters.tls``).
 """
 
 from __future__ import annotations
 
 from django.contrib import messages
-from django.contrib.admin.views.decorators import staff_member_required
 from django.db.models import Count
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -19,11 +19,13 @@ from apps.clusters.connect import check_lines, cluster_connection_test, cluster_
 from apps.clusters.forms import CONNECTION_FIELDS, ClusterConnectionForm
 from apps.clusters.health import ClusterHealth, cluster_health
 from apps.clusters.sync import cluster_sync
+from apps.clusters.tls import tls_failure, tls_lines
 from apps.core.errors import ApplicationError
+from apps.core.permissions import staff_required
 from apps.inventory.models import Cluster, DeviceEvent
 
 
-@staff_member_required
+@staff_required
 def cluster_list(request: HttpRequest) -> HttpResponse:
     clusters = list(Cluster.objects.annotate(node_count=Count("nodes")).order_by("name"))
     health = cluster_health(c.pk for c in clusters)
@@ -32,7 +34,7 @@ def cluster_list(request: HttpRequest) -> HttpResponse:
     return render(request, "clusters/cluster_list.html", {"clusters": clusters})
 
 
-@staff_member_required
+@staff_required
 def cluster_detail(request: HttpRequest, slug: str) -> HttpResponse:
     cluster = get_object_or_404(Cluster.objects.annotate(node_count=Count("nodes")), slug=slug)
     events = (
@@ -40,16 +42,37 @@ def cluster_detail(request: HttpRequest, slug: str) -> HttpResponse:
         .select_related("node")
         .order_by("-created_at", "-id")[:30]
     )
+    check = cluster.last_check if isinstance(cluster.last_check, dict) else {}
+    lines = check_lines(check) if check else []
+    tls = check.get("tls") if isinstance(check.get("tls"), dict) else None
+    tls_text = tls_lines(tls) if tls else []
     return render(
         request,
         "clusters/cluster_detail.html",
         {
             "cluster": cluster,
             "health": cluster_health([cluster.pk]).get(cluster.pk) or ClusterHealth(),
-            "check_lines": check_lines(cluster.last_check) if cluster.last_check else [],
+            "check_lines": lines,
+            # A TLS failure: explained above, its raw text in a details element (staff only page).
+            "tls": tls,
+            "tls_text": tls_text,
+            "other_lines": [line for line in lines if line not in tls_text],
             "events": events,
         },
     )
+
+
+def _form_errors(form: ClusterConnectionForm, error: ApplicationError) -> None:
+    """A service's refusal on the fields it names (the rest above the form)."""
+    details = error.details if isinstance(getattr(error, "details", None), dict) else {}
+    placed = False
+    for field, problems in details.items():
+        if field in form.fields:
+            for problem in problems if isinstance(problems, list | tuple) else [problems]:
+                form.add_error(field, str(problem))
+            placed = True
+    if not placed or any(f not in form.fields for f in details):
+        form.add_error(None, error.message)
 
 
 def _edit(request: HttpRequest, cluster: Cluster | None) -> HttpResponse:
@@ -61,13 +84,14 @@ def _edit(request: HttpRequest, cluster: Cluster | None) -> HttpResponse:
             fields.pop("kubeconfig_path")
         try:
             saved = cluster_save(
-                cluster=cluster if cluster is not None else None,
+                # the row as stored (the form has already copied its input onto its instance)
+                cluster=Cluster.objects.get(pk=cluster.pk) if cluster is not None else None,
                 fields=fields,
                 kubeconfig=upload.read() if upload else None,
                 actor=request.user,
             )
         except ApplicationError as e:
-            form.add_error(None, e.message)
+            _form_errors(form, e)
         else:
             messages.success(request, _("Cluster %(name)s saved.") % {"name": saved.name})
             return redirect("clusters:detail", slug=saved.slug)
@@ -75,17 +99,17 @@ def _edit(request: HttpRequest, cluster: Cluster | None) -> HttpResponse:
     return render(request, "clusters/cluster_form.html", {"form": form, "cluster": cluster}, status=status)
 
 
-@staff_member_required
+@staff_required
 def cluster_create(request: HttpRequest) -> HttpResponse:
     return _edit(request, None)
 
 
-@staff_member_required
+@staff_required
 def cluster_edit(request: HttpRequest, slug: str) -> HttpResponse:
     return _edit(request, get_object_or_404(Cluster, slug=slug))
 
 
-@staff_member_required
+@staff_required
 @require_POST
 def cluster_test(request: HttpRequest, slug: str) -> HttpResponse:
     cluster = get_object_or_404(Cluster, slug=slug)
@@ -94,14 +118,16 @@ def cluster_test(request: HttpRequest, slug: str) -> HttpResponse:
     return redirect("clusters:detail", slug=slug)
 
 
-@staff_member_required
+@staff_required
 @require_POST
 def cluster_sync_now(request: HttpRequest, slug: str) -> HttpResponse:
     cluster = get_object_or_404(Cluster, slug=slug)
     try:
         report = cluster_sync(cluster=cluster, actor=request.user)
     except (ApplicationError, BackendError) as e:
-        messages.error(request, _("Sync failed: %(error)s") % {"error": e.message})
+        tls = tls_failure(e) if isinstance(e, BackendError) else None
+        error = " ".join(tls_lines(tls)) if tls else e.message
+        messages.error(request, _("Sync failed: %(error)s") % {"error": error})
     else:
         messages.success(
             request,

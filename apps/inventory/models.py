@@ -30,6 +30,9 @@ class Cluster(BaseModel):
         HAMI = "hami", _("HAMi (memory / cores)")
         ASCEND_VNPU = "ascend-vnpu", _("Ascend vNPU templates")
         DRA = "dra", _("Dynamic Resource Allocation")
+        HCU = "hcu", _("Hygon HCU device plugin (whole cards)")
+        HCU_DRA = "hcu-dra", _("Hygon HCU DRA driver dra.hygon.com (whole cards and vHCUs)")
+        ASCEND_DRA = "ascend-dra", _("HAMi's Ascend DRA driver ascend.project-hami.io (whole chips, shares)")
 
     name = models.CharField(max_length=100, unique=True)
     slug = models.SlugField(unique=True)
@@ -317,6 +320,8 @@ class Device(BaseModel):
         PRODUCTION = "production", _("production")
         GRAY = "gray", _("gray")
         QUARANTINE = "quarantine", _("quarantine")
+        # A retired card is in no pool any more (set by the ledger's retire, never chosen).
+        RETIRED = "retired", _("retired")
 
     node = models.ForeignKey(Node, on_delete=models.PROTECT, related_name="devices")
     vendor = models.CharField(max_length=20, choices=Vendor.choices, db_index=True)
@@ -355,6 +360,15 @@ class Device(BaseModel):
     # "max_instances": 2, "free_instances": 2, "placements": [{"start": 0, "size": 4}, ...]}, ...].
     # Fields a listing does not print stay None until the other listing fills them in.
     mig_profiles = models.JSONField(default=list, blank=True)
+    # The MIG devices the NVIDIA DRA driver publishes for this card, learned by cluster sync from its
+    # ResourceSlices (cmd/gpu-kubelet-plugin/deviceinfo.go MigDeviceInfo.GetDevice: the MIG device's
+    # own ``uuid``, ``profile``, and one ``memorySlice<i>`` capacity per memory slice it holds):
+    # [{"uuid": "MIG-…", "profile": "1g.10gb", "start": 0, "size": 1, "device": "gpu-0-mig-…"}, ...].
+    # A MIG claim selects the instance the ledger allocated by this uuid (apps.clusters.manifests).
+    # An AMD card: what the AMD GPU DRA driver publishes for it, the whole card or its partitions
+    # [{"device": "gpu-32-160", "type": "amdgpu-partition", "profile": "dpx_nps1"}, ...]: a claim for
+    # a mode the card is not in is refused (apps.clusters.manifests.amd_mode_refusal).
+    dra_mig_devices = models.JSONField(default=list, blank=True)
     last_seen_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
@@ -376,7 +390,7 @@ class Device(BaseModel):
                 name="inventory_device_health_valid",
             ),
             models.CheckConstraint(
-                condition=Q(pool_status__in=["production", "gray", "quarantine"]),
+                condition=Q(pool_status__in=["production", "gray", "quarantine", "retired"]),
                 name="inventory_device_pool_status_valid",
             ),
             models.CheckConstraint(
@@ -507,6 +521,7 @@ class NodeReport(models.Model):
         IXSMI = "ixsmi", "ixsmi (Iluvatar CoreX)"
         XPU_SMI = "xpu-smi", "xpu-smi (Kunlunxin)"
         EFSMI = "efsmi", "efsmi (Enflame)"
+        MTHREADS_GMI = "mthreads-gmi", "mthreads-gmi (Moore Threads)"
 
     received_at = models.DateTimeField(auto_now_add=True, db_index=True)
     last_received_at = models.DateTimeField(null=True, blank=True)

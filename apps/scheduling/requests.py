@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from decimal import ROUND_CEILING, Decimal
@@ -13,6 +14,8 @@ from apps.catalog.partitions import MIG, profile_kind
 from apps.catalog.selectors import coefficients_on
 from apps.clusters import sharing
 from apps.core.errors import ValidationFailed
+from apps.core.formatting import plain_decimal
+from apps.core.stored_text import localize
 from apps.inventory.vendors import ADAPTERS
 from apps.jobs.models import Job
 from apps.scheduling.engine.model import WHOLE, DeviceGroup, Isolation, Request, Toleration, TopologyPolicy
@@ -72,9 +75,9 @@ def request_validate(job: Job) -> None:
     kind = job.request_kind
     if kind == Job.RequestKind.TEMPLATE:
         if job.template_id is None:
-            errors["template"] = ["Choose a compute template."]
+            errors["template"] = [_("Choose a compute template.")]
         elif job.template.is_retired:
-            errors["template"] = [f"Template {job.template.name!r} is retired."]
+            errors["template"] = [_("Template %(name)s is retired.") % {"name": job.template.label}]
     elif kind == Job.RequestKind.WHOLE_CARDS:
         if (
             job.device_model_id is None
@@ -83,34 +86,37 @@ def request_validate(job: Job) -> None:
             and not job.required_features
         ):
             errors["device_model"] = [
-                "Name a device model, or attributes (vendor, minimum memory, features)."
+                _("Name a device model, or attributes (vendor, minimum memory, features).")
             ]
         if job.vendor and job.vendor not in Vendor.values:
-            errors["vendor"] = [f"Unknown vendor {job.vendor!r}; choose one of {', '.join(Vendor.values)}."]
+            errors["vendor"] = [
+                _("Unknown vendor %(vendor)s; choose one of %(choices)s.")
+                % {"vendor": job.vendor, "choices": ", ".join(Vendor.values)}
+            ]
     elif kind == Job.RequestKind.COMPUTE_UNITS:
         if job.compute_units is None or job.compute_units <= 0:
-            errors["compute_units"] = ["Give a positive number of compute units."]
+            errors["compute_units"] = [_("Give a positive number of compute units.")]
         unknown = [v for v in job.allowed_vendors or [] if v not in Vendor.values]
         if unknown:
-            errors["allowed_vendors"] = [f"Unknown vendors: {', '.join(unknown)}."]
+            errors["allowed_vendors"] = [_("Unknown vendors: %(vendors)s.") % {"vendors": ", ".join(unknown)}]
     elif kind == Job.RequestKind.REQUEST_TEMPLATE and job.request_template_id is None:
-        errors["request_template"] = ["Choose a device request template."]
+        errors["request_template"] = [_("Choose a device request template.")]
     elif kind == Job.RequestKind.PROFILE:
         if job.workload_profile_id is None:
-            errors["workload_profile"] = ["Choose a workload profile."]
+            errors["workload_profile"] = [_("Choose a workload profile.")]
         if job.target_throughput is None or job.target_throughput <= 0:
-            errors["target_throughput"] = ["Give a positive target throughput."]
+            errors["target_throughput"] = [_("Give a positive target throughput.")]
         if job.target_latency_ms is not None and job.target_latency_ms <= 0:
-            errors["target_latency_ms"] = ["A latency bound must be positive."]
+            errors["target_latency_ms"] = [_("A latency bound must be positive.")]
         unknown = [v for v in job.allowed_vendors or [] if v not in Vendor.values]
         if unknown:
-            errors["allowed_vendors"] = [f"Unknown vendors: {', '.join(unknown)}."]
+            errors["allowed_vendors"] = [_("Unknown vendors: %(vendors)s.") % {"vendors": ", ".join(unknown)}]
     if job.kind == Job.Kind.BENCHMARK and job.workload_profile_id is None:
-        errors["workload_profile"] = ["A benchmark run names the workload profile it measures."]
+        errors["workload_profile"] = [_("A benchmark run names the workload profile it measures.")]
     if job.count < 1:
-        errors["count"] = ["Count must be at least 1."]
+        errors["count"] = [_("Count must be at least 1.")]
     if errors:
-        raise ValidationFailed("The request is invalid.", details=errors)
+        raise ValidationFailed(_("The request is invalid."), details=errors)
 
 
 def _cu_alternatives(
@@ -280,16 +286,56 @@ def library_trace_step(decision, granted) -> None:
         decision.step("library", evidence["message"], **evidence["data"])
 
 
+def sharing_refused_nodes(groups: tuple[DeviceGroup, ...], vendors: set[str]) -> dict[str, str]:
+    """Node name → why a fraction of ``groups`` cannot be shared there: the NVIDIA cards of a cluster in
+    ``dra`` mode whose driver's gate for the fraction's sharing strategy Test connection recorded off
+    (``apps.clusters.sharing.dra_gate_refusal``). Empty without such a fraction (no query then)."""
+    from apps.inventory.models import Cluster, Node
+
+    isolations = sorted({str(g.isolation) for g in groups if not g.whole and not g.profile})
+    if not isolations or (vendors and "nvidia" not in vendors):
+        return {}
+    reasons: dict[int, str] = {}
+    for cluster in Cluster.objects.filter(device_plugin_modes__nvidia="dra").only(
+        "id", "device_plugin_modes", "last_check"
+    ):
+        reason = next(
+            (r for iso in isolations if (r := sharing.dra_gate_refusal("nvidia", "dra", iso, cluster))), ""
+        )
+        if reason:
+            reasons[cluster.pk] = reason
+    if not reasons:
+        return {}
+    rows = (
+        Node.objects.filter(cluster_id__in=list(reasons), devices__vendor="nvidia")
+        .values_list("name", "cluster_id")
+        .distinct()
+    )
+    return {name: reasons[cluster_id] for name, cluster_id in rows}
+
+
+def _request(
+    groups: tuple[DeviceGroup, ...], vendors: set[str], tol: tuple, base: dict, sharing_check: bool
+) -> Request:
+    refused = sharing_refused_nodes(groups, set(vendors)) if sharing_check else {}
+    if refused:
+        base = {**base, "precheck_failures": {**refused, **base["precheck_failures"]}}
+    return Request(groups=groups, tolerations=tol, **base)
+
+
 def job_requests(
     job: Job,
     *,
     precheck_failures: dict[str, str] | None = None,
     catalog: list[DeviceModel] | None = None,
     coefficients: dict[int, Decimal] | None = None,
+    sharing_check: bool = True,
 ) -> list[tuple[Request, Decimal | None]]:
     """The engine requests for a job: usually one; neutral compute-unit requests give one per shape.
 
     Each comes with the compute units per hour it would be granted (None when a coefficient is unknown).
+    ``sharing_check``: nodes whose cluster cannot share a card the way a fraction needs (an NVIDIA DRA
+    driver whose sharing gate is off: :func:`sharing_refused_nodes`) are excluded with the reason.
     """
     failures = dict(precheck_failures or {})
     for name in job.excluded_nodes or []:  # an earlier attempt failed there
@@ -311,7 +357,7 @@ def job_requests(
         coef = (coefficients or coefficients_on([template.device_model_id])).get(template.device_model_id)
         cu = None if coef is None else coef * Decimal(group.compute) / WHOLE * job.count * job.replicas
         tol = _vendor_tolerations({template.device_model.vendor}) + user_tol
-        return [(Request(groups=(group,), tolerations=tol, **base), cu)]
+        return [(_request((group,), {template.device_model.vendor}, tol, base, sharing_check), cu)]
     if kind == Job.RequestKind.WHOLE_CARDS:
         features = set(job.required_features or [])
         if job.device_model_id:
@@ -336,7 +382,7 @@ def job_requests(
             coef = (coefficients or coefficients_on([job.device_model_id])).get(job.device_model_id)
             cu = None if coef is None else coef * job.count * job.replicas
         tol = _vendor_tolerations(vendors) + user_tol
-        return [(Request(groups=(group,), tolerations=tol, **base), cu)]
+        return [(_request((group,), vendors, tol, base, sharing_check), cu)]
     if kind == Job.RequestKind.COMPUTE_UNITS:
         allowed = set(job.allowed_vendors or [])
         catalog = catalog if catalog is not None else list(DeviceModel.objects.all())
@@ -346,20 +392,20 @@ def job_requests(
         for group, granted in _cu_alternatives(job, models, coefficients):
             vendor = next(m.vendor for m in models if m.name in group.models)
             tol = _vendor_tolerations({vendor}) + user_tol
-            out.append((Request(groups=(group,), tolerations=tol, **base), granted * job.replicas))
+            out.append((_request((group,), {vendor}, tol, base, sharing_check), granted * job.replicas))
         return out
     if kind == Job.RequestKind.PROFILE:
         out = []
         for group, granted, vendor in _profile_alternatives(job):
             tol = _vendor_tolerations({vendor}) + user_tol
-            out.append((Request(groups=(group,), tolerations=tol, **base), granted))
+            out.append((_request((group,), {vendor}, tol, base, sharing_check), granted))
         return out
     groups, topology, _problems = _request_template_groups(job)
     vendors = set()
     for res in job.request_template.resolution or []:
         vendors |= {c["vendor"] for c in res.get("candidates", [])}
     tol = _vendor_tolerations(vendors) + user_tol
-    return [(Request(groups=tuple(groups), topology=topology, tolerations=tol, **base), None)]
+    return [(_request(tuple(groups), vendors, tol, {**base, "topology": topology}, sharing_check), None)]
 
 
 def request_describe(job: Job) -> str:
@@ -398,17 +444,67 @@ def request_describe(job: Job) -> str:
         return text + reps
     if kind == Job.RequestKind.COMPUTE_UNITS:
         vendors = ", ".join(job.allowed_vendors) if job.allowed_vendors else _("any vendor")
-        mem = f" + {job.memory_mib // 1024} GiB" if job.memory_mib else ""
+        mem = f" + {memory_text(job.memory_mib)}" if job.memory_mib else ""
         return (
             _("%(cu)s CU%(memory)s on %(vendors)s")
             % {
-                "cu": job.compute_units,
+                "cu": plain_decimal(job.compute_units),
                 "memory": mem,
                 "vendors": vendors,
             }
             + reps
         )
     return _("request template %(name)s") % {"name": job.request_template.name} + reps
+
+
+def memory_text(mib: int) -> str:
+    """Memory as a person wrote it: whole GiB as GiB ("5000 GiB", not "5120000 MiB"), else MiB."""
+    mib = int(mib)
+    if mib >= 1024 and mib % 1024 == 0:
+        return _("%(n)s GiB") % {"n": mib // 1024}
+    return _("%(n)s MiB") % {"n": mib}
+
+
+def _beyond_every_node(job: Job) -> str:
+    """Why a compute-unit request fits no node however empty ("" when some node is big enough): each
+    replica is placed on one node, so the most it can get is the node with the most compute units of
+    one allowed model (healthy cards the reader's project may use are not told apart here: this is
+    about the fleet's shape, the engine's explanation covers the rest)."""
+    from django.db.models import Count
+
+    from apps.inventory.models import Device
+
+    cards = Device.objects.exclude(health__in=[Device.Health.RETIRED, Device.Health.LOST]).filter(
+        device_model__isnull=False
+    )
+    if job.allowed_vendors:
+        cards = cards.filter(vendor__in=job.allowed_vendors)
+    rows = list(cards.values("node__name", "device_model_id", "device_model__name").annotate(n=Count("id")))
+    coefficients = coefficients_on({row["device_model_id"] for row in rows})
+    best = max(
+        (
+            (coefficients[row["device_model_id"]] * row["n"], row)
+            for row in rows
+            if row["device_model_id"] in coefficients
+        ),
+        key=lambda item: item[0],
+        default=None,
+    )
+    want = Decimal(job.compute_units)
+    if best is None or want <= best[0]:
+        return ""
+    most, row = best
+    return _(
+        "%(want)s CU is more than any node can give one replica: the most is %(most)s CU (%(cards)s × "
+        "%(model)s on %(node)s). Ask for at most %(most)s CU per replica, or spread the work over more "
+        "replicas."
+    ) % {
+        "want": plain_decimal(want),
+        "most": plain_decimal(most, 2),
+        "cards": row["n"],
+        "model": row["device_model__name"],
+        "node": row["node__name"],
+    }
 
 
 def request_feasible_anywhere(job: Job) -> Feasibility:
@@ -435,11 +531,19 @@ def request_feasible_anywhere(job: Job) -> Feasibility:
             },
         )
     if not alternatives:
-        allowed = ", ".join(job.allowed_vendors) if job.allowed_vendors else "any vendor"
+        allowed = ", ".join(job.allowed_vendors) if job.allowed_vendors else _("any vendor")
+        wanted = _("%(cu)s CU") % {"cu": plain_decimal(job.compute_units)}
+        if job.memory_mib:
+            wanted = _("%(cu)s CU with %(memory)s") % {
+                "cu": plain_decimal(job.compute_units),
+                "memory": memory_text(job.memory_mib),
+            }
         return Feasibility(
             False,
-            f"no device model of {allowed} with a known compute coefficient and memory can provide "
-            f"{job.compute_units} CU" + (f" with {job.memory_mib} MiB" if job.memory_mib else ""),
+            _(
+                "no device model of %(vendors)s with a known compute coefficient and memory can provide %(what)s"
+            )
+            % {"vendors": allowed, "what": wanted},
         )
     if (job.runtime_requirement or "").strip():
         # The same runtime precheck the cycle applies: a runtime no node's driver supports (or that the
@@ -461,4 +565,25 @@ def request_feasible_anywhere(job: Job) -> Feasibility:
         if decision.placed:
             return Feasibility(True, "", cu)
         explanation = explanation or decision.explanation
-    return Feasibility(False, explanation or "no node matches")
+    # Nothing fits. Would it, were the cards shareable where the clusters' drivers cannot share them?
+    # Then that is the reason, with the options (apps.clusters.sharing.dra_gate_refusal).
+    refusals = [
+        (request, reason)
+        for request, _cu in alternatives
+        for reason in [next(iter(sharing_refused_nodes(request.groups, set()).values()), "")]
+        if reason
+    ]
+    if job.request_kind == Job.RequestKind.COMPUTE_UNITS:
+        too_big = _beyond_every_node(job)
+        if too_big:
+            return Feasibility(False, too_big)
+    for request, reason in refusals:
+        plain = dataclasses.replace(
+            request,
+            precheck_failures=tuple((n, r) for n, r in request.precheck_failures if r != reason),
+        )
+        if engine.place(snapshot, plain, commit=False).placed:
+            return Feasibility(False, localize(reason))
+    # The engine explains in English (apps.scheduling.engine_texts): the reason is read in the
+    # submitter's language, in the preview and in the submit's refusal.
+    return Feasibility(False, localize(explanation) if explanation else _("no node matches"))

@@ -269,6 +269,14 @@ def test_a_retired_device_cannot_change_pool_status(actor):
         device_pool_status_set(device=device, pool_status="gray", actor=actor)
 
 
+def test_retired_is_no_pool_status_one_can_choose(actor):
+    device = DeviceFactory()
+    with pytest.raises(ValidationFailed, match="only by being retired"):
+        device_pool_status_set(device=device, pool_status="retired", actor=actor)
+    device.refresh_from_db()
+    assert device.pool_status == Device.PoolStatus.PRODUCTION and not DeviceEvent.objects.filter(device=device)
+
+
 def test_unknown_pool_status_is_bad_input(actor):
     with pytest.raises(ValidationFailed):
         device_pool_status_set(device=DeviceFactory(), pool_status="staging", actor=actor)
@@ -284,9 +292,11 @@ def test_device_retire_records_and_is_idempotent(actor):
 
     device.refresh_from_db()
     assert (device.health, device.health_reason) == (Device.Health.RETIRED, "HBM failure")
+    assert device.pool_status == Device.PoolStatus.RETIRED  # in no pool any more (issue 29 §9)
     event = DeviceEvent.objects.get(device=device)
     assert event.kind == DeviceEvent.Kind.RETIRED
-    assert event.after == {"health": "retired", "health_reason": "HBM failure"}
+    assert event.after == {"health": "retired", "health_reason": "HBM failure", "pool_status": "retired"}
+    assert event.before["pool_status"] == "production"
     assert records(device, "device.retire").count() == 1
 
 
@@ -515,7 +525,13 @@ def test_import_reports_bad_values(actor, ledger, change, column, fragment):
 
 
 def test_import_stores_a_pci_address_in_the_form_reports_store(actor, ledger):
-    row = {"cluster": "bj1", "node": "gpu-pci", "vendor": "nvidia", "device_index": "0", "pci_bus_id": "1a:00.0"}
+    row = {
+        "cluster": "bj1",
+        "node": "gpu-pci",
+        "vendor": "nvidia",
+        "device_index": "0",
+        "pci_bus_id": "1a:00.0",
+    }
     ledger_import_csv(data=make_csv([row]), actor=actor)
     assert Device.objects.get(node__name="gpu-pci").pci_bus_id == "0000:1A:00.0"
 

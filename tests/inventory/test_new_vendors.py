@@ -62,7 +62,10 @@ def test_device_resource_names_come_from_the_adapter():
     assert device_resource_name("enflame") == "enflame.com/gcu"
     # Deep-Spark/ix-device-plugin's plugin.go and chart values (not HAMi's per-model shares).
     assert device_resource_name("iluvatar") == "iluvatar.com/gpu"
-    assert device_resource_name("mthreads") is None  # no Vendor value, no adapter
+    # Moore Threads' device plugin (Mthreads GPU Operator; Project-HAMi/website
+    # docs/installation/how-to-use-mthreads-s5000.md: whole cards as mthreads.com/gpu).
+    assert device_resource_name("mthreads") == "mthreads.com/gpu"
+    assert device_resource_name("birentech") is None  # no Vendor value, no adapter
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -400,6 +403,7 @@ def _tolerated(tolerations: list[dict], taint: dict) -> bool:
         ("ixsmi", "ixsmi_bi_v150_16gpu.txt", "ix-01"),
         ("xpu-smi", "xpu_smi_p800_8xpu.txt", "xpu-01"),
         ("efsmi", "efsmi_s60_2dev.txt", "gcu-01"),
+        ("mthreads-gmi", "mthreads_gmi_s5000_excerpt.txt", "mtt-01"),
     ],
 )
 def test_a_real_report_becomes_a_whole_card_pod_the_fake_binds_to_the_node_advertising_it(

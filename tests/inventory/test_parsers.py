@@ -46,6 +46,7 @@ REPORT_KINDS = {
     "ixsmi",
     "xpu-smi",
     "efsmi",
+    "mthreads-gmi",  # Moore Threads
 }
 
 
@@ -88,6 +89,7 @@ def test_the_registry_has_one_adapter_per_vendor_slug():
         "iluvatar",
         "kunlunxin",
         "enflame",
+        "mthreads",
     }
     for slug, adapter in ADAPTERS.items():
         assert isinstance(adapter, VendorAdapter)
@@ -130,6 +132,7 @@ def test_every_report_kind_belongs_to_exactly_one_adapter():
         "ixsmi": ["iluvatar"],
         "xpu-smi": ["kunlunxin"],
         "efsmi": ["enflame"],
+        "mthreads-gmi": ["mthreads"],
     }
     assert adapter_for_kind("npu-smi") is ADAPTERS["huawei"]
     assert adapter_for_kind("mx-smi") is ADAPTERS["metax"]

@@ -33,6 +33,7 @@ FIXTURE_KINDS = {
     "cnmon_mlu370_x8_v5.txt": "cnmon",
     "cnmon_truncated.txt": "cnmon",
     "efsmi_s60_2dev.txt": "efsmi",
+    "mthreads_gmi_s5000_excerpt.txt": "mthreads-gmi",
     "hy_smi_dcu.txt": "hy-smi",
     "hy_smi_hcu.txt": "hy-smi",
     "hy_smi_topo_hcu_4.txt": "hy-smi-topo",

@@ -164,6 +164,26 @@ def test_an_impossible_request_is_a_400_naming_why(api_client, fleet, member_pro
     assert Job.objects.count() == 0
 
 
+def test_more_compute_units_than_any_node_has_says_so_not_a_model_it_tried(fleet, member_project):
+    """Issue 29 §9: a 1000 CU request was refused naming "no gpu of model A100 …"."""
+    user, project = member_project
+    with pytest.raises(ValidationFailed) as excinfo:
+        submit(project, user, request_kind="compute_units", compute_units="1000")
+    message = excinfo.value.message
+    assert "1000 CU is more than any node can give one replica" in message
+    assert "the most is 6.4 CU (8 × Ascend 910B3 on npu-01)" in message  # 0.8 CU × 8 beats 1.0 × 4
+    assert "of model" not in message
+    assert Job.objects.count() == 0
+
+
+def test_memory_is_echoed_as_it_was_asked(fleet, member_project):
+    """Issue 29 §9: 5000 GiB was echoed as "5120000 MiB"."""
+    user, project = member_project
+    with pytest.raises(ValidationFailed) as excinfo:
+        submit(project, user, request_kind="compute_units", compute_units="0.5", memory_mib=5000 * 1024)
+    assert "0.5 CU with 5000 GiB" in excinfo.value.message and "MiB" not in excinfo.value.message
+
+
 def test_viewers_and_outsiders_cannot_submit(api_client, fleet, member_project, make_user, a100):
     user, project = member_project
     set_role(user, project, "viewer")

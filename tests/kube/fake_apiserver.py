@@ -103,9 +103,19 @@ controller generates ``<pod>-<claim>-<5 chars>`` claims from a pod's ``resourceC
 or done and deletes their generated claims; the scheduler's DynamicResources plugin allocates
 devices from ResourceSlices (the highest ``pool.generation`` of each pool only; DeviceClass and
 request CEL selectors, ExactCount / All,
-``firstAvailable``, never a device held by another claim), writes ``status.allocation`` /
+``firstAvailable``, never a device held by another claim, KEP-4815 partitionable devices: a device
+that ``consumesCounters`` only while its pool's ``sharedCounters`` have enough left, see
+:func:`_counters_fit`), writes ``status.allocation`` /
 ``reservedFor`` and binds the pod to the node, or leaves it Pending (PodScheduled False
-Unschedulable, a ``FailedScheduling`` event).
+Unschedulable, a ``FailedScheduling`` event). The NVIDIA DRA driver's NodePrepareResources check of
+a claim's opaque ``GpuConfig`` / ``MigDeviceConfig`` sharing strategy against its feature gates, only
+when a test sets :attr:`FakeApiServer.nvidia_dra_feature_gates` (read from the driver's source, not
+run: see :meth:`FakeApiServer._nvidia_prepare_error`): a refused pod stays Pending in
+ContainerCreating with the kubelet's ``FailedPrepareDynamicResources`` event. A pod without claims
+is bound to its ``nodeSelector`` host only when the node's ``status.allocatable`` covers the extended resources it
+requests (kube-scheduler's NodeResourcesFit; a name the node does not advertise is 0), else it stays
+Pending the same way ("0/N nodes are available: 1 Insufficient <name>") and is retried on every
+change; ``ignored_by_scheduler`` names what an extender such as HAMi's takes over.
 
 Admission: ResourceQuota (plugin/resourcequota + pkg/quota/v1/evaluator/core/pods.go): a pod create
 (direct, or by the Job / Deployment controllers) that would take a namespace quota's ``pods``,
@@ -933,6 +943,52 @@ def _quantity_text(q: Decimal, like: str) -> str:
     return str(int(q)) if q == q.to_integral_value() else str(q)
 
 
+# -- partitionable devices (KEP-4815 DRAPartitionableDevices, resource.k8s.io/v1) -------------------
+# The API reference: ``ResourceSliceSpec.sharedCounters`` is a list of CounterSets {name, counters:
+# name -> {value: quantity}} ("Only one of Devices and SharedCounters can be set in a ResourceSlice";
+# at most 8 sets); ``Device.consumesCounters`` lists {counterSet, counters} a device uses while it is
+# allocated. The counter sets are the pool's (a device names a set of its driver's pool, published in
+# another slice of that pool). A device can be allocated only while every counter it consumes has at
+# least that much left after the other allocated devices' consumption.
+
+
+def _counter_consumption(device: dict) -> dict[tuple[str, str], Decimal]:
+    """(counter set, counter) -> amount the device consumes while allocated."""
+    use: dict[tuple[str, str], Decimal] = {}
+    for c in device.get("consumesCounters") or []:
+        for name, counter in ((c or {}).get("counters") or {}).items():
+            key = (str(c.get("counterSet") or ""), name)
+            use[key] = use.get(key, Decimal(0)) + parse_quantity((counter or {}).get("value", "0"))[0]
+    return use
+
+
+def _first_fitting(free: list, count: int, counters: dict, used: dict) -> list | None:
+    """The first ``count`` of ``free`` (driver, pool, device) whose counters fit together, or None."""
+    chosen: list = []
+    trial = {pool: dict(u) for pool, u in used.items()}
+    for d, p, dev in free:
+        if len(chosen) == count:
+            break
+        if not _counters_fit(dev, counters.get((d, p)), trial.get((d, p), {})):
+            continue
+        chosen.append((d, p, dev))
+        mine = trial.setdefault((d, p), {})
+        for ck, q in _counter_consumption(dev).items():
+            mine[ck] = mine.get(ck, Decimal(0)) + q
+    return chosen if len(chosen) == count else None
+
+
+def _counters_fit(device: dict, available: dict | None, used: dict) -> bool:
+    """True when the device consumes no counters, or every counter it consumes has enough left of its
+    pool's ``available`` (counter set, counter) -> value after ``used``. A set or counter the pool does
+    not publish is never enough (the device cannot be allocated)."""
+    need = _counter_consumption(device)
+    if not need:
+        return True
+    available = available or {}
+    return all(key in available and used.get(key, Decimal(0)) + q <= available[key] for key, q in need.items())
+
+
 # -- a CEL subset for DRA selectors ------------------------------------------------------------------
 # DRA device selectors are CEL expressions over ``device`` (driver, attributes, capacity):
 # https://kubernetes.io/docs/concepts/scheduling-eviction/dynamic-resource-allocation/ and
@@ -1564,6 +1620,9 @@ class FakeApiServer(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), _Handler)
         self.controllers = controllers
         self.timeout_delay = timeout_delay
+        # Extended resources kube-scheduler leaves to an extender (HAMi's managedResources with
+        # ignoredByScheduler: true): see _extended_shortfall.
+        self.ignored_by_scheduler: set[str] = set()
         self.requests: list[tuple[str, str]] = []
         self._lock = threading.RLock()
         self._store: _Store = _Store()
@@ -1608,6 +1667,10 @@ class FakeApiServer(ThreadingHTTPServer):
         self.git_version = "v1.34.1"
         # Container logs (set_pod_log): (namespace, pod, container, previous) -> text.
         self._logs: dict[tuple[str, str, str, bool], str] = {}
+        # The NVIDIA DRA kubelet plugin's feature gates ({"TimeSlicingSettings": bool, "MPSSupport":
+        # bool}); None: the driver's claim preparation is not modelled (every bound pod may run).
+        self.nvidia_dra_feature_gates: dict[str, bool] | None = None
+        self._prepare_failed: dict[tuple[str, str], str] = {}  # (namespace, pod) -> kubelet's message
 
     # -- lifecycle -------------------------------------------------------------------------------
     @property
@@ -1680,6 +1743,9 @@ class FakeApiServer(ThreadingHTTPServer):
             pod = self._store.get(("pods", namespace, name))
             if pod is None:
                 raise KeyError(f"no pod {namespace}/{name}")
+            if phase == "Running" and (namespace, name) in self._prepare_failed:
+                failed = self._prepare_failed[(namespace, name)]
+                raise RuntimeError(f"the kubelet cannot start {namespace}/{name}: {failed}")
             now = _now()
             status = pod.setdefault("status", {})
             status["phase"] = phase
@@ -1839,9 +1905,113 @@ class FakeApiServer(ThreadingHTTPServer):
         host = spec.get("nodeName") or (spec.get("nodeSelector") or {}).get("kubernetes.io/hostname")
         if host and ("nodes", "", host) in self._store:
             bound_by_scheduler = not spec.get("nodeName")
+            if bound_by_scheduler:
+                missing = self._extended_shortfall(pod, self._store[("nodes", "", host)])
+                if missing:
+                    self._hold_unschedulable(pod, missing)
+                    return
             spec["nodeName"] = host
             if bound_by_scheduler:
                 self._record_scheduled(pod, host)
+                self._mark_scheduled(pod)
+
+    # kube-scheduler's NodeResourcesFit for extended resources (pkg/scheduler/framework/plugins/
+    # noderesources/fit.go): a pod fits a node when, for every extended resource it requests (requests
+    # default to limits; extended resources must have requests == limits), the node's
+    # ``status.allocatable`` minus what the non-terminal pods bound there request covers it; a name the
+    # node does not advertise counts as 0 ("Insufficient <name>"). Names in ``ignored_by_scheduler``
+    # are skipped, as a scheduler extender's ``managedResources`` with ``ignoredByScheduler: true``
+    # make kube-scheduler do (HAMi's chart: charts/hami/templates/_helpers.tpl
+    # "hami-vgpu.scheduler.managedResources"). A node registered without any ``capacity`` is not
+    # modelled (the tests that never said what it has) and takes any pod, as before.
+    def _extended_requests(self, pod: dict) -> dict[str, Decimal]:
+        wanted: dict[str, Decimal] = {}
+        for c in (pod.get("spec") or {}).get("containers") or []:
+            resources = c.get("resources") or {}
+            merged = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
+            for rname, qty in merged.items():
+                if _is_extended(rname) and rname not in self.ignored_by_scheduler:
+                    wanted[rname] = wanted.get(rname, Decimal(0)) + parse_quantity(str(qty))[0]
+        return wanted
+
+    def _extended_shortfall(self, pod: dict, node: dict) -> list[str]:
+        allocatable = (node.get("status") or {}).get("allocatable")
+        wanted = self._extended_requests(pod)
+        if allocatable is None or not wanted:
+            return []
+        name = node["metadata"]["name"]
+        used: dict[str, Decimal] = {}
+        for key, other in self._store.items():
+            if (
+                key[0] == "pods"
+                and other is not pod
+                and (other.get("spec") or {}).get("nodeName") == name
+                and (other.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+            ):
+                for rname, qty in self._extended_requests(other).items():
+                    used[rname] = used.get(rname, Decimal(0)) + qty
+        return sorted(
+            rname
+            for rname, qty in wanted.items()
+            if parse_quantity(str(allocatable.get(rname, "0")))[0] - used.get(rname, Decimal(0)) < qty
+        )
+
+    def _hold_unschedulable(self, pod: dict, missing: list[str]) -> None:
+        """The pod stays Pending: PodScheduled False (Unschedulable) and a ``FailedScheduling`` Warning
+        from default-scheduler, in kube-scheduler's wording ("0/3 nodes are available: 1 Insufficient
+        nvidia.com/gpu, 2 node(s) didn't match Pod's node affinity/selector.")."""
+        total = sum(1 for k in self._store if k[0] == "nodes")
+        parts = [f"1 Insufficient {rname}" for rname in missing]
+        if total > 1:
+            parts.append(f"{total - 1} node(s) didn't match Pod's node affinity/selector")
+        message = f"0/{total} nodes are available: " + ", ".join(parts) + "."
+        status = pod.setdefault("status", {})
+        conditions = status.get("conditions") or []
+        current = next((c for c in conditions if c.get("type") == "PodScheduled"), None)
+        if current is not None and current.get("message") == message:
+            return
+        status["conditions"] = [c for c in conditions if c.get("type") != "PodScheduled"] + [
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "Unschedulable",
+                "message": message,
+                "lastTransitionTime": _now(),
+            }
+        ]
+        if pod["metadata"].get("uid"):
+            self._record_event(pod, "FailedScheduling", message, "default-scheduler")
+
+    @staticmethod
+    def _mark_scheduled(pod: dict) -> None:
+        status = pod.setdefault("status", {})
+        conditions = status.get("conditions") or []
+        if any(c.get("type") == "PodScheduled" and c.get("status") == "False" for c in conditions):
+            status["conditions"] = [c for c in conditions if c.get("type") != "PodScheduled"] + [
+                {"type": "PodScheduled", "status": "True", "lastTransitionTime": _now()}
+            ]
+
+    def _retry_unschedulable(self) -> None:
+        """kube-scheduler retries an unschedulable pod when the cluster changes (a pod leaves, a node's
+        allocatable grows): pods held by :meth:`_hold_unschedulable` are tried again."""
+        for key, pod in list(self._store.items()):
+            spec = pod.get("spec") or {}
+            if (
+                key[0] != "pods"
+                or spec.get("nodeName")
+                or spec.get("resourceClaims")
+                or pod["metadata"].get("deletionTimestamp")
+                or (pod.get("status") or {}).get("phase") != "Pending"
+                or not any(
+                    c.get("type") == "PodScheduled" and c.get("reason") == "Unschedulable"
+                    for c in (pod.get("status") or {}).get("conditions") or []
+                )
+            ):
+                continue
+            rv = self._rv
+            self._schedule_pod(pod)
+            if spec.get("nodeName") or self._rv != rv:
+                self._bump(pod)
 
     def _delete_pod_gracefully(self, key: tuple[str, str, str], grace: int | None = None) -> None:
         """Graceful deletion (pkg/registry/core/pod/strategy.go CheckGracefulDelete): a pod that was
@@ -1866,6 +2036,7 @@ class FakeApiServer(ThreadingHTTPServer):
     def _remove_pod(self, key: tuple[str, str, str]) -> None:
         pod = self._store.pop(key, None)
         self._terminate_at.pop(key, None)
+        self._prepare_failed.pop((key[1], key[2]), None)
         if pod is None:
             return
         # Job tracking with finalizers (batch.kubernetes.io/job-tracking): a pod removed before it
@@ -2285,6 +2456,7 @@ class FakeApiServer(ThreadingHTTPServer):
             self._garbage_collect()
             self._sync_resource_claims()
             self._schedule_dra()
+            self._retry_unschedulable()
             self._sync_jobs()
             self._sync_deployments()
             self._sync_replicasets()
@@ -2881,6 +3053,27 @@ class FakeApiServer(ThreadingHTTPServer):
                 "exactly one of `nodeName`, `nodeSelector`, `allNodes`, `perDeviceNodeSelection` is required",
             )
         devices = spec.get("devices") or []
+        counter_sets = spec.get("sharedCounters") or []
+        if devices and counter_sets:  # the API reference: "Only one of Devices and SharedCounters"
+            errs.invalid("spec", "devices, sharedCounters", "only one of devices and sharedCounters may be set")
+        if len(counter_sets) > 8:
+            errs.invalid("spec.sharedCounters", len(counter_sets), "must have at most 8 items")
+        set_names: set[str] = set()
+        for i, cs in enumerate(counter_sets):
+            cp = f"spec.sharedCounters[{i}]"
+            cs = cs if isinstance(cs, dict) else {}
+            errs.unique_label_name(f"{cp}.name", cs.get("name") or "", set_names)
+            counters = cs.get("counters") if isinstance(cs.get("counters"), dict) else {}
+            if not counters:
+                errs.required(f"{cp}.counters")
+            for cname, counter in sorted(counters.items()):
+                try:
+                    parse_quantity((counter or {}).get("value"))
+                except (ValueError, TypeError, AttributeError):
+                    errs.invalid(f"{cp}.counters[{cname}].value", counter, "must be a quantity")
+        if any((d or {}).get("consumesCounters") for d in devices if isinstance(d, dict)) and len(devices) > 64:
+            # "If any device uses taints or consumes counters the limit is 64."
+            errs.invalid("spec.devices", len(devices), "must have at most 64 items")
         if len(devices) > 128:
             errs.invalid(
                 "spec.devices", len(devices), "must have at most 128 items"
@@ -2891,6 +3084,12 @@ class FakeApiServer(ThreadingHTTPServer):
             dev = dev if isinstance(dev, dict) else {}
             dname = dev.get("name") or ""
             errs.unique_label_name(f"{dp}.name", dname, names)
+            for j, c in enumerate(dev.get("consumesCounters") or []):
+                c = c if isinstance(c, dict) else {}
+                if not c.get("counterSet"):
+                    errs.required(f"{dp}.consumesCounters[{j}].counterSet")
+                if not c.get("counters"):
+                    errs.required(f"{dp}.consumesCounters[{j}].counters")
             for aname, value in sorted((dev.get("attributes") or {}).items()):
                 ap = f"{dp}.attributes[{aname}]"
                 if (
@@ -3108,6 +3307,39 @@ class FakeApiServer(ThreadingHTTPServer):
         highest generation of each pool only: resource.k8s.io/v1 ResourcePool.generation (k8s.io/api
         resource/v1 types.go) — "Consumers of ResourceSlices should only consider resources from the
         pool with the highest generation number"."""
+        devices = []
+        for spec in self._newest_slices(node):
+            for dev in spec.get("devices") or []:
+                devices.append((spec.get("driver"), (spec.get("pool") or {}).get("name"), dev))
+        return devices
+
+    def _shared_counters(self, node: str) -> dict[tuple[str, str], dict[tuple[str, str], Decimal]]:
+        """(driver, pool) -> (counter set, counter) -> value, from the pools' newest slices."""
+        pools: dict[tuple[str, str], dict[tuple[str, str], Decimal]] = {}
+        for spec in self._newest_slices(node):
+            mine = pools.setdefault((spec.get("driver"), (spec.get("pool") or {}).get("name")), {})
+            for cs in spec.get("sharedCounters") or []:
+                for cname, counter in (cs.get("counters") or {}).items():
+                    mine[(cs.get("name"), cname)] = parse_quantity(counter["value"])[0]
+        return pools
+
+    def _counters_in_use(self, node: str, skip: set) -> dict[tuple[str, str], dict[tuple[str, str], Decimal]]:
+        """(driver, pool) -> (counter set, counter) -> what the allocated claims (but ``skip``) consume."""
+        by_name = {(d, p, dev.get("name")): dev for d, p, dev in self._slice_devices(node)}
+        used: dict[tuple[str, str], dict[tuple[str, str], Decimal]] = {}
+        for key, claim in self._store.items():
+            if key[0] != "resourceclaims" or (key[1], key[2]) in skip:
+                continue
+            allocation = (claim.get("status") or {}).get("allocation") or {}
+            for r in (allocation.get("devices") or {}).get("results") or []:
+                dev = by_name.get((r.get("driver"), r.get("pool"), r.get("device")))
+                mine = used.setdefault((r.get("driver"), r.get("pool")), {})
+                for ck, q in _counter_consumption(dev or {}).items():
+                    mine[ck] = mine.get(ck, Decimal(0)) + q
+        return used
+
+    def _newest_slices(self, node: str) -> list[dict]:
+        """The specs of the ResourceSlices of ``node`` (or ``allNodes``) of each pool's newest generation."""
         slices = []
         for (plural, _, _sname), rslice in sorted(self._store.items()):
             spec = rslice.get("spec") or {}
@@ -3118,14 +3350,12 @@ class FakeApiServer(ThreadingHTTPServer):
             pool = spec.get("pool") or {}
             key = (spec.get("driver"), pool.get("name"))
             newest[key] = max(newest.get(key, 0), pool.get("generation") or 0)
-        devices = []
-        for spec in slices:
-            pool = spec.get("pool") or {}
-            if (pool.get("generation") or 0) < newest[(spec.get("driver"), pool.get("name"))]:
-                continue
-            for dev in spec.get("devices") or []:
-                devices.append((spec.get("driver"), pool.get("name"), dev))
-        return devices
+        return [
+            spec
+            for spec in slices
+            if ((spec.get("pool") or {}).get("generation") or 0)
+            >= newest[(spec.get("driver"), (spec.get("pool") or {}).get("name"))]
+        ]
 
     def _allocate_on(self, node: str, claims: list[tuple[str, dict]], in_use: set) -> list[dict]:
         """structured/allocator.go, reduced: each request takes ``count`` (ExactCount) or every
@@ -3135,7 +3365,10 @@ class FakeApiServer(ThreadingHTTPServer):
         allocations in claim order; CelError (or ValueError with the reason) when it cannot."""
         taken = set(in_use)
         devices = self._slice_devices(node)
-        consumed = self._capacity_in_use({(c.get("metadata", {}).get("namespace"), n) for n, c in claims})
+        skip = {(c.get("metadata", {}).get("namespace"), n) for n, c in claims}
+        consumed = self._capacity_in_use(skip)
+        counters = self._shared_counters(node)
+        counters_used = self._counters_in_use(node, skip)
         allocations = []
         for claim_name, claim in claims:
             results, configs = [], []
@@ -3169,12 +3402,13 @@ class FakeApiServer(ThreadingHTTPServer):
                         for d, p, dev in matching
                         if (d, p, dev.get("name")) not in taken
                         and _consumable_fits(dev, wanted, consumed.get((d, p, dev.get("name")), {}))
+                        and _counters_fit(dev, counters.get((d, p)), counters_used.get((d, p), {}))
                     ]
                     if sub.get("allocationMode") == "All":
                         chosen = free if matching and len(free) == len(matching) else None
                     else:
                         count = sub.get("count", 1)
-                        chosen = free[:count] if len(free) >= count else None
+                        chosen = _first_fitting(free, count, counters, counters_used)
                     if chosen:
                         picked = (rname, chosen, cls)
                         break
@@ -3196,6 +3430,9 @@ class FakeApiServer(ThreadingHTTPServer):
                         }
                     else:
                         taken.add((d, p, dev.get("name")))
+                    mine = counters_used.setdefault((d, p), {})
+                    for ck, q in _counter_consumption(dev).items():
+                        mine[ck] = mine.get(ck, Decimal(0)) + q
                     results.append(result)
                 for cfg in (cls.get("spec") or {}).get("config") or []:
                     configs.append({"source": "FromClass", "requests": [rname], **copy.deepcopy(cfg)})
@@ -3302,6 +3539,7 @@ class FakeApiServer(ThreadingHTTPServer):
                     pod["status"]["conditions"] = [
                         c for c in pod["status"].get("conditions") or [] if c.get("type") != "PodScheduled"
                     ] + [{"type": "PodScheduled", "status": "True", "lastTransitionTime": _now()}]
+                    self._kubelet_prepare(pod, claims)
                     self._bump(pod)
                     break
                 else:
@@ -3330,6 +3568,84 @@ class FakeApiServer(ThreadingHTTPServer):
                     ]
                     self._bump(pod)
                     self._record_event(pod, "FailedScheduling", reason, "default-scheduler")
+
+    # The NVIDIA DRA driver's check of a claim's sharing configuration, read from its source (not run):
+    # sigs.k8s.io/dra-driver-nvidia-gpu (formerly NVIDIA/k8s-dra-driver-gpu) @
+    # 22407113785e78c7763b4637689a201eb39c6199. cmd/gpu-kubelet-plugin/device_state.go prepareDevices
+    # normalises and validates each opaque config of the allocation ("error validating GPU config: %w");
+    # api/nvidia.com/resource/v1beta1/validate.go validateSharingStrategy refuses a strategy whose gate is
+    # off. A GpuConfig without ``sharing`` is valid with the gates off (gpuconfig.go Normalize / Validate).
+    NVIDIA_SHARING_GATES = {"TimeSlicing": "TimeSlicingSettings", "MPS": "MPSSupport"}
+
+    def _nvidia_prepare_error(self, claim: dict) -> str:
+        """The driver's error for ``claim`` (its error chain from DeviceState.Prepare inward), "" if none."""
+        gates = self.nvidia_dra_feature_gates or {}
+        devices = ((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}
+        results = [r for r in devices.get("results") or [] if r.get("driver") == "gpu.nvidia.com"]
+        for cfg in devices.get("config") or []:
+            opaque = cfg.get("opaque") or {}
+            params = opaque.get("parameters") or {}
+            if opaque.get("driver") != "gpu.nvidia.com" or params.get("kind") not in (
+                "GpuConfig",
+                "MigDeviceConfig",
+            ):
+                continue
+            if not any(not cfg.get("requests") or r.get("request") in cfg["requests"] for r in results):
+                continue
+            strategy = (params.get("sharing") or {}).get("strategy")
+            if strategy is None:
+                continue
+            gate = self.NVIDIA_SHARING_GATES.get(strategy)
+            if gate is None:
+                error = (
+                    f"unknown GPU sharing strategy: {strategy}, "
+                    "supported GPU sharing strategies: TimeSlicing, MPS"
+                )
+            elif gates.get(gate):
+                continue
+            else:
+                error = (
+                    f'"{strategy}" is selected as the GPU sharing strategy, '
+                    f'but the "{gate}" feature gate is not enabled'
+                )
+            return f"prepare devices failed: error validating GPU config: {error}"
+        return ""
+
+    def _kubelet_prepare(self, pod: dict, claims: list[tuple[str, dict]]) -> None:
+        """The kubelet's NodePrepareResources for a pod just bound (only with
+        :attr:`nvidia_dra_feature_gates` set). A refusal keeps the pod Pending with its containers
+        waiting in ContainerCreating and a ``FailedPrepareDynamicResources`` Warning from the kubelet,
+        its message the kubelet's wrapping (pkg/kubelet/kuberuntime "Failed to prepare dynamic
+        resources: %v", pkg/kubelet/cm/dra/manager.go "NodePrepareResources failed for ResourceClaim
+        %s: %s", as a real event of this driver shows them) around the driver's
+        ("error preparing devices for claim <ns>/<name>:<uid>: %w", cmd/gpu-kubelet-plugin/driver.go)."""
+        if self.nvidia_dra_feature_gates is None:
+            return
+        meta = pod["metadata"]
+        ns = meta.get("namespace", "")
+        for cname, claim in claims:
+            error = self._nvidia_prepare_error(claim)
+            if not error:
+                continue
+            uid = (claim.get("metadata") or {}).get("uid", "")
+            message = (
+                "Failed to prepare dynamic resources: prepare dynamic resources: NodePrepareResources failed "
+                f"for ResourceClaim {cname}: error preparing devices for claim {ns}/{cname}:{uid}: {error}"
+            )
+            self._prepare_failed[(ns, meta["name"])] = message
+            pod["status"]["containerStatuses"] = [
+                {
+                    "name": c.get("name", ""),
+                    "image": c.get("image", ""),
+                    "imageID": "",
+                    "ready": False,
+                    "restartCount": 0,
+                    "state": {"waiting": {"reason": "ContainerCreating"}},
+                }
+                for c in (pod.get("spec") or {}).get("containers") or []
+            ]
+            self._record_event(pod, "FailedPrepareDynamicResources", message, "kubelet")
+            return
 
     @staticmethod
     def _bound(pod: dict) -> bool:

@@ -322,10 +322,10 @@ def test_foreign_modes_fall_back_to_plain_and_dra_without_a_driver_says_so():
         )
     ) == {"huawei.com/Ascend910": "1"}
     objects = m.workload_objects(make_job(), allocs("huawei", ["n"], 2), cluster, attempt=0)
-    assert [o["kind"] for o in objects] == ["Job"]  # no claim: Huawei publishes no DRA driver
+    assert [o["kind"] for o in objects] == ["Job"]  # no claim: Huawei's DRA driver is mode ascend-dra
     (obj,) = objects
     assert limits(obj) == {"huawei.com/Ascend910": "2"}
-    assert "no DRA driver" in obj["metadata"]["annotations"]["suanchi.io/dra-fallback"]
+    assert "is mode ascend-dra" in obj["metadata"]["annotations"]["suanchi.io/dra-fallback"]
     assert "resourceClaims" not in obj["spec"]["template"]["spec"]
 
 
@@ -428,7 +428,13 @@ def test_platform_ships_the_dra_device_classes_the_claims_name():
         validate(resource)
     # The file is what the code renders (render_manifests --all writes the same objects).
     assert shipped == m.device_class_manifests()
-    assert [r["metadata"]["name"] for r in shipped] == ["gpu.nvidia.com", "mig.nvidia.com", "gpu.amd.com"]
+    assert [r["metadata"]["name"] for r in shipped] == [
+        "gpu.nvidia.com",
+        "mig.nvidia.com",
+        "gpu.amd.com",
+        "dra.hygon.com",
+        "hami-vnpu-core.project-hami.io",
+    ]
 
 
 def test_platform_rbac_grants_only_the_worker_verbs():
@@ -494,19 +500,20 @@ def test_render_manifests_all_writes_valid_files(fleet, member_project, a100, as
     Job.objects.filter(pk=train.pk).update(state=JobState.RUNNING)
 
     call_command("render_manifests", "--all", "--out", str(tmp_path))
-    assert "wrote 9 objects" in capsys.readouterr().out
+    classes = [f"deviceclass-_cluster-{c['metadata']['name']}.yaml" for c in m.device_class_manifests()]
+    assert f"wrote {6 + len(classes)} objects" in capsys.readouterr().out
     files = sorted(p.name for p in tmp_path.iterdir())
-    assert files == [
-        f"deployment-vision-suanchi-{serve.pk}.yaml",
-        "deviceclass-_cluster-gpu.amd.com.yaml",
-        "deviceclass-_cluster-gpu.nvidia.com.yaml",
-        "deviceclass-_cluster-mig.nvidia.com.yaml",
-        f"job-vision-suanchi-{train.pk}-a{train.attempt}.yaml",
-        "namespace-_cluster-vision.yaml",
-        "node-_cluster-gpu-01.yaml",
-        "node-_cluster-gpu-02.yaml",
-        "node-_cluster-npu-01.yaml",
-    ]
+    assert files == sorted(
+        [
+            f"deployment-vision-suanchi-{serve.pk}.yaml",
+            *classes,
+            f"job-vision-suanchi-{train.pk}-a{train.attempt}.yaml",
+            "namespace-_cluster-vision.yaml",
+            "node-_cluster-gpu-01.yaml",
+            "node-_cluster-gpu-02.yaml",
+            "node-_cluster-npu-01.yaml",
+        ]
+    )
     for path in tmp_path.iterdir():
         for resource in resources_from_file(str(path)):
             validate(resource)

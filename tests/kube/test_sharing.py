@@ -63,8 +63,8 @@ def test_a_cambricon_fraction_under_hami_counts_memory_in_256_mib_units_rounded_
         ("cambricon", "plain", "hami"),
         ("amd", "dra", "whole cards"),
         ("amd", "plain", "whole cards"),
-        ("huawei", "plain", "partition template"),
-        ("huawei", "ascend-vnpu", "partition template"),
+        ("huawei", "plain", "ascend-dra"),
+        ("huawei", "ascend-vnpu", "ascend-dra"),
     ],
 )
 def test_a_fraction_no_mode_of_the_cluster_can_share_is_refused_with_the_options(vendor, mode, says):

@@ -389,7 +389,11 @@ def _device_retire_locked(*, device: Device, reason: str, actor) -> bool:
             % {"device": device, "count": len(active), "jobs": ", ".join(active[:5])},
             details={"active_jobs": active},
         )
-    before, after = _save_fields(device, {"health": Device.Health.RETIRED, "health_reason": reason})
+    # A retired card is in no pool any more: it does not stay "production" (issue 29 §9).
+    before, after = _save_fields(
+        device,
+        {"health": Device.Health.RETIRED, "health_reason": reason, "pool_status": Device.PoolStatus.RETIRED},
+    )
     _record(
         device,
         action="device.retire",
@@ -466,10 +470,17 @@ def device_cordon(*, device: Device, cordoned: bool, reason: str = "", actor) ->
 def device_pool_status_set(*, device: Device, pool_status: str, reason: str = "", actor) -> Device:
     """Put a card in production, gray (canary) or quarantine. Quarantine needs a reason."""
     P = Device.PoolStatus
+    choices = [value for value in P.values if value != P.RETIRED]
+    if pool_status == P.RETIRED:
+        raise ValidationFailed(
+            _("a card leaves the pools only by being retired: retire device %(device)s instead")
+            % {"device": device},
+            details={"pool_status": [_("Choose one of: %(choices)s.") % {"choices": ", ".join(choices)}]},
+        )
     if pool_status not in P.values:
         raise ValidationFailed(
             f"unknown pool status {pool_status!r}",
-            details={"pool_status": [f"Choose one of: {', '.join(P.values)}."]},
+            details={"pool_status": [f"Choose one of: {', '.join(choices)}."]},
         )
     reason = (reason or "").strip()
     locked = _lock_device(device)

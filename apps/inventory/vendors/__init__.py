@@ -8,7 +8,7 @@
   (``ParsedReport.kind``; ``requested_kind`` stays "auto").
 
 Adding a vendor = one module with its adapter (and parsers) + one line in ``_ADAPTER_CLASSES``.
-MetaX, Iluvatar, Kunlunxin and Enflame modules also carry ``SIGNATURE`` / ``HEADER`` / ``TOOL`` for
+MetaX, Iluvatar, Kunlunxin, Enflame and Moore Threads modules also carry ``SIGNATURE`` / ``HEADER`` / ``TOOL`` for
 ``--kind auto`` (``_SIGNATURE_MODULES``): their tools print a banner only they print.
 """
 
@@ -22,7 +22,7 @@ from django.utils.translation import gettext as _
 
 from apps.core.errors import ParseFailed, ValidationFailed
 
-from . import enflame, iluvatar, kunlunxin, metax
+from . import enflame, iluvatar, kunlunxin, metax, mthreads
 from .adapter import Parser, VendorAdapter, ensure_text, strip_ansi
 from .amd import AmdAdapter
 from .base import ParsedDevice, ParsedLink, ParsedReport
@@ -41,12 +41,13 @@ _ADAPTER_CLASSES: tuple[type[VendorAdapter], ...] = (
     iluvatar.IluvatarAdapter,
     kunlunxin.KunlunxinAdapter,
     enflame.EnflameAdapter,
+    mthreads.MthreadsAdapter,
 )
 
 ADAPTERS: dict[str, VendorAdapter] = {cls.vendor: cls() for cls in _ADAPTER_CLASSES}
 
 # Vendors recognised by their tool's banner: module with VENDOR, KIND, SIGNATURE, HEADER and TOOL.
-_SIGNATURE_MODULES = (metax, iluvatar, kunlunxin, enflame)
+_SIGNATURE_MODULES = (metax, iluvatar, kunlunxin, enflame, mthreads)
 
 # report kind -> vendor slug, for every kind.
 KIND_VENDORS: dict[str, str] = {

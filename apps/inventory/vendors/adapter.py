@@ -28,7 +28,8 @@ Parser = Callable[[str], ParsedReport]
 
 _LABEL_INVALID = re.compile(r"[^A-Za-z0-9._-]+")
 _VENDOR_PREFIX = re.compile(
-    r"^(nvidia|amd|huawei|ascend|hygon|cambricon|metax|iluvatar|kunlunxin|enflame)[\s_-]+", re.IGNORECASE
+    r"^(nvidia|amd|huawei|ascend|hygon|cambricon|metax|iluvatar|kunlunxin|enflame|moore threads)[\s_-]+",
+    re.IGNORECASE,
 )
 
 
