@@ -150,10 +150,15 @@ class PartitionListFilter(admin.SimpleListFilter):
     parameter_name = "partition"
 
     def lookups(self, request, model_admin):
-        return [("mig", "MIG"), ("vnpu", "vNPU"), ("none", _("soft slice"))]
+        return [
+            ("mig", "MIG"),
+            ("vnpu", "vNPU"),
+            ("amd-partition", "AMD partition"),
+            ("none", _("soft slice")),
+        ]
 
     def queryset(self, request, queryset):
-        if self.value() in ("mig", "vnpu", "none"):
+        if self.value() in ("mig", "vnpu", "amd-partition", "none"):
             return filter_by_partition(queryset, self.value())
         return queryset
 

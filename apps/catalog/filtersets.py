@@ -71,12 +71,21 @@ class ComputeCoefficientFilterSet(FilterSet):
 
 
 # Partition kinds as the profile names spell them (the model's catalog data says the same).
-PARTITION_CHOICES = [("mig", "MIG"), ("vnpu", "vNPU"), ("none", "soft slice")]
-_PARTITION_PATTERNS = {"mig": r"^[0-9]+g\.[0-9]+gb", "vnpu": r"^vir"}
+PARTITION_CHOICES = [
+    ("mig", "MIG"),
+    ("vnpu", "vNPU"),
+    ("amd-partition", "AMD partition"),
+    ("none", "soft slice"),
+]
+_PARTITION_PATTERNS = {
+    "mig": r"^[0-9]+g\.[0-9]+gb",
+    "vnpu": r"^vir",
+    "amd-partition": r"^[a-z]+px_nps[0-9]+$",
+}
 
 
 def filter_by_partition(queryset, value: str):
-    """ "mig" / "vnpu": templates with such a profile; "none": soft slices."""
+    """ "mig" / "vnpu" / "amd-partition": templates with such a profile; "none": soft slices."""
     if value == "none":
         return queryset.filter(partition_profile="")
     return queryset.filter(partition_profile__regex=_PARTITION_PATTERNS[value])

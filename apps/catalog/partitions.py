@@ -1,4 +1,5 @@
-"""Hardware partition profiles of a device model: NVIDIA MIG profiles and Ascend vNPU templates.
+"""Hardware partition profiles of a device model: NVIDIA MIG profiles, Ascend vNPU templates and AMD
+Instinct spatial partitions.
 
 Pure functions over a DeviceModel's catalog data (no queries). A profile fixes what a slice of the
 card gets, so a compute template that names a profile must agree with it:
@@ -19,13 +20,21 @@ MIG (``mig_profiles``: profile name -> max instances per card, from NVIDIA mig-p
 vNPU (``vnpu_templates``: name -> {aicore, aicpu, mem_gb?}, from Ascend MindCluster)
     Compute share = aicore / the model's ai_cores. Memory = mem_gb x 1024 MiB when the catalog
     gives it; otherwise the template does not fix memory. Max instances = ai_cores // aicore.
+
+AMD partition (``data/amd-partitions.yaml``: model name -> {xcds, profiles: name -> {partitions}})
+    ``cpx_nps4`` = the AMD GPU DRA driver's ``partitionProfile`` ("<compute>_<memory>", lower case) of
+    a card in that mode; ``partitions`` logical GPUs per card. Compute share = 1 / partitions. Memory =
+    the catalog memory / partitions in whole GiB (nominal; the driver publishes KFD's slightly lower
+    figure), unknown when the catalog lacks the card's memory. A card runs in one mode at a time.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 from decimal import ROUND_HALF_UP, Decimal
+from pathlib import Path
 from typing import Any
 
 MIB_PER_GIB = 1024
@@ -34,6 +43,9 @@ CU_QUANTUM = Decimal("0.0001")
 
 MIG = "mig"
 VNPU = "vnpu"
+AMD_PARTITION = "amd-partition"
+
+AMD_PARTITIONS_FILE = Path(__file__).resolve().parent / "data" / "amd-partitions.yaml"
 
 _MIG_NAME = re.compile(r"^(?P<g>\d+)g\.(?P<gb>\d+)gb(?P<extra>(\+[a-z]+)*)$")
 
@@ -44,7 +56,7 @@ class ProfileError(ValueError):
 
 @dataclass(frozen=True)
 class PartitionProfile:
-    kind: str  # MIG or VNPU
+    kind: str  # MIG, VNPU or AMD_PARTITION
     name: str
     compute_share: Decimal  # percent, 2 decimals
     memory_mib: int | None  # None: the profile does not fix memory
@@ -67,6 +79,18 @@ class PartitionProfile:
                 f"MIG {self.name}: {d['g']} of {d['slices']} compute slices ({self.compute_share} %); "
                 f"memory {d['gb']} GiB = the figure in the profile name x 1024 MiB (nominal, the "
                 f"instance has slightly less usable); NVIDIA allows {self.max_instances} per card"
+            )
+        elif self.kind == AMD_PARTITION:
+            text = (
+                f"AMD partition {self.name}: 1 of {self.max_instances} logical GPUs of the card in "
+                f"{d['compute'].upper()}/{d['memory'].upper()} mode ({self.compute_share} %); "
+                + (
+                    f"memory {self.memory_mib // MIB_PER_GIB} GiB = the card's memory / {self.max_instances} "
+                    "in whole GiB (nominal; the driver publishes KFD's slightly lower figure)"
+                    if self.memory_mib is not None
+                    else "memory unknown (the catalog lacks the card's memory)"
+                )
+                + "; the card must run in this mode"
             )
         else:
             text = (
@@ -166,12 +190,52 @@ def _vnpu_profile(model, name: str) -> PartitionProfile:
     )
 
 
+@functools.cache
+def _amd_data(path: str) -> dict[str, dict[str, Any]]:
+    import yaml
+
+    with open(path, encoding="utf-8") as fh:
+        data = yaml.safe_load(fh) or {}
+    return {str(k): v for k, v in (data.get("models") or {}).items() if isinstance(v, dict)}
+
+
+def amd_partition_profiles(model) -> dict[str, Any]:
+    """The AMD partition profiles of ``model`` (name -> {partitions}); {} for any other card."""
+    if getattr(model, "vendor", None) != "amd":
+        return {}
+    entry = _amd_data(str(AMD_PARTITIONS_FILE)).get(getattr(model, "name", ""))
+    return dict((entry or {}).get("profiles") or {})
+
+
+_AMD_NAME = re.compile(r"^(?P<compute>[a-z]+px)_(?P<memory>nps\d+)$")
+
+
+def _amd_profile(model, name: str) -> PartitionProfile:
+    spec = amd_partition_profiles(model).get(name)
+    match = _AMD_NAME.match(name)
+    count = spec.get("partitions") if isinstance(spec, dict) else None
+    if not match or not isinstance(count, int) or count < 2:
+        raise ProfileError(f"the catalog's AMD partition profile {name!r} of {model.name} cannot be read")
+    memory = whole_gib_mib(model.memory_mib, count) if model.memory_mib else None
+    return PartitionProfile(
+        kind=AMD_PARTITION,
+        name=name,
+        compute_share=share_percent(1, count),
+        memory_mib=memory or None,
+        max_instances=count,
+        fitting_instances=_fitting(model.memory_mib, memory),
+        detail={"compute": match.group("compute"), "memory": match.group("memory"), "partitions": count},
+    )
+
+
 def profile_kind(model, name: str) -> str | None:
-    """MIG, VNPU or None (not a profile of this model)."""
+    """MIG, VNPU, AMD_PARTITION or None (not a profile of this model)."""
     if name in (model.mig_profiles or {}):
         return MIG
     if name in (model.vnpu_templates or {}):
         return VNPU
+    if name and name in amd_partition_profiles(model):
+        return AMD_PARTITION
     return None
 
 
@@ -189,13 +253,16 @@ def _vnpu_order(templates: dict[str, Any], name: str) -> tuple:
 
 
 def known_profile_names(model) -> list[str]:
-    """MIG profiles by size (1g.5gb, 1g.5gb+me, 1g.10gb, 2g.10gb, ...), then vNPU templates by AI cores.
+    """MIG profiles by size (1g.5gb, 1g.5gb+me, 1g.10gb, 2g.10gb, ...), then vNPU templates by AI cores,
+    then AMD partitions by size (dpx_nps1, qpx_nps1, qpx_nps4, cpx_nps1, cpx_nps4).
 
     The JSON column does not keep the catalog file's key order (PostgreSQL jsonb sorts keys)."""
     vnpu = model.vnpu_templates or {}
+    amd = amd_partition_profiles(model)
     return [
         *sorted(model.mig_profiles or {}, key=_mig_order),
         *sorted(vnpu, key=lambda name: _vnpu_order(vnpu, name)),
+        *sorted(amd, key=lambda name: ((amd[name] or {}).get("partitions") or 0, name)),
     ]
 
 
@@ -206,19 +273,22 @@ def partition_profile(model, name: str) -> PartitionProfile:
         return _mig_profile(model, name)
     if kind == VNPU:
         return _vnpu_profile(model, name)
+    if kind == AMD_PARTITION:
+        return _amd_profile(model, name)
     known = known_profile_names(model)
     if known:
         raise ProfileError(
             f"{model.name} has no partition profile {name!r}; the catalog lists: {', '.join(known)}"
         )
     raise ProfileError(
-        f"{model.name} has no hardware partition profiles in the catalog (no MIG, no vNPU): "
+        f"{model.name} has no hardware partition profiles in the catalog (no MIG, no vNPU, no AMD "
+        "partition): "
         "leave the profile blank for a soft slice"
     )
 
 
 def partition_profiles(model) -> list[PartitionProfile | ProfileError]:
-    """Every profile of the model in catalog order: MIG first, then vNPU; errors where not sizeable."""
+    """Every profile of the model in catalog order: MIG, vNPU, AMD partitions; errors where not sizeable."""
     result: list[PartitionProfile | ProfileError] = []
     for name in known_profile_names(model):
         try:

@@ -733,7 +733,7 @@ def _builtin_specs(model: DeviceModel) -> tuple[list[dict[str, Any]], list[str]]
         if profile.memory_mib > physical:
             skipped.append(f"{model.name}: profile {profile.name} is larger than the card's memory")
             continue
-        label = "MIG" if profile.kind == "mig" else "vNPU"
+        label = {"mig": "MIG", "vnpu": "vNPU"}.get(profile.kind, "AMD partition")
         specs.append(
             {
                 "slug": slugify(

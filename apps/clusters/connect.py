@@ -52,7 +52,10 @@ VERBS: tuple[tuple[str, str, str], ...] = (
 # k8s-device-plugin (amdgpu-device-plugin), AMD device-metrics-exporter, Hygon dcu-device-plugin /
 # dcu-exporter, Cambricon cambricon-device-plugin / mlu-exporter, HAMi hami-device-plugin, Iluvatar
 # iluvatar-device-plugin (Deep-Spark/ix-device-plugin ix-device-plugin.yaml) / ix-exporter
-# (Deep-Spark/ix-exporter deployment/static/ix-exporter.yaml)).
+# (Deep-Spark/ix-exporter deployment/static/ix-exporter.yaml), MetaX mx-exporter (MetaX-MACA/mxExporter
+# @ 874612bf deployment/mx-exporter: DaemonSet "metax-mx-exporter", Helm "<release>-mx-exporter"),
+# Enflame gcu-exporter (EnflameTechnology/gcu-exporter @ 0e6e15c9 deployments/yaml/gcu-exporter.yaml:
+# DaemonSet "gcu-exporter-daemonset")).
 KNOWN_DAEMONSETS: tuple[tuple[str, str], ...] = (
     ("nvidia-dra-driver", "NVIDIA DRA driver"),
     ("dra-driver-nvidia", "NVIDIA DRA driver"),  # the chart's name since the repository's rename
@@ -78,6 +81,8 @@ KNOWN_DAEMONSETS: tuple[tuple[str, str], ...] = (
     ("mlu-exporter", "Cambricon MLU exporter"),
     ("iluvatar-device-plugin", "Iluvatar device plugin"),
     ("ix-exporter", "Iluvatar ix-exporter"),
+    ("mx-exporter", "MetaX mx-exporter"),
+    ("gcu-exporter", "Enflame gcu-exporter"),
 )
 
 

@@ -348,9 +348,7 @@ def amd_mode_refusal(allocation: Any) -> str:
     if getattr(device, "vendor", "") != "amd" or not published:
         return ""
     card = f"{device.pci_bus_id or device.index}"
-    modes = ", ".join(
-        sorted({d.get("profile") or "?" for d in published if d["type"] == "amdgpu-partition"})
-    )
+    modes = ", ".join(sorted({d.get("profile") or "?" for d in published if d["type"] == "amdgpu-partition"}))
     profile = allocation.partition_profile or ""
     if profile:
         if any(d["type"] == "amdgpu-partition" and d.get("profile") == profile for d in published):

@@ -14,6 +14,10 @@ metrics with the kubelet's pod-resources API label each device's series with the
   (https://instinct.docs.amd.com/projects/device-metrics-exporter/en/latest/);
 - Hygon dcu-exporter (``dcu_pod_name`` / ``dcu_pod_namespace`` on ``dcu_containers``) and Cambricon
   mlu-exporter (``pod`` / ``namespace`` on ``mlu_container``);
+- Hygon hcu-exporter (``hcu_pod_name`` / ``hcu_pod_namespace`` on every card and vHCU series), Iluvatar
+  ix-exporter (``pod`` / ``namespace``), MetaX mx-exporter (``exported_pod`` / ``exported_namespace``)
+  and Enflame gcu-exporter (``pod_name`` / ``pod_namespace``), each from the exporter's own source as
+  cited in ``metric_maps`` (issue 28);
 
 see ``../shared/reference/hardware-telemetry.md`` §1.1-1.6 and ``metric_maps``. Suanchi's pods are
 named after their workload, ``suanchi-<job id>`` or ``suanchi-<job id>-a<attempt>`` plus the

@@ -104,7 +104,9 @@ def series_to_samples(
     """Fold ``(name, labels, value, timestamp_seconds_or_None)`` tuples into samples.
 
     Skips (with a reason): families no exporter map knows (``unknown_family``), families of a known
-    exporter that Suanchi does not use (``unused_family``), NaN / ±Inf values (``not_a_number``),
+    exporter that Suanchi does not use (``unused_family``), series of a used family with another
+    label value than the one read (``unused_series``, MetaX memory ``type="xtt"``), NaN / ±Inf values
+    (``not_a_number``), the exporter's "not supported" value (``not_supported``, Enflame's -1),
     series without any device identity label (``no_device_identity``).
     """
     out = Conversion()
@@ -127,6 +129,13 @@ def series_to_samples(
             gauge = vmap.gauges.get(canonical) if role == "gauge" else None
         if math.isnan(value) or math.isinf(value):
             out.skip("not_a_number", name)
+            continue
+        if gauge is not None and gauge.when is not None and labels.get(gauge.when[0]) != gauge.when[1]:
+            # e.g. MetaX mx_memory_used{type="xtt"}: system memory, not the card's.
+            out.skip("unused_series", f"{name}{{{gauge.when[0]}={labels.get(gauge.when[0])!r}}}")
+            continue
+        if gauge is not None and gauge.unsupported is not None and value == gauge.unsupported:
+            out.skip("not_supported", name)
             continue
         identity = vmap.identity(labels)
         if not any(identity.get(k) is not None for k in ("uuid", "serial", "pci_bus_id", "index")):
@@ -167,6 +176,8 @@ def series_to_samples(
                 acc.health.setdefault("xid", []).append(int(code) if code and code.isdigit() else code)
             elif kind == "health":
                 acc.health["health"] = "ok" if value == 1 else ("unhealthy" if value == 0 else "unknown")
+            elif kind == "health_210":
+                acc.health["health"] = "ok" if value == 2 else ("unhealthy" if value == 1 else "unknown")
             elif kind == "error_code" and value:
                 acc.health.setdefault("error_code", []).append(f"{int(value):#x}")
         # pod_info series carry nothing but the pod labels, already taken above.

@@ -104,8 +104,8 @@ def _when(ts: float) -> str:
 class IngestReport:
     """What an ingest did. ``received`` / ``used`` count normalized samples (one device or partition
     instance at one instant); ``skipped`` counts by reason — exposition-level reasons
-    (``malformed_line``, ``unknown_family``, ``unused_family``, ``not_a_number``, ``no_device_identity``,
-    ``unknown_vendor_brand``) count lines / series, sample-level reasons (``device_not_in_ledger``,
+    (``malformed_line``, ``unknown_family``, ``unused_family``, ``unused_series``, ``not_a_number``,
+    ``not_supported``, ``no_device_identity``, ``unknown_vendor_brand``) count lines / series, sample-level reasons (``device_not_in_ledger``,
     ``clock_skew_future``, ``older_than_retention``, ``duplicate_sample``, ``already_ingested``,
     ``bad_timestamp``) count samples, and physically impossible values (``implausible_utilization``,
     ``implausible_memory``, ``implausible_temperature``, ``implausible_power``, ``implausible_counter``)

@@ -145,3 +145,23 @@ def test_the_create_page_refuses_a_kubernetes_cluster_without_credentials(client
     client.force_login(staff_user)
     response = client.post(reverse("clusters:create"), {"name": "X", "slug": "x", "backend": "kubernetes"})
     assert response.status_code == 400 and not Cluster.objects.exists()
+
+
+def test_test_connection_names_the_exporters_by_their_upstream_daemonset_names(server, tmp_path):
+    # DaemonSet names from the vendors' manifests: MetaX-MACA/mxExporter deployment/mx-exporter
+    # ("metax-mx-exporter"), EnflameTechnology/gcu-exporter deployments/yaml/gcu-exporter.yaml
+    # ("gcu-exporter-daemonset"), HYGON-AI/hcu-exporter deployment/static/hcu-exporter.yaml.
+    for namespace, name in (
+        ("metax-monitor", "metax-mx-exporter"),
+        ("kube-system", "gcu-exporter-daemonset"),
+        ("kube-system", "hcu-exporter"),
+    ):
+        server._store[("daemonsets", namespace, name)] = {
+            "metadata": {"name": name, "namespace": namespace},
+            "status": {"numberReady": 1, "desiredNumberScheduled": 1},
+        }
+    result = cluster_connection_test(cluster=k8s_cluster(server, tmp_path), actor="test")
+    text = " ".join(result["lines"])
+    assert "MetaX mx-exporter runs as DaemonSet metax-monitor/metax-mx-exporter (1 of 1 ready)" in text
+    assert "Enflame gcu-exporter runs as DaemonSet kube-system/gcu-exporter-daemonset (1 of 1 ready)" in text
+    assert "Hygon HCU exporter runs as DaemonSet kube-system/hcu-exporter (1 of 1 ready)" in text

@@ -986,7 +986,9 @@ def _counters_fit(device: dict, available: dict | None, used: dict) -> bool:
     if not need:
         return True
     available = available or {}
-    return all(key in available and used.get(key, Decimal(0)) + q <= available[key] for key, q in need.items())
+    return all(
+        key in available and used.get(key, Decimal(0)) + q <= available[key] for key, q in need.items()
+    )
 
 
 # -- a CEL subset for DRA selectors ------------------------------------------------------------------
@@ -3055,7 +3057,9 @@ class FakeApiServer(ThreadingHTTPServer):
         devices = spec.get("devices") or []
         counter_sets = spec.get("sharedCounters") or []
         if devices and counter_sets:  # the API reference: "Only one of Devices and SharedCounters"
-            errs.invalid("spec", "devices, sharedCounters", "only one of devices and sharedCounters may be set")
+            errs.invalid(
+                "spec", "devices, sharedCounters", "only one of devices and sharedCounters may be set"
+            )
         if len(counter_sets) > 8:
             errs.invalid("spec.sharedCounters", len(counter_sets), "must have at most 8 items")
         set_names: set[str] = set()
@@ -3071,7 +3075,10 @@ class FakeApiServer(ThreadingHTTPServer):
                     parse_quantity((counter or {}).get("value"))
                 except (ValueError, TypeError, AttributeError):
                     errs.invalid(f"{cp}.counters[{cname}].value", counter, "must be a quantity")
-        if any((d or {}).get("consumesCounters") for d in devices if isinstance(d, dict)) and len(devices) > 64:
+        if (
+            any((d or {}).get("consumesCounters") for d in devices if isinstance(d, dict))
+            and len(devices) > 64
+        ):
             # "If any device uses taints or consumes counters the limit is 64."
             errs.invalid("spec.devices", len(devices), "must have at most 64 items")
         if len(devices) > 128:

@@ -466,3 +466,41 @@ def test_sync_reads_a_counter_slice_of_the_pool_without_drift(server, tmp_path, 
     report = cluster_sync(cluster=cluster)
     assert device_drift(report) == []
     assert len(report.slices) == 3  # two partitions and the whole-card device of the devices slice
+
+
+def test_a_job_for_another_mode_stays_queued_with_the_reason(server, tmp_path, mi300x, member_project):
+    """The scheduling cycle renders a placement before it keeps it: a claim no device of the card
+    would match leaves the job pending with the reason, and nothing is pushed."""
+    card = learned(server, tmp_path, mi300x)
+    profile = partitions.partition_profile(mi300x, "cpx_nps4")
+    cpx = ComputeTemplate.objects.create(
+        device_model=mi300x,
+        name="MI300X CPX partition",
+        slug="mi300x-cpx-nps4",
+        memory_mib=profile.memory_mib,
+        compute_share=profile.compute_share,
+        isolation="hard",
+        partition_profile="cpx_nps4",
+        max_instances=profile.default_instances,
+    )
+    user, project = member_project
+    job = job_submit(
+        project=project, actor=user, name="cpx", image="x:1", request_kind="template", template=cpx
+    )
+    assert job.pk not in scheduling_cycle_run().placed_job_ids
+    job.refresh_from_db()
+    assert "runs in dpx_nps1" in job.state_reason and "no cpx_nps4 partition" in job.state_reason
+    assert not Allocation.objects.filter(device=card, released_at__isnull=True).exists()
+    assert server.objects("ResourceClaim") == []
+
+
+def test_a_whole_card_job_on_a_partitioned_card_stays_queued_with_the_reason(
+    server, tmp_path, mi300x, member_project
+):
+    card = learned(server, tmp_path, mi300x)
+    user, project = member_project
+    whole = jobs_fixtures.submit_whole_cards(project, user, mi300x, 1, name="whole", image="x:1")
+    assert whole.pk not in scheduling_cycle_run().placed_job_ids
+    whole.refresh_from_db()
+    assert "is partitioned (dpx_nps1)" in whole.state_reason
+    assert not Allocation.objects.filter(device=card, released_at__isnull=True).exists()
