@@ -26,6 +26,8 @@ urlpatterns = [
     path("catalog/library/", include("apps.benchlib.urls")),
     path("catalog/", include("apps.catalog.urls")),
     path("jobs/", include("apps.scheduling.job_urls")),
+    # The queue board reads the scheduler (a layer above quotas): its own URLconf, beside /quotas/.
+    path("quotas/board/", include("apps.scheduling.board_urls")),
     path("quotas/", include("apps.quotas.urls")),
     path("telemetry/", include("apps.telemetry.urls")),
     path("billing/", include("apps.billing.urls")),

@@ -19,12 +19,14 @@ from datetime import timedelta
 from decimal import Decimal
 from pathlib import Path
 
-from django.utils.translation import gettext_noop
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy, gettext_noop
 
 from apps.billing.models import Bill, BillingPeriod, BillLine
 from apps.billing.selectors import bill_names
 from apps.core.exports import csv_row, xlsx_append
 from apps.core.formatting import format_datetime
+from apps.core.stored_text import localize
 
 FORMATS = {
     "csv": "text/csv; charset=utf-8",
@@ -53,31 +55,72 @@ def _lines(bill: Bill) -> list[BillLine]:
     return sorted(bill.lines.all(), key=lambda line: (order.index(line.group), line.position))
 
 
-def bill_rows(bill: Bill) -> list[list[str]]:
-    """The bill as rows of text (CSV and the PDF tables use them; XLSX keeps numbers numeric)."""
+# The first column's labels, in the reader's language (issue 29 §1: a zh-hans reader's bill file reads
+# in Chinese; in English they are the keys they always were). Row kind -> label.
+ROW_LABELS = {
+    "title": gettext_lazy("Suanchi bill"),
+    "project": gettext_lazy("project"),
+    "department": gettext_lazy("department"),
+    "month": gettext_lazy("month"),
+    "state": gettext_lazy("state"),
+    "currency": gettext_lazy("currency"),
+    "used CU-hours": gettext_lazy("used CU-hours"),
+    "guaranteed CU-hours": gettext_lazy("guaranteed CU-hours"),
+    "header": gettext_lazy("group"),
+    "usage": gettext_lazy("usage"),
+    "adjustments": gettext_lazy("adjustments"),
+    "idle share": gettext_lazy("idle share"),
+    "total": gettext_lazy("total"),
+}
+# A line's group (the words "resource", "job", "adjustment", "idle" in English).
+GROUP_WORDS = {
+    BillLine.Group.RESOURCE: gettext_lazy("resource"),
+    BillLine.Group.JOB: gettext_lazy("job"),
+    BillLine.Group.ADJUSTMENT: gettext_lazy("adjustment"),
+    BillLine.Group.IDLE: gettext_lazy("idle"),
+}
+
+
+def _bill_table(bill: Bill) -> list[tuple[str, list[str]]]:
+    """The bill as (row kind, row of text): the kind is a group or a key of ``ROW_LABELS``."""
     names = bill_names(bill)
-    rows: list[list[str]] = [
-        ["Suanchi bill", "", "", ""],
-        ["project", names["project_name"], names["project_slug"], ""],
-        ["department", names["department_name"], "", ""],
-        ["month", f"{bill.month:%Y-%m}", "", ""],
-        ["state", bill.state, "", ""],
-        ["currency", bill.currency, "", ""],
-        ["used CU-hours", _text(bill.used_cu_hours, "0.000001"), "", ""],
-        ["guaranteed CU-hours", _text(bill.guaranteed_cu_hours, "0.000001"), "", ""],
-        [],
-        ["group", "label", "CU-hours", "amount"],
+    rows: list[tuple[str, list[str]]] = [
+        ("title", ["", "", "", ""]),
+        ("project", ["", names["project_name"], names["project_slug"], ""]),
+        ("department", ["", names["department_name"], "", ""]),
+        ("month", ["", f"{bill.month:%Y-%m}", "", ""]),
+        ("state", ["", str(Bill.State(bill.state).label), "", ""]),
+        ("currency", ["", bill.currency, "", ""]),
+        ("used CU-hours", ["", _text(bill.used_cu_hours, "0.000001"), "", ""]),
+        ("guaranteed CU-hours", ["", _text(bill.guaranteed_cu_hours, "0.000001"), "", ""]),
+        ("", []),
+        ("header", ["", _("label"), _("CU-hours"), _("amount")]),
     ]
     for line in _lines(bill):
-        rows.append([line.group, line.label, _text(line.cu_hours, "0.000001"), _text(line.amount)])
+        # The idle line's label is the service's stored English (IDLE_LINE_LABEL); the others are names.
+        label = localize(line.label) if line.group == BillLine.Group.IDLE else line.label
+        rows.append(
+            (
+                line.group,
+                [str(GROUP_WORDS[line.group]), label, _text(line.cu_hours, "0.000001"), _text(line.amount)],
+            )
+        )
     rows += [
-        [],
-        ["usage", "", "", _text(bill.usage_amount)],
-        ["adjustments", "", "", _text(bill.adjustments_amount)],
-        ["idle share", "", "", _text(bill.idle_share_amount)],
-        ["total", "", "", _text(bill.total)],
+        ("", []),
+        ("usage", ["", "", "", _text(bill.usage_amount)]),
+        ("adjustments", ["", "", "", _text(bill.adjustments_amount)]),
+        ("idle share", ["", "", "", _text(bill.idle_share_amount)]),
+        ("total", ["", "", "", _text(bill.total)]),
     ]
+    for kind, row in rows:
+        if kind in ROW_LABELS:
+            row[0] = str(ROW_LABELS[kind])
     return rows
+
+
+def bill_rows(bill: Bill) -> list[list[str]]:
+    """The bill as rows of text (CSV and the PDF tables use them; XLSX keeps numbers numeric)."""
+    return [row for _kind, row in _bill_table(bill)]
 
 
 def bill_csv(bill: Bill) -> bytes:
@@ -94,13 +137,13 @@ def bill_xlsx(bill: Bill) -> bytes:
 
     workbook = Workbook()
     sheet = workbook.active
-    sheet.title = "Bill"
+    sheet.title = _("Bill")
     bold = Font(bold=True)
-    for row in bill_rows(bill):
+    for kind, row in _bill_table(bill):
         cells = []
         for index, value in enumerate(row):
-            numeric = (index in (2, 3) and row[0] in NUMERIC_ROWS) or (
-                index == 1 and row[0] in ("used CU-hours", "guaranteed CU-hours")
+            numeric = (index in (2, 3) and kind in NUMERIC_ROWS) or (
+                index == 1 and kind in ("used CU-hours", "guaranteed CU-hours")
             )
             if numeric and value and _is_number(value):
                 cells.append(Decimal(value))
@@ -108,14 +151,14 @@ def bill_xlsx(bill: Bill) -> bytes:
                 cells.append(value)
         xlsx_append(sheet, cells)
         current = sheet.max_row
-        if row and row[0] in ("Suanchi bill", "group", "total"):
+        if kind in ("title", "header", "total"):
             for cell in sheet[current]:
                 cell.font = bold
         for col in (3, 4):
             cell = sheet.cell(row=current, column=col)
             if isinstance(cell.value, Decimal):
                 cell.number_format = "0.00" if col == 4 else "0.000000"
-        if row and row[0] in ("used CU-hours", "guaranteed CU-hours"):
+        if kind in ("used CU-hours", "guaranteed CU-hours"):
             sheet.cell(row=current, column=2).number_format = "0.000000"
     sheet.column_dimensions["A"].width = 22
     sheet.column_dimensions["B"].width = 48

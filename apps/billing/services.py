@@ -831,6 +831,10 @@ def _usage_by_project(month: date) -> dict[int, _ProjectUsage]:
     return usage
 
 
+# The idle line's label (stored; the bill page and files show it in the reader's language).
+IDLE_LINE_LABEL = stored("idle capacity share")
+
+
 def _resource_label(model: DeviceModel | None, template: ComputeTemplate | None) -> str:
     name = model.name if model else "?"
     if template is not None:
@@ -921,7 +925,7 @@ def _bill_build(
                 bill=bill,
                 group=BillLine.Group.IDLE,
                 position=0,
-                label="idle capacity share",
+                label=IDLE_LINE_LABEL,
                 amount=idle_share,
             )
         )

@@ -20,6 +20,7 @@ from django.utils import timezone
 from apps.catalog.models import ComputeCoefficient, ComputeTemplate, DeviceModel, DeviceRequestTemplate
 from apps.catalog.partitions import MIG, PartitionProfile, ProfileError, partition_profile
 from apps.catalog.request_spec import json_dump, yaml_dump
+from apps.core.stored_text import localize, stored
 
 # ------------------------------------------------------------------ coefficients
 
@@ -274,6 +275,39 @@ def _kubernetes_resources(template: ComputeTemplate, profile: PartitionProfile |
     return {}
 
 
+# ``PartitionProfile.basis()`` (catalog/partitions.py, free of Django) says in English where a
+# partition template's numbers come from; these ids show it in the reader's language (``profile_basis``).
+BASIS_MIG = stored(
+    "MIG %(profile)s: %(g)s of %(slices)s compute slices (%(share)s %%); memory %(gb)s GiB = the figure in "
+    "the profile name x 1024 MiB (nominal, the instance has slightly less usable); NVIDIA allows %(max)s per card"
+)
+BASIS_VNPU = stored(
+    "vNPU %(profile)s: %(aicore)s of %(ai_cores)s AI cores (%(share)s %%), %(aicpu)s AI CPU; memory %(gb)s GiB "
+    "from the catalog; at most %(max)s per card by AI cores"
+)
+BASIS_VNPU_NO_MEMORY = stored(
+    "vNPU %(profile)s: %(aicore)s of %(ai_cores)s AI cores (%(share)s %%), %(aicpu)s AI CPU; memory not fixed "
+    "by the template; at most %(max)s per card by AI cores"
+)
+BASIS_AMD = stored(
+    "AMD partition %(profile)s: 1 of %(max)s logical GPUs of the card in %(mode)s mode (%(share)s %%); memory "
+    "%(gb)s GiB = the card's memory / %(max)s in whole GiB (nominal; the driver publishes KFD's slightly lower "
+    "figure); the card must run in this mode"
+)
+BASIS_AMD_NO_MEMORY = stored(
+    "AMD partition %(profile)s: 1 of %(max)s logical GPUs of the card in %(mode)s mode (%(share)s %%); memory "
+    "unknown (the catalog lacks the card's memory); the card must run in this mode"
+)
+BASIS_FEWER_FIT = stored(
+    "%(basis)s; only %(fit)s fit the card's memory at this nominal size, so templates allow %(default)s"
+)
+
+
+def profile_basis(profile: PartitionProfile) -> str:
+    """``profile.basis()`` in the reader's language."""
+    return localize(profile.basis())
+
+
 def template_describe(template: ComputeTemplate, *, coefficient: Decimal | None = _UNSET) -> dict[str, Any]:
     """The template as a document (exported as YAML or JSON). Decimals are strings.
 
@@ -315,7 +349,7 @@ def template_describe(template: ComputeTemplate, *, coefficient: Decimal | None 
             "profile": template.partition_profile,
         }
         if profile is not None:
-            partition["basis"] = profile.basis()
+            partition["basis"] = profile_basis(profile)
         spec["partition"] = partition
     spec["maxInstancesPerCard"] = template.max_instances
     resources = _kubernetes_resources(template, profile)
@@ -485,29 +519,49 @@ def request_model_resolve(
     return result
 
 
+# The warnings are stored on the request template (``DeviceRequestTemplate.warnings``) and shown in the
+# reader's language (apps.core.stored_text); what the document said is shown as written.
+MODEL_INFERRED = stored("%(user_path)s: %(user_raw)s is not an exact catalog name; read as %(user_names)s")
+MODEL_FAMILY = stored(
+    "%(user_path)s: %(user_raw)s is not one catalog model; kept as written and read as the %(user_family)s "
+    "family (%(count)s candidates: %(user_names)s)"
+)
+MODEL_UNRESOLVED = stored(
+    "%(user_path)s: %(user_raw)s matches no %(type)s model in the catalog; kept as written, it cannot be "
+    "placed until the catalog knows it or the name is corrected"
+)
+MODEL_OTHER_KIND = stored(
+    "%(user_path)s: %(user_raw)s matches no %(type)s model in the catalog (the catalog has it as "
+    "%(user_other)s, not %(type)s); kept as written, it cannot be placed until the catalog knows it or the "
+    "name is corrected"
+)
+MODEL_IGNORED_WORDS = stored(
+    "%(warning)s; the word(s) %(user_words)s match no catalog model of this kind and were ignored"
+)
+
+
 def request_model_warning(path: str, resolution: dict[str, Any]) -> str | None:
     """The warning for one device group's resolution (None when it is exact or no model was named)."""
     status = resolution["status"]
     raw = resolution["model"]
     names = ", ".join(c["name"] for c in resolution["candidates"])
     ignored = resolution.get("ignored_words") or []
-    ignored_note = (
-        f"; the word(s) {', '.join(repr(w) for w in ignored)} match no catalog model of this kind and were ignored"
-        if ignored
-        else ""
-    )
+    params = {"user_path": path, "user_raw": repr(raw), "user_names": names}
+
+    def noted(warning: str) -> str:
+        if not ignored:
+            return warning
+        words = ", ".join(repr(w) for w in ignored)
+        return MODEL_IGNORED_WORDS % {"warning": warning, "user_words": words}
+
     if status == "inferred":
-        return f"{path}: {raw!r} is not an exact catalog name; read as {names}{ignored_note}"
+        return noted(MODEL_INFERRED % params)
     if status == "family":
-        return (
-            f"{path}: {raw!r} is not one catalog model; kept as written and read as the "
-            f"{resolution['family']} family ({len(resolution['candidates'])} candidates: {names}){ignored_note}"
-        )
+        family = {"user_family": resolution["family"], "count": len(resolution["candidates"])}
+        return noted(MODEL_FAMILY % {**params, **family})
     if status == "unresolved":
         other = resolution.get("other_kinds") or []
-        hint = f" (the catalog has it as {'/'.join(other)}, not {resolution['type']})" if other else ""
-        return (
-            f"{path}: {raw!r} matches no {resolution['type']} model in the catalog{hint}; kept as written, "
-            "it cannot be placed until the catalog knows it or the name is corrected"
-        )
+        if other:
+            return MODEL_OTHER_KIND % {**params, "type": resolution["type"], "user_other": "/".join(other)}
+        return MODEL_UNRESOLVED % {**params, "type": resolution["type"]}
     return None

@@ -91,7 +91,7 @@ def _profile_basis(template: ComputeTemplate) -> str:
     if not template.partition_profile:
         return ""
     try:
-        return partition_profile(template.device_model, template.partition_profile).basis()
+        return selectors.profile_basis(partition_profile(template.device_model, template.partition_profile))
     except ProfileError as exc:
         return str(exc)
 

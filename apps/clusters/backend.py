@@ -1085,6 +1085,10 @@ class SimulatedBackend(ClusterBackend):
         """Simulated seconds since the backend was created."""
         return self._t
 
+    def simulated_now(self) -> dt.datetime:
+        """The simulated instant now (the epoch plus the simulated seconds)."""
+        return self._epoch + dt.timedelta(seconds=self._t)
+
     def _ts(self) -> str:
         return (self._epoch + dt.timedelta(seconds=self._t)).strftime("%Y-%m-%dT%H:%M:%SZ")
 

@@ -11,11 +11,13 @@ on the page, not a 500.
 from __future__ import annotations
 
 import datetime as dt
+import re
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from apps.clusters.ascend import ASCEND_REAL_ANNOTATION, ascend_real_chips
@@ -129,6 +131,102 @@ def _event_row(event: dict, pod: str) -> dict:
     }
 
 
+# A line of the simulator's log starts with its simulated instant (``SimulatedBackend._pod_log``).
+_SIMULATED_LINE = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)( \[simulated\] )", re.M)
+
+
+@dataclass
+class SimulatedClock:
+    """Simulated instants → the job's real times (issue 29 §2).
+
+    A simulated cluster keeps its own clock: it runs ``SIMULATED_TIME_SCALE`` times faster than the
+    wall clock (60 × in the demo) from the moment the cluster was first used, and the demo's jobs are
+    backdated (their history is moved hours back, ``apps.demo``), so the raw stamps of its events and
+    log lines lie hours or days away from the job's start. The page stamps them from the job's own
+    lifecycle instead: the newest pod's start is the job's ``started_at`` (before it runs: the pod's
+    creation is the moment its cards were allocated), its end is the job's ``finished_at`` — or, while
+    it still runs, the simulated now is the real now; between two such anchors the instants are
+    interpolated, outside them a simulated second is ``1 / time_scale`` real seconds."""
+
+    sim_anchor: dt.datetime
+    real_anchor: dt.datetime
+    time_scale: float = 1.0
+    sim_end: dt.datetime | None = None
+    real_end: dt.datetime | None = None
+
+    def real(self, at: dt.datetime | None) -> dt.datetime | None:
+        if at is None:
+            return None
+        scale = self.time_scale if self.time_scale > 0 else 1.0
+        if self.sim_end is not None and self.real_end is not None and self.sim_end > self.sim_anchor:
+            if at >= self.sim_end:
+                return self.real_end + (at - self.sim_end) / scale
+            if at >= self.sim_anchor:
+                share = (at - self.sim_anchor) / (self.sim_end - self.sim_anchor)
+                return self.real_anchor + (self.real_end - self.real_anchor) * share
+        return self.real_anchor + (at - self.sim_anchor) / scale
+
+    def log(self, text: str) -> str:
+        """The log with each simulated line's stamp replaced by its real time in the platform's time
+        zone (ISO 8601 with the offset, e.g. ``2026-12-03T14:05:10+08:00``)."""
+
+        def stamp(match: re.Match) -> str:
+            real = self.real(_when(match.group(1)))
+            if real is None:
+                return match.group(0)
+            return timezone.localtime(real).isoformat(timespec="seconds") + match.group(2)
+
+        return _SIMULATED_LINE.sub(stamp, text)
+
+
+def simulated_clock(
+    job: Any,
+    pods: list[dict],
+    time_scale: float = 1.0,
+    *,
+    sim_now: dt.datetime | None = None,
+    now: dt.datetime | None = None,
+) -> SimulatedClock | None:
+    """The clock that maps ``pods``' simulated stamps (raw pod objects, any order) onto ``job``'s real
+    times; None when there is no pod or nothing real to anchor on. ``sim_now``: the cluster's
+    simulated instant now (``simulated_now()``), the end anchor of a pod that still runs."""
+    if not pods:
+        return None
+    newest = max(pods, key=lambda p: (p["metadata"].get("creationTimestamp", ""), p["metadata"]["name"]))
+    meta, status = newest["metadata"], newest.get("status") or {}
+    started = _when(status.get("startTime"))
+    created = _when(meta.get("creationTimestamp"))
+    if started is not None and getattr(job, "started_at", None):
+        sim_anchor, real_anchor = started, job.started_at
+    elif created is not None:
+        from apps.jobs.models import Allocation
+
+        allocated = (
+            Allocation.objects.filter(job=job)
+            .order_by("-started_at", "-id")
+            .values_list("started_at", flat=True)
+            .first()
+        )
+        real_anchor = allocated or getattr(job, "created_at", None)
+        if real_anchor is None:
+            return None
+        sim_anchor = created
+    else:
+        return None
+    sim_end = None
+    for cs in status.get("containerStatuses") or []:
+        finished = _when(((cs.get("state") or {}).get("terminated") or {}).get("finishedAt"))
+        if finished is not None:
+            sim_end = finished if sim_end is None else max(sim_end, finished)
+    sim_end = sim_end or _when(meta.get("deletionTimestamp"))
+    real_end = getattr(job, "finished_at", None)
+    if sim_end is None and real_end is None and sim_now is not None:
+        sim_end, real_end = sim_now, now or timezone.now()  # still running: its now is ours
+    if sim_end is None or real_end is None or real_end < real_anchor:
+        sim_end = real_end = None
+    return SimulatedClock(sim_anchor, real_anchor, time_scale, sim_end, real_end)
+
+
 def job_pod_report(
     job: Any,
     *,
@@ -155,9 +253,20 @@ def job_pod_report(
         pods = backend.list_owned("Pod", namespace, selector)
         pods.sort(key=lambda p: (p["metadata"].get("creationTimestamp", ""), p["metadata"]["name"]))
         report.pods = [_pod_row(p) for p in reversed(pods)]  # newest first
+        # A simulated cluster's own clock is not the job's: its stamps are mapped onto the job's times.
+        clock = None
+        if report.simulated and pods:
+            sim_now = backend.simulated_now() if hasattr(backend, "simulated_now") else None
+            clock = simulated_clock(job, pods, getattr(backend, "time_scale", 1.0), sim_now=sim_now)
+        if clock is not None:
+            for row in report.pods:
+                row["created"] = clock.real(row["created"])
         events = []
         for row in report.pods[:PODS_WITH_EVENTS]:
             events += [_event_row(e, row["name"]) for e in backend.pod_events(namespace, row["name"])]
+        if clock is not None:
+            for event in events:
+                event["at"] = clock.real(event["at"])
         epoch = dt.datetime.min.replace(tzinfo=dt.UTC)
         events.sort(key=lambda e: e["at"] or epoch)  # oldest first, as ``kubectl describe`` lists them
         report.events = events[-EVENTS_SHOWN:]
@@ -173,6 +282,8 @@ def job_pod_report(
                     tail_lines=tail_lines,
                     limit_bytes=limit_bytes,
                 )
+                if clock is not None:
+                    report.log = clock.log(report.log)
             except BackendError as e:
                 if e.status not in (400, 404):
                     raise

@@ -339,6 +339,10 @@ class DurableSimulatedBackend(ClusterBackend):
         return self._run(lambda sim: sim._pod_log(namespace, pod, options))
 
     # -- simulation controls (tests, demo) ----------------------------------------------------------
+    def simulated_now(self) -> Any:
+        """This cluster's simulated instant now (its clock moved to the wall clock first)."""
+        return self._run(lambda sim: sim.simulated_now())
+
     def advance(self, seconds: float) -> list[tuple[str, str, str]]:
         """Move this cluster's clock forward by ``seconds`` beyond the wall clock."""
         if seconds < 0:

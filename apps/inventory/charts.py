@@ -187,7 +187,7 @@ def localize_times(fig: go.Figure) -> go.Figure:
         axis: dict = {"type": "date", "tickformat": "%m-%d %H:%M", "hoverformat": "%Y-%m-%d %H:%M"}
         if fig.layout[name].showticklabels is not False:  # a shared axis is titled once, at the bottom
             axis["title"] = {"text": _("Time (%(zone)s)") % {"zone": zone}}
-        if len(instants) == 1:
+        if len(instants) == 1 and fig.layout[name].range is None:  # a range the figure set stays
             (only,) = instants
             at = datetime.fromisoformat(only)
             axis["range"] = [
@@ -198,6 +198,22 @@ def localize_times(fig: go.Figure) -> go.Figure:
     return fig
 
 
+def figure_spec(fig: go.Figure) -> dict:
+    """What ``static/js/charts.js`` draws: the figure (times in the current zone), its config and
+    height. Also the body of the JSON a page polls to redraw a chart (static/js/history.js)."""
+    localize_times(fig)
+    return {
+        "figure": json.loads(fig.to_json()),
+        "config": {
+            "displaylogo": False,
+            "responsive": True,
+            "modeBarButtonsToRemove": ["lasso2d", "select2d"],
+        },
+        # The box is as tall as the figure: a taller layout would spill over the next card.
+        "height": f"{int(fig.layout.height)}px" if fig.layout.height else "360px",
+    }
+
+
 def figure_html(fig: go.Figure, *, div_id: str) -> str:
     """The figure as an empty ``<div>`` and its data in a ``<script type="application/json">``.
 
@@ -206,20 +222,7 @@ def figure_html(fig: go.Figure, *, div_id: str) -> str:
     executed, so ``script-src`` does not apply to it (W3C CSP3 §6.1.2; HTML "data block").
     Like Django's ``json_script``, ``<``, ``>`` and ``&`` are escaped so no text can close the block.
     """
-    localize_times(fig)
-    payload = json.dumps(
-        {
-            "figure": json.loads(fig.to_json()),
-            "config": {
-                "displaylogo": False,
-                "responsive": True,
-                "modeBarButtonsToRemove": ["lasso2d", "select2d"],
-            },
-            # The box is as tall as the figure: a taller layout would spill over the next card.
-            "height": f"{int(fig.layout.height)}px" if fig.layout.height else "360px",
-        },
-        separators=(",", ":"),
-    ).translate(_JSON_SCRIPT_ESCAPES)
+    payload = json.dumps(figure_spec(fig), separators=(",", ":")).translate(_JSON_SCRIPT_ESCAPES)
     div = escape(div_id)
     return (
         f'<div id="{div}" class="plotly-graph-div" data-plotly-chart></div>'

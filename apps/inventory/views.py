@@ -25,10 +25,12 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST, require_safe
 
 from apps.accounts.selectors import is_platform_staff, user_project_ids
+from apps.core import live as live_sections
 from apps.core.errors import ApplicationError, InvalidTransition
 from apps.core.filters import page_filter
 from apps.core.templatetags.suanchi import link_tone
 from apps.inventory import charts, selectors
+from apps.inventory.extensions import DEVICE_HISTORY, NODE_HISTORY
 from apps.inventory.filtersets import DevicePageFilterSet, NodePageFilterSet
 from apps.inventory.models import Device, DeviceLink, Node
 from apps.inventory.services import ledger
@@ -55,23 +57,23 @@ def _query_without_page(request: HttpRequest, **extra: str) -> str:
     return query.urlencode()
 
 
-@login_required
-@require_safe
-def fleet(request: HttpRequest) -> HttpResponse:
-    user = request.user
+# The fleet page's live sections (issue 29 §2): name → template partial, rendered by the page and
+# again by fleet-live for static/js/live.js. The headline counts are live fields (_fleet_counts).
+FLEET_SECTIONS = {
+    "fleet-vendors": "inventory/_fleet_vendors.html",
+    "fleet-models": "inventory/_fleet_models.html",
+    "fleet-events": "inventory/_fleet_events.html",
+}
+
+
+def _fleet_context(user) -> dict:
     summary = selectors.fleet_summary(user=user)
     rows = charts.model_rows(summary["by_model"])
-    chart_html = ""
-    if rows:
-        figure = charts.cards_by_model_figure(rows)
-        # Plotly escapes the data it embeds ("<" → \u003c) and labels are stripped of markup.
-        chart_html = mark_safe(charts.figure_html(figure, div_id="fleet-cards-chart"))  # noqa: S308
     health = {row["health"]: row["count"] for row in summary["by_health"]}
     node_status = {row["status"]: row["count"] for row in summary["by_node_status"]}
-    context = {
+    return {
         "summary": summary,
         "model_rows": rows,
-        "chart_html": chart_html,
         "health_counts": [
             (value, label, health.get(value, 0))
             for value, label in Device.Health.choices
@@ -86,8 +88,32 @@ def fleet(request: HttpRequest) -> HttpResponse:
             if value != Node.Status.RETIRED
         ],
         "events": selectors.device_event_list(user=user)[:FLEET_EVENT_COUNT],
-        "is_platform_staff": is_platform_staff(user),
-        "has_projects": bool(user_project_ids(user)),
+    }
+
+
+@login_required
+@require_safe
+def fleet(request: HttpRequest) -> HttpResponse:
+    user = request.user
+    context = _fleet_context(user)
+    rows = context["model_rows"]
+    chart_html = ""
+    if rows:
+        figure = charts.cards_by_model_figure(rows)
+        # Plotly escapes the data it embeds ("<" → \u003c) and labels are stripped of markup.
+        chart_html = mark_safe(charts.figure_html(figure, div_id="fleet-cards-chart"))  # noqa: S308
+    context.update(
+        {
+            "chart_html": chart_html,
+            "is_platform_staff": is_platform_staff(user),
+            "has_projects": bool(user_project_ids(user)),
+        }
+    )
+    context["sections"] = {
+        name.removeprefix("fleet-"): live_sections.page_section(
+            live_sections.render_section(request, template, context)
+        )
+        for name, template in FLEET_SECTIONS.items()
     }
     return render(request, "inventory/fleet.html", context)
 
@@ -114,9 +140,22 @@ def _fleet_counts(user) -> dict[str, int]:
 @login_required
 @require_safe
 def fleet_live(request: HttpRequest) -> JsonResponse:
-    """The fleet page's headline counts for ``static/js/live.js`` (issue 21: live pages)."""
+    """The fleet page's headline counts for ``static/js/live.js`` (issue 21: live pages) and, asked
+    with ``?sections=fleet-models,…``, its sections (issue 29 §2; ``apps.core.live``), scoped to what
+    the reader may see like the page."""
+    try:
+        names = live_sections.requested_sections(request)
+    except live_sections.SectionsInvalid:
+        return live_sections.sections_invalid_response()
     fields = {key: {"text": str(value), "value": value} for key, value in _fleet_counts(request.user).items()}
-    return JsonResponse({"fields": fields})
+    body: dict = {"fields": fields}
+    wanted = [name for name in names if name in FLEET_SECTIONS]
+    if wanted:
+        context = _fleet_context(request.user)
+        body["sections"] = {
+            name: live_sections.render_section(request, FLEET_SECTIONS[name], context) for name in wanted
+        }
+    return JsonResponse(body)
 
 
 def _card_models_by_node(user, node_ids: list[int]) -> dict[int, list[dict]]:
@@ -215,7 +254,11 @@ def _node_detail_context(request: HttpRequest, node: Node) -> dict:
 @require_safe
 def node_detail(request: HttpRequest, pk: int) -> HttpResponse:
     node = get_object_or_404(selectors.node_detail_queryset(user=request.user), pk=pk)
-    return render(request, "inventory/node_detail.html", _node_detail_context(request, node))
+    context = _node_detail_context(request, node)
+    # The metric history (telemetry, through apps.inventory.extensions); a bad range is a 400.
+    panel = NODE_HISTORY.first(request, node) or {}
+    context["history"] = panel.get("html", "")
+    return render(request, "inventory/node_detail.html", context, status=panel.get("status", 200))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -395,4 +438,7 @@ def device_detail(request: HttpRequest, pk: int) -> HttpResponse:
         peers.append({"peer": peer, "link": link})
     peers.sort(key=lambda item: (item["peer"].vendor, item["peer"].index))
     context = {"device": device, "events": events, "peers": peers}
-    return render(request, "inventory/device_detail.html", context)
+    # The metric history (telemetry, through apps.inventory.extensions); a bad range is a 400.
+    panel = DEVICE_HISTORY.first(request, device) or {}
+    context["history"] = panel.get("html", "")
+    return render(request, "inventory/device_detail.html", context, status=panel.get("status", 200))

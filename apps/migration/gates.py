@@ -19,7 +19,33 @@ from django.db.models import Count
 from django.utils import timezone
 
 from apps.core.formatting import plain_decimal
+from apps.core.stored_text import stored
 from apps.migration.models import AccuracyEval, Gate, MigratedService, ServiceMetric, Track
+
+# The result's texts are stored (``MigratedService.gate_results``, a promotion's action) and shown in
+# the reader's language (apps.core.stored_text): the sample labels, datasets and metric names are
+# shown as written (``user_`` parameters).
+METRIC_SOURCE = stored(
+    "ServiceMetric: %(target)s target + %(source)s source windows, %(start)s → %(end)s %(zone)s, "
+    "from %(user_labels)s"
+)
+NO_MEASUREMENTS = stored("no measurements on %(missing)s of %(days)s days (first: %(first)s)")
+P99_ABOVE = stored("p99 above the source by more than %(threshold)s %% on %(failing)s of %(days)s days")
+ERRORS_ABOVE = stored("error rate above %(threshold)s %% on %(failing)s of %(days)s days")
+HELD = stored("held on all %(days)s days")
+P99_NOTE = stored("%(detail)s (a day's p99 = request-weighted mean of the exported window p99s)")
+UNIT_P99 = stored("%(percent)s vs source p99")
+UNIT_ERRORS = stored("%(percent)s errors")
+ACCURACY_NONE = stored("AccuracyEval: none")
+ACCURACY_ABSENT = {
+    (Track.SOURCE,): stored("no %(user_metric)s evaluation of the source track"),
+    (Track.TARGET,): stored("no %(user_metric)s evaluation of the target track"),
+    (Track.SOURCE, Track.TARGET): stored("no %(user_metric)s evaluation of the source and target track"),
+}
+ACCURACY_SOURCE = stored(
+    "AccuracyEval #%(target_id)s (target %(target)s on %(user_target_dataset)s, %(user_target_label)s) "
+    "vs #%(source_id)s (source %(source)s on %(user_source_dataset)s, %(user_source_label)s)"
+)
 
 PASS, FAIL, NO_DATA = "pass", "fail", "no_data"
 Q4 = Decimal("0.0001")
@@ -89,10 +115,14 @@ def _metric_source(service: MigratedService, start: datetime, end: datetime) -> 
     # In the platform zone, named (issue 21: provenance printed UTC on pages that show Asia/Shanghai).
     zone = timezone.get_default_timezone()
     start, end = timezone.localtime(start, zone), timezone.localtime(end, zone)
-    return (
-        f"ServiceMetric: {counts.get(Track.TARGET, 0)} target + {counts.get(Track.SOURCE, 0)} source windows, "
-        f"{start:%Y-%m-%d %H:%M} → {end:%Y-%m-%d %H:%M} {zone}, from {_sources(qs) or '—'}"
-    )
+    return METRIC_SOURCE % {
+        "target": counts.get(Track.TARGET, 0),
+        "source": counts.get(Track.SOURCE, 0),
+        "start": f"{start:%Y-%m-%d %H:%M}",
+        "end": f"{end:%Y-%m-%d %H:%M}",
+        "zone": zone,
+        "user_labels": _sources(qs) or "—",
+    }
 
 
 def _latency_or_errors(gate: Gate, service: MigratedService, now: datetime) -> GateResult:
@@ -137,16 +167,19 @@ def _latency_or_errors(gate: Gate, service: MigratedService, now: datetime) -> G
     source_text = _metric_source(service, buckets[0][0], now)
     if missing:
         status = NO_DATA
-        detail = f"no measurements on {len(missing)} of {gate.window_days} days (first: {missing[0]})"
+        detail = NO_MEASUREMENTS % {"missing": len(missing), "days": gate.window_days, "first": missing[0]}
     elif failing:
         status = FAIL
-        what = "p99 above the source by more than" if latency else "error rate above"
-        detail = f"{what} {plain_decimal(gate.threshold)} % on {len(failing)} of {gate.window_days} days"
+        detail = (P99_ABOVE if latency else ERRORS_ABOVE) % {
+            "threshold": plain_decimal(gate.threshold),
+            "failing": len(failing),
+            "days": gate.window_days,
+        }
     else:
         status = PASS
-        detail = f"held on all {gate.window_days} days"
+        detail = HELD % {"days": gate.window_days}
     if latency:
-        detail += " (a day's p99 = request-weighted mean of the exported window p99s)"
+        detail = P99_NOTE % {"detail": detail}
     return GateResult(
         gate_id=gate.pk,
         kind=gate.kind,
@@ -155,7 +188,7 @@ def _latency_or_errors(gate: Gate, service: MigratedService, now: datetime) -> G
         status=status,
         measured=None if worst is None else str(worst),
         threshold=plain_decimal(gate.threshold),
-        unit="% vs source p99" if latency else "% errors",
+        unit=(UNIT_P99 if latency else UNIT_ERRORS) % {"percent": "%"},
         source=source_text,
         detail=detail,
         days=days,
@@ -184,8 +217,8 @@ def _accuracy(gate: Gate, service: MigratedService, now: datetime) -> GateResult
             measured=None,
             threshold=plain_decimal(gate.threshold),
             unit=gate.metric,
-            source="AccuracyEval: none",
-            detail=f"no {gate.metric} evaluation of the {' and '.join(absent)} track",
+            source=ACCURACY_NONE,
+            detail=ACCURACY_ABSENT[tuple(absent)] % {"user_metric": gate.metric},
         )
     delta = _q(tgt.value - src.value)
     status = PASS if abs(delta) <= gate.threshold else FAIL
@@ -198,10 +231,17 @@ def _accuracy(gate: Gate, service: MigratedService, now: datetime) -> GateResult
         measured=str(delta),
         threshold=plain_decimal(gate.threshold),
         unit=f"Δ {gate.metric}",
-        source=(
-            f"AccuracyEval #{tgt.pk} (target {plain_decimal(tgt.value)} on {tgt.dataset or '?'}, {tgt.source}) "
-            f"vs #{src.pk} (source {plain_decimal(src.value)} on {src.dataset or '?'}, {src.source})"
-        ),
+        source=ACCURACY_SOURCE
+        % {
+            "target_id": tgt.pk,
+            "target": plain_decimal(tgt.value),
+            "user_target_dataset": tgt.dataset or "?",
+            "user_target_label": tgt.source,
+            "source_id": src.pk,
+            "source": plain_decimal(src.value),
+            "user_source_dataset": src.dataset or "?",
+            "user_source_label": src.source,
+        },
         detail=f"|Δ| {'≤' if status == PASS else '>'} {plain_decimal(gate.threshold)}",
     )
 

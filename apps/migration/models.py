@@ -21,12 +21,14 @@ from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import F, Q
+from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from apps.accounts.models import Project
 from apps.catalog.models import Vendor
 from apps.core.formatting import plain_decimal
 from apps.core.models import BaseModel
+from apps.core.stored_text import stored
 from apps.jobs.models import Job
 
 
@@ -141,6 +143,12 @@ class PlanPhase(BaseModel):
             raise ValidationError({"target_end": _("The end date is before the start date.")})
 
 
+# A gate in words: stored with each evaluation (``gate_results``) and shown in the reader's language.
+P99_GATE = stored("target p99 ≤ source p99 + %(x)s %% for %(z)s days")
+ERROR_GATE = stored("target error rate ≤ %(y)s %% for %(z)s days")
+ACCURACY_GATE = stored("|Δ %(metric)s| ≤ %(t)s")
+
+
 class Gate(BaseModel):
     """A condition a service must meet before it leaves ``phase``.
 
@@ -196,16 +204,16 @@ class Gate(BaseModel):
 
     def describe(self) -> str:
         if self.kind == self.Kind.P99_LATENCY:
-            return str(_("target p99 ≤ source p99 + %(x)s %% for %(z)s days")) % {
+            return gettext(P99_GATE) % {
                 "x": plain_decimal(self.threshold),
                 "z": self.window_days,
             }
         if self.kind == self.Kind.ERROR_RATE:
-            return str(_("target error rate ≤ %(y)s %% for %(z)s days")) % {
+            return gettext(ERROR_GATE) % {
                 "y": plain_decimal(self.threshold),
                 "z": self.window_days,
             }
-        return str(_("|Δ %(metric)s| ≤ %(t)s")) % {"metric": self.metric, "t": plain_decimal(self.threshold)}
+        return gettext(ACCURACY_GATE) % {"metric": self.metric, "t": plain_decimal(self.threshold)}
 
     def clean(self) -> None:
         if self.kind == self.Kind.ACCURACY and not self.metric:

@@ -560,7 +560,7 @@ def _failure_reason(service: MigratedService, failed: list[dict]) -> str:
     parts = []
     for r in failed:
         measured = (
-            _("measured %(value)s %(unit)s") % {"value": r["measured"], "unit": r["unit"]}
+            _("measured %(value)s %(unit)s") % {"value": r["measured"], "unit": localize(r["unit"])}
             if r["measured"] is not None
             else _("nothing measured")
         )

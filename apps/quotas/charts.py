@@ -63,3 +63,38 @@ def history_html(points) -> str:
         legend={"orientation": "h", "y": -0.2},
     )
     return figure_html(fig, div_id="quota-history")
+
+
+def share_vs_use_html(rows) -> str:
+    """The queue board's chart: per project, its fair share (guarantee ÷ all guarantees, %) next to
+    its use (running CU ÷ all running CU, %). ``rows``: objects with ``project``, ``fair_share_pct``
+    and ``use_pct`` (apps.scheduling.board.ProjectRow)."""
+    rows = [r for r in rows if r.fair_share_pct is not None or r.use_pct is not None]
+    if not rows:
+        return ""
+    labels = [r.project.slug for r in rows]
+    fig = go.Figure()
+    fig.add_bar(
+        y=labels,
+        x=[float(r.fair_share_pct or 0) for r in rows],
+        name=_("fair share (guarantee ÷ all guarantees)"),
+        orientation="h",
+        marker_color=COLORS["line"],
+    )
+    fig.add_bar(
+        y=labels,
+        x=[float(r.use_pct or 0) for r in rows],
+        name=_("use now (running ÷ all running)"),
+        orientation="h",
+        marker_color=COLORS["guaranteed"],
+    )
+    fig.update_layout(
+        barmode="group",
+        font={"family": FONT_FAMILY},
+        margin={"l": 10, "r": 10, "t": 10, "b": 40},
+        xaxis={"title": {"text": _("share of the platform, in percent")}, "rangemode": "tozero"},
+        yaxis={"autorange": "reversed"},
+        legend={"orientation": "h", "y": -0.25},
+        height=max(240, 56 * len(rows) + 120),
+    )
+    return figure_html(fig, div_id="board-share-chart")

@@ -9,6 +9,7 @@ app_name = "rollout"
 urlpatterns = [
     path("", views.batch_list, name="batch-list"),
     path("batches/new/", views.batch_create, name="batch-create"),
+    path("batches/live/", views.batch_list_live, name="batch-list-live"),
     path("batches/<int:pk>/", views.batch_detail, name="batch-detail"),
     path("batches/<int:pk>/live/", views.batch_live, name="batch-live"),
     path("batches/<int:pk>/release-node/", views.batch_node_release, name="batch-node-release"),

@@ -8,6 +8,8 @@ Bad input is a 400 and a refused stage change a 409, both re-rendering the page 
 
 from __future__ import annotations
 
+import re
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
@@ -21,6 +23,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST, require_safe
 
 from apps.accounts.selectors import is_platform_staff
+from apps.core import live as live_sections
 from apps.core.errors import ApplicationError
 from apps.core.permissions import staff_required
 from apps.core.stored_text import localize
@@ -44,11 +47,40 @@ def batch_list(request: HttpRequest) -> HttpResponse:
         return redirect("rollout:autoscaling")
     filterset = GrayBatchFilterSet(request.GET, queryset=selectors.batch_list(user=request.user))
     page = Paginator(filterset.qs.order_by("-created_at", "-pk"), 50).get_page(request.GET.get("page"))
+    rows = _batch_rows(request, list(page.object_list))
+    for batch in rows:
+        batch.live_row = live_sections.page_section(batch.live_row)
     return render(
         request,
         "rollout/batch_list.html",
-        {"filterset": filterset, "page": page, "stages": GrayBatch.Stage.choices},
+        {"filterset": filterset, "page": page, "rows": rows, "stages": GrayBatch.Stage.choices},
     )
+
+
+def _batch_rows(request: HttpRequest, batches: list[GrayBatch]) -> list[GrayBatch]:
+    """Each batch with its list row rendered as a live section (``batch.live_row``, issue 29 §2)."""
+    for batch in batches:
+        batch.live_row = live_sections.render_section(request, "rollout/_batch_row.html", {"batch": batch})
+    return batches
+
+
+BATCH_ROW = re.compile(r"^batch-(\d{1,12})-row$")
+
+
+@never_cache
+@staff_required
+@require_safe
+def batch_list_live(request: HttpRequest) -> JsonResponse:
+    """The batch list's rows (``?sections=batch-<pk>-row,…``) for ``static/js/live.js``: the stage,
+    the soak start and the reason of each listed batch; staff only, like the list."""
+    try:
+        names = live_sections.requested_sections(request)
+    except live_sections.SectionsInvalid:
+        return live_sections.sections_invalid_response()
+    pks = {int(m[1]) for m in map(BATCH_ROW.match, names) if m}
+    batches = list(selectors.batch_list(user=request.user).filter(pk__in=pks).prefetch_related("nodes"))
+    sections = {f"batch-{b.pk}-row": b.live_row for b in _batch_rows(request, batches)}
+    return JsonResponse({"fields": {}, "sections": sections})
 
 
 # The batch page's stage changes (services.BATCH_ACTIONS): label, what it does, and the message after.
@@ -168,11 +200,30 @@ def _detail_context(batch: GrayBatch) -> dict:
     }
 
 
+# A batch page's live sections (issue 29 §2): part → partial; the page wraps each one in
+# data-live-section="batch-<pk>-<part>", batch_live renders them again for static/js/live.js.
+BATCH_SECTIONS = {
+    "actions": "rollout/_batch_actions.html",
+    "facts": "rollout/_batch_facts.html",
+    "quarantined": "rollout/_batch_quarantined.html",
+    "history": "rollout/_batch_history.html",
+    "evaluations": "rollout/_batch_evaluations.html",
+}
+
+
+def _with_sections(request: HttpRequest, context: dict) -> dict:
+    context["sections"] = {
+        part: live_sections.page_section(live_sections.render_section(request, template, context))
+        for part, template in BATCH_SECTIONS.items()
+    }
+    return context
+
+
 @staff_required
 @require_safe
 def batch_detail(request: HttpRequest, pk: int) -> HttpResponse:
     batch = get_object_or_404(selectors.batch_list(user=request.user), pk=pk)
-    return render(request, "rollout/batch_detail.html", _detail_context(batch))
+    return render(request, "rollout/batch_detail.html", _with_sections(request, _detail_context(batch)))
 
 
 def _run_batch_action(batch: GrayBatch, action: str, *, reason: str, actor) -> str:
@@ -224,7 +275,7 @@ def batch_action(request: HttpRequest, pk: int, action: str) -> HttpResponse:
     context = _detail_context(batch)
     context["action_form"] = form
     context["action_failed"] = action
-    return render(request, "rollout/batch_detail.html", context, status=status)
+    return render(request, "rollout/batch_detail.html", _with_sections(request, context), status=status)
 
 
 def _create_context(form: BatchCreateForm) -> dict:
@@ -344,7 +395,7 @@ def batch_node_release(request: HttpRequest, pk: int) -> HttpResponse:
     context = _detail_context(batch)
     context["release_error"] = error
     context["release_node"] = request.POST.get("node", "")
-    return render(request, "rollout/batch_detail.html", context, status=status)
+    return render(request, "rollout/batch_detail.html", _with_sections(request, context), status=status)
 
 
 # Badge tones per stage, as templates/rollout/_stage.html draws them.
@@ -356,8 +407,13 @@ STAGE_TONES["rolled_back"] = "warn"
 @staff_required
 @require_safe
 def batch_live(request: HttpRequest, pk: int) -> JsonResponse:
-    """A gray batch's stage and reason for ``static/js/live.js`` (issue 21: live pages)."""
+    """A gray batch's stage and reason for ``static/js/live.js`` (issue 21: live pages) and, asked
+    with ``?sections=batch-<pk>-history,…``, its page's sections (issue 29 §2; ``apps.core.live``)."""
     batch = get_object_or_404(selectors.batch_list(user=request.user), pk=pk)
+    try:
+        names = live_sections.requested_sections(request)
+    except live_sections.SectionsInvalid:
+        return live_sections.sections_invalid_response()
     reason = localize(batch.stage_reason) if batch.stage_reason else ""
     fields = {
         f"batch-{batch.pk}-stage": {
@@ -367,7 +423,17 @@ def batch_live(request: HttpRequest, pk: int) -> JsonResponse:
         },
         f"batch-{batch.pk}-reason": {"text": str(reason) or "—"},
     }
-    return JsonResponse({"fields": fields})
+    body: dict = {"fields": fields}
+    prefix = f"batch-{batch.pk}-"
+    parts = [n.removeprefix(prefix) for n in names if n.startswith(prefix)]
+    parts = [part for part in parts if part in BATCH_SECTIONS]
+    if parts:
+        context = _detail_context(batch)
+        body["sections"] = {
+            prefix + part: live_sections.render_section(request, BATCH_SECTIONS[part], context)
+            for part in parts
+        }
+    return JsonResponse(body)
 
 
 def _waves_context(request: HttpRequest, **forms) -> dict:

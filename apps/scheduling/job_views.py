@@ -32,10 +32,12 @@ from django.views.decorators.http import require_http_methods, require_POST, req
 from apps.accounts.models import Membership
 from apps.accounts.selectors import is_platform_staff, project_list, user_role
 from apps.clusters.pod_report import job_pod_report
+from apps.core import live as live_sections
 from apps.core.errors import ApplicationError, ValidationFailed
 from apps.core.filters import page_filter
 from apps.core.formatting import plain_decimal
 from apps.core.paginators import EstimatedCountPaginator
+from apps.core.stored_text import localize
 from apps.core.templatetags.suanchi import DEVICE_KIND_BY_VENDOR
 from apps.inventory import selectors as inventory_selectors
 from apps.inventory.models import Device, Node
@@ -57,6 +59,7 @@ from apps.quotas.services import submission_check
 from apps.scheduling import eta, lifecycle
 from apps.scheduling import services as scheduling
 from apps.scheduling.engine.engine import Engine
+from apps.scheduling.engine_texts import TOPOLOGY_LABELS, explanation_for_reader
 from apps.scheduling.extensions import JOB_CARD_CURVES, JOB_COST_PER_HOUR, JOB_UTILIZATION_CHART
 from apps.scheduling.faults import runbook as runbook_entries
 from apps.scheduling.faults import runbook_entry
@@ -144,19 +147,9 @@ def job_list(request: HttpRequest) -> HttpResponse:
     if request.GET.get("format") == "csv":
         return _job_list_csv(qs)
     page = _paginate(request, qs)
-    jobs = list(page.object_list)
-    positions = eta.visible_queue_positions(user, jobs)  # counts only the jobs this user can see
-    held = _held_cu([job.pk for job in jobs])
-    staff = is_platform_staff(user)
-    roles = dict(Membership.objects.filter(user=user).values_list("project_id", "role"))
+    jobs = job_rows(request, list(page.object_list))
     for job in jobs:
-        job.request_text = request_describe(job)
-        job.queue_pos = positions.get(job.pk)
-        job.state_tone = STATE_TONES.get(job.state, "muted")
-        job.held_cu = held.get(job.pk)
-        job.can_cancel = job.state not in FINAL_STATES and (
-            staff or roles.get(job.project_id) in CANCEL_ROLES
-        )
+        job.live_row = live_sections.page_section(job.live_row)
     query = _query_without_page(request)
     context = {
         "form": form,
@@ -169,6 +162,27 @@ def job_list(request: HttpRequest) -> HttpResponse:
         "any_cancellable": any(job.can_cancel for job in jobs),
     }
     return render(request, "jobs/job_list.html", context)
+
+
+def job_rows(request: HttpRequest, jobs: list[Job]) -> list[Job]:
+    """The job list's rows: each job with what its row shows (queue position among the jobs this
+    reader sees, the CU its cards hold now, whether the reader may cancel it) and the row rendered as
+    a live section (``job.live_row``: ``{"version", "html"}``, issue 29 §2)."""
+    user = request.user
+    positions = eta.visible_queue_positions(user, jobs)  # counts only the jobs this user can see
+    held = _held_cu([job.pk for job in jobs])
+    staff = is_platform_staff(user)
+    roles = dict(Membership.objects.filter(user=user).values_list("project_id", "role"))
+    for job in jobs:
+        job.request_text = request_describe(job)
+        job.queue_pos = positions.get(job.pk)
+        job.state_tone = STATE_TONES.get(job.state, "muted")
+        job.held_cu = held.get(job.pk)
+        job.can_cancel = job.state not in FINAL_STATES and (
+            staff or roles.get(job.project_id) in CANCEL_ROLES
+        )
+        job.live_row = live_sections.render_section(request, "jobs/_job_row.html", {"job": job})
+    return jobs
 
 
 def _held_cu(job_ids: list[int]) -> dict[int, Decimal]:
@@ -404,10 +418,14 @@ def _placement_preview(job: Job, user) -> dict[str, Any]:
             "placed": decision.placed,
             "nodes": [],
             "candidates": [{"node": shown(c.node), "score": list(c.score)} for c in decision.candidates],
-            "explanation": decision.explanation,
-            # Per-node reasons for the nodes the user can see (the explanation counts all of them).
+            # In the reader's language (the engine writes English: apps.scheduling.engine_texts), and
+            # counting only the nodes the reader can see, like the per-node reasons below.
+            "explanation": localize(
+                explanation_for_reader(decision.explanation, staff=is_platform_staff(user))
+            ),
+            # Per-node reasons for the nodes the user can see.
             "rejections": [
-                {"node": name, "reason": reason}
+                {"node": name, "reason": localize(reason)}
                 for name, reason in sorted(decision.rejections.items())
                 if name in visible
             ][:PREVIEW_REJECTIONS]
@@ -565,6 +583,7 @@ def _placement_rows(placement: dict | None) -> list[dict]:
                 "node": part.get("node", ""),
                 "replica": part.get("replica", 0),
                 "topology": part.get("topology", ""),
+                "topology_label": TOPOLOGY_LABELS.get(part.get("topology", ""), part.get("topology", "")),
                 "cards": cards,
             }
         )
@@ -604,6 +623,13 @@ def _why(job: Job, user=None) -> dict[str, Any]:
             outcome__in=[DecisionTrace.Outcome.PENDING, DecisionTrace.Outcome.CONFLICT]
         ).first()
         explanation = (trace.explanation if trace else "") or job.state_reason
+        staff = user is None or is_platform_staff(user)
+        # Without the nodes this reader cannot see (issue 29 §9), here and in the trace's steps.
+        explanation = explanation_for_reader(explanation, staff=staff)
+        steps = [
+            {**step, "message": explanation_for_reader(step["message"], staff=staff)}
+            for step in (_step_rows(trace) if trace else [])
+        ]
         # quota + device fit + position among the jobs this user sees + ETA (apps.scheduling.eta)
         answer = why_pending(job, user)
         return {
@@ -613,7 +639,7 @@ def _why(job: Job, user=None) -> dict[str, Any]:
             "eta": answer["eta"],
             "quota": answer["quota"] if not explanation.startswith("quota:") else None,
             # The last step repeats the explanation shown above it.
-            "steps": [s for s in _step_rows(trace) if s["message"] != explanation] if trace else [],
+            "steps": [s for s in steps if s["message"] != explanation],
             "explanation": explanation,
         }
     trace = traces.filter(outcome=DecisionTrace.Outcome.PLACED).first()
@@ -635,11 +661,24 @@ def _can_act(user, job: Job) -> bool:
     return user_role(user, job.project) in CANCEL_ROLES
 
 
-@login_required
-@require_safe
-def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
+# The job page's live sections (issue 29 §2): name → template partial. The page includes each one in
+# a wrapper with data-live-section="job-<pk>-<name>"; jobs:live renders them again for live.js.
+JOB_SECTIONS = {
+    "reason": "jobs/_job_reason.html",
+    "actions": "jobs/_job_actions.html",
+    "runbook": "jobs/_runbook_card.html",
+    "facts": "jobs/_job_facts.html",
+    "why": "jobs/_job_why.html",
+    "allocations": "jobs/_job_allocations.html",
+    "timeline": "jobs/_job_timeline.html",
+}
+
+
+def job_sections_context(request: HttpRequest, job: Job) -> dict[str, Any]:
+    """What the job page's live sections show: the state, the request and its times, why this card or
+    why pending (with the ETA), the allocations, the timeline, what the reader may do."""
     user = request.user
-    job = get_object_or_404(selectors.job_list(user=user), pk=pk)
+    staff = is_platform_staff(user)
     job.state_tone = STATE_TONES.get(job.state, "muted")
     events = list(job.events.all())
     labels = dict(JobState.choices)
@@ -647,14 +686,16 @@ def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
         event.to_tone = STATE_TONES.get(event.to_state, "muted")
         event.to_label = labels.get(event.to_state, event.to_state)
         event.from_label = labels.get(event.from_state, event.from_state)
+        event.reader_message = explanation_for_reader(event.message, staff=staff)
     allocations = list(
         Allocation.objects.filter(job=job)
         .select_related("node", "device")
         .order_by("replica", "node__name", "device__index", "id")
     )
-    why = _why(job, user)
     can_act = _can_act(user, job)
-    context = {
+    # The state's reason as this reader may read it (engine_texts.explanation_for_reader).
+    job.reader_reason = explanation_for_reader(job.state_reason, staff=staff)
+    return {
         "job": job,
         "request_text": request_describe(job),
         "expected_hours": (
@@ -667,20 +708,43 @@ def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "held_cu": sum((a.compute_units for a in allocations if a.released_at is None), Decimal(0))
         if any(a.released_at is None for a in allocations)
         else None,
-        "why": why,
+        "why": _why(job, user),
         "can_cancel": job.state not in FINAL_STATES and can_act,
         "can_copy": can_act,
         "is_active": job.state in ACTIVE_STATES,
         "runbook": _runbook_card(job.failure_class, request),
-        "utilization_chart": _utilization_chart(job, user),
-        # Per card: utilization, memory, temperature, power over the job's life (telemetry's provider).
-        "card_curves": (card_curves := JOB_CARD_CURVES.first(job, user) or ""),
-        # plotly.js only when a curve is drawn (the charts' divs are "job-card-<metric>-chart")
-        "card_curves_charts": bool(re.search(r'id="job-card-\w+-chart"', card_curves)),
-        # Pod events and the log tail come lazily from job_pod (static/js/job-pod.js).
-        "pod_url": reverse("jobs:pod", args=[job.pk]),
-        "pod_refresh_s": POD_REFRESH_S if job.state in ACTIVE_STATES else 0,
     }
+
+
+def job_sections(request: HttpRequest, job: Job, parts: list[str] | None = None) -> dict[str, dict]:
+    """The job page's sections (all, or ``parts``) as ``{part: {"version", "html"}}``."""
+    context = job_sections_context(request, job)
+    wanted = [p for p in (parts if parts is not None else JOB_SECTIONS) if p in JOB_SECTIONS]
+    return {part: live_sections.render_section(request, JOB_SECTIONS[part], context) for part in wanted}
+
+
+@login_required
+@require_safe
+def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    user = request.user
+    job = get_object_or_404(selectors.job_list(user=user), pk=pk)
+    context = job_sections_context(request, job)
+    context["sections"] = {
+        part: live_sections.page_section(live_sections.render_section(request, template, context))
+        for part, template in JOB_SECTIONS.items()
+    }
+    context.update(
+        {
+            "utilization_chart": _utilization_chart(job, user),
+            # Per card: utilization, memory, temperature, power over the job's life (telemetry's provider).
+            "card_curves": (card_curves := JOB_CARD_CURVES.first(job, user) or ""),
+            # plotly.js only when a curve is drawn (the charts' divs are "job-card-<metric>-chart")
+            "card_curves_charts": bool(re.search(r'id="job-card-\w+-chart"', card_curves)),
+            # Pod events and the log tail come lazily from job_pod (static/js/job-pod.js).
+            "pod_url": reverse("jobs:pod", args=[job.pk]),
+            "pod_refresh_s": POD_REFRESH_S if job.state in ACTIVE_STATES else 0,
+        }
+    )
     return render(request, "jobs/job_detail.html", context)
 
 

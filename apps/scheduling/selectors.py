@@ -10,9 +10,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.utils.translation import gettext as _
+
+from apps.accounts.selectors import is_platform_staff
+from apps.core.stored_text import localize
 from apps.jobs.models import QUEUED_STATES, Job
 from apps.quotas.book import quota_context
 from apps.quotas.selectors import queue_positions, quotas_configured
+from apps.scheduling.engine_texts import explanation_for_reader
 from apps.scheduling.models import DecisionTrace
 
 
@@ -40,6 +45,8 @@ def why_pending(job: Job, user=None) -> dict[str, Any]:
             DecisionTrace.Outcome.CONFLICT,
         ) and not (trace.explanation or "").startswith("quota:"):
             placement_reason = trace.explanation
+            if user is not None:  # without the nodes this reader cannot see (engine_texts)
+                placement_reason = explanation_for_reader(placement_reason, staff=is_platform_staff(user))
     if quota_reason is None and quotas_configured():
         quota_reason = quota_context().verdict_now(job)
     if user is not None:
@@ -49,9 +56,15 @@ def why_pending(job: Job, user=None) -> dict[str, Any]:
         estimate = eta.pending_eta(job, user)
     else:
         position, estimate = queue_positions([job.pk]).get(job.pk), None
-    reasons = [r for r in (quota_reason and f"quota: {quota_reason}", placement_reason) if r]
+    # In the reader's language (the API's ``why_pending`` is read as the pages are): the stored English
+    # of the trace and the quota book through apps.core.stored_text, the rest through gettext.
+    reasons = []
+    if quota_reason:
+        reasons.append(_("quota: %(reason)s") % {"reason": localize(quota_reason)})
+    if placement_reason:
+        reasons.append(localize(placement_reason))
     if position is not None:
-        reasons.append(f"position {position} in the queue")
+        reasons.append(_("position %(position)s in the queue") % {"position": position})
     if estimate is not None:
         reasons.append(estimate["text"])
     return {

@@ -73,6 +73,12 @@ class TelemetryConfig(AppConfig):
 
         JOB_UTILIZATION_CHART.register(job_utilization_chart)
         JOB_CARD_CURVES.register(job_card_curves)
+        # The device and node pages' metric history (issue 29 §5).
+        from apps.inventory.extensions import DEVICE_HISTORY, NODE_HISTORY
+        from apps.telemetry.history_views import device_history_panel, node_history_panel
+
+        DEVICE_HISTORY.register(device_history_panel)
+        NODE_HISTORY.register(node_history_panel)
         from apps.core.stored_text import stored_vocabulary
         from apps.telemetry.models import Quality
 

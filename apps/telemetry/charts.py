@@ -137,3 +137,70 @@ def card_metric_figure(cards: list[dict], metric: str) -> go.Figure | None:
         return None
     fig.update_layout(showlegend=True)
     return _layout(fig, y_title=card_metric_titles()[metric], height=300, y_max=CARD_METRIC_AXES[metric])
+
+
+# -- a card's and a node's history (issue 29 §5) -------------------------------------------------
+
+
+def history_titles() -> dict[str, str]:
+    return {**card_metric_titles(), "errors": _("Error counter increases")}
+
+
+def history_metric_figure(lines: list[dict], metric: str) -> go.Figure | None:
+    """One line per card (or partition) for ``metric``; None when no line has a value."""
+    fig = go.Figure()
+    for i, line in enumerate(lines):
+        points = [p for p in line["points"] if p[metric] is not None]
+        if not points:
+            continue
+        fig.add_trace(
+            go.Scatter(
+                name=_plain(line["label"]),
+                x=[p["window_start"] for p in points],
+                y=[round(p[metric], 2) for p in points],
+                mode="lines+markers",
+                line={"color": CARD_COLORS[i % len(CARD_COLORS)]},
+                marker={
+                    "symbol": ["circle-open" if p["quality"] == "estimated" else "circle" for p in points],
+                    "size": 4,
+                },
+                customdata=[p["quality"] for p in points],
+                hovertemplate="%{x}<br>%{fullData.name}: <b>%{y}</b> (%{customdata})<extra></extra>",
+            )
+        )
+    if not fig.data:
+        return None
+    fig.update_layout(showlegend=True)
+    return _layout(fig, y_title=card_metric_titles()[metric], height=280, y_max=CARD_METRIC_AXES[metric])
+
+
+def history_errors_figure(lines: list[dict], counters: list[str], label) -> go.Figure | None:
+    """The increase of each error counter per window, summed over the lines; None when the exporter
+    gives no counter. A window with no increase is a zero bar (the counter was read)."""
+    if not counters:
+        return None
+    fig = go.Figure()
+    for i, name in enumerate(counters):
+        totals: dict = {}
+        for line in lines:
+            for p in line["points"]:
+                if name in p["errors"]:
+                    totals[p["window_start"]] = totals.get(p["window_start"], 0.0) + p["errors"][name]
+        if not totals:
+            continue
+        times = sorted(totals)
+        fig.add_trace(
+            go.Bar(
+                name=_plain(label(name)),
+                x=times,
+                y=[totals[t] for t in times],
+                marker_color=CARD_COLORS[i % len(CARD_COLORS)],
+                hovertemplate="%{x}<br>%{fullData.name}: <b>+%{y}</b><extra></extra>",
+            )
+        )
+    if not fig.data:
+        return None
+    fig.update_layout(showlegend=True, barmode="group")
+    top = max((max(trace.y) for trace in fig.data if trace.y), default=0)
+    # All-zero bars would get an axis of −1…1 (issue 29 §3's soak chart): 0…1 instead.
+    return _layout(fig, y_title=_("Increase per window"), height=260, y_max=None if top > 0 else 1)

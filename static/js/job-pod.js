@@ -3,7 +3,8 @@
  * The page arrives without it (asking a cluster can take seconds); this fetches the fragment named by
  * data-pod-url into [data-pod-body] once the page is shown, and again every data-pod-refresh seconds
  * while the fragment says the job is still active (its own data-pod-refresh). The log keeps its
- * scroll position at the bottom when it was there. Polling stops while the tab is hidden. No inline
+ * scroll position at the bottom when it was there. When live.js replaces the job's timeline (its state
+ * changed) the fragment is fetched again at once. Polling stops while the tab is hidden. No inline
  * script: the Content-Security-Policy allows only scripts served from the site. */
 (function () {
   "use strict";
@@ -17,6 +18,7 @@
       return;
     }
     var timer = null;
+    var busy = false;
     var refresh = parseFloat(panel.getAttribute("data-pod-refresh")) || 0;
 
     function schedule(seconds) {
@@ -27,6 +29,7 @@
 
     function load() {
       timer = null;
+      busy = true;
       var old = body.querySelector("#job-pod-log");
       var atBottom = !old || old.scrollTop + old.clientHeight >= old.scrollHeight - 4;
       fetch(url, {credentials: "same-origin", headers: {"Accept": "text/html"}, cache: "no-store"})
@@ -47,11 +50,13 @@
           if (log && atBottom) {
             log.scrollTop = log.scrollHeight;
           }
+          busy = false;
           panel.setAttribute("data-pod-updated", new Date().toISOString());
           refresh = parseFloat(fresh.getAttribute("data-pod-refresh")) || 0;
           schedule(refresh);
         })
         .catch(function () {
+          busy = false;
           panel.setAttribute("data-pod-failed", "1");
           schedule((refresh || MIN_REFRESH_S) * 3); // the server is busy or away: back off
         });
@@ -66,6 +71,19 @@
       } else if (refresh > 0) {
         schedule(MIN_REFRESH_S);
       }
+    });
+    // The job's timeline changed (static/js/live.js replaced it: a new state, a new attempt): the
+    // pods are asked again at once, so a job that just reached its cluster shows them (issue 29 §2).
+    document.addEventListener("live:replaced", function (e) {
+      var name = (e.detail && e.detail.name) || "";
+      if (busy || document.hidden || !/-timeline$/.test(name)) {
+        return;
+      }
+      if (timer !== null) {
+        window.clearTimeout(timer);
+        timer = null;
+      }
+      load();
     });
     load();
   }

@@ -274,7 +274,9 @@ def test_retired_is_no_pool_status_one_can_choose(actor):
     with pytest.raises(ValidationFailed, match="only by being retired"):
         device_pool_status_set(device=device, pool_status="retired", actor=actor)
     device.refresh_from_db()
-    assert device.pool_status == Device.PoolStatus.PRODUCTION and not DeviceEvent.objects.filter(device=device)
+    assert device.pool_status == Device.PoolStatus.PRODUCTION and not DeviceEvent.objects.filter(
+        device=device
+    )
 
 
 def test_unknown_pool_status_is_bad_input(actor):

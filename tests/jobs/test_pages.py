@@ -341,7 +341,60 @@ def test_preview_does_not_name_nodes_the_user_cannot_see(client, fleet, member, 
     data = response.json()
     assert data["placed_now"] is False
     assert "secret-01" not in response.content.decode()
-    assert "pool reserved for another project" in data["alternatives"][0]["explanation"]
+    # Issue 29 §9: the counts are of the nodes the member sees (3), not of the fleet (4).
+    explanation = data["alternatives"][0]["explanation"]
+    assert "0/3 nodes are available" in explanation and "reserved for another project" not in explanation
+
+
+def test_a_pending_job_explains_itself_with_the_nodes_its_reader_sees(
+    client, api_client, fleet, member, a100, make_project, staff_user
+):
+    """Issue 29 §9: "0/4 nodes … 1 pool reserved for another project" beside a node list of 3."""
+    from apps.inventory.models import Device, Node, Pool
+
+    user, project = member
+    owner = make_project("owner")
+    pool = Pool.objects.create(
+        cluster=fleet["gpu-01"].cluster, name="reserved", slug="reserved", owner_project=owner
+    )
+    node = Node.objects.create(cluster=pool.cluster, pool=pool, name="secret-01", driver_version="550.54.15")
+    for i in range(4):
+        Device.objects.create(node=node, vendor="nvidia", index=i, uuid=f"s-{i}", device_model=a100)
+    # 4 × A100 fit gpu-01 or gpu-02 once free; both are taken, so the job waits.
+    for _ in range(2):
+        job_submit(
+            project=project,
+            actor=user,
+            name="hog",
+            image="x",
+            request_kind="whole_cards",
+            device_model=a100,
+            count=4,
+        )
+    scheduling_cycle_run()
+    waiting = job_submit(
+        project=project,
+        actor=user,
+        name="waiting",
+        image="x",
+        request_kind="whole_cards",
+        device_model=a100,
+        count=4,
+    )
+    scheduling_cycle_run()
+    waiting.refresh_from_db()
+    assert waiting.state == JobState.PENDING and "1 pool reserved for another project" in waiting.state_reason
+    page = client.get(f"/jobs/{waiting.pk}/").content.decode()
+    assert "0/3 nodes are available" in page and "reserved for another project" not in page
+    api_client.force_authenticate(user)
+    answer = api_client.get(f"/api/jobs/jobs/{waiting.pk}/trace/").json()
+    assert (
+        "0/3 nodes are available" in answer["explanation"]
+        and "0/3 nodes are available" in answer["why_pending"]
+    )
+    assert "reserved for another project" not in answer["explanation"] + answer["why_pending"]
+    client.force_login(staff_user)  # staff see every node, the reserved pool included
+    assert "1 pool reserved for another project" in client.get(f"/jobs/{waiting.pk}/").content.decode()
 
 
 def test_preview_respects_the_runtime_requirement(client, fleet, member, a100):

@@ -12,6 +12,7 @@ from apps.billing.models import (
     UsageEntry,
 )
 from apps.catalog.models import ComputeTemplate, DeviceModel
+from apps.core.api.localized import LocalizedTextsMixin
 from apps.inventory.models import Pool
 
 
@@ -169,7 +170,9 @@ class AdjustmentSerializer(serializers.ModelSerializer):
         read_only_fields = ["id", "month", "currency", "actor_label", "created_at"]
 
 
-class BillingPeriodSerializer(serializers.ModelSerializer):
+class BillingPeriodSerializer(LocalizedTextsMixin, serializers.ModelSerializer):
+    localized_fields = ("progress_message",)
+
     month = serializers.DateField(format="%Y-%m", read_only=True)
     # The progress of the month's close run (BillingPeriod.close_run), as before closes had runs.
     progress_total = serializers.IntegerField(read_only=True)

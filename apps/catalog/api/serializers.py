@@ -8,6 +8,7 @@ from apps.catalog.models import (
     DeviceRequestTemplate,
     Isolation,
 )
+from apps.core.api.localized import LocalizedTextsMixin
 
 
 class DeviceModelSerializer(serializers.ModelSerializer):
@@ -104,7 +105,9 @@ class ComputeTemplateSerializer(serializers.ModelSerializer):
     device_model_slug = serializers.CharField(source="device_model.slug", read_only=True)
     vendor = serializers.CharField(source="device_model.vendor", read_only=True)
     memory_gib = serializers.IntegerField(read_only=True)
-    partition_type = serializers.CharField(read_only=True, help_text='"mig", "vnpu" or "" for a soft slice')
+    partition_type = serializers.CharField(
+        read_only=True, help_text='"mig", "vnpu", "amd-partition" or "" for a soft slice'
+    )
     coefficient = serializers.DecimalField(
         source="current_coefficient",
         max_digits=8,
@@ -200,7 +203,9 @@ class ComputeTemplatePreviewSerializer(serializers.Serializer):
 # ------------------------------------------------------------------ request templates
 
 
-class DeviceRequestTemplateSerializer(serializers.ModelSerializer):
+class DeviceRequestTemplateSerializer(LocalizedTextsMixin, serializers.ModelSerializer):
+    localized_fields = ("warnings",)
+
     class Meta:
         model = DeviceRequestTemplate
         fields = [
@@ -225,7 +230,9 @@ class RequestTemplateImportSerializer(serializers.Serializer):
     yaml = serializers.CharField(trim_whitespace=False)
 
 
-class RequestTemplateImportResultSerializer(serializers.Serializer):
+class RequestTemplateImportResultSerializer(LocalizedTextsMixin, serializers.Serializer):
+    localized_fields = ("warnings",)
+
     outcome = serializers.ChoiceField(choices=["created", "updated", "unchanged"])
     warnings = serializers.ListField(child=serializers.CharField())
     template = DeviceRequestTemplateSerializer()

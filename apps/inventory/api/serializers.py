@@ -1,6 +1,7 @@
 from rest_framework import serializers
 
 from apps.catalog.models import Vendor
+from apps.core.api.localized import LocalizedTextsMixin
 from apps.inventory.models import Cluster, Device, DeviceEvent, DeviceLink, Node, NodeReport, Pool
 from apps.inventory.vendors import AUTO
 
@@ -20,7 +21,9 @@ class PoolSerializer(serializers.ModelSerializer):
         fields = ["id", "cluster", "name", "slug", "description", "owner_project", "overcommit_factor"]
 
 
-class NodeSerializer(serializers.ModelSerializer):
+class NodeSerializer(LocalizedTextsMixin, serializers.ModelSerializer):
+    localized_fields = ("status_reason",)
+
     cluster = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     pool = serializers.SlugRelatedField(slug_field="slug", read_only=True, allow_null=True)
     device_count = serializers.IntegerField(read_only=True)
@@ -58,7 +61,9 @@ class NodeSerializer(serializers.ModelSerializer):
         ]
 
 
-class DeviceSerializer(serializers.ModelSerializer):
+class DeviceSerializer(LocalizedTextsMixin, serializers.ModelSerializer):
+    localized_fields = ("health_reason", "cordon_reason")
+
     node = serializers.SlugRelatedField(slug_field="name", read_only=True)
     node_id = serializers.IntegerField(read_only=True)
     cluster = serializers.CharField(source="node.cluster.slug", read_only=True)
@@ -107,7 +112,9 @@ class DeviceLinkSerializer(serializers.ModelSerializer):
         fields = ["a", "b", "kind", "link", "nvlink_count"]
 
 
-class DeviceEventSerializer(serializers.ModelSerializer):
+class DeviceEventSerializer(LocalizedTextsMixin, serializers.ModelSerializer):
+    localized_fields = ("message",)
+
     node = serializers.SlugRelatedField(slug_field="name", read_only=True)
 
     class Meta:

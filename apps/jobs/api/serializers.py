@@ -4,13 +4,16 @@ from rest_framework import serializers
 
 from apps.accounts.models import Project
 from apps.catalog.models import ComputeTemplate, DeviceModel, DeviceRequestTemplate, WorkloadProfile
+from apps.core.api.localized import LocalizedTextsMixin
 from apps.jobs import validation
 from apps.jobs.models import SUBMIT_FIELDS, Allocation, Job, JobEvent
 
 _AFTER_PRIORITY_CLASS = SUBMIT_FIELDS.index("priority_class") + 1
 
 
-class JobSerializer(serializers.ModelSerializer):
+class JobSerializer(LocalizedTextsMixin, serializers.ModelSerializer):
+    localized_fields = ("state_reason",)
+
     project = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     template = serializers.SlugRelatedField(slug_field="slug", read_only=True, allow_null=True)
     device_model = serializers.SlugRelatedField(slug_field="slug", read_only=True, allow_null=True)
@@ -132,13 +135,17 @@ class JobSubmitSerializer(serializers.Serializer):
     retry_backoff_s = serializers.IntegerField(min_value=0, default=60)
 
 
-class JobEventSerializer(serializers.ModelSerializer):
+class JobEventSerializer(LocalizedTextsMixin, serializers.ModelSerializer):
+    localized_fields = ("message",)
+
     class Meta:
         model = JobEvent
         fields = ["id", "created_at", "kind", "from_state", "to_state", "message", "actor_label", "data"]
 
 
-class AllocationSerializer(serializers.ModelSerializer):
+class AllocationSerializer(LocalizedTextsMixin, serializers.ModelSerializer):
+    localized_fields = ("release_reason",)
+
     node = serializers.SlugRelatedField(slug_field="name", read_only=True)
     device_index = serializers.IntegerField(source="device.index", read_only=True)
     device_uuid = serializers.CharField(source="device.uuid", read_only=True, allow_null=True)

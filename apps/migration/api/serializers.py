@@ -1,6 +1,7 @@
 from rest_framework import serializers
 
 from apps.catalog.models import Vendor
+from apps.core.api.localized import LocalizedTextsMixin
 from apps.jobs.models import Job
 from apps.migration.models import (
     AccuracyEval,
@@ -64,7 +65,9 @@ class MigrationPlanSerializer(serializers.ModelSerializer):
         read_only_fields = ["id", "created_at", "updated_at"]
 
 
-class MigratedServiceSerializer(serializers.ModelSerializer):
+class MigratedServiceSerializer(LocalizedTextsMixin, serializers.ModelSerializer):
+    localized_fields = ("gate_results",)
+
     project = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     source_replicas = serializers.IntegerField(source="source_job.replicas", read_only=True)
     target_replicas = serializers.IntegerField(source="target_job.replicas", read_only=True)
@@ -140,7 +143,9 @@ class PromoteSerializer(serializers.Serializer):
     reason = serializers.CharField(required=False, allow_blank=True, max_length=500, default="")
 
 
-class MigrationActionSerializer(serializers.ModelSerializer):
+class MigrationActionSerializer(LocalizedTextsMixin, serializers.ModelSerializer):
+    localized_fields = ("reason", "gate_results")
+
     class Meta:
         model = MigrationAction
         fields = [

@@ -1,6 +1,7 @@
 from rest_framework import serializers
 
 from apps.catalog.models import WorkloadProfile
+from apps.core.api.localized import LocalizedTextsMixin
 from apps.inventory.models import Node
 from apps.jobs.models import Job
 from apps.rollout.models import (
@@ -36,7 +37,9 @@ class SoakCriteriaSerializer(serializers.ModelSerializer):
         read_only_fields = ["id", "created_at", "updated_at"]
 
 
-class SoakResultSerializer(serializers.ModelSerializer):
+class SoakResultSerializer(LocalizedTextsMixin, serializers.ModelSerializer):
+    localized_fields = ("violations", "missing")
+
     class Meta:
         model = SoakResult
         fields = [
@@ -61,7 +64,9 @@ class SoakResultSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class GrayBatchSerializer(serializers.ModelSerializer):
+class GrayBatchSerializer(LocalizedTextsMixin, serializers.ModelSerializer):
+    localized_fields = ("stage_reason",)
+
     nodes = serializers.SlugRelatedField(slug_field="name", many=True, read_only=True)
     criteria = serializers.SlugRelatedField(slug_field="name", read_only=True)
     layer = serializers.IntegerField(read_only=True, allow_null=True)
@@ -239,7 +244,9 @@ class AutoscalePolicyCreateSerializer(AutoscalePolicyUpdateSerializer):
     job = serializers.PrimaryKeyRelatedField(queryset=Job.objects.select_related("project"))
 
 
-class ScaleDecisionSerializer(serializers.ModelSerializer):
+class ScaleDecisionSerializer(LocalizedTextsMixin, serializers.ModelSerializer):
+    localized_fields = ("reason", "error")
+
     class Meta:
         model = ScaleDecision
         fields = [

@@ -10,16 +10,18 @@ from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
-from apps.accounts.selectors import project_list
+from apps.accounts.selectors import is_platform_staff, project_list
 from apps.benchlib import services as benchlib_services
 from apps.benchlib.api.serializers import MeasurementSerializer, ThroughputReportSerializer
 from apps.core.errors import NotFound
+from apps.core.stored_text import localize
 from apps.jobs import selectors
 from apps.jobs.api import serializers as s
 from apps.jobs.filtersets import JobFilterSet
 from apps.jobs.models import Allocation, Job
 from apps.scheduling import lifecycle
 from apps.scheduling.api.serializers import DecisionTraceSerializer
+from apps.scheduling.engine_texts import explanation_for_reader
 from apps.scheduling.models import DecisionTrace
 from apps.scheduling.selectors import why_pending
 
@@ -97,7 +99,10 @@ class JobViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
         """The latest decision: "why this card?" or "why pending?" with the queue position."""
         job = self.get_object()
         trace = DecisionTrace.objects.filter(job=job).order_by("-created_at", "-id").first()
-        body = DecisionTraceSerializer(trace).data if trace else {}
+        body = DecisionTraceSerializer(trace, context={"request": request}).data if trace else {}
+        if trace is not None:  # counting only the nodes this reader can see (engine_texts)
+            staff = is_platform_staff(request.user)
+            body["explanation"] = localize(explanation_for_reader(trace.explanation, staff=staff))
         answer = why_pending(job, request.user)  # quota + device fit + position among what one sees + ETA
         body["queue_position"] = answer["queue_position"]
         body["eta_minutes"] = answer["eta"]["minutes"] if answer.get("eta") else None

@@ -1,9 +1,12 @@
 from rest_framework import serializers
 
+from apps.core.api.localized import LocalizedTextsMixin
 from apps.scheduling.models import DecisionTrace
 
 
-class DecisionTraceSerializer(serializers.ModelSerializer):
+class DecisionTraceSerializer(LocalizedTextsMixin, serializers.ModelSerializer):
+    localized_fields = ("explanation", "steps")
+
     class Meta:
         model = DecisionTrace
         fields = [
