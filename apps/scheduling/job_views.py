@@ -59,6 +59,7 @@ from apps.quotas.services import submission_check
 from apps.scheduling import eta, lifecycle
 from apps.scheduling import services as scheduling
 from apps.scheduling.engine.engine import Engine
+from apps.scheduling.engine.policies import BEST
 from apps.scheduling.engine_texts import TOPOLOGY_LABELS, explanation_for_reader
 from apps.scheduling.extensions import JOB_CARD_CURVES, JOB_COST_PER_HOUR, JOB_UTILIZATION_CHART
 from apps.scheduling.faults import runbook as runbook_entries
@@ -88,7 +89,6 @@ JOB_SORTS = {
     "submitted": ("created_at", "id"),
 }
 BULK_CANCEL_MAX = 200
-PREVIEW_POLICY = "bestfit"
 PREVIEW_TOP_K = 5
 PREVIEW_REJECTIONS = 12
 CANCEL_ROLES = (Membership.Role.MEMBER, Membership.Role.ADMIN)
@@ -385,7 +385,9 @@ def _decimal(value: Decimal | None) -> str | None:
 def _placement_preview(job: Job, user) -> dict[str, Any]:
     """Which nodes and cards could take the request now, per alternative shape (nothing is written)."""
     snapshot = fleet_snapshot()
-    engine = Engine(policy=PREVIEW_POLICY, top_k=PREVIEW_TOP_K)
+    # The cycle's own policy, so the preview's candidates and scores are the ones the job page shows
+    # once the cycle placed it (issue 29 §9: "score 58" here, "135.55985, -7000, 0" there).
+    engine = Engine(policy=scheduling.scheduler_policy() or BEST, top_k=PREVIEW_TOP_K)
     failures = _precheck_failures(job)
     visible = set(inventory_selectors.node_list(user=user).values_list("name", flat=True))
     hidden = _("a node you cannot see")
@@ -417,7 +419,10 @@ def _placement_preview(job: Job, user) -> dict[str, Any]:
             "compute_units": _decimal(cu),
             "placed": decision.placed,
             "nodes": [],
-            "candidates": [{"node": shown(c.node), "score": list(c.score)} for c in decision.candidates],
+            "candidates": [
+                {"node": shown(c.node), "score": list(c.score), "score_text": score_text(c.score)}
+                for c in decision.candidates
+            ],
             # In the reader's language (the engine writes English: apps.scheduling.engine_texts), and
             # counting only the nodes the reader can see, like the per-node reasons below.
             "explanation": localize(
@@ -590,6 +595,12 @@ def _placement_rows(placement: dict | None) -> list[dict]:
     return rows
 
 
+def score_text(score) -> str:
+    """A policy's score key as people read it, the same on the job page and in the submit preview:
+    each part rounded to two places, "135.56 · -7000 · 0" (higher ranks first, part by part)."""
+    return " · ".join(plain_decimal(part, 2) for part in score)
+
+
 def _candidate_rows(trace: DecisionTrace, chosen_nodes: set[str]) -> list[dict]:
     rows = []
     for rank, candidate in enumerate(trace.candidates or [], start=1):
@@ -600,7 +611,7 @@ def _candidate_rows(trace: DecisionTrace, chosen_nodes: set[str]) -> list[dict]:
             {
                 "rank": rank,
                 "node": candidate.get("node", ""),
-                "score": ", ".join(str(s) for s in score) if isinstance(score, list) else str(score or ""),
+                "score": score_text(score) if isinstance(score, list) else str(score or ""),
                 "chosen": candidate.get("node") in chosen_nodes,
             }
         )

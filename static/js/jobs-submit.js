@@ -146,7 +146,7 @@
         alt.candidates.forEach(function (candidate) {
           var item = el("li");
           item.appendChild(el("span", "mono", candidate.node));
-          item.appendChild(el("span", "muted", " " + text.score + " " + candidate.score.join(", ")));
+          item.appendChild(el("span", "muted", " " + text.score + " " + (candidate.score_text || candidate.score.join(" · "))));
           list.appendChild(item);
         });
         box.appendChild(list);

@@ -327,6 +327,25 @@ def test_preview_explains_a_request_that_cannot_fit_now(client, fleet, member, a
     assert {r["node"] for r in alternative["rejections"]} == {"gpu-01", "gpu-02", "npu-01"}
 
 
+def test_the_preview_and_the_job_page_show_the_same_scores_in_the_same_words(client, fleet, member, a100):
+    """Issue 29 §9: the preview scored with another policy ("score 58") than the cycle, whose raw key
+    the job page printed ("135.55985, -7000, 0")."""
+    user, project = member
+    data = client.post("/jobs/submit/preview/", form_data(project, device_model=a100.pk, count=1)).json()
+    preview = {c["node"]: c["score_text"] for c in data["alternatives"][0]["candidates"]}
+    assert preview and all(
+        " · " in text or text.lstrip("-").replace(".", "").isdigit() for text in preview.values()
+    )
+    job = job_submit(
+        project=project, actor=user, name="t", image="x", request_kind="whole_cards", device_model=a100
+    )
+    scheduling_cycle_run()
+    page = client.get(f"/jobs/{job.pk}/").content.decode()
+    for node, text in preview.items():
+        assert f'<td class="mono">{node}</td><td class="mono">{text}</td>' in page, (node, text)
+    assert not re.search(r"\d\.\d{3,}", "".join(preview.values()))  # two places at most
+
+
 def test_preview_does_not_name_nodes_the_user_cannot_see(client, fleet, member, a100, make_project):
     from apps.inventory.models import Device, Node, Pool
 
