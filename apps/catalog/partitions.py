@@ -111,6 +111,13 @@ class PartitionProfile:
         return text
 
 
+def mig_compute_milli(profile: PartitionProfile) -> int:
+    """The compute (in thousandths of a card) one MIG instance of ``profile`` takes: its compute slices
+    of the card's, rounded down — what the scheduler holds for it (apps/scheduling/engine/mig.py
+    ``share``), so a request is priced at submit as it is held (3g of 7: 428, not 42.86 % → 429)."""
+    return 1000 * int(profile.detail["g"]) // int(profile.detail["slices"])
+
+
 def share_percent(part: int, whole: int) -> Decimal:
     """part / whole as a percentage with 2 decimals (3/7 -> 42.86)."""
     return (Decimal(part) * 100 / Decimal(whole)).quantize(SHARE_QUANTUM, rounding=ROUND_HALF_UP)

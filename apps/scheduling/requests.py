@@ -10,7 +10,7 @@ from decimal import ROUND_CEILING, Decimal
 from django.utils.translation import gettext as _
 
 from apps.catalog.models import ComputeTemplate, DeviceModel, Vendor
-from apps.catalog.partitions import MIG, profile_kind
+from apps.catalog.partitions import MIG, mig_compute_milli, partition_profile, profile_kind
 from apps.catalog.selectors import coefficients_on
 from apps.clusters import sharing
 from apps.core.errors import ValidationFailed
@@ -171,6 +171,9 @@ def _template_group(template: ComputeTemplate, count: int) -> DeviceGroup:
         and template.max_instances == 1
     )
     milli = int((Decimal(template.compute_share) * 10).to_integral_value(rounding=ROUND_CEILING))
+    mig = profile_kind(model, template.partition_profile) == MIG
+    if mig:  # the slot share the engine holds, not the rounded percentage (issue 29 §9)
+        milli = mig_compute_milli(partition_profile(model, template.partition_profile))
     return DeviceGroup(
         count=count,
         whole=whole,
@@ -180,7 +183,7 @@ def _template_group(template: ComputeTemplate, count: int) -> DeviceGroup:
         kind=model.kind,
         models={_model_label(model)},
         # a MIG profile: the engine places it on a free GPU-instance placement (engine/mig.py)
-        profile=template.partition_profile if profile_kind(model, template.partition_profile) == MIG else "",
+        profile=template.partition_profile if mig else "",
     )
 
 

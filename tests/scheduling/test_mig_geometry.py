@@ -220,6 +220,20 @@ def mig_3g(a100):
     )
 
 
+def test_a_mig_job_is_priced_at_submit_as_its_instance_is_held(fleet, member_project, mig_3g):
+    """Issue 29 §9: 0.4290 CU at submit (42.86 % rounded up to 429 milli) vs 0.4280 held (3 of 7
+    compute slices, 428 milli)."""
+    user, project = member_project
+    job = job_submit(
+        project=project, actor=user, name="m", image="pytorch:2.3", request_kind="template", template=mig_3g
+    )
+    asked = job.requested_cu
+    scheduling_cycle_run()
+    (held,) = Allocation.objects.filter(job=job)
+    assert held.compute_milli == 428
+    assert asked == held.compute_units == Decimal("0.4280")
+
+
 def test_mig_jobs_through_the_cycle_get_real_start_slots_persisted_and_restored(
     fleet, member_project, mig_3g
 ):
