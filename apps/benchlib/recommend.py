@@ -12,9 +12,19 @@ templates. Each option gets:
     share — that would extrapolate beyond what was measured, so the option says "no data";
   - with a latency bound only measurements at exactly this share whose p99 met the bound count
     (latency does not scale with the share), so a latency-bound option is measured or has no data;
-* **instances** to reach the target: ``ceil(target ÷ per-instance)``, linear in instances (data-parallel
-  replicas), and at least what the profile's sharded model state needs (``total_memory_mib``); an option
-  whose memory per instance is below the profile's is not possible;
+* **instances** to reach the target, and at least what the profile's sharded model state needs
+  (``total_memory_mib``); an option whose memory per instance is below the profile's (``memory_mib``) is
+  not possible; a profile stating neither is offered with its memory need marked unknown. Instances of a
+  latency-bound (serving) profile are independent replicas: linear. The other profiles run as one job
+  over all the cards: ``ceil(target ÷ (per-instance × efficiency))``, where the efficiency is the card's
+  link within a node (NVLink, HCCS, xGMI, MLU-Link, else PCIe; slices count as PCIe) times the nodes'
+  network (InfiniBand, RoCE, else Ethernet) once per doubling of the node count — a table of stated
+  ASSUMPTIONS, replaced within a node by the fit of the library's multi-card measurements of the same
+  profile and model. Cards per node are those of the reader's nodes, so options spanning nodes cost more;
+* **whose cards**: only the cards the reader's projects may use (``devices_usable_by``: no pool reserved
+  for another project, no card another project owns); an option needing more CU per hour than the
+  project's quota allows (``QUOTA_CEILING``, filled by ``apps.quotas``) is kept, marked and ranked after
+  the others, as is one needing more cards than the reader may use;
 * **cost**: compute units per hour (coefficient in force × share × instances), CU-hours per million
   units of output, and money from the rate card in force where billing provides a price
   (``PRICE_PER_CU_HOUR``, filled by ``apps.billing`` — it sits above this layer).
@@ -40,14 +50,16 @@ from decimal import ROUND_HALF_UP, Decimal
 
 from django.utils import timezone
 from django.utils.translation import gettext as _
-from django.utils.translation import gettext_noop
+from django.utils.translation import gettext_noop, ngettext
 
 from apps.benchlib.models import Measurement
 from apps.catalog.models import ComputeTemplate, DeviceModel, WorkloadProfile
 from apps.catalog.selectors import coefficients_on
 from apps.core.errors import NotFound, ValidationFailed
+from apps.core.formatting import format_number
 from apps.core.slots import Slot
 from apps.inventory.models import Device
+from apps.inventory.selectors import devices_usable_by
 
 MEASURED = "measured"
 ESTIMATED = "estimated"
@@ -61,8 +73,53 @@ RULE_LATENCY = gettext_noop(
     "with a latency bound, only measurements at the same share whose p99 met it count"
 )
 
+RULE_SCALING = gettext_noop(
+    "instances of a profile measured at a latency bound are independent replicas and scale linearly; the "
+    "other profiles run as one job over all its cards, at the scaling efficiency of the links between them"
+)
+RULE_VISIBLE = gettext_noop(
+    "only cards your projects may use count: pools reserved for another project and cards another project "
+    "owns are left out"
+)
+RULE_QUOTA = gettext_noop(
+    "an option needing more CU per hour than your project's quota allows (guarantee plus borrowing limit) "
+    "is kept, marked “over your quota” and ranked after the others"
+)
+
+# Scaling efficiency of a job over several cards: ASSUMPTIONS (conservative defaults, not measurements),
+# shown on the page as such and replaced by a fit when the library holds multi-card measurements of the
+# same profile on the same model. Within a node: the card's link; slices of cards talk over PCIe.
+# Across nodes: a factor per doubling of the node count, by the nodes' network.
+INTRA_NODE_EFFICIENCY = {
+    "nvlink": Decimal("0.95"),
+    "hccs": Decimal("0.95"),
+    "xgmi": Decimal("0.90"),
+    "mlulink": Decimal("0.90"),
+    "pcie": Decimal("0.85"),
+}
+CROSS_NODE_EFFICIENCY = {
+    "infiniband": Decimal("0.90"),
+    "roce": Decimal("0.85"),
+    "tcp": Decimal("0.60"),
+}
+LINK_LABELS = {
+    "nvlink": "NVLink",
+    "hccs": "HCCS",
+    "xgmi": "xGMI",
+    "mlulink": "MLU-Link",
+    "pcie": "PCIe",
+    "infiniband": "InfiniBand",
+    "roce": "RoCE",
+    "tcp": gettext_noop("Ethernet without RDMA"),
+}
+ASSUMED = "assumed"
+FITTED = "measured"
+
 # provider(*, template_id, device_model_id) -> (price per CU-hour, currency) or None.
 PRICE_PER_CU_HOUR = Slot("benchlib_price_per_cu_hour")
+# provider(*, project_ids, vendor, device_model_id, pool_ids) -> (most CU/h the projects may hold, project
+# slug) or None (no quota bounds the option). Filled by apps.quotas.
+QUOTA_CEILING = Slot("benchlib_quota_ceiling")
 MILLION = Decimal(1_000_000)
 Q4 = Decimal("0.0001")
 
@@ -109,6 +166,18 @@ class Option:
     deciding: int | None = None  # the measurement with the most weight behind the figure
     trusted: bool = True  # False: the figure comes from projects' unverified job reports only
     by_source: dict[str, dict] = field(default_factory=dict)
+    unit: str = ""
+    per_node: int | None = None  # instances one node of the reader's can hold
+    nodes: int | None = None
+    efficiency: Decimal | None = None  # scaling efficiency at ``instances`` (1: linear)
+    efficiency_basis: str = ""  # ASSUMED or FITTED
+    links: list[str] = field(default_factory=list)  # link keys the efficiency depends on
+    memory_need: str = ""  # "fits", "sharded", "unknown"
+    memory_cards: int | None = None  # instances the profile's memory needs (sharded state)
+    over_quota: bool = False
+    quota_cu: Decimal | None = None
+    usable_cards: int = 0  # cards of this model the reader may use
+    over_capacity: bool = False  # needs more cards than the reader may use
 
     @property
     def label(self) -> str:
@@ -121,6 +190,62 @@ class Option:
     @property
     def has_data(self) -> bool:
         return self.per_instance is not None and self.instances is not None
+
+    @property
+    def fits_text(self) -> str:
+        """The option in words: "1 card", "3 slices", "6 cards on 2 nodes"."""
+        if self.instances is None:
+            return ""
+        n = self.instances
+        if self.template is not None:
+            count = ngettext("%(n)s slice", "%(n)s slices", n) % {"n": format_number(n, grouping=True)}
+        else:
+            count = ngettext("%(n)s card", "%(n)s cards", n) % {"n": format_number(n, grouping=True)}
+        if self.nodes and self.nodes > 1:
+            return ngettext("%(count)s on %(n)s node", "%(count)s on %(n)s nodes", self.nodes) % {
+                "count": count,
+                "n": format_number(self.nodes, grouping=True),
+            }
+        return count
+
+    @property
+    def per_instance_text(self) -> str:
+        if self.per_instance is None:
+            return ""
+        number = format_number(self.per_instance.quantize(Decimal("0.1")), grouping=True)
+        return f"{number} {self.unit}".strip()
+
+    @property
+    def efficiency_text(self) -> str:
+        """E.g. "0.81 (NVLink, RoCE; assumed)"; "" for linear scaling."""
+        if self.efficiency is None or self.efficiency >= 1:
+            return ""
+        links = ", ".join(_(LINK_LABELS[k]) for k in self.links)
+        basis = _("measured") if self.efficiency_basis == FITTED else _("assumed")
+        return f"{format_number(self.efficiency, 2)} ({links}; {basis})"
+
+    @property
+    def notes(self) -> list[str]:
+        """What the reader must know about the option besides its figure."""
+        out = []
+        if self.over_quota:
+            out.append(
+                _("over your quota: needs %(need)s CU per hour, your quota allows at most %(most)s")
+                % {"need": format_number(self.cu_per_hour, 2), "most": format_number(self.quota_cu, 2)}
+            )
+        if self.over_capacity:
+            out.append(
+                _("needs more cards than the %(n)s your projects may use")
+                % {"n": format_number(self.usable_cards, grouping=True)}
+            )
+        if self.memory_need == "unknown":
+            out.append(_("the profile states no memory need: whether it fits is unknown"))
+        elif self.memory_need == "sharded" and self.memory_cards and self.memory_cards > 1:
+            out.append(
+                _("at least %(n)s instances to hold the profile's model state")
+                % {"n": format_number(self.memory_cards, grouping=True)}
+            )
+        return out
 
     def as_dict(self) -> dict:
         def s(v):
@@ -149,6 +274,19 @@ class Option:
             "evidence_by_source": self.by_source,
             "no_data": not self.has_data,
             "reason": self.reason or None,
+            "fits_text": self.fits_text or None,
+            "nodes": self.nodes,
+            "per_node": self.per_node,
+            "scaling_efficiency": s(self.efficiency),
+            "scaling_basis": self.efficiency_basis or None,
+            "links": self.links,
+            "memory_need": self.memory_need or None,
+            "memory_instances": self.memory_cards,
+            "over_quota": self.over_quota,
+            "quota_cu_per_hour": s(self.quota_cu),
+            "usable_cards": self.usable_cards,
+            "over_capacity": self.over_capacity,
+            "notes": self.notes,
         }
 
 
@@ -173,7 +311,8 @@ class Recommendation:
             "latency_ms": None if self.latency_ms is None else str(self.latency_ms),
             "vendors": self.vendors,
             "ranked_by": self.ranked_by,
-            "rules": [_(RULE_SLICE), _(RULE_REPLICAS), _(RULE_LATENCY)],
+            "rules": [_(r) for r in RULES],
+            "scaling_assumptions": scaling_assumptions(),
             "options": [o.as_dict() for o in self.options],
         }
 
@@ -301,6 +440,111 @@ def _estimate(
             }
 
 
+RULES = [RULE_SLICE, RULE_SCALING, RULE_LATENCY, RULE_VISIBLE, RULE_QUOTA]
+
+
+def scaling_assumptions() -> list[dict]:
+    """The efficiency table in force, for the page and the API (every entry is an assumption)."""
+    return [
+        {"link": _(LINK_LABELS[k]), "where": "intra-node", "efficiency": str(v)}
+        for k, v in INTRA_NODE_EFFICIENCY.items()
+    ] + [
+        {"link": _(LINK_LABELS[k]), "where": "per doubling of nodes", "efficiency": str(v)}
+        for k, v in CROSS_NODE_EFFICIENCY.items()
+    ]
+
+
+def _intra_link(model: DeviceModel, template: ComputeTemplate | None) -> str:
+    if template is not None:
+        return "pcie"
+    features = {str(f).lower() for f in model.features or []}
+    return next((k for k in ("nvlink", "hccs", "xgmi", "mlulink") if k in features), "pcie")
+
+
+def _cross_link(nics_per_node: list[list]) -> str:
+    """The worst network among the nodes (a job may land on any of them)."""
+    rank = {"infiniband": 0, "roce": 1, "tcp": 2}
+    worst = "infiniband" if nics_per_node else "tcp"
+    for nics in nics_per_node:
+        links = {str((n or {}).get("link", "")).lower() for n in nics or [] if isinstance(n, dict)}
+        if any("roce" in x for x in links):
+            link = "roce"
+        elif any("infiniband" in x or x == "ib" for x in links):
+            link = "infiniband"
+        else:
+            link = "tcp"
+        if rank[link] > rank[worst]:
+            worst = link
+    return worst
+
+
+def _efficiency(n: int, nodes: int, intra: Decimal, cross: Decimal) -> Decimal:
+    if n <= 1:
+        return Decimal(1)
+    eff = intra
+    if nodes > 1:
+        eff *= cross ** math.ceil(math.log2(nodes))
+    return eff
+
+
+def _fit_intra(rows: list[Measurement], per_node: int | None) -> Decimal | None:
+    """Intra-node efficiency fitted from measurements of several whole cards on one node against the
+    single-card figure of the same profile and model (runs-weighted); None without both."""
+    singles = [m for m in rows if m.trusted and m.cards == 1 and Decimal(m.compute_share) == 100]
+    multi = [
+        m
+        for m in rows
+        if m.trusted
+        and m.cards > 1
+        and Decimal(m.compute_share) == 100
+        and (per_node is None or m.cards <= per_node)
+    ]
+    if not singles or not multi:
+        return None
+    single = sum((Decimal(m.throughput) * m.runs for m in singles), Decimal(0)) / sum(m.runs for m in singles)
+    if single <= 0:
+        return None
+    ratio = sum((Decimal(m.throughput) / m.cards / single * m.runs for m in multi), Decimal(0)) / sum(
+        m.runs for m in multi
+    )
+    return min(Decimal(1), ratio).quantize(Decimal("0.01"))
+
+
+def _fit_cross(rows: list[Measurement], per_node: int, intra: Decimal) -> Decimal | None:
+    """The network's factor per doubling of nodes, fitted from whole-card measurements over more cards
+    than one of the reader's nodes holds (so over ``ceil(cards / per_node)`` nodes): their per-card
+    ratio to the single card is ``intra × cross ** ceil(log2 nodes)``. None without such measurements."""
+    singles = [m for m in rows if m.trusted and m.cards == 1 and Decimal(m.compute_share) == 100]
+    multi = [m for m in rows if m.trusted and m.cards > per_node and Decimal(m.compute_share) == 100]
+    if not singles or not multi or intra <= 0:
+        return None
+    single = sum((Decimal(m.throughput) * m.runs for m in singles), Decimal(0)) / sum(m.runs for m in singles)
+    if single <= 0:
+        return None
+    total, weight = Decimal(0), 0
+    for m in multi:
+        steps = math.ceil(math.log2(math.ceil(m.cards / per_node)))
+        ratio = min(Decimal(1), Decimal(m.throughput) / m.cards / single / intra)
+        if steps < 1 or ratio <= 0:
+            continue
+        total += Decimal(float(ratio) ** (1 / steps)) * m.runs
+        weight += m.runs
+    if not weight:
+        return None
+    return min(Decimal(1), total / weight).quantize(Decimal("0.01"))
+
+
+def _project_ids(project_id: int | None, user) -> set[int] | None:
+    """The projects whose cards the answer may use; None: the whole fleet (staff, the command line)."""
+    from apps.accounts.selectors import is_platform_staff, user_project_ids
+
+    if project_id is not None:
+        return {project_id}
+    if user is None or is_platform_staff(user):
+        return None
+    return set(user_project_ids(user))
+
+
 def recommend(
     *,
     profile: WorkloadProfile | str,
@@ -308,9 +552,14 @@ def recommend(
     latency_ms=None,
     vendors: list[str] | None = None,
     project_id: int | None = None,
+    user=None,
     day=None,
 ) -> Recommendation:
-    """Rank the fleet's device models and templates for ``target`` units/s of ``profile``."""
+    """Rank the device models and templates the reader may use for ``target`` units/s of ``profile``.
+
+    ``project_id`` (the submit page, the scheduler) or ``user`` (the library page, the API) say whose
+    cards count and whose quota bounds the options; neither: the whole fleet, no quota.
+    """
     if not isinstance(profile, WorkloadProfile):
         profile = profile_get(profile)
     target_d = _decimal(target, "target")
@@ -326,13 +575,25 @@ def recommend(
             _("Unknown vendors: %(list)s.") % {"list": ", ".join(unknown)}, details={"vendors": unknown}
         )
 
-    fleet_ids = set(
+    project_ids = _project_ids(project_id, user)
+    devices = (
         Device.objects.exclude(health=Device.Health.RETIRED)
-        .exclude(device_model__isnull=True)
-        .values_list("device_model_id", flat=True)
-        .distinct()
-    )
-    models = [m for m in DeviceModel.objects.filter(pk__in=fleet_ids) if not vendors or m.vendor in vendors]
+        if project_ids is None
+        else devices_usable_by(project_ids)
+    ).exclude(device_model__isnull=True)
+    per_node_count: dict[int, dict[int, int]] = defaultdict(lambda: defaultdict(int))
+    pools: dict[int, set[int]] = defaultdict(set)
+    nics: dict[int, dict[int, list]] = defaultdict(dict)
+    for model_id, node_id, pool_id, rdma in devices.values_list(
+        "device_model_id", "node_id", "node__pool_id", "node__rdma_nics"
+    ):
+        per_node_count[model_id][node_id] += 1
+        nics[model_id][node_id] = rdma or []
+        if pool_id:
+            pools[model_id].add(pool_id)
+    models = [
+        m for m in DeviceModel.objects.filter(pk__in=per_node_count) if not vendors or m.vendor in vendors
+    ]
     coefficients = coefficients_on([m.pk for m in models], on=day)
     by_model: dict[int, list[Measurement]] = defaultdict(list)
     for m in (
@@ -347,33 +608,82 @@ def recommend(
     ):
         if Decimal(t.compute_share) < 100:
             templates[t.device_model_id].append(t)
+    communicating = not profile.latency_bound
 
     options: list[Option] = []
     for model in models:
+        cards_per_node = max(per_node_count[model.pk].values())
+        usable = sum(per_node_count[model.pk].values())
+        cross_key = _cross_link(list(nics[model.pk].values()))
+        fitted = _fit_intra(by_model.get(model.pk, []), cards_per_node) if communicating else None
         shapes = [(None, Decimal(100), model.memory_mib)] + [
             (t, Decimal(t.compute_share), t.memory_mib) for t in templates[model.pk]
         ]
         for template, share, memory in shapes:
             option = Option(device_model=model, template=template, share=share, memory_mib=memory)
+            option.unit = profile.unit
             option.coefficient = coefficients.get(model.pk)
+            slots_per_card = 1
+            if template is not None:
+                slots_per_card = template.max_instances or int(Decimal(100) // share) or 1
+            option.per_node = cards_per_node * slots_per_card
+            option.usable_cards = usable
             options.append(option)
             if profile.memory_mib and memory is not None and memory < profile.memory_mib:
                 option.reason = _("%(have)s MiB per instance is less than the profile's %(need)s MiB") % {
-                    "have": memory,
-                    "need": profile.memory_mib,
+                    "have": format_number(memory, grouping=True),
+                    "need": format_number(profile.memory_mib, grouping=True),
                 }
                 continue
-            _estimate(option, by_model.get(model.pk, []), profile, latency)
+            intra_key = _intra_link(model, template)
+            intra = INTRA_NODE_EFFICIENCY[intra_key]
+            if fitted is not None and template is None:
+                intra, option.efficiency_basis = fitted, FITTED
+            else:
+                option.efficiency_basis = ASSUMED
+            cross = CROSS_NODE_EFFICIENCY[cross_key]
+            fitted_cross = (
+                _fit_cross(by_model.get(model.pk, []), cards_per_node, intra)
+                if communicating and template is None
+                else None
+            )
+            if fitted_cross is not None:
+                cross, option.efficiency_basis = fitted_cross, FITTED
+            rows = by_model.get(model.pk, [])
+            if communicating and any(m.cards == 1 for m in rows):
+                # Per-card figures of a communicating profile come from single-card runs: a multi-card
+                # run's per-card figure already carries its scaling loss (it refines the efficiency).
+                rows = [m for m in rows if m.cards == 1]
+            _estimate(option, rows, profile, latency)
             if option.per_instance is None or option.per_instance <= 0:
                 option.per_instance = None
                 continue
-            instances = math.ceil(target_d / option.per_instance)
+            memory_min = 1
             if profile.total_memory_mib:
                 if not memory:
                     option.per_instance, option.reason = None, _("memory of this model is unknown")
                     continue
-                instances = max(instances, math.ceil(profile.total_memory_mib / memory))
+                memory_min = math.ceil(profile.total_memory_mib / memory)
+                option.memory_need, option.memory_cards = "sharded", memory_min
+            elif profile.memory_mib:
+                option.memory_need = "fits"
+            else:
+                option.memory_need = "unknown"
+            instances = max(math.ceil(target_d / option.per_instance), memory_min)
+            eff = Decimal(1)
+            for _round in range(64):  # more cards → more nodes → lower efficiency → more cards
+                nodes = math.ceil(instances / option.per_node)
+                eff = _efficiency(instances, nodes, intra, cross) if communicating else Decimal(1)
+                needed = max(math.ceil(target_d / (option.per_instance * eff)), memory_min)
+                if needed <= instances:
+                    break
+                instances = needed
             option.instances = instances
+            option.nodes = math.ceil(instances / option.per_node)
+            option.efficiency = eff.quantize(Decimal("0.0001"))
+            if communicating and instances > 1:
+                option.links = [intra_key] + ([cross_key] if option.nodes > 1 else [])
+            option.over_capacity = instances > usable * slots_per_card
             option.per_instance = option.per_instance.quantize(Q4, rounding=ROUND_HALF_UP)
             option.fits = "several" if instances > 1 else ("slice" if share < 100 else "card")
             if option.coefficient is None:
@@ -382,6 +692,16 @@ def recommend(
             option.cu_per_hour = (option.coefficient * share / 100 * instances).quantize(Q4)
             # CU-hours per million units: CU/h ÷ (units/s × 3600 s/h) × 1e6
             option.cu_hours_per_million = (option.cu_per_hour / (target_d * 3600) * MILLION).quantize(Q4)
+            if project_ids:
+                ceiling = QUOTA_CEILING.first(
+                    project_ids=project_ids,
+                    vendor=model.vendor,
+                    device_model_id=model.pk,
+                    pool_ids=pools[model.pk],
+                )
+                if ceiling:
+                    option.quota_cu = ceiling[0]
+                    option.over_quota = option.cu_per_hour > ceiling[0]
             price = PRICE_PER_CU_HOUR.first(
                 template_id=template.pk if template else None, device_model_id=model.pk, project_id=project_id
             )
@@ -400,8 +720,9 @@ def recommend(
 
     def key(o: Option):
         if o.cu_hours_per_million is None:
-            return (2, Decimal(0), o.label)
-        return (0 if o.trusted else 1, o.money_per_million if by_money else o.cu_hours_per_million, o.label)
+            return (3, Decimal(0), o.label)
+        tier = 2 if (o.over_quota or o.over_capacity) else (0 if o.trusted else 1)
+        return (tier, o.money_per_million if by_money else o.cu_hours_per_million, o.label)
 
     options.sort(key=key)
     return Recommendation(profile, target_d, latency, vendors, options, ranked_by)

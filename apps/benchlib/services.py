@@ -48,6 +48,8 @@ REPORT_FIELDS = {"profile", "throughput", "p99_latency_ms", "spread_pct", "measu
 PROPOSAL_THRESHOLD = Decimal("0.15")
 REFERENCE_MODEL_SLUG = "a100-80gb-sxm4"  # one CU = this card for one hour (apps.catalog.models)
 # The reason of a coefficient taken from a proposal (a stored text: apps.core.stored_text).
+# The source of a benchmark run whose figure is simulated (the demo's, a test harness's): marked synthetic.
+SIMULATED_SOURCE_PREFIX = "simulated:"
 COEFFICIENT_REASON = stored("benchmark library proposal %(proposal)s: measured ratios %(evidence)s")
 
 
@@ -282,19 +284,39 @@ def _noise(seed: str, spread: float = 0.03) -> float:
     return 1 - spread + 2 * spread * unit
 
 
+def relevant_peak(profile: WorkloadProfile, model: DeviceModel) -> float | None:
+    """The catalog peak (tera-operations/s) a compute-bound profile runs at, by the profile's precision:
+
+    * ``int8`` (quantised inference): dense INT8 TOPS only — a card whose INT8 peak the catalog does not
+      know gets nothing, never a figure scaled from its FP16 peak;
+    * ``bf16`` (training): dense BF16 tensor TFLOPS, else dense FP16 (a card without BF16, e.g. T4 or
+      V100, trains in FP16 mixed precision);
+    * ``fp16`` and anything else: dense FP16 tensor TFLOPS, else dense BF16.
+
+    None when that peak is unknown (unknown stays unknown)."""
+    precision = (profile.precision or "").strip().lower()
+    if precision == "int8":
+        order = (model.int8_tops,)
+    elif precision == "bf16":
+        order = (model.bf16_dense_tflops, model.fp16_dense_tflops)
+    else:
+        order = (model.fp16_dense_tflops, model.bf16_dense_tflops)
+    return next((float(t) for t in order if t), None)
+
+
 def synthetic_throughput(profile: WorkloadProfile, model: DeviceModel, share: Decimal, seed: str = ""):
     """(throughput, p99 latency ms or None) a card could plausibly give, from the catalog's peak.
 
-    compute-bound: efficiency × dense FP16/BF16 TFLOPS × 1e12 ÷ FLOPs per unit;
-    bandwidth-bound (decode): efficiency × batch × memory bandwidth ÷ bytes read per step.
+    compute-bound: efficiency × the peak of the profile's precision (``relevant_peak``) × 1e12 ÷ operations
+    per unit; bandwidth-bound (decode): efficiency × batch × memory bandwidth ÷ bytes read per step.
     A slice gets its compute share (× 0.95 for the partition's overhead). None when the catalog does not
-    know the peak: the demo then shows "no data" for that model rather than a made-up figure.
+    know the relevant peak: the demo then shows "no data" for that model rather than a made-up figure.
     """
     spec = profile.synthetic or {}
     bound = spec.get("bound")
     fraction = float(share) / 100 * (0.95 if share < 100 else 1.0)
     if bound == "compute":
-        peak = max((float(t) for t in (model.bf16_dense_tflops, model.fp16_dense_tflops) if t), default=None)
+        peak = relevant_peak(profile, model)
         if not peak or not spec.get("work_per_unit"):
             return None
         value = float(spec.get("efficiency", 0.3)) * peak * 1e12 / float(spec["work_per_unit"]) * fraction
@@ -395,6 +417,9 @@ def measurement_from_benchmark_run(run, *, profile: WorkloadProfile) -> Measurem
         job=run.job,
         driver_version=run.node.driver_version or "",
         measured_at=run.measured_at,
+        # A harness that says its figure is simulated (source "simulated:…", as the demo's loaders do)
+        # gets it marked synthetic on every page; marking is only ever more cautious.
+        synthetic=str(run.source or "").startswith(SIMULATED_SOURCE_PREFIX),
     )
 
 

@@ -13,7 +13,7 @@ from django.shortcuts import render
 from django.views.decorators.http import require_safe
 
 from apps.benchlib.models import Measurement
-from apps.benchlib.recommend import RULE_LATENCY, RULE_REPLICAS, RULE_SLICE, profiles_summary, recommend
+from apps.benchlib.recommend import RULES, profiles_summary, recommend, scaling_assumptions
 from apps.catalog.models import DeviceModel, Vendor, WorkloadProfile
 from apps.core.errors import ApplicationError
 
@@ -36,6 +36,7 @@ def library(request: HttpRequest) -> HttpResponse:
                 target=request.GET.get("target"),
                 latency_ms=request.GET.get("latency_ms") or None,
                 vendors=request.GET.getlist("vendor"),
+                user=request.user,
             )
         except ApplicationError as exc:
             error = exc.message
@@ -49,6 +50,7 @@ def library(request: HttpRequest) -> HttpResponse:
         "vendors": Vendor.choices,
         "chosen_vendors": request.GET.getlist("vendor"),
         "models_in_fleet": DeviceModel.objects.filter(devices__isnull=False).distinct().count(),
-        "rules": [RULE_SLICE, RULE_REPLICAS, RULE_LATENCY],
+        "rules": RULES,
+        "scaling_assumptions": scaling_assumptions(),
     }
     return render(request, "benchlib/library.html", context)

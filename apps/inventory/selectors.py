@@ -31,6 +31,13 @@ def _device_visibility(project_ids: set[int], prefix: str = "") -> Q:
     )
 
 
+def devices_usable_by(project_ids) -> QuerySet[Device]:
+    """The cards the projects ``project_ids`` may use: on nodes without a pool, in shared pools or pools
+    of these projects, and shared or owned by these projects (a pool reserved for another project, or
+    a card another project owns, is not theirs to use). Retired cards are left out."""
+    return Device.objects.exclude(health=Device.Health.RETIRED).filter(_device_visibility(set(project_ids)))
+
+
 def cluster_list(*, user) -> QuerySet[Cluster]:
     qs = Cluster.objects.all()
     if is_platform_staff(user):

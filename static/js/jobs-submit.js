@@ -217,7 +217,7 @@
         recoList.appendChild(item);
         return;
       }
-      var parts = [option.instances + " × " + option.fits, option.cu_per_hour + " CU/h"];
+      var parts = [option.fits_text || String(option.instances), option.cu_per_hour + " CU/h"];
       if (option.money_per_hour) {
         parts.push(option.money_per_hour + " " + option.currency + "/h");
       }
@@ -231,6 +231,9 @@
         evidence += ", " + (text.synthetic || "synthetic");
       }
       item.appendChild(el("span", "muted", " (" + evidence + ")"));
+      (option.notes || []).forEach(function (note) {
+        item.appendChild(el("span", "badge badge--warn", note));
+      });
       var use = el("button", "btn btn--small", text.use || "Use this");
       use.type = "button";
       use.addEventListener("click", function () { useOption(option); });

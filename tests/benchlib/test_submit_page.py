@@ -57,6 +57,7 @@ def test_the_preview_of_a_profile_request_ranks_options_with_evidence_and_the_fi
     # 900 images/s on a whole A100 → the 50 % slice is estimated at 450/s: one slice does 200/s.
     assert best["template"] == half_a100.slug and best["template_id"] == half_a100.pk
     assert best["instances"] == 1 and best["fits"] == "slice" and best["basis"] == "estimated"
+    assert best["fits_text"] == "1 slice" and best["nodes"] == 1  # the page shows words, never "1 × slice"
     assert best["evidence"]["count"] == 1 and best["evidence"]["runs"] == 12 and best["evidence"]["synthetic"]
     assert "200 images/s of detection-infer" in body["request"]
     page = client.get("/jobs/submit/")

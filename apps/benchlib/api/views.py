@@ -35,6 +35,7 @@ class RecommendationView(APIView):
             target=request.query_params.get("target"),
             latency_ms=request.query_params.get("latency_ms"),
             vendors=request.query_params.getlist("vendor"),
+            user=request.user,
         )
         return Response(answer.as_dict())
 

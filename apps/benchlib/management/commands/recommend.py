@@ -61,7 +61,7 @@ class Command(BaseCommand):
                 f", {option.money_per_hour} {option.currency}/h" if option.money_per_hour is not None else ""
             )
             self.stdout.write(
-                f"  {option.label:<40} {option.instances} × {option.fits}: {option.cu_per_hour} CU/h{money}; "
+                f"  {option.label:<40} {option.fits_text}: {option.cu_per_hour} CU/h{money}; "
                 f"{option.cu_hours_per_million} CU·h per million; {option.basis}, "
                 f"{len(option.evidence.measurements)} measurement(s)"
             )
