@@ -118,12 +118,14 @@ def feature_gates_parse(text: str) -> dict[str, bool] | None:
     return gates
 
 
-def nvidia_dra_gates(ds: dict) -> dict[str, bool] | None:
-    """The sharing gates the NVIDIA DRA driver's kubelet plugin DaemonSet ``ds`` runs with (the
-    driver's defaults for the gates it does not set); None when they cannot be read (an env from a
-    ConfigMap or Secret, a malformed list)."""
+def driver_gates(ds: dict, container_name: str, defaults: dict[str, bool]) -> dict[str, bool] | None:
+    """The feature gates a DRA driver's kubelet-plugin DaemonSet ``ds`` runs with, of those in
+    ``defaults`` (the driver's defaults for the gates it does not set), read from the env
+    ``FEATURE_GATES`` and the ``--feature-gates=`` flag of its container ``container_name`` (else the
+    first container that sets either); None when they cannot be read (an env from a ConfigMap or
+    Secret, a malformed list)."""
     containers = ((ds.get("spec") or {}).get("template") or {}).get("spec", {}).get("containers") or []
-    ordered = [c for c in containers if c.get("name") == "gpus"] or list(containers)
+    ordered = [c for c in containers if c.get("name") == container_name] or list(containers)
     for container in ordered:
         texts = []
         for env in container.get("env") or []:
@@ -134,15 +136,20 @@ def nvidia_dra_gates(ds: dict) -> dict[str, bool] | None:
         for arg in (container.get("args") or []) + (container.get("command") or []):
             if str(arg).startswith("--feature-gates="):
                 texts.append(str(arg).split("=", 1)[1])
-        if texts or container.get("name") == "gpus":
-            gates = dict(NVIDIA_DRA_GATES)
+        if texts or container.get("name") == container_name:
+            gates = dict(defaults)
             for text in texts:
                 parsed = feature_gates_parse(text)
                 if parsed is None:
                     return None
-                gates.update({k: v for k, v in parsed.items() if k in NVIDIA_DRA_GATES})
+                gates.update({k: v for k, v in parsed.items() if k in defaults})
             return gates
     return None
+
+
+def nvidia_dra_gates(ds: dict) -> dict[str, bool] | None:
+    """The sharing gates the NVIDIA DRA driver's kubelet plugin (container ``gpus``) runs with."""
+    return driver_gates(ds, "gpus", NVIDIA_DRA_GATES)
 
 
 # HAMi's Ascend DRA driver (Project-HAMi/ascend-dra-driver @ dc1db52ee22085e63406da674fade2684bd13748):
@@ -155,29 +162,8 @@ ASCEND_DRA_GATES: dict[str, bool] = {"HAMivNPUCore": False}
 
 
 def ascend_dra_gates(ds: dict) -> dict[str, bool] | None:
-    """The gates HAMi's Ascend DRA kubelet plugin DaemonSet ``ds`` runs with (the code's defaults for
-    those it does not set); None when they cannot be read."""
-    containers = ((ds.get("spec") or {}).get("template") or {}).get("spec", {}).get("containers") or []
-    ordered = [c for c in containers if c.get("name") == "plugin"] or list(containers)
-    for container in ordered:
-        texts = []
-        for env in container.get("env") or []:
-            if env.get("name") == "FEATURE_GATES":
-                if "value" not in env:
-                    return None  # valueFrom: not in the DaemonSet
-                texts.append(str(env.get("value") or ""))
-        for arg in (container.get("args") or []) + (container.get("command") or []):
-            if str(arg).startswith("--feature-gates="):
-                texts.append(str(arg).split("=", 1)[1])
-        if texts or container.get("name") == "plugin":
-            gates = dict(ASCEND_DRA_GATES)
-            for text in texts:
-                parsed = feature_gates_parse(text)
-                if parsed is None:
-                    return None
-                gates.update({k: v for k, v in parsed.items() if k in ASCEND_DRA_GATES})
-            return gates
-    return None
+    """The gates HAMi's Ascend DRA kubelet plugin (container ``plugin``) runs with."""
+    return driver_gates(ds, "plugin", ASCEND_DRA_GATES)
 
 
 def hcu_plugin_strategy(ds: dict) -> str | None:
