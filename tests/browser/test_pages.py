@@ -144,6 +144,12 @@ def test_screenshots_of_the_main_pages_in_both_languages(browser, live_server, d
         "/migration/",
         "/billing/",
         "/billing/console/",
+        # issue 29's new pages
+        "/catalog/library/",
+        "/clusters/",
+        "/inventory/events/",
+        "/notifications/alerts/",
+        "/rollout/batches/new/",
     ]
     for language in ("en", "zh-hans"):
         context = browser.new_context(viewport={"width": 1440, "height": 900}, locale=language)
@@ -173,7 +179,7 @@ document.addEventListener("securitypolicyviolation", function (e) {
 
 @pytest.mark.integration
 def test_the_main_pages_log_no_content_security_policy_violation(browser, live_server, demo):
-    from apps.inventory.models import Node
+    from apps.inventory.models import Device, Node
     from apps.jobs.models import Job
     from apps.migration.models import MigratedService
 
@@ -196,6 +202,11 @@ def test_the_main_pages_log_no_content_security_policy_violation(browser, live_s
         "/billing/console/",
         "/clusters/",
         "/clusters/new/",
+        "/catalog/library/",
+        "/inventory/events/",
+        f"/inventory/devices/{Device.objects.order_by('pk').first().pk}/",
+        "/notifications/alerts/",
+        "/rollout/batches/new/",
         "/api/docs/",
         "/admin/",
     ]
