@@ -31,8 +31,9 @@ from tests.jobs.conftest import submit_whole_cards
 pytestmark = pytest.mark.django_db
 ROOT = Path(__file__).resolve().parents[2]
 
-# Routes an anonymous visitor may open: the login pages, logout, the health probe, the language switch.
-PUBLIC = {"accounts/login/", "accounts/logout/", "admin/login/", "healthz", "i18n/setlang/"}
+# Routes an anonymous visitor may open: the login pages, logout, the health probe, the language switch,
+# and the icon the login page shows too (a redirect to the static file).
+PUBLIC = {"accounts/login/", "accounts/logout/", "admin/login/", "healthz", "i18n/setlang/", "favicon.ico"}
 
 
 def routes(resolver=None, prefix: str = ""):
