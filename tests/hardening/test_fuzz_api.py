@@ -364,7 +364,9 @@ def test_every_operation_survives_fuzzing_as_member_viewer_outsider_staff_and_ag
                 known = ids.get(_collection_of(operation.path), [])
                 _fuzz_operation(
                     operation,
-                    headers={"Authorization": f"Token {key}"},
+                    # identity: the WSGI transport hands back the body as sent and does not inflate a
+                    # gzip one (compression is tested in tests/core/test_http_basics.py)
+                    headers={"Authorization": f"Token {key}", "Accept-Encoding": "identity"},
                     ids=known,
                     recorder=recorder,
                     identity=identity,
