@@ -110,44 +110,9 @@ def card_metric_titles() -> dict[str, str]:
     }
 
 
-def card_metric_figure(cards: list[dict], metric: str) -> go.Figure | None:
-    """One line per card for ``metric`` over the job's life; None when no card reports it. Points
-    from estimated windows are hollow markers; a gap (no window) stays a gap."""
-    fig = go.Figure()
-    for i, card in enumerate(cards):
-        points = [p for p in card["points"] if p[metric] is not None]
-        if not points:
-            continue
-        fig.add_trace(
-            go.Scatter(
-                name=_plain(card["label"]),
-                x=[p["window_start"] for p in points],
-                y=[round(p[metric], 2) for p in points],
-                mode="lines+markers",
-                line={"color": CARD_COLORS[i % len(CARD_COLORS)]},
-                marker={
-                    "symbol": ["circle-open" if p["quality"] == "estimated" else "circle" for p in points],
-                    "size": 5,
-                },
-                customdata=[p["quality"] for p in points],
-                hovertemplate="%{x}<br>%{fullData.name}: <b>%{y}</b> (%{customdata})<extra></extra>",
-            )
-        )
-    if not fig.data:
-        return None
-    fig.update_layout(showlegend=True)
-    return _layout(fig, y_title=card_metric_titles()[metric], height=300, y_max=CARD_METRIC_AXES[metric])
-
-
-# -- a card's and a node's history (issue 29 §5) -------------------------------------------------
-
-
-def history_titles() -> dict[str, str]:
-    return {**card_metric_titles(), "errors": _("Error counter increases")}
-
-
-def history_metric_figure(lines: list[dict], metric: str) -> go.Figure | None:
-    """One line per card (or partition) for ``metric``; None when no line has a value."""
+def _card_lines_figure(lines: list[dict], metric: str, *, height: int, marker_size: int) -> go.Figure | None:
+    """One line per card (or partition) of ``lines`` for ``metric``; None when no line has a value.
+    Points from estimated windows are hollow markers; a gap (no window) stays a gap."""
     fig = go.Figure()
     for i, line in enumerate(lines):
         points = [p for p in line["points"] if p[metric] is not None]
@@ -162,7 +127,7 @@ def history_metric_figure(lines: list[dict], metric: str) -> go.Figure | None:
                 line={"color": CARD_COLORS[i % len(CARD_COLORS)]},
                 marker={
                     "symbol": ["circle-open" if p["quality"] == "estimated" else "circle" for p in points],
-                    "size": 4,
+                    "size": marker_size,
                 },
                 customdata=[p["quality"] for p in points],
                 hovertemplate="%{x}<br>%{fullData.name}: <b>%{y}</b> (%{customdata})<extra></extra>",
@@ -171,7 +136,24 @@ def history_metric_figure(lines: list[dict], metric: str) -> go.Figure | None:
     if not fig.data:
         return None
     fig.update_layout(showlegend=True)
-    return _layout(fig, y_title=card_metric_titles()[metric], height=280, y_max=CARD_METRIC_AXES[metric])
+    return _layout(fig, y_title=card_metric_titles()[metric], height=height, y_max=CARD_METRIC_AXES[metric])
+
+
+def card_metric_figure(cards: list[dict], metric: str) -> go.Figure | None:
+    """One line per card for ``metric`` over the job's life (the job page)."""
+    return _card_lines_figure(cards, metric, height=300, marker_size=5)
+
+
+# -- a card's and a node's history (issue 29 §5) -------------------------------------------------
+
+
+def history_titles() -> dict[str, str]:
+    return {**card_metric_titles(), "errors": _("Error counter increases")}
+
+
+def history_metric_figure(lines: list[dict], metric: str) -> go.Figure | None:
+    """One line per card (or partition) for ``metric`` (a card's and a node's history)."""
+    return _card_lines_figure(lines, metric, height=280, marker_size=4)
 
 
 def history_errors_figure(lines: list[dict], counters: list[str], label) -> go.Figure | None:
