@@ -570,8 +570,14 @@ def queue_board(*, user, department: str | None = None, now: dt.datetime | None 
                 )
             )
     first = {}
-    for job in queued.order_by("project_id", "-priority", "created_at", "pk").distinct("project_id"):
-        first[job.project_id] = job
+    # The first queued job per project; no DISTINCT ON, which only PostgreSQL has (the demo runs on
+    # SQLite): the ids in queue order first, then those jobs.
+    for project_id, pk in queued.order_by("project_id", "-priority", "created_at", "pk").values_list(
+        "project_id", "pk"
+    ):
+        first.setdefault(project_id, pk)
+    jobs_by_pk = queued.in_bulk(list(first.values()))
+    first = {project_id: jobs_by_pk[pk] for project_id, pk in first.items()}
     for pk, job in first.items():
         rows[pk].first_queued = job
 
