@@ -8,7 +8,7 @@ power and one error counter each), ingested twice from scratch:
 - ORM write path: ``samples_ingest`` with the rollups written the way it did before issue 20 —
   model instances through ``bulk_create(update_conflicts=True)`` and the 5-minute rows read back from
   the database for the hourly rebuild (the same aggregation otherwise);
-- suanchi: ``apps.telemetry.services.samples_ingest`` (in-memory aggregation, ``COPY`` into a
+- suanchi: ``apps.telemetry.ingest.samples_ingest`` (in-memory aggregation, ``COPY`` into a
   staging table + one ``INSERT … ON CONFLICT`` upsert, hourly rows from the rows just written).
 
 The baseline is measured on a slice (BENCH_BASELINE_SAMPLES, default 3,000 samples) and reported
@@ -114,30 +114,34 @@ def naive_ingest(samples, source: str) -> None:
 
 
 def orm_write_path():
-    """Patch the services to write rollups the pre-issue-20 way (see the module docstring); returns
-    the undo function."""
-    from apps.telemetry import services
+    """Patch the write path to write rollups the pre-issue-20 way (see the module docstring); returns
+    the undo function. The upsert is looked up in ``ingest.write`` and ``rollups``, the hourly rebuild
+    in ``ingest.write``."""
+    from apps.telemetry import rollups
+    from apps.telemetry.ingest import write
     from apps.telemetry.models import DeviceRollup
 
-    saved = services._rollups_upsert, services._rebuild_hours
+    saved = write._rollups_upsert, write._rebuild_hours
 
     def orm_upsert(rows) -> None:
-        instances = [DeviceRollup(**{name: getattr(r, name) for name in services._ROW_COLUMNS}) for r in rows]
+        instances = [DeviceRollup(**{name: getattr(r, name) for name in rollups._ROW_COLUMNS}) for r in rows]
         DeviceRollup.objects.bulk_create(
             instances,
             batch_size=2000,
             update_conflicts=True,
-            unique_fields=services._UNIQUE,
-            update_fields=services._ROLLUP_UPDATE_FIELDS,
+            unique_fields=rollups._UNIQUE,
+            update_fields=rollups._ROLLUP_UPDATE_FIELDS,
         )
 
     def rebuild_from_database(*args, written=None, **kwargs):
         return saved[1](*args, **kwargs)  # nothing handed over: every 5-minute row is read back
 
-    services._rollups_upsert, services._rebuild_hours = orm_upsert, rebuild_from_database
+    write._rollups_upsert, write._rebuild_hours = orm_upsert, rebuild_from_database
+    rollups._rollups_upsert = orm_upsert
 
     def undo() -> None:
-        services._rollups_upsert, services._rebuild_hours = saved
+        write._rollups_upsert, write._rebuild_hours = saved
+        rollups._rollups_upsert = saved[0]
 
     return undo
 
@@ -195,8 +199,8 @@ def main() -> None:
     from django.core.management import call_command
     from django.db import connection
 
+    from apps.telemetry.ingest import samples_ingest
     from apps.telemetry.models import DeviceRollup
-    from apps.telemetry.services import samples_ingest
 
     call_command("migrate", verbosity=0)
     with connection.cursor() as cursor:

@@ -1,6 +1,6 @@
 """Push throughput: outbox actions applied per second against the fake Kubernetes API server.
 
-A cluster on the fake API server (tests/kube/fake_apiserver.py, HTTP on 127.0.0.1) reached through
+A cluster on the fake API server (tests/kube/fake_apiserver/, HTTP on 127.0.0.1) reached through
 the official ``kubernetes`` client; 100 nodes × 8 A100 cards; JOBS whole-card jobs scheduled in one
 cycle, which writes two actions each (the project namespace, then the batch/v1 Job). The same
 actions are pushed three ways, the API server emptied and the actions reset in between:
@@ -98,7 +98,7 @@ def reset(server) -> None:
 def naive(cluster) -> int:
     from django.utils import timezone
 
-    from apps.clusters.backend import KubernetesBackend
+    from apps.clusters.backends.kubernetes import KubernetesBackend
     from apps.clusters.models import PushAction
 
     n = 0
@@ -118,14 +118,15 @@ def naive(cluster) -> int:
 
 
 def per_stream() -> int:
-    from apps.clusters.pusher import push_due_streams, push_stream_run
+    from apps.clusters.pusher import push_due_streams
+    from apps.scheduling.push import push_stream_run
 
     return sum(push_stream_run(stream=s)["applied"] for s in push_due_streams(limit=10**6))
 
 
 def batch() -> int:
     from apps.clusters.models import PushAction
-    from apps.clusters.pusher import push_pending_run
+    from apps.scheduling.push import push_pending_run
 
     before = PushAction.objects.filter(state=PushAction.State.APPLIED).count()
     push_pending_run(limit=10**6)
@@ -193,7 +194,7 @@ def main() -> None:
     from django.db import connection
 
     from apps.clusters.models import PushAction
-    from apps.clusters.pusher import push_pending_run
+    from apps.scheduling.push import push_pending_run
     from apps.scheduling.services import scheduling_cycle_run
     from tests.kube.fake_apiserver import FakeApiServer, kubeconfig_for
 

@@ -1,7 +1,7 @@
 """Reconcile benchmark: one cluster with 50,000 pods, and N healthy clusters with one hanging one.
 
 1. reconcile of one cluster with 50,000 pods on the fake Kubernetes API server
-   (``tests/kube/fake_apiserver.py`` over HTTP with the official client, set up as the reconcile
+   (``tests/kube/fake_apiserver/`` over HTTP with the official client, set up as the reconcile
    part of ``scale.py``): the first pass (it lists), then a second pass after 100 pods changed,
    reading the changes with a watch from the first list's resourceVersion, and the same pass with
    a full list (the view dropped first) after 100 other pods changed; the ratio list / watch;
@@ -89,9 +89,9 @@ def build_clusters(n_clusters: int, nodes_per_cluster: int, tmp: Path):
     from apps.accounts.models import Department, Project
     from apps.catalog.models import ComputeCoefficient, DeviceModel
     from apps.clusters.models import PushAction
-    from apps.clusters.pusher import push_pending_run
     from apps.inventory.models import Cluster, Device, Node, Pool
     from apps.jobs.models import Job
+    from apps.scheduling.push import push_pending_run
     from apps.scheduling.services import scheduling_cycle_run
     from tests.kube.fake_apiserver import FakeApiServer, kubeconfig_for
 
@@ -249,7 +249,8 @@ def watch_figures(n_pods: int, n_nodes: int, n_jobs: int, changed: int, timeout:
     list; both second passes finish ``changed`` jobs (the same database work)."""
     import scale
 
-    from apps.clusters.backend import KubernetesBackend, WatchedView
+    from apps.clusters.backends.kubernetes import KubernetesBackend
+    from apps.clusters.backends.watch import WatchedView
     from apps.scheduling.reconcile import reconcile_cluster
     from tests.kube.fake_apiserver import FakeApiServer
 
@@ -316,7 +317,7 @@ def watch_figures(n_pods: int, n_nodes: int, n_jobs: int, changed: int, timeout:
 def quiet_figures(nodes: int, passes: int, timeout: float) -> dict:
     """Seconds per reconcile pass over one quiet cluster (nothing changes between passes: every pass
     only catches up, with a watch per kind) against the fake as kube-apiserver's watch cache behaves
-    (no bookmark after the replay: tests/kube/fake_apiserver.py ``next_bookmark_time``), for
+    (no bookmark after the replay: tests/kube/fake_apiserver/store.py ``next_bookmark_time``), for
 
     - *before*: the kinds one after the other, one 1 s limit for the headers and for silence, 5 s
       watches (what the backend did before issue 28 §6);
@@ -327,16 +328,18 @@ def quiet_figures(nodes: int, passes: int, timeout: float) -> dict:
     then both designs with every list and watch answered 3 s late (``header_delay_s``)."""
     from unittest import mock
 
-    from apps.clusters import backend as backend_module
-    from apps.clusters.backend import ClusterBackend, KubernetesBackend, WatchedView
+    from apps.clusters.backends import watch as watch_module
+    from apps.clusters.backends.base import ClusterBackend
+    from apps.clusters.backends.kubernetes import KubernetesBackend
+    from apps.clusters.backends.watch import WatchedView
     from apps.jobs.models import Job
     from apps.scheduling.reconcile import reconcile_cluster
 
     serial = mock.patch.object(KubernetesBackend, "list_watched_kinds", ClusterBackend.list_watched_kinds)
     old_limits = [
-        mock.patch.object(backend_module, "WATCH_IDLE_S", 1.0),
-        mock.patch.object(backend_module, "WATCH_HEADERS_S", 1.0),
-        mock.patch.object(backend_module, "WATCH_TIMEOUT_S", 5),
+        mock.patch.object(watch_module, "WATCH_IDLE_S", 1.0),
+        mock.patch.object(watch_module, "WATCH_HEADERS_S", 1.0),
+        mock.patch.object(watch_module, "WATCH_TIMEOUT_S", 5),
     ]
     WatchedView.forget()
     with tempfile.TemporaryDirectory() as tmp:

@@ -10,7 +10,7 @@ In one run, for each fleet size (8 cards per node):
    node has a card in use) against the same cycle without it: the same number of new jobs is
    queued each time, the backlog was examined once before (and parked by the queueing hints);
 4. once, reconcile of one cluster with 50,000 pods on the fake Kubernetes API server
-   (``tests/kube/fake_apiserver.py`` over HTTP with the official client, controllers off as in
+   (``tests/kube/fake_apiserver/`` over HTTP with the official client, controllers off as in
    ``push_throughput.py``).
 
 After every cycle the stored allocations are checked: over-allocated cards
@@ -204,9 +204,9 @@ def reconcile_setup(server, tmp: Path, n_pods: int, n_nodes: int, n_jobs: int) -
     from apps.accounts.models import Department, Project
     from apps.catalog.models import ComputeCoefficient, DeviceModel
     from apps.clusters.manifests import LABEL_ATTEMPT, LABEL_JOB, MANAGED_BY
-    from apps.clusters.pusher import push_pending_run
     from apps.inventory.models import Cluster, Device, Node, Pool
     from apps.jobs.models import Job
+    from apps.scheduling.push import push_pending_run
     from apps.scheduling.services import scheduling_cycle_run
     from tests.kube.fake_apiserver import kubeconfig_for
 

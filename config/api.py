@@ -10,7 +10,7 @@ urlpatterns = [
     path("catalog/", include("apps.catalog.api.urls")),
     path("benchlib/", include("apps.benchlib.api.urls")),
     path("inventory/", include("apps.inventory.api.urls")),
-    path("jobs/", include("apps.scheduling.api.job_urls")),
+    path("jobs/", include("apps.jobs.api.urls")),
     path("quotas/", include("apps.quotas.api.urls")),
     path("telemetry/", include("apps.telemetry.api.urls")),
     path("billing/", include("apps.billing.api.urls")),

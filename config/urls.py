@@ -25,7 +25,7 @@ urlpatterns = [
     path("clusters/", include("apps.clusters.urls")),
     path("catalog/library/", include("apps.benchlib.urls")),
     path("catalog/", include("apps.catalog.urls")),
-    path("jobs/", include("apps.scheduling.job_urls")),
+    path("jobs/", include("apps.jobs.urls")),
     # The queue board reads the scheduler (a layer above quotas): its own URLconf, beside /quotas/.
     path("quotas/board/", include("apps.scheduling.board_urls")),
     path("quotas/", include("apps.quotas.urls")),

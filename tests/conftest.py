@@ -1,19 +1,24 @@
-"""Shared fixtures: users, tenancy and an API client. Tests run on real PostgreSQL and Redis."""
+"""What every test gets: the shared fixture library (tests/fixtures/, one module per app, listed in
+``pytest_plugins``) and the per-test resets. Tests run on real PostgreSQL and Redis."""
 
 from __future__ import annotations
 
-import itertools
-
 import pytest
 from django.conf import settings
-from django.contrib.auth import get_user_model
 from django.core.cache import cache
 from django.utils import translation
-from rest_framework.test import APIClient
 
-from apps.accounts.models import Department, Membership, Project
-
-_seq = itertools.count(1)
+pytest_plugins = [
+    "tests.fixtures.accounts",
+    "tests.fixtures.catalog",
+    "tests.fixtures.inventory",
+    "tests.fixtures.jobs",
+    "tests.fixtures.quotas",
+    "tests.fixtures.migration",
+    "tests.fixtures.rollout",
+    "tests.fixtures.telemetry",
+    "tests.fixtures.billing",
+]
 
 
 @pytest.fixture(autouse=True)
@@ -24,15 +29,15 @@ def _clear_cache():
 
 
 @pytest.fixture(autouse=True)
-def _forget_watched_views():
-    """The per-process list+watch views of Kubernetes clusters (apps.clusters.backend.WatchedView) are
-    keyed by cluster row and API server address: one test's view must not answer for a later test's
-    cluster that happens to get the same key."""
-    from apps.clusters.backend import WatchedView
+def _reset_process_state():
+    """Per-process state (apps.core.process_state: the list+watch views of Kubernetes clusters, the
+    scheduler's snapshot cache and parked jobs) is dropped around every test: one test's view or
+    cache must not answer for a later test's rows that happen to get the same key."""
+    from apps.core.process_state import reset_process_state
 
-    WatchedView.forget()
+    reset_process_state()
     yield
-    WatchedView.forget()
+    reset_process_state()
 
 
 @pytest.fixture(autouse=True)
@@ -50,43 +55,3 @@ def english():
     translation.activate("en")
     yield
     translation.activate("en")
-
-
-@pytest.fixture
-def api_client() -> APIClient:
-    return APIClient()
-
-
-@pytest.fixture
-def make_user(db):
-    def make(username: str | None = None, *, staff: bool = False, password: str = "pw-For-tests-1"):
-        name = username or f"user{next(_seq)}"
-        user = get_user_model().objects.create_user(
-            username=name, password=password, is_staff=staff, is_superuser=staff
-        )
-        return user
-
-    return make
-
-
-@pytest.fixture
-def staff_user(make_user):
-    return make_user("platform-admin", staff=True)
-
-
-@pytest.fixture
-def make_project(db):
-    def make(slug: str | None = None, *, department: Department | None = None, members=(), role="member"):
-        slug = slug or f"proj{next(_seq)}"
-        department = (
-            department
-            or Department.objects.get_or_create(slug="dept-default", defaults={"name": "Default department"})[
-                0
-            ]
-        )
-        project = Project.objects.create(department=department, name=slug, slug=slug, namespace=slug)
-        for user in members:
-            Membership.objects.create(user=user, project=project, role=role)
-        return project
-
-    return make

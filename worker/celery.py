@@ -5,6 +5,7 @@ import os
 from celery import Celery
 from kombu import Exchange, Queue
 
+from apps.core import task_names
 from worker import broker
 
 # filesystem:// (the demo's embedded broker) is the atomic variant in worker/broker.py, in the web
@@ -21,6 +22,7 @@ app.conf.task_queues = [
 app.conf.task_default_exchange = "default"
 app.conf.task_default_routing_key = "default"
 app.conf.task_default_queue = "default"
+# Routes by pattern over the task names (apps.core.task_names: "worker.tasks.<family>.<task>").
 app.conf.task_routes = {
     "worker.tasks.inventory.*": {"queue": "ingest"},
     "worker.tasks.scheduling.*": {"queue": "scheduler"},
@@ -33,25 +35,25 @@ app.conf.task_routes = {
     "worker.tasks.migration.*": {"queue": "default"},
     "worker.tasks.notify.*": {"queue": "default"},
 }
-# (entry, task, every N seconds). A run not started within two periods is dropped (``expires``):
-# the next one does the same work, so a backlog after an outage never replays.
+# (entry, task name from apps.core.task_names, every N seconds). A run not started within two periods
+# is dropped (``expires``): the next one does the same work, so a backlog after an outage never replays.
 BEAT = [
-    ("scheduling-cycle", "worker.tasks.scheduling.scheduling_cycle_task", 5.0),
+    ("scheduling-cycle", task_names.SCHEDULING_CYCLE, 5.0),
     # push and reconcile fan out: one task per cluster, so a cluster that hangs delays only itself
-    ("push-pending", "worker.tasks.push.push_clusters_task", 10.0),
-    ("reconcile", "worker.tasks.reconcile.reconcile_task", 10.0),
-    ("cluster-sync", "worker.tasks.clusters.cluster_sync_task", 300.0),
-    ("telemetry-ingest", "worker.tasks.telemetry.telemetry_ingest_task", 60.0),
-    ("autoscale", "worker.tasks.rollout.autoscale_task", 60.0),
-    ("rollout-evaluate", "worker.tasks.rollout.rollout_evaluate_task", 300.0),
-    ("inventory-mark-stale-nodes", "worker.tasks.inventory.node_staleness_check_task", 300.0),
-    ("billing-meter", "worker.tasks.billing.metering_task", 900.0),
-    ("migration-gates", "worker.tasks.migration.gates_evaluate_task", 900.0),
+    ("push-pending", task_names.PUSH_CLUSTERS, 10.0),
+    ("reconcile", task_names.RECONCILE, 10.0),
+    ("cluster-sync", task_names.CLUSTER_SYNC, 300.0),
+    ("telemetry-ingest", task_names.TELEMETRY_INGEST, 60.0),
+    ("autoscale", task_names.AUTOSCALE, 60.0),
+    ("rollout-evaluate", task_names.ROLLOUT_EVALUATE, 300.0),
+    ("inventory-mark-stale-nodes", task_names.NODE_STALENESS_CHECK, 300.0),
+    ("billing-meter", task_names.METERING, 900.0),
+    ("migration-gates", task_names.GATES_EVALUATE, 900.0),
     # the outbox's safety net: deliveries whose after-commit task was lost, and retries that are due
-    ("notify-send", "worker.tasks.notify.deliveries_send_task", 30.0),
-    ("notify-quota-check", "worker.tasks.notify.quota_check_task", 600.0),
+    ("notify-send", task_names.DELIVERIES_SEND, 30.0),
+    ("notify-quota-check", task_names.QUOTA_CHECK, 600.0),
     # alert rules on measurements (hysteresis in apps/notify/alerts.py): one evaluation a minute
-    ("notify-alerts", "worker.tasks.notify.alerts_evaluate_task", 60.0),
+    ("notify-alerts", task_names.ALERTS_EVALUATE, 60.0),
 ]
 app.conf.beat_schedule = {
     name: {"task": task, "schedule": every, "options": {"expires": 2 * every}} for name, task, every in BEAT

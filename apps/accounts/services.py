@@ -12,14 +12,15 @@ from django.utils.translation import gettext as _
 from apps.accounts.models import ApiToken, Department, Membership, Project, UserPreference
 from apps.core.audit import change_record_create, snapshot
 from apps.core.errors import ValidationFailed
+from apps.core.services import model_update
 from apps.core.validation import validate_and_save
 
 
 @transaction.atomic
 def department_create(*, name: str, slug: str, description: str = "", actor) -> Department:
-    department = Department(name=name, slug=slug, description=description)
-    department.full_clean()
-    department.save()
+    department = validate_and_save(
+        Department(name=name, slug=slug, description=description), what=_("department")
+    )
     change_record_create(
         actor=actor, action="department.create", obj=department, after=snapshot(department, ["name", "slug"])
     )
@@ -45,8 +46,7 @@ def project_create(
         description=description,
         is_active=is_active,
     )
-    project.full_clean()
-    project.save()
+    validate_and_save(project, what=_("project"))
     change_record_create(
         actor=actor,
         action="project.create",
@@ -61,13 +61,19 @@ def membership_set(*, user, project: Project, role: str, actor) -> Membership:
     membership, created = Membership.objects.select_for_update().get_or_create(
         user=user, project=project, defaults={"role": role}
     )
-    before = None if created else {"role": membership.role}
-    if not created and membership.role != role:
-        membership.role = role
-        membership.full_clean()
-        membership.save(update_fields=["role", "updated_at"])
-    change_record_create(
-        actor=actor, action="membership.set", obj=membership, before=before, after={"role": role}
+    if created:
+        change_record_create(actor=actor, action="membership.set", obj=membership, after={"role": role})
+        return membership
+    # A repeated set is recorded too (before = after): the trail keeps every request.
+    membership, _changed = model_update(
+        instance=membership,
+        fields=["role"],
+        data={"role": role},
+        actor=actor,
+        action="membership.set",
+        what=_("membership"),
+        audit_fields=["role"],
+        record_unchanged=True,
     )
     return membership
 

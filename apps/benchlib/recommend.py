@@ -23,8 +23,8 @@ templates. Each option gets:
   profile and model. Cards per node are those of the reader's nodes, so options spanning nodes cost more;
 * **whose cards**: only the cards the reader's projects may use (``devices_usable_by``: no pool reserved
   for another project, no card another project owns); an option needing more CU per hour than the
-  project's quota allows (``QUOTA_CEILING``, filled by ``apps.quotas``) is kept, marked and ranked after
-  the others, as is one needing more cards than the reader may use;
+  project's quota allows (``quota_ceiling``, ``apps.quotas.library.quota_ceiling`` passed by the caller)
+  is kept, marked and ranked after the others, as is one needing more cards than the reader may use;
 * **cost**: compute units per hour (coefficient in force × share × instances), CU-hours per million
   units of output, and money from the rate card in force where billing provides a price
   (``PRICE_PER_CU_HOUR``, filled by ``apps.billing`` — it sits above this layer).
@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import ROUND_HALF_UP, Decimal
@@ -53,6 +54,16 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop, ngettext
 
 from apps.benchlib.models import Measurement
+from apps.benchlib.scaling import (
+    FITTED,
+    LINK_LABELS,
+    cross_link,
+    fit_intra,
+    instances_needed,
+    intra_link,
+    link_efficiency,
+    scaling_assumptions,
+)
 from apps.catalog.models import ComputeTemplate, DeviceModel, WorkloadProfile
 from apps.catalog.selectors import coefficients_on
 from apps.core.errors import NotFound, ValidationFailed
@@ -86,40 +97,12 @@ RULE_QUOTA = gettext_noop(
     "is kept, marked “over your quota” and ranked after the others"
 )
 
-# Scaling efficiency of a job over several cards: ASSUMPTIONS (conservative defaults, not measurements),
-# shown on the page as such and replaced by a fit when the library holds multi-card measurements of the
-# same profile on the same model. Within a node: the card's link; slices of cards talk over PCIe.
-# Across nodes: a factor per doubling of the node count, by the nodes' network.
-INTRA_NODE_EFFICIENCY = {
-    "nvlink": Decimal("0.95"),
-    "hccs": Decimal("0.95"),
-    "xgmi": Decimal("0.90"),
-    "mlulink": Decimal("0.90"),
-    "pcie": Decimal("0.85"),
-}
-CROSS_NODE_EFFICIENCY = {
-    "infiniband": Decimal("0.90"),
-    "roce": Decimal("0.85"),
-    "tcp": Decimal("0.60"),
-}
-LINK_LABELS = {
-    "nvlink": "NVLink",
-    "hccs": "HCCS",
-    "xgmi": "xGMI",
-    "mlulink": "MLU-Link",
-    "pcie": "PCIe",
-    "infiniband": "InfiniBand",
-    "roce": "RoCE",
-    "tcp": gettext_noop("Ethernet without RDMA"),
-}
-ASSUMED = "assumed"
-FITTED = "measured"
 
 # provider(*, template_id, device_model_id) -> (price per CU-hour, currency) or None.
 PRICE_PER_CU_HOUR = Slot("benchlib_price_per_cu_hour")
-# provider(*, project_ids, vendor, device_model_id, pool_ids) -> (most CU/h the projects may hold, project
-# slug) or None (no quota bounds the option). Filled by apps.quotas.
-QUOTA_CEILING = Slot("benchlib_quota_ceiling")
+# quota_ceiling(*, project_ids, vendor, device_model_id, pool_ids) -> (most CU/h the projects may hold,
+# project slug) or None (no quota bounds the option): apps.quotas.library.quota_ceiling, passed by callers.
+QuotaCeiling = Callable[..., tuple[Decimal, str] | None]
 MILLION = Decimal(1_000_000)
 Q4 = Decimal("0.0001")
 
@@ -385,7 +368,7 @@ class _Figure:
     reason: str = ""
 
 
-def _figure(option: Option, rows: list[Measurement], latency: Decimal | None) -> _Figure:
+def _figure(option, rows: list[Measurement], latency: Decimal | None) -> _Figure:
     """The per-instance figure ``rows`` give ``option`` by the rules above (measured, estimated, none)."""
     exact = [m for m in rows if _same_share(m, option)]
     if latency is not None:
@@ -412,9 +395,7 @@ def _source_key(m: Measurement) -> str:
     return "job-verified" if m.source == Measurement.Source.JOB and m.verified_at else m.source
 
 
-def _estimate(
-    option: Option, rows: list[Measurement], profile: WorkloadProfile, latency: Decimal | None
-) -> None:
+def _estimate(option, rows: list[Measurement], profile: WorkloadProfile, latency: Decimal | None) -> None:
     trusted = [m for m in rows if m.trusted]
     reported = [m for m in rows if not m.trusted]
     chosen = _figure(option, trusted, latency)
@@ -443,97 +424,6 @@ def _estimate(
 RULES = [RULE_SLICE, RULE_SCALING, RULE_LATENCY, RULE_VISIBLE, RULE_QUOTA]
 
 
-def scaling_assumptions() -> list[dict]:
-    """The efficiency table in force, for the page and the API (every entry is an assumption)."""
-    return [
-        {"link": _(LINK_LABELS[k]), "where": "intra-node", "efficiency": str(v)}
-        for k, v in INTRA_NODE_EFFICIENCY.items()
-    ] + [
-        {"link": _(LINK_LABELS[k]), "where": "per doubling of nodes", "efficiency": str(v)}
-        for k, v in CROSS_NODE_EFFICIENCY.items()
-    ]
-
-
-def _intra_link(model: DeviceModel, template: ComputeTemplate | None) -> str:
-    if template is not None:
-        return "pcie"
-    features = {str(f).lower() for f in model.features or []}
-    return next((k for k in ("nvlink", "hccs", "xgmi", "mlulink") if k in features), "pcie")
-
-
-def _cross_link(nics_per_node: list[list]) -> str:
-    """The worst network among the nodes (a job may land on any of them)."""
-    rank = {"infiniband": 0, "roce": 1, "tcp": 2}
-    worst = "infiniband" if nics_per_node else "tcp"
-    for nics in nics_per_node:
-        links = {str((n or {}).get("link", "")).lower() for n in nics or [] if isinstance(n, dict)}
-        if any("roce" in x for x in links):
-            link = "roce"
-        elif any("infiniband" in x or x == "ib" for x in links):
-            link = "infiniband"
-        else:
-            link = "tcp"
-        if rank[link] > rank[worst]:
-            worst = link
-    return worst
-
-
-def _efficiency(n: int, nodes: int, intra: Decimal, cross: Decimal) -> Decimal:
-    if n <= 1:
-        return Decimal(1)
-    eff = intra
-    if nodes > 1:
-        eff *= cross ** math.ceil(math.log2(nodes))
-    return eff
-
-
-def _fit_intra(rows: list[Measurement], per_node: int | None) -> Decimal | None:
-    """Intra-node efficiency fitted from measurements of several whole cards on one node against the
-    single-card figure of the same profile and model (runs-weighted); None without both."""
-    singles = [m for m in rows if m.trusted and m.cards == 1 and Decimal(m.compute_share) == 100]
-    multi = [
-        m
-        for m in rows
-        if m.trusted
-        and m.cards > 1
-        and Decimal(m.compute_share) == 100
-        and (per_node is None or m.cards <= per_node)
-    ]
-    if not singles or not multi:
-        return None
-    single = sum((Decimal(m.throughput) * m.runs for m in singles), Decimal(0)) / sum(m.runs for m in singles)
-    if single <= 0:
-        return None
-    ratio = sum((Decimal(m.throughput) / m.cards / single * m.runs for m in multi), Decimal(0)) / sum(
-        m.runs for m in multi
-    )
-    return min(Decimal(1), ratio).quantize(Decimal("0.01"))
-
-
-def _fit_cross(rows: list[Measurement], per_node: int, intra: Decimal) -> Decimal | None:
-    """The network's factor per doubling of nodes, fitted from whole-card measurements over more cards
-    than one of the reader's nodes holds (so over ``ceil(cards / per_node)`` nodes): their per-card
-    ratio to the single card is ``intra × cross ** ceil(log2 nodes)``. None without such measurements."""
-    singles = [m for m in rows if m.trusted and m.cards == 1 and Decimal(m.compute_share) == 100]
-    multi = [m for m in rows if m.trusted and m.cards > per_node and Decimal(m.compute_share) == 100]
-    if not singles or not multi or intra <= 0:
-        return None
-    single = sum((Decimal(m.throughput) * m.runs for m in singles), Decimal(0)) / sum(m.runs for m in singles)
-    if single <= 0:
-        return None
-    total, weight = Decimal(0), 0
-    for m in multi:
-        steps = math.ceil(math.log2(math.ceil(m.cards / per_node)))
-        ratio = min(Decimal(1), Decimal(m.throughput) / m.cards / single / intra)
-        if steps < 1 or ratio <= 0:
-            continue
-        total += Decimal(float(ratio) ** (1 / steps)) * m.runs
-        weight += m.runs
-    if not weight:
-        return None
-    return min(Decimal(1), total / weight).quantize(Decimal("0.01"))
-
-
 def _project_ids(project_id: int | None, user) -> set[int] | None:
     """The projects whose cards the answer may use; None: the whole fleet (staff, the command line)."""
     from apps.accounts.selectors import is_platform_staff, user_project_ids
@@ -545,6 +435,74 @@ def _project_ids(project_id: int | None, user) -> set[int] | None:
     return set(user_project_ids(user))
 
 
+def _fleet(project_ids: set[int] | None):
+    """The cards the reader may use, per model: (cards per node, pools, RDMA NICs per node)."""
+    devices = (
+        Device.objects.exclude(health=Device.Health.RETIRED)
+        if project_ids is None
+        else devices_usable_by(project_ids)
+    ).exclude(device_model__isnull=True)
+    per_node_count: dict[int, dict[int, int]] = defaultdict(lambda: defaultdict(int))
+    pools: dict[int, set[int]] = defaultdict(set)
+    nics: dict[int, dict[int, list]] = defaultdict(dict)
+    for model_id, node_id, pool_id, rdma in devices.values_list(
+        "device_model_id", "node_id", "node__pool_id", "node__rdma_nics"
+    ):
+        per_node_count[model_id][node_id] += 1
+        nics[model_id][node_id] = rdma or []
+        if pool_id:
+            pools[model_id].add(pool_id)
+    return per_node_count, pools, nics
+
+
+def _costs(
+    option: Option,
+    *,
+    target: Decimal,
+    instances: int,
+    project_id,
+    project_ids,
+    pool_ids,
+    quota_ceiling,
+    price_of,
+) -> None:
+    """CU per hour and per million units; the quota's ceiling (``quota_ceiling``, when the reader's projects
+    are known) and billing's price (``price_of``), where they answer."""
+    model, template = option.device_model, option.template
+    option.cu_per_hour = (option.coefficient * option.share / 100 * instances).quantize(Q4)
+    # CU-hours per million units: CU/h ÷ (units/s × 3600 s/h) × 1e6
+    option.cu_hours_per_million = (option.cu_per_hour / (target * 3600) * MILLION).quantize(Q4)
+    if project_ids and quota_ceiling is not None:
+        ceiling = quota_ceiling(
+            project_ids=project_ids, vendor=model.vendor, device_model_id=model.pk, pool_ids=pool_ids
+        )
+        if ceiling:
+            option.quota_cu = ceiling[0]
+            option.over_quota = option.cu_per_hour > ceiling[0]
+    price = price_of(
+        template_id=template.pk if template else None, device_model_id=model.pk, project_id=project_id
+    )
+    if price:
+        option.price_per_cu_hour, option.currency = price
+        option.money_per_hour = (option.cu_per_hour * option.price_per_cu_hour).quantize(
+            Decimal("0.01"), rounding=ROUND_HALF_UP
+        )
+        option.money_per_million = (option.cu_hours_per_million * option.price_per_cu_hour).quantize(Q4)
+
+
+def _memory_need(option, profile: WorkloadProfile, memory) -> int | None:
+    """The fewest instances the profile's sharded model state needs (1 without one), marking how the
+    option meets the profile's memory; None when that cannot be told (the option has no figure then)."""
+    if profile.total_memory_mib:
+        if not memory:
+            option.per_instance, option.reason = None, _("memory of this model is unknown")
+            return None
+        option.memory_need, option.memory_cards = "sharded", math.ceil(profile.total_memory_mib / memory)
+        return option.memory_cards
+    option.memory_need = "fits" if profile.memory_mib else "unknown"
+    return 1
+
+
 def recommend(
     *,
     profile: WorkloadProfile | str,
@@ -554,11 +512,14 @@ def recommend(
     project_id: int | None = None,
     user=None,
     day=None,
+    quota_ceiling: QuotaCeiling | None = None,
 ) -> Recommendation:
     """Rank the device models and templates the reader may use for ``target`` units/s of ``profile``.
 
     ``project_id`` (the submit page, the scheduler) or ``user`` (the library page, the API) say whose
-    cards count and whose quota bounds the options; neither: the whole fleet, no quota.
+    cards count and whose quota bounds the options; neither: the whole fleet, no quota. The quota's
+    answer comes from the caller, ``quota_ceiling=apps.quotas.library.quota_ceiling`` (quotas sit above
+    the library; the pages, the API and the scheduler import it); without it no option is over quota.
     """
     if not isinstance(profile, WorkloadProfile):
         profile = profile_get(profile)
@@ -576,21 +537,7 @@ def recommend(
         )
 
     project_ids = _project_ids(project_id, user)
-    devices = (
-        Device.objects.exclude(health=Device.Health.RETIRED)
-        if project_ids is None
-        else devices_usable_by(project_ids)
-    ).exclude(device_model__isnull=True)
-    per_node_count: dict[int, dict[int, int]] = defaultdict(lambda: defaultdict(int))
-    pools: dict[int, set[int]] = defaultdict(set)
-    nics: dict[int, dict[int, list]] = defaultdict(dict)
-    for model_id, node_id, pool_id, rdma in devices.values_list(
-        "device_model_id", "node_id", "node__pool_id", "node__rdma_nics"
-    ):
-        per_node_count[model_id][node_id] += 1
-        nics[model_id][node_id] = rdma or []
-        if pool_id:
-            pools[model_id].add(pool_id)
+    per_node_count, pools, nics = _fleet(project_ids)
     models = [
         m for m in DeviceModel.objects.filter(pk__in=per_node_count) if not vendors or m.vendor in vendors
     ]
@@ -614,8 +561,8 @@ def recommend(
     for model in models:
         cards_per_node = max(per_node_count[model.pk].values())
         usable = sum(per_node_count[model.pk].values())
-        cross_key = _cross_link(list(nics[model.pk].values()))
-        fitted = _fit_intra(by_model.get(model.pk, []), cards_per_node) if communicating else None
+        cross_key = cross_link(list(nics[model.pk].values()))
+        fitted = fit_intra(by_model.get(model.pk, []), cards_per_node) if communicating else None
         shapes = [(None, Decimal(100), model.memory_mib)] + [
             (t, Decimal(t.compute_share), t.memory_mib) for t in templates[model.pk]
         ]
@@ -635,21 +582,11 @@ def recommend(
                     "need": format_number(profile.memory_mib, grouping=True),
                 }
                 continue
-            intra_key = _intra_link(model, template)
-            intra = INTRA_NODE_EFFICIENCY[intra_key]
-            if fitted is not None and template is None:
-                intra, option.efficiency_basis = fitted, FITTED
-            else:
-                option.efficiency_basis = ASSUMED
-            cross = CROSS_NODE_EFFICIENCY[cross_key]
-            fitted_cross = (
-                _fit_cross(by_model.get(model.pk, []), cards_per_node, intra)
-                if communicating and template is None
-                else None
-            )
-            if fitted_cross is not None:
-                cross, option.efficiency_basis = fitted_cross, FITTED
+            intra_key = intra_link(model, template)
             rows = by_model.get(model.pk, [])
+            intra, cross = link_efficiency(
+                option, intra_key, cross_key, fitted, rows, cards_per_node, communicating
+            )
             if communicating and any(m.cards == 1 for m in rows):
                 # Per-card figures of a communicating profile come from single-card runs: a multi-card
                 # run's per-card figure already carries its scaling loss (it refines the efficiency).
@@ -658,26 +595,10 @@ def recommend(
             if option.per_instance is None or option.per_instance <= 0:
                 option.per_instance = None
                 continue
-            memory_min = 1
-            if profile.total_memory_mib:
-                if not memory:
-                    option.per_instance, option.reason = None, _("memory of this model is unknown")
-                    continue
-                memory_min = math.ceil(profile.total_memory_mib / memory)
-                option.memory_need, option.memory_cards = "sharded", memory_min
-            elif profile.memory_mib:
-                option.memory_need = "fits"
-            else:
-                option.memory_need = "unknown"
-            instances = max(math.ceil(target_d / option.per_instance), memory_min)
-            eff = Decimal(1)
-            for _round in range(64):  # more cards → more nodes → lower efficiency → more cards
-                nodes = math.ceil(instances / option.per_node)
-                eff = _efficiency(instances, nodes, intra, cross) if communicating else Decimal(1)
-                needed = max(math.ceil(target_d / (option.per_instance * eff)), memory_min)
-                if needed <= instances:
-                    break
-                instances = needed
+            memory_min = _memory_need(option, profile, memory)
+            if memory_min is None:
+                continue
+            instances, eff = instances_needed(option, target_d, memory_min, intra, cross, communicating)
             option.instances = instances
             option.nodes = math.ceil(instances / option.per_node)
             option.efficiency = eff.quantize(Decimal("0.0001"))
@@ -689,34 +610,25 @@ def recommend(
             if option.coefficient is None:
                 option.reason = _("the model has no compute coefficient")
                 continue
-            option.cu_per_hour = (option.coefficient * share / 100 * instances).quantize(Q4)
-            # CU-hours per million units: CU/h ÷ (units/s × 3600 s/h) × 1e6
-            option.cu_hours_per_million = (option.cu_per_hour / (target_d * 3600) * MILLION).quantize(Q4)
-            if project_ids:
-                ceiling = QUOTA_CEILING.first(
-                    project_ids=project_ids,
-                    vendor=model.vendor,
-                    device_model_id=model.pk,
-                    pool_ids=pools[model.pk],
-                )
-                if ceiling:
-                    option.quota_cu = ceiling[0]
-                    option.over_quota = option.cu_per_hour > ceiling[0]
-            price = PRICE_PER_CU_HOUR.first(
-                template_id=template.pk if template else None, device_model_id=model.pk, project_id=project_id
+            _costs(
+                option,
+                target=target_d,
+                instances=instances,
+                project_id=project_id,
+                project_ids=project_ids,
+                pool_ids=pools[model.pk],
+                quota_ceiling=quota_ceiling,
+                price_of=PRICE_PER_CU_HOUR.first,
             )
-            if price:
-                option.price_per_cu_hour, option.currency = price
-                option.money_per_hour = (option.cu_per_hour * option.price_per_cu_hour).quantize(
-                    Decimal("0.01"), rounding=ROUND_HALF_UP
-                )
-                option.money_per_million = (option.cu_hours_per_million * option.price_per_cu_hour).quantize(
-                    Q4
-                )
 
+    return Recommendation(profile, target_d, latency, vendors, options, _rank(options))
+
+
+def _rank(options: list[Option]) -> str:
+    """Sort ``options`` best first (trusted, then projects' own reports, then over quota or capacity, then
+    no data); by money per million units when every option with data has a price. Returns the measure."""
     priced = [o for o in options if o.cu_hours_per_million is not None]
     by_money = bool(priced) and all(o.money_per_million is not None for o in priced)
-    ranked_by = "money_per_million" if by_money else "cu_hours_per_million"
 
     def key(o: Option):
         if o.cu_hours_per_million is None:
@@ -725,7 +637,7 @@ def recommend(
         return (tier, o.money_per_million if by_money else o.cu_hours_per_million, o.label)
 
     options.sort(key=key)
-    return Recommendation(profile, target_d, latency, vendors, options, ranked_by)
+    return "money_per_million" if by_money else "cu_hours_per_million"
 
 
 def profiles_summary() -> list[dict]:

@@ -16,6 +16,7 @@ from apps.benchlib.models import Measurement
 from apps.benchlib.recommend import RULES, profiles_summary, recommend, scaling_assumptions
 from apps.catalog.models import DeviceModel, Vendor, WorkloadProfile
 from apps.core.errors import ApplicationError
+from apps.quotas.library import quota_ceiling
 
 
 @login_required
@@ -37,6 +38,7 @@ def library(request: HttpRequest) -> HttpResponse:
                 latency_ms=request.GET.get("latency_ms") or None,
                 vendors=request.GET.getlist("vendor"),
                 user=request.user,
+                quota_ceiling=quota_ceiling,
             )
         except ApplicationError as exc:
             error = exc.message

@@ -140,7 +140,7 @@ def bill_xlsx(bill: Bill) -> bytes:
     sheet.title = _("Bill")
     bold = Font(bold=True)
     for kind, row in _bill_table(bill):
-        cells = []
+        cells: list[Decimal | str] = []
         for index, value in enumerate(row):
             numeric = (index in (2, 3) and kind in NUMERIC_ROWS) or (
                 index == 1 and kind in ("used CU-hours", "guaranteed CU-hours")
@@ -291,6 +291,142 @@ def _bar_chart(rows: list[tuple[str, Decimal]], unit: str):
     return BarChart()
 
 
+def _pdf_line_tables(bill: Bill, *, lines, para, heading, table_style) -> list:
+    """The bill's lines, one table per group: price per CU-hour, CU-hours, amount."""
+    from django.utils.translation import gettext as _
+    from reportlab.lib.units import mm
+    from reportlab.platypus import Table
+
+    cur = bill.currency
+    story: list = []
+    group_titles = {
+        BillLine.Group.RESOURCE: _("By device model / template"),
+        BillLine.Group.JOB: _("By job"),
+        BillLine.Group.ADJUSTMENT: _("Adjustments"),
+        BillLine.Group.IDLE: _("Idle-cost share"),
+    }
+    for group, group_title in group_titles.items():
+        members = [line for line in lines if line.group == group]
+        if not members:
+            continue
+        story.append(para(group_title, heading))
+        data = [
+            [
+                _("Item"),
+                _("Price per CU-hour (%(currency)s)") % {"currency": cur},
+                _("CU-hours"),
+                _("Amount (%(currency)s)") % {"currency": cur},
+            ]
+        ]
+        for line in members:
+            rate = _rate(bill, line)
+            data.append(
+                [
+                    para(line.label),
+                    "" if rate is None else f"{rate:f}",
+                    _text(line.cu_hours),
+                    _text(line.amount),
+                ]
+            )
+        table = Table(data, colWidths=[88 * mm, 32 * mm, 26 * mm, 32 * mm], repeatRows=1)
+        table.setStyle(table_style)
+        story.append(table)
+    return story
+
+
+def _pdf_share(bill: Bill, guaranteed, used: Decimal, *, policy, para, heading, small) -> list:
+    """Guaranteed, used and idle CU-hours with the idle-cost share and what the idle policy means."""
+    from django.utils.translation import gettext as _
+    from reportlab.lib.units import mm
+    from reportlab.platypus import Table, TableStyle
+
+    cur = bill.currency
+    story: list = []
+    idle = max(Decimal(guaranteed) - used, Decimal(0)) if guaranteed is not None else None
+    story.append(para(_("Guaranteed, used and idle"), heading))
+    share = [
+        [_("Guaranteed CU-hours"), _text(guaranteed) or _("no guarantee")],
+        [_("Used CU-hours"), _text(used)],
+        [_("Unused guarantee (CU-hours)"), _text(idle) if idle is not None else "—"],
+        [_("Idle-cost share (%(currency)s)") % {"currency": cur}, _text(bill.idle_share_amount)],
+    ]
+    share_table = Table(share, colWidths=[146 * mm, 32 * mm])
+    share_table.setStyle(
+        TableStyle([("FONTNAME", (0, 0), (-1, -1), PDF_FONT), ("ALIGN", (1, 0), (1, -1), "RIGHT")])
+    )
+    story.append(share_table)
+    story.append(para(_(IDLE_POLICY_TEXT.get(policy, IDLE_POLICY_TEXT["none"])), small))
+
+    return story
+
+
+def _pdf_comparison(bill: Bill, guaranteed, used: Decimal, *, para, heading, small, table_style) -> list:
+    """The previous month beside this one, and the small chart."""
+    from django.utils.translation import gettext as _
+    from reportlab.lib.units import mm
+    from reportlab.platypus import Spacer, Table
+
+    cur = bill.currency
+    story: list = []
+    previous = _previous_bill(bill)
+    story.append(para(_("Compared with the previous month"), heading))
+    rows = [[_("Month"), _("CU-hours"), _("Total (%(currency)s)") % {"currency": cur}]]
+    if previous is not None:
+        rows.append([f"{previous.month:%Y-%m}", _text(previous.used_cu_hours), _text(previous.total)])
+    rows.append([f"{bill.month:%Y-%m}", _text(bill.used_cu_hours), _text(bill.total)])
+    compare = Table(rows, colWidths=[88 * mm, 45 * mm, 45 * mm])
+    compare.setStyle(table_style)
+    story.append(compare)
+    if previous is None:
+        story.append(para(_("No bill for the previous month."), small))
+    chart_rows = [(_("Guaranteed CU-hours"), Decimal(guaranteed or 0)), (_("Used CU-hours"), used)]
+    if previous is not None:
+        chart_rows.append(
+            (
+                _("Used CU-hours, %(month)s") % {"month": f"{previous.month:%Y-%m}"},
+                Decimal(previous.used_cu_hours),
+            )
+        )
+    story.append(Spacer(1, 3 * mm))
+    story.append(_bar_chart(chart_rows, _("CU-h")))
+
+    return story
+
+
+def _pdf_totals(bill: Bill, *, para, heading) -> list:
+    """Usage, adjustments, idle share and the total."""
+    from django.utils.translation import gettext as _
+    from reportlab.lib import colors
+    from reportlab.lib.units import mm
+    from reportlab.platypus import Spacer, Table, TableStyle
+
+    cur = bill.currency
+    story: list = []
+    story.append(Spacer(1, 6 * mm))
+    totals = [
+        [_("Usage"), _text(bill.usage_amount)],
+        [_("Adjustments"), _text(bill.adjustments_amount)],
+        [_("Idle share"), _text(bill.idle_share_amount)],
+        [_("Total"), _text(bill.total)],
+    ]
+    totals_table = Table(totals, colWidths=[142 * mm, 36 * mm])
+    totals_table.setStyle(
+        TableStyle(
+            [
+                ("FONTNAME", (0, 0), (-1, -1), PDF_FONT),
+                ("ALIGN", (1, 0), (1, -1), "RIGHT"),
+                ("LINEABOVE", (0, -1), (-1, -1), 0.75, colors.black),
+            ]
+        )
+    )
+    story.append(totals_table)
+    story.append(Spacer(1, 4 * mm))
+    story.append(
+        para(_("Total: %(amount)s %(currency)s") % {"amount": _text(bill.total), "currency": cur}, heading)
+    )
+    return story
+
+
 def bill_pdf(bill: Bill) -> bytes:
     """A chargeback document in the reader's language: number, period, project and department, lines with
     their rate (price per CU-hour × CU-hours = amount), guaranteed / used / idle with the idle policy, the
@@ -303,7 +439,7 @@ def bill_pdf(bill: Bill) -> bytes:
     from reportlab.lib.pagesizes import A4
     from reportlab.lib.styles import ParagraphStyle
     from reportlab.lib.units import mm
-    from reportlab.platypus import Paragraph, SimpleDocTemplate, Spacer, Table, TableStyle
+    from reportlab.platypus import Paragraph, SimpleDocTemplate, Table, TableStyle
 
     from apps.billing.models import IdlePolicy
     from apps.billing.services import month_bounds
@@ -367,102 +503,15 @@ def bill_pdf(bill: Bill) -> bytes:
             ("VALIGN", (0, 0), (-1, -1), "TOP"),
         ]
     )
-    group_titles = {
-        BillLine.Group.RESOURCE: _("By device model / template"),
-        BillLine.Group.JOB: _("By job"),
-        BillLine.Group.ADJUSTMENT: _("Adjustments"),
-        BillLine.Group.IDLE: _("Idle-cost share"),
-    }
-    lines = _lines(bill)
-    for group, group_title in group_titles.items():
-        members = [line for line in lines if line.group == group]
-        if not members:
-            continue
-        story.append(para(group_title, heading))
-        data = [
-            [
-                _("Item"),
-                _("Price per CU-hour (%(currency)s)") % {"currency": cur},
-                _("CU-hours"),
-                _("Amount (%(currency)s)") % {"currency": cur},
-            ]
-        ]
-        for line in members:
-            rate = _rate(bill, line)
-            data.append(
-                [
-                    para(line.label),
-                    "" if rate is None else f"{rate:f}",
-                    _text(line.cu_hours),
-                    _text(line.amount),
-                ]
-            )
-        table = Table(data, colWidths=[88 * mm, 32 * mm, 26 * mm, 32 * mm], repeatRows=1)
-        table.setStyle(table_style)
-        story.append(table)
+    story += _pdf_line_tables(bill, lines=_lines(bill), para=para, heading=heading, table_style=table_style)
     story.append(para(_("Price per CU-hour: the rate card's price after any project discount."), small))
 
-    guaranteed = bill.guaranteed_cu_hours
-    used = Decimal(bill.used_cu_hours)
-    idle = max(Decimal(guaranteed) - used, Decimal(0)) if guaranteed is not None else None
-    story.append(para(_("Guaranteed, used and idle"), heading))
-    share = [
-        [_("Guaranteed CU-hours"), _text(guaranteed) or _("no guarantee")],
-        [_("Used CU-hours"), _text(used)],
-        [_("Unused guarantee (CU-hours)"), _text(idle) if idle is not None else "—"],
-        [_("Idle-cost share (%(currency)s)") % {"currency": cur}, _text(bill.idle_share_amount)],
-    ]
-    share_table = Table(share, colWidths=[146 * mm, 32 * mm])
-    share_table.setStyle(
-        TableStyle([("FONTNAME", (0, 0), (-1, -1), PDF_FONT), ("ALIGN", (1, 0), (1, -1), "RIGHT")])
+    guaranteed, used = bill.guaranteed_cu_hours, Decimal(bill.used_cu_hours)
+    story += _pdf_share(bill, guaranteed, used, policy=policy, para=para, heading=heading, small=small)
+    story += _pdf_comparison(
+        bill, guaranteed, used, para=para, heading=heading, small=small, table_style=table_style
     )
-    story.append(share_table)
-    story.append(para(_(IDLE_POLICY_TEXT.get(policy, IDLE_POLICY_TEXT["none"])), small))
-
-    previous = _previous_bill(bill)
-    story.append(para(_("Compared with the previous month"), heading))
-    rows = [[_("Month"), _("CU-hours"), _("Total (%(currency)s)") % {"currency": cur}]]
-    if previous is not None:
-        rows.append([f"{previous.month:%Y-%m}", _text(previous.used_cu_hours), _text(previous.total)])
-    rows.append([f"{bill.month:%Y-%m}", _text(bill.used_cu_hours), _text(bill.total)])
-    compare = Table(rows, colWidths=[88 * mm, 45 * mm, 45 * mm])
-    compare.setStyle(table_style)
-    story.append(compare)
-    if previous is None:
-        story.append(para(_("No bill for the previous month."), small))
-    chart_rows = [(_("Guaranteed CU-hours"), Decimal(guaranteed or 0)), (_("Used CU-hours"), used)]
-    if previous is not None:
-        chart_rows.append(
-            (
-                _("Used CU-hours, %(month)s") % {"month": f"{previous.month:%Y-%m}"},
-                Decimal(previous.used_cu_hours),
-            )
-        )
-    story.append(Spacer(1, 3 * mm))
-    story.append(_bar_chart(chart_rows, _("CU-h")))
-
-    story.append(Spacer(1, 6 * mm))
-    totals = [
-        [_("Usage"), _text(bill.usage_amount)],
-        [_("Adjustments"), _text(bill.adjustments_amount)],
-        [_("Idle share"), _text(bill.idle_share_amount)],
-        [_("Total"), _text(bill.total)],
-    ]
-    totals_table = Table(totals, colWidths=[142 * mm, 36 * mm])
-    totals_table.setStyle(
-        TableStyle(
-            [
-                ("FONTNAME", (0, 0), (-1, -1), PDF_FONT),
-                ("ALIGN", (1, 0), (1, -1), "RIGHT"),
-                ("LINEABOVE", (0, -1), (-1, -1), 0.75, colors.black),
-            ]
-        )
-    )
-    story.append(totals_table)
-    story.append(Spacer(1, 4 * mm))
-    story.append(
-        para(_("Total: %(amount)s %(currency)s") % {"amount": _text(bill.total), "currency": cur}, heading)
-    )
+    story += _pdf_totals(bill, para=para, heading=heading)
     doc.build(story)
     return buffer.getvalue()
 

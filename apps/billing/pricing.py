@@ -1,6 +1,6 @@
 """The one rounding rule for money after a project's discount (issue 27 §8).
 
-The ledger's rule, the one finalized bills were built with (``apps.billing.services`` module doc):
+The ledger's rule, the one finalized bills were built with (``apps.billing.services.close`` module doc):
 
 * CU-hours of a slice: compute units × hours, ROUND_HALF_UP to 6 places (``CU_HOURS_QUANTUM``);
 * its amount: CU-hours × price per CU-hour × (100 − discount %) / 100, ROUND_HALF_UP to 6 places

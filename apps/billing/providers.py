@@ -1,7 +1,9 @@
-"""What billing answers for the layers below it, through their slots (registered in ``BillingConfig``).
+"""What billing answers for the layers below it and the pages.
 
-* ``apps.scheduling.extensions.JOB_COST_PER_HOUR`` — the submit page's cost of an hour of a request;
-* ``apps.benchlib.recommend.PRICE_PER_CU_HOUR`` — the library's price per CU-hour for its money ranking.
+* ``job_cost_per_hour`` — the submit page's cost of an hour of a request (``apps.jobs.views.submit``
+  calls it directly);
+* ``price_per_cu_hour`` — the library's price per CU-hour for its money ranking, through the slot
+  ``apps.benchlib.recommend.PRICE_PER_CU_HOUR`` (registered in ``BillingConfig``).
 
 Both price with the rate card in force today after the project's discount, by the ledger's one rounding
 rule (``apps.billing.pricing``): an hour previewed here costs the cent its bill line and its job cost show.
@@ -11,15 +13,15 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from django.conf import settings
 from django.utils import timezone
 
 from apps.billing.pricing import cu_hours_of, discounted_amount, to_cents
 from apps.billing.services import RateBook
+from apps.core.conf import suanchi_setting
 
 
 def _currency(card) -> str:
-    return card.currency or settings.SUANCHI.get("BILLING_CURRENCY", "CNY")
+    return card.currency or suanchi_setting("BILLING_CURRENCY", "CNY")
 
 
 def job_cost_per_hour(job, compute_units) -> str | None:

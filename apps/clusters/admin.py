@@ -6,7 +6,7 @@ from __future__ import annotations
 from django.contrib import admin, messages
 from django.utils.translation import gettext_lazy as _
 
-from apps.clusters.backend import BackendError
+from apps.clusters.backends.errors import BackendError
 from apps.clusters.connect import cluster_connection_test
 from apps.clusters.models import ClusterPreference
 from apps.clusters.sync import cluster_sync

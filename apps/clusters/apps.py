@@ -14,12 +14,5 @@ class ClustersConfig(AppConfig):
     verbose_name = "Clusters"
 
     def ready(self) -> None:
-        from apps.clusters.outbox import node_labels_changed_receive
-        from apps.inventory.signals import node_labels_changed
-
-        # The ledger (a layer below) says a Node's labels or taints changed; the outbox is ours.
-        node_labels_changed.connect(
-            node_labels_changed_receive, sender=None, dispatch_uid="clusters.node_labels_changed"
-        )
         # First start: SUANCHI_CLUSTER_BACKEND (+ KUBECONFIG or in-cluster) creates the default cluster.
         post_migrate.connect(_first_start, sender=self, dispatch_uid="clusters.first_start")

@@ -19,7 +19,6 @@ import os
 from pathlib import Path
 from typing import Any
 
-from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 from django.utils.text import slugify
@@ -28,6 +27,7 @@ from django.utils.translation import gettext as _
 from apps.clusters.kubeconfig_safety import kubeconfig_parse
 from apps.clusters.tls import tls_failure, tls_lines
 from apps.core.audit import change_record_create
+from apps.core.conf import suanchi_setting
 from apps.core.errors import ValidationFailed
 from apps.inventory.models import Cluster
 
@@ -192,7 +192,8 @@ def cluster_probe(cluster: Cluster) -> dict[str, Any]:
     each failure becomes a problem line."""
     from kubernetes import client
 
-    from apps.clusters.backend import BackendError, KubernetesBackend
+    from apps.clusters.backends.errors import BackendError
+    from apps.clusters.backends.kubernetes import KubernetesBackend
 
     result: dict[str, Any] = {
         "ok": False,
@@ -372,7 +373,7 @@ def kubeconfig_check(data: bytes, context: str = "") -> dict:
 
 
 def kubeconfig_secret_path(slug: str) -> Path:
-    return Path(settings.SUANCHI["SECRETS_DIR"]) / f"kubeconfig-{slugify(slug) or 'cluster'}.yaml"
+    return Path(suanchi_setting("SECRETS_DIR")) / f"kubeconfig-{slugify(slug) or 'cluster'}.yaml"
 
 
 def kubeconfig_store(*, slug: str, data: bytes) -> str:
@@ -430,7 +431,7 @@ def cluster_save(
             except OSError as e:
                 raise ValidationFailed(
                     _("The kubeconfig could not be stored in %(dir)s (SUANCHI_SECRETS_DIR): %(error)s")
-                    % {"dir": settings.SUANCHI["SECRETS_DIR"], "error": e.strerror or e}
+                    % {"dir": suanchi_setting("SECRETS_DIR"), "error": e.strerror or e}
                 ) from e
     return cluster
 
@@ -438,14 +439,14 @@ def cluster_save(
 def default_cluster_ensure(*, actor: Any = "first-start") -> Cluster | None:
     """First start: with no cluster at all, ``SUANCHI_CLUSTER_BACKEND`` (+ ``KUBECONFIG``, else the
     in-cluster service account) creates the default cluster. Returns it, or None when nothing was done."""
-    backend = (settings.SUANCHI.get("CLUSTER_BACKEND") or "").strip()
+    backend = (suanchi_setting("CLUSTER_BACKEND", None) or "").strip()
     if not backend or Cluster.objects.exists():
         return None
     if backend not in Cluster.Backend.values:
         raise ValidationFailed(
             _("SUANCHI_CLUSTER_BACKEND=%(value)s: use simulated or kubernetes") % {"value": backend}
         )
-    kubeconfig = (settings.SUANCHI.get("KUBECONFIG") or "").strip()
+    kubeconfig = (suanchi_setting("KUBECONFIG", None) or "").strip()
     fields: dict[str, Any] = {"name": "default", "slug": "default", "backend": backend}
     if backend == Cluster.Backend.KUBERNETES:
         fields.update(kubeconfig_path=kubeconfig, in_cluster=not kubeconfig)

@@ -27,7 +27,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from apps.clusters.backend import BackendError, TransientBackendError
+from apps.clusters.backends.errors import BackendError, TransientBackendError
 from apps.clusters.models import ClusterLoop
 from apps.core.audit import change_record_create
 from apps.inventory.models import Cluster

@@ -64,7 +64,7 @@ def _entry(section: str, index: int, item: Any) -> str:
 
 
 def _exec_problem(entry: str, spec: Any) -> str:
-    allowed = [str(c) for c in getattr(settings, "SUANCHI_KUBECONFIG_EXEC_COMMANDS", None) or []]
+    allowed = [str(c) for c in settings.SUANCHI_KUBECONFIG_EXEC_COMMANDS or []]
     if not allowed:
         return _(
             "%(entry)s: exec is not allowed: it would run a program on the server. Give an inline "

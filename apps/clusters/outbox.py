@@ -9,8 +9,9 @@ push once it commits (``enqueue_on_commit``: a broker outage never fails the cal
   retried, cancelled), workloads first, in the reverse order of their applies.
 * ``push_object_enqueue``: one standalone object (a node's labels and taints, a project's
   ResourceQuota); an older pending write of the same object is superseded.
-* ``node_patch_enqueue``: a Node's ledger labels and taints (the ledger's ``node_labels_changed``
-  signal and rollout's gray marks), dropped labels sent as null.
+* ``node_patch_enqueue``: a Node's ledger labels and taints (a node status change's taint:
+  ``apps.scheduling.faults.node_moved``; labels the ledger brought in line; rollout's gray marks),
+  dropped labels sent as null.
 
 Actions are ordered per *stream*: ``job:<id>`` for a job's objects (applies, then the deletes of a
 preempted or retried attempt), ``<cluster>:<Kind>:<namespace>/<name>`` for a standalone object.
@@ -29,13 +30,14 @@ from django.utils import timezone
 
 from apps.clusters.manifests import HOSTNAME_LABEL, namespace_manifest, node_patch, workload_objects
 from apps.clusters.models import PushAction
+from apps.core import task_names
 from apps.core.bulk import copy_create
 from apps.core.tasks import enqueue_on_commit
 from apps.jobs.models import Job
 
 # The Celery task that pushes one stream, sent by name (worker/ sits above every app).
-PUSH_STREAM_TASK = "worker.tasks.push.push_stream_task"
-PUSH_STREAMS_TASK = "worker.tasks.push.push_streams_task"
+PUSH_STREAM_TASK = task_names.PUSH_STREAM
+PUSH_STREAMS_TASK = task_names.PUSH_STREAMS
 # A scheduling batch places many jobs at once: one broker message names all their streams (a publish
 # cost 12-29 ms each on the loaded CI machine, which capped a cycle well below 100 jobs/s).
 STREAMS_PER_MESSAGE = 100
@@ -260,9 +262,3 @@ def node_patch_enqueue(node: Any, *, removed_labels: Iterable[str] = ()) -> Push
     for key in removed_labels:
         manifest["metadata"]["labels"][key] = None
     return push_object_enqueue(cluster=node.cluster, manifest=manifest, verb="patch")
-
-
-def node_labels_changed_receive(sender, *, node, **kwargs) -> None:
-    """The ledger changed what a Node should carry: queue its labels-and-taints patch (in the
-    sender's transaction, so it commits with the ledger change)."""
-    node_patch_enqueue(node)

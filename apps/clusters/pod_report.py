@@ -21,7 +21,8 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from apps.clusters.ascend import ASCEND_REAL_ANNOTATION, ascend_real_chips
-from apps.clusters.backend import LOG_LIMIT_BYTES, LOG_TAIL_LINES, BackendError
+from apps.clusters.backends.base import LOG_LIMIT_BYTES, LOG_TAIL_LINES
+from apps.clusters.backends.errors import BackendError
 from apps.clusters.manifests import LABEL_JOB, MANAGED_BY, MANAGED_BY_KEY, dns_label, label_value
 from apps.core.errors import ParseFailed
 

@@ -6,10 +6,11 @@
   → read and compare), so a re-delivered task either finds nothing pending or re-applies harmlessly.
 * Transient errors back off exponentially with jitter (bounded); after ``max_attempts``, or on a
   permanent error, the action fails with the later actions of its attempt. A failed *workload*
-  apply is reported with the ``workload_push_failed`` signal (``apps.clusters.signals``) inside the
-  transaction that marks it failed; the scheduling app's receiver returns the job to pending with
-  the reason, releases its allocations and advances its ``attempt`` (the allocation slot and the
-  workload name include the attempt, so the next placement cannot collide with this one).
+  apply is handed to the caller's ``on_failed`` (``OnFailed``) inside the transaction that marks it
+  failed: scheduling's rule (``apps.scheduling.push``, what the worker runs) returns the job to
+  pending with the reason, releases its allocations and advances its ``attempt`` (the allocation
+  slot and the workload name include the attempt, so the next placement cannot collide with this
+  one). Without ``on_failed`` only the actions are marked.
 * An apply refused with 422 ``field is immutable`` (a Job's ``spec.template``, a Deployment's
   ``spec.selector``: ``ImmutableFieldError``) is neither retried as a patch (it would loop) nor
   failed (that releases the cards while the live object runs): the live object is deleted
@@ -23,13 +24,15 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import transaction
 from django.db.models import Max
 from django.utils import timezone
 
-from apps.clusters.backend import (
+from apps.clusters.backends.errors import (
     BackendError,
     ImmutableFieldError,
     PermanentBackendError,
@@ -45,7 +48,6 @@ from apps.clusters.health import (
 )
 from apps.clusters.models import ClusterLoop, PushAction
 from apps.clusters.outbox import job_stream
-from apps.clusters.signals import workload_push_failed
 from apps.core.locks import try_lock
 from apps.core.stored_text import stored
 from apps.inventory.models import Cluster
@@ -58,6 +60,11 @@ BACKOFF_CAP_SECONDS = 300.0
 DEFAULT_MAX_ATTEMPTS = 5
 # How often a replaced object (see ImmutableFieldError) is checked for being gone.
 REPLACE_POLL_SECONDS = 5.0
+# What a caller does when a job's workload apply failed for good, called with ``action`` (the failed
+# PushAction, ``job_id`` and ``attempt`` set), ``reason`` (one line, ≤ 500 characters, for the job's
+# event) and ``actor``, inside the transaction that marks the action failed: its writes commit with
+# it, and if it raises the failure rolls back (the action stays pending and is retried).
+OnFailed = Callable[..., None]
 
 
 def backoff_delay(
@@ -97,11 +104,13 @@ def _hold(action: PushAction, *, error: str) -> None:
     PushAction.objects.filter(pk=action.pk, state=PushAction.State.PENDING).update(last_error=reason[:2000])
 
 
-def _fail(action: PushAction, *, error: str, attempts: int, actor: Any, now: dt.datetime) -> bool:
+def _fail(
+    action: PushAction, *, error: str, attempts: int, actor: Any, now: dt.datetime, on_failed: OnFailed | None
+) -> bool:
     """Mark the action (and the later pending actions of its attempt) failed. A failed workload apply
-    is reported with ``workload_push_failed`` inside the same transaction, so what the receivers do
-    (the job back to pending, its allocations released) commits or rolls back with it. Returns
-    whether this call failed it."""
+    is handed to ``on_failed`` inside the same transaction, so what it does (the job back to
+    pending, its allocations released) commits or rolls back with it. Returns whether this call
+    failed it."""
     reason = (PUSH_FAILED % {"action": _describe(action), "error": error})[:500]
     with transaction.atomic():
         won = PushAction.objects.filter(pk=action.pk, state=PushAction.State.PENDING).update(
@@ -112,9 +121,9 @@ def _fail(action: PushAction, *, error: str, attempts: int, actor: Any, now: dt.
         PushAction.objects.filter(
             stream=action.stream, attempt=action.attempt, seq__gt=action.seq, state=PushAction.State.PENDING
         ).update(state=PushAction.State.FAILED, last_error=NOT_ATTEMPTED % {"action": _describe(action)})
-        if action.job_id is None or action.verb != PushAction.Verb.APPLY:
+        if action.job_id is None or action.verb != PushAction.Verb.APPLY or on_failed is None:
             return True
-        workload_push_failed.send(sender=PushAction, action=action, reason=reason, actor=actor)
+        on_failed(action=action, reason=reason, actor=actor)
     return True
 
 
@@ -185,9 +194,12 @@ def push_job_run(
     actor: Any = "worker",
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     now: dt.datetime | None = None,
+    on_failed: OnFailed | None = None,
 ) -> dict:
     """Apply the job's due pending actions in order. Returns counts: applied / retry / failed / waiting."""
-    summary = push_stream_run(stream=job_stream(job_id), actor=actor, max_attempts=max_attempts, now=now)
+    summary = push_stream_run(
+        stream=job_stream(job_id), actor=actor, max_attempts=max_attempts, now=now, on_failed=on_failed
+    )
     summary["job_id"] = job_id
     return summary
 
@@ -200,6 +212,7 @@ def push_stream_run(
     now: dt.datetime | None = None,
     session: PushSession | None = None,
     cluster_id: int | None = None,
+    on_failed: OnFailed | None = None,
 ) -> dict:
     """Apply a stream's due pending actions in order. Returns counts: applied / retry / failed / waiting.
 
@@ -207,143 +220,205 @@ def push_stream_run(
     With ``cluster_id`` only that cluster's actions of the stream are pushed (a per-cluster push: a
     job retried on another cluster keeps its old attempt's deletes on the first one). Actions of a
     cluster that gave no answer earlier in the session (``PushSession.unreachable``) wait, untried.
+    A job's workload that fails for good is handed to ``on_failed`` (``OnFailed``).
     """
     now = now or timezone.now()
-    summary = {"stream": stream, "applied": 0, "retry": 0, "failed": 0, "waiting": 0, "held": 0, "errors": []}
     own = session is None
     # A push of its own (after commit) does not call a cluster that is backing off: held instead.
     session = PushSession(skip=clusters_backing_off(now=now)) if own else session
+    run = _StreamRun(stream, session, now, actor, max_attempts, on_failed)
     try:
-        # One read for the stream's pending actions and one for its job's state; each outcome is
-        # still recorded by a conditional update, so a concurrent pusher never double-applies.
-        rows = PushAction.objects.select_related("cluster").filter(
-            stream=stream, state=PushAction.State.PENDING
-        )
-        if cluster_id is not None:
-            rows = rows.filter(cluster_id=cluster_id)
-        pending = list(rows.order_by("attempt", "seq"))
-        job_id = next((a.job_id for a in pending if a.job_id), None)
-        job_state = Job.objects.filter(pk=job_id).values_list("state", "attempt").first() if job_id else None
+        pending, job_state = _pending_actions(stream, cluster_id)
         for action in pending:
-            if action.next_attempt_at > now:
-                summary["waiting"] += 1
-                break
-            if (
-                action.job_id
-                and action.verb == PushAction.Verb.APPLY
-                and (
-                    job_state is None
-                    or job_state[0] not in (JobState.SCHEDULED, JobState.RUNNING)
-                    or job_state[1] != action.attempt
-                )
-            ):
-                # The job moved on (cancelled, requeued, a newer attempt): this apply is stale.
-                PushAction.objects.filter(pk=action.pk, state=PushAction.State.PENDING).update(
-                    state=PushAction.State.FAILED,
-                    last_error=f"not applied: job is {job_state[0] if job_state else 'gone'}",
-                )
-                summary["failed"] += 1
-                continue
-            if action.cluster_id in session.unreachable:
-                # The cluster did not answer a moment ago (or backs off after failures): another call
-                # would wait the timeout again. Held with the reason, untried.
-                _hold(action, error=session.unreachable[action.cluster_id])
-                summary["held"] += 1
-                break
-            attempts = action.attempts + 1
-            namespace = (action.cluster_id, action.name)
-            is_namespace = action.kind == "Namespace" and action.verb == PushAction.Verb.APPLY
-            try:
-                if action.verb == PushAction.Verb.APPLY and (action.result or {}).get("replacing"):
-                    wait = _replacement_wait(session.backend(action.cluster), action)
-                    if wait:
-                        # Not an error and not a try: the old object's pods are ending.
-                        PushAction.objects.filter(pk=action.pk, state=PushAction.State.PENDING).update(
-                            last_error=wait[:2000],
-                            next_attempt_at=now + dt.timedelta(seconds=REPLACE_POLL_SECONDS),
-                        )
-                        summary["waiting"] += 1
-                        break
-                if is_namespace and namespace in session.namespaces:
-                    # Every job of a project applies its namespace; once per batch is enough.
-                    result = {"action": "unchanged", "note": "applied earlier in this batch"}
-                else:
-                    result = _call(session.backend(action.cluster), action)  # no transaction open here
-                    if is_namespace:
-                        session.namespaces.add(namespace)
-            except TransientBackendError as e:
-                summary["errors"].append(f"{_describe(action)}: {e.message}")
-                session.note_error(action.cluster_id, e)
-                if attempts >= max_attempts and action.job_id is None and no_answer(e):
-                    # A standalone object (a quota, a node's labels) is never lost to an outage: it
-                    # waits for the cluster, tried at the capped backoff, held with the reason.
-                    reason = HELD_UNREACHABLE % {"cluster": action.cluster.slug, "error": e.message[:500]}
-                    _retry_later(action, attempts=attempts, error=reason, now=now)
-                    summary["held"] += 1
-                    break
-                if attempts >= max_attempts:
-                    _fail(
-                        action,
-                        error=f"{e.message} (after {attempts} attempts)",
-                        attempts=attempts,
-                        actor=actor,
-                        now=now,
-                    )
-                    summary["failed"] += 1
-                    break
-                _retry_later(action, attempts=attempts, error=e.message, now=now)
-                summary["retry"] += 1
-                break  # later actions of this job wait for this one
-            except ImmutableFieldError as e:
-                # 422 "field is immutable" (pkg/apis/batch/validation ValidateJobSpecUpdate, apps
-                # ValidateDeploymentUpdate): patching again would loop on 422, and failing the push
-                # would release the cards while the live object still runs. Delete it (Background),
-                # create the desired one once it and its pods are confirmed gone (a later round).
-                summary["errors"].append(f"{_describe(action)}: {e.message}")
-                replacing = _replacing(e)
-                try:
-                    session.backend(action.cluster).delete(action.kind, action.namespace or None, action.name)
-                except BackendError as delete_error:
-                    summary["errors"].append(f"delete for replacement: {delete_error.message}")
-                    session.note_error(action.cluster_id, delete_error)
-                    _retry_later(action, attempts=attempts, error=delete_error.message, now=now)
-                    summary["retry"] += 1
-                    break
-                PushAction.objects.filter(pk=action.pk, state=PushAction.State.PENDING).update(
-                    last_error=(
-                        f"{e.message}; the live object was deleted and is created again once it is gone"
-                    )[:2000],
-                    result={"replacing": replacing},
-                    next_attempt_at=now + dt.timedelta(seconds=REPLACE_POLL_SECONDS),
-                )
-                summary["retry"] += 1
-                break
-            except (PermanentBackendError, BackendError) as e:
-                summary["errors"].append(f"{_describe(action)}: {e.message}")
-                if _namespace_missing(action, e) and attempts < max_attempts:
-                    # Its namespace is being created by another stream (e.g. a ResourceQuota pushed
-                    # beside a project's first job): wait for it instead of failing.
-                    _retry_later(action, attempts=attempts, error=e.message, now=now)
-                    summary["retry"] += 1
-                    break
-                _fail(action, error=e.message, attempts=attempts, actor=actor, now=now)
-                summary["failed"] += 1
-                break
-            if (action.result or {}).get("replacing"):
-                result["replaced"] = action.result["replacing"]["uid"]
-            done = PushAction.objects.filter(pk=action.pk, state=PushAction.State.PENDING).update(
-                state=PushAction.State.APPLIED,
-                attempts=attempts,
-                last_error="",
-                applied_at=timezone.now(),
-                result=result,
-            )
-            if done:
-                summary["applied"] += 1
+            if not _push_action(run, action, job_state):
+                break  # later actions of the stream wait for this one
     finally:
         if own:
             session.close()
-    return summary
+    return run.summary
+
+
+@dataclass
+class _StreamRun:
+    """One ``push_stream_run``: what each action's push needs, and the counts so far."""
+
+    stream: str
+    session: PushSession
+    now: dt.datetime
+    actor: Any
+    max_attempts: int
+    on_failed: OnFailed | None
+    summary: dict = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.summary = {
+            "stream": self.stream,
+            "applied": 0,
+            "retry": 0,
+            "failed": 0,
+            "waiting": 0,
+            "held": 0,
+            "errors": [],
+        }
+
+    def count(self, outcome: str) -> None:
+        self.summary[outcome] += 1
+
+    def error(self, action: PushAction, message: str) -> None:
+        self.summary["errors"].append(f"{_describe(action)}: {message}")
+
+    def fail(self, action: PushAction, *, error: str, attempts: int) -> None:
+        _fail(
+            action, error=error, attempts=attempts, actor=self.actor, now=self.now, on_failed=self.on_failed
+        )
+        self.count("failed")
+
+    def retry_later(self, action: PushAction, *, attempts: int, error: str, outcome: str = "retry") -> None:
+        _retry_later(action, attempts=attempts, error=error, now=self.now)
+        self.count(outcome)
+
+
+def _pending_actions(stream: str, cluster_id: int | None) -> tuple[list[PushAction], tuple | None]:
+    """The stream's pending actions in order and its job's (state, attempt). One read for each; each
+    outcome is still recorded by a conditional update, so a concurrent pusher never double-applies."""
+    rows = PushAction.objects.select_related("cluster").filter(stream=stream, state=PushAction.State.PENDING)
+    if cluster_id is not None:
+        rows = rows.filter(cluster_id=cluster_id)
+    pending = list(rows.order_by("attempt", "seq"))
+    job_id = next((a.job_id for a in pending if a.job_id), None)
+    job_state = Job.objects.filter(pk=job_id).values_list("state", "attempt").first() if job_id else None
+    return pending, job_state
+
+
+def _stale(action: PushAction, job_state: tuple | None) -> bool:
+    """A job's apply whose job moved on (cancelled, requeued, a newer attempt)."""
+    return bool(
+        action.job_id
+        and action.verb == PushAction.Verb.APPLY
+        and (
+            job_state is None
+            or job_state[0] not in (JobState.SCHEDULED, JobState.RUNNING)
+            or job_state[1] != action.attempt
+        )
+    )
+
+
+def _push_action(run: _StreamRun, action: PushAction, job_state: tuple | None) -> bool:
+    """Push one pending action and record its outcome; whether the stream's next action may go now."""
+    if action.next_attempt_at > run.now:
+        run.count("waiting")
+        return False
+    if _stale(action, job_state):
+        PushAction.objects.filter(pk=action.pk, state=PushAction.State.PENDING).update(
+            state=PushAction.State.FAILED,
+            last_error=f"not applied: job is {job_state[0] if job_state else 'gone'}",
+        )
+        run.count("failed")
+        return True
+    if action.cluster_id in run.session.unreachable:
+        # The cluster did not answer a moment ago (or backs off after failures): another call
+        # would wait the timeout again. Held with the reason, untried.
+        _hold(action, error=run.session.unreachable[action.cluster_id])
+        run.count("held")
+        return False
+    attempts = action.attempts + 1
+    try:
+        result = _send(run, action)
+    except TransientBackendError as e:
+        _transient(run, action, e, attempts=attempts)
+        return False
+    except ImmutableFieldError as e:
+        _replace(run, action, e, attempts=attempts)
+        return False
+    except (PermanentBackendError, BackendError) as e:
+        _refused(run, action, e, attempts=attempts)
+        return False
+    if result is None:
+        run.count("waiting")
+        return False
+    if (action.result or {}).get("replacing"):
+        result["replaced"] = action.result["replacing"]["uid"]
+    done = PushAction.objects.filter(pk=action.pk, state=PushAction.State.PENDING).update(
+        state=PushAction.State.APPLIED,
+        attempts=attempts,
+        last_error="",
+        applied_at=timezone.now(),
+        result=result,
+    )
+    if done:
+        run.count("applied")
+    return True
+
+
+def _send(run: _StreamRun, action: PushAction) -> dict | None:
+    """Call the cluster for ``action`` (no transaction open here): its result, or None while a
+    replaced object's pods are still ending (not an error and not a try)."""
+    session = run.session
+    if action.verb == PushAction.Verb.APPLY and (action.result or {}).get("replacing"):
+        wait = _replacement_wait(session.backend(action.cluster), action)
+        if wait:
+            PushAction.objects.filter(pk=action.pk, state=PushAction.State.PENDING).update(
+                last_error=wait[:2000],
+                next_attempt_at=run.now + dt.timedelta(seconds=REPLACE_POLL_SECONDS),
+            )
+            return None
+    namespace = (action.cluster_id, action.name)
+    is_namespace = action.kind == "Namespace" and action.verb == PushAction.Verb.APPLY
+    if is_namespace and namespace in session.namespaces:
+        # Every job of a project applies its namespace; once per batch is enough.
+        return {"action": "unchanged", "note": "applied earlier in this batch"}
+    result = _call(session.backend(action.cluster), action)
+    if is_namespace:
+        session.namespaces.add(namespace)
+    return result
+
+
+def _transient(run: _StreamRun, action: PushAction, e: TransientBackendError, *, attempts: int) -> None:
+    """A retryable error: back off, or after ``max_attempts`` fail (a standalone object is held)."""
+    run.error(action, e.message)
+    run.session.note_error(action.cluster_id, e)
+    if attempts >= run.max_attempts and action.job_id is None and no_answer(e):
+        # A standalone object (a quota, a node's labels) is never lost to an outage: it
+        # waits for the cluster, tried at the capped backoff, held with the reason.
+        reason = HELD_UNREACHABLE % {"cluster": action.cluster.slug, "error": e.message[:500]}
+        run.retry_later(action, attempts=attempts, error=reason, outcome="held")
+    elif attempts >= run.max_attempts:
+        run.fail(action, error=f"{e.message} (after {attempts} attempts)", attempts=attempts)
+    else:
+        run.retry_later(action, attempts=attempts, error=e.message)
+
+
+def _replace(run: _StreamRun, action: PushAction, e: ImmutableFieldError, *, attempts: int) -> None:
+    """422 "field is immutable" (pkg/apis/batch/validation ValidateJobSpecUpdate, apps
+    ValidateDeploymentUpdate): patching again would loop on 422, and failing the push would release
+    the cards while the live object still runs. Delete it (Background), create the desired one once
+    it and its pods are confirmed gone (a later round)."""
+    run.error(action, e.message)
+    replacing = _replacing(e)
+    try:
+        run.session.backend(action.cluster).delete(action.kind, action.namespace or None, action.name)
+    except BackendError as delete_error:
+        run.summary["errors"].append(f"delete for replacement: {delete_error.message}")
+        run.session.note_error(action.cluster_id, delete_error)
+        run.retry_later(action, attempts=attempts, error=delete_error.message)
+        return
+    PushAction.objects.filter(pk=action.pk, state=PushAction.State.PENDING).update(
+        last_error=(f"{e.message}; the live object was deleted and is created again once it is gone")[:2000],
+        result={"replacing": replacing},
+        next_attempt_at=run.now + dt.timedelta(seconds=REPLACE_POLL_SECONDS),
+    )
+    run.count("retry")
+
+
+def _refused(run: _StreamRun, action: PushAction, e: BackendError, *, attempts: int) -> None:
+    """A permanent refusal fails the action, except a namespace that is being created."""
+    run.error(action, e.message)
+    if _namespace_missing(action, e) and attempts < run.max_attempts:
+        # Its namespace is being created by another stream (e.g. a ResourceQuota pushed
+        # beside a project's first job): wait for it instead of failing.
+        run.retry_later(action, attempts=attempts, error=e.message)
+        return
+    run.fail(action, error=e.message, attempts=attempts)
 
 
 class PushSession:
@@ -382,7 +457,13 @@ class PushSession:
                 close()
 
 
-def push_pending_run(*, actor: Any = "worker", limit: int = 100, now: dt.datetime | None = None) -> dict:
+def push_pending_run(
+    *,
+    actor: Any = "worker",
+    limit: int = 100,
+    now: dt.datetime | None = None,
+    on_failed: OnFailed | None = None,
+) -> dict:
     """Push every stream with a due action, one client per cluster for the whole batch. One stream's
     unexpected failure does not stop the others."""
     done, errors = [], []
@@ -390,7 +471,7 @@ def push_pending_run(*, actor: Any = "worker", limit: int = 100, now: dt.datetim
     try:
         for stream in push_due_streams(now=now, limit=limit):
             try:
-                push_stream_run(stream=stream, actor=actor, now=now, session=session)
+                push_stream_run(stream=stream, actor=actor, now=now, session=session, on_failed=on_failed)
                 done.append(stream)
             except Exception as e:  # noqa: BLE001
                 logger.exception("push of %s failed", stream)
@@ -440,6 +521,7 @@ def push_cluster_run(
     now: dt.datetime | None = None,
     timeout: float | None = None,
     force: bool = False,
+    on_failed: OnFailed | None = None,
 ) -> dict:
     """One cluster's periodic push (the per-cluster task): its streams with a due action, one client
     for all of them, under the cluster's lock. Skipped when the cluster is gone, backing off (unless
@@ -463,7 +545,12 @@ def push_cluster_run(
                     break
                 try:
                     summary = push_stream_run(
-                        stream=stream, actor=actor, now=now, session=session, cluster_id=cluster.pk
+                        stream=stream,
+                        actor=actor,
+                        now=now,
+                        session=session,
+                        cluster_id=cluster.pk,
+                        on_failed=on_failed,
                     )
                     done.append(stream)
                     applied += summary["applied"]

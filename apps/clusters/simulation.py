@@ -1,6 +1,6 @@
 """A simulated cluster whose state lives in the database (``SimulatedCluster``).
 
-The in-memory :class:`~apps.clusters.backend.SimulatedBackend` is per process; the demo runs a web
+The in-memory :class:`~apps.clusters.backends.simulated.SimulatedBackend` is per process; the demo runs a web
 server, Celery workers and beat in several processes that must all see one cluster, and a restart
 must not make every running job look "deleted behind our back". Each call here loads the state under
 a row lock, moves the simulated clock to the wall clock (times ``SIMULATED_TIME_SCALE``, plus any
@@ -34,19 +34,13 @@ import json
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from apps.clusters.backend import (
-    POD_EVENT_LIMIT,
-    ApplyResult,
-    ClusterBackend,
-    LogOptions,
-    SimulatedBackend,
-    _owner_uid,
-)
+from apps.clusters.backends.base import POD_EVENT_LIMIT, ApplyResult, ClusterBackend, LogOptions
+from apps.clusters.backends.simulated import SimulatedBackend, owner_uid
 from apps.clusters.models import SimulatedCluster
+from apps.core.conf import suanchi_setting
 
 T = TypeVar("T")
 
@@ -98,7 +92,7 @@ class FaithfulSimulatedBackend(SimulatedBackend):
         return [
             (key, pod)
             for key, pod in sorted(self._store.items())
-            if key[0] == "Pod" and key[1] == namespace and _owner_uid(pod) == uid
+            if key[0] == "Pod" and key[1] == namespace and owner_uid(pod) == uid
         ]
 
     def _delete_pod(self, key: tuple[str, str, str]) -> None:
@@ -257,7 +251,7 @@ class DurableSimulatedBackend(ClusterBackend):
     def __init__(self, cluster: Any, time_scale: float | None = None) -> None:
         self.cluster = cluster
         self.time_scale = (
-            float(settings.SUANCHI.get("SIMULATED_TIME_SCALE", 1.0)) if time_scale is None else time_scale
+            float(suanchi_setting("SIMULATED_TIME_SCALE", 1.0)) if time_scale is None else time_scale
         )
 
     def _row(self) -> SimulatedCluster:

@@ -2,7 +2,7 @@
 
 The official client turns a failed handshake into ``ApiException(status=0, reason="SSLError\\n…")``
 (kubernetes/client/rest.py: ``except urllib3.exceptions.SSLError``); the backend wraps that in a
-``BackendError`` (apps.clusters.backend ``_call_bytes``). The exception chain still holds Python's
+``BackendError`` (apps.clusters.backends.kubernetes ``_call_bytes``). The exception chain still holds Python's
 ``ssl.SSLCertVerificationError`` (``verify_code``, ``verify_message``) or ``ssl.SSLError``
 (``reason``). :func:`tls_failure` reads it into a small dict that is stored with the connection test
 (``Cluster.last_check["tls"]``) and explained at display, in the reader's language, by

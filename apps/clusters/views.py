@@ -14,7 +14,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
-from apps.clusters.backend import BackendError
+from apps.clusters.backends.errors import BackendError
 from apps.clusters.connect import check_lines, cluster_connection_test, cluster_save
 from apps.clusters.forms import CONNECTION_FIELDS, ClusterConnectionForm
 from apps.clusters.health import ClusterHealth, cluster_health

@@ -39,10 +39,11 @@ import ssl
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
+
+from apps.core.conf import suanchi_setting
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -149,7 +150,7 @@ def _literal(host: str) -> IPAddress | None:
 def allowed_networks() -> tuple[IPNetwork, ...]:
     """``SUANCHI['OUTBOUND_ALLOWED_NETWORKS']`` parsed (read at each call: settings may change)."""
     out = []
-    for entry in settings.SUANCHI.get("OUTBOUND_ALLOWED_NETWORKS") or ():
+    for entry in suanchi_setting("OUTBOUND_ALLOWED_NETWORKS", None) or ():
         try:
             out.append(ipaddress.ip_network(str(entry).strip(), strict=False))
         except ValueError:

@@ -16,8 +16,10 @@ message finds its run no longer queued and does nothing.
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
+from celery.exceptions import SoftTimeLimitExceeded
 from django.core.cache import cache
 from django.db import connection, transaction
 from django.utils import timezone
@@ -25,10 +27,12 @@ from django.utils import timezone
 from apps.core.audit import actor_fields
 from apps.core.models import BackgroundRun
 from apps.core.stored_text import stored
+from apps.core.validation import validate_and_save
 
 Status = BackgroundRun.Status
 PROGRESS_TTL_S = 24 * 3600
 BROKER_DOWN = stored("could not reach the task broker; the run is still queued")
+TIME_LIMIT_REACHED = stored("stopped: the run went past its time limit; start it again")
 
 
 def progress_key(run_id: int) -> str:
@@ -45,9 +49,7 @@ def run_create(*, kind: str, actor: Any, params: dict | None = None, message: st
         params=params or {},
         progress_message=message[:200],
     )
-    run.full_clean()
-    run.save()
-    return run
+    return validate_and_save(run, what="background run")
 
 
 def run_enqueue(*, run: BackgroundRun, task: str, args: list | None = None, queue: str | None = None) -> None:
@@ -137,7 +139,13 @@ def run_finish(*, run: BackgroundRun, result: dict | None = None, message: str |
 
 
 def run_fail(*, run: BackgroundRun, error: str, result: dict | None = None) -> bool:
-    """Mark a run failed with its ``error`` (and what the page needs to show it, in ``result``)."""
+    """Mark a run failed with its ``error`` (and what the page needs to show it, in ``result``).
+
+    Called while handling the ``SoftTimeLimitExceeded`` that Celery raises at a task's soft time limit
+    (worker/time_limits.py), the error says that instead of the caller's wording for an unexpected
+    error: every run's work ends in ``run_fail`` from its ``except``, so this one place covers them all."""
+    if isinstance(sys.exc_info()[1], SoftTimeLimitExceeded):
+        error = TIME_LIMIT_REACHED
     return _over(run, status=Status.FAILED, result=result, error=str(error)[:2000], message=None)
 
 

@@ -95,13 +95,14 @@ _DISCOVER_LOCK = threading.Lock()
 
 
 def discover() -> None:
-    """Import every module of the project's apps that registers stored texts, once per process.
+    """Import every module that registers stored texts, once per process: the list
+    ``settings.STORED_TEXT_MODULES`` (config/settings/base.py).
 
     A text is registered when the module that defines it is imported; a web process showing a job's
     events has not necessarily imported the worker module that wrote one of them (e.g. the scaling
-    service), and the sentence then stayed English. Like Django's admin autodiscovery, this imports
-    them all at first use — the modules whose source mentions ``stored(`` (migrations and management
-    commands aside)."""
+    service), and the sentence then stayed English. Like Django's ``INSTALLED_APPS``, the modules are
+    named in settings and imported at first use; tests/core/test_stored_text.py checks that every
+    module calling ``stored(`` is listed."""
     global _DISCOVERED
     if _DISCOVERED:
         return
@@ -109,21 +110,11 @@ def discover() -> None:
         if _DISCOVERED:
             return
         import importlib
-        import pkgutil
-        from pathlib import Path
 
-        import apps
+        from django.conf import settings
 
-        for info in pkgutil.walk_packages(apps.__path__, prefix="apps."):
-            if ".migrations" in info.name or ".management" in info.name or info.ispkg:
-                continue
-            path = Path(info.module_finder.path) / (info.name.rsplit(".", 1)[-1] + ".py")
-            try:
-                if "stored(" not in path.read_text(encoding="utf-8"):
-                    continue
-            except OSError:
-                continue
-            importlib.import_module(info.name)
+        for name in settings.STORED_TEXT_MODULES:
+            importlib.import_module(name)
         _DISCOVERED = True
 
 

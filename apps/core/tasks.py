@@ -1,14 +1,14 @@
 """One way to enqueue a Celery task after the caller's transaction commits.
 
-``enqueue_on_commit("worker.tasks.push.push_stream_task", stream, queue="push")`` registers a
+``enqueue_on_commit(task_names.PUSH_STREAM, stream, queue="push")`` registers a
 callback with ``transaction.on_commit`` (Django "Performing actions after commit",
 https://docs.djangoproject.com/en/5.2/topics/db/transactions/#performing-actions-after-commit): the
 message is sent only once the rows it names are visible to a worker, and never for a transaction
 that rolled back. Outside a transaction (autocommit) it is sent at once.
 
-Tasks are named, not imported: every app sits below ``worker/`` and must not import it. When the
-task is registered in the current Celery app (a worker process, or any process that imported
-``worker.tasks``) its own ``apply_async`` sends it, which honours the task's options (and test
+Tasks are named, not imported: every app sits below ``worker/`` and must not import it; the names are
+the constants of ``apps.core.task_names``. When the task is registered in the current Celery app (a
+worker process, or any process that imported ``worker.tasks``) its own ``apply_async`` sends it, which honours the task's options (and test
 doubles of it); otherwise ``current_app.send_task`` sends it by name, routed by ``task_routes``
 (Celery "Calling Tasks" / ``Celery.send_task``,
 https://docs.celeryq.dev/en/stable/reference/celery.html#celery.Celery.send_task).

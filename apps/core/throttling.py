@@ -18,11 +18,12 @@ import math
 import threading
 import time
 
-from django.conf import settings
 from django.core.cache import cache
 from django.core.cache.backends.locmem import LocMemCache
 from redis.exceptions import RedisError
 from rest_framework.throttling import UserRateThrottle
+
+from apps.core.conf import suanchi_setting
 
 logger = logging.getLogger(__name__)
 
@@ -52,7 +53,7 @@ LOGIN_WINDOW_SECONDS = 60
 def client_address(request) -> str:
     """The client's address: ``REMOTE_ADDR``, or — behind N trusted proxies — the N-th entry from the
     right of ``X-Forwarded-For`` (entries further left are the client's own claims and not trusted)."""
-    proxies = int(settings.SUANCHI.get("TRUSTED_PROXIES", 0) or 0)
+    proxies = int(suanchi_setting("TRUSTED_PROXIES", 0) or 0)
     if proxies > 0:
         chain = [p.strip() for p in request.META.get("HTTP_X_FORWARDED_FOR", "").split(",") if p.strip()]
         if len(chain) >= proxies:

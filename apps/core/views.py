@@ -101,6 +101,7 @@ def run_progress_json(request: HttpRequest, pk: int) -> JsonResponse:
 
     progress = run_progress_read(run)
     progress["message"] = localize(progress["message"])  # a stored text, in the reader's language
+    progress["error"] = localize(progress["error"])
     response = JsonResponse(progress)
     response["Cache-Control"] = "no-store"
     return response

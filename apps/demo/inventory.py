@@ -21,6 +21,7 @@ from decimal import Decimal
 from apps.accounts.models import Project
 from apps.catalog.models import ComputeCoefficient, DeviceModel
 from apps.catalog.services import compute_coefficient_set
+from apps.clusters.outbox import node_patch_enqueue
 from apps.inventory.models import AgentToken, Cluster, Device, Node, Pool
 from apps.inventory.services import discovery, labels, ledger, tokens
 from apps.inventory.services.ledger import IMPORT_COLUMNS
@@ -481,7 +482,8 @@ def load(*, actor, stdout) -> dict:
         )
 
     for node in Node.objects.filter(cluster=cluster):
-        labels.node_labels_apply(node=node, actor=actor)
+        if labels.node_labels_apply(node=node, actor=actor):
+            node_patch_enqueue(node)
 
     for model_name, value in POLICY_COEFFICIENTS.items():
         model = DeviceModel.objects.filter(name=model_name).first()

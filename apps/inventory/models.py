@@ -15,6 +15,7 @@ from django.utils.translation import pgettext_lazy
 
 from apps.accounts.models import ApiToken, Project
 from apps.catalog.models import DeviceModel, Vendor
+from apps.core.conf import suanchi_setting
 from apps.core.models import BaseModel
 
 
@@ -107,14 +108,12 @@ def kubeconfig_path_problem(path: str, *, must_exist: bool = True) -> str:
     (``apps.clusters.kubeconfig_safety``)."""
     from pathlib import Path, PurePath
 
-    from django.conf import settings
-
     if not path:
         return ""
-    trusted = (settings.SUANCHI.get("KUBECONFIG") or "").strip()
+    trusted = (suanchi_setting("KUBECONFIG", None) or "").strip()
     if trusted and path == trusted:
         return ""
-    root_text = settings.SUANCHI["SECRETS_DIR"]
+    root_text = suanchi_setting("SECRETS_DIR")
     if "\x00" in path or not PurePath(path).is_absolute():
         return _("The kubeconfig path must be an absolute path inside %(dir)s (SUANCHI_SECRETS_DIR).") % {
             "dir": root_text

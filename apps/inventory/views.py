@@ -30,10 +30,11 @@ from apps.core.errors import ApplicationError, InvalidTransition
 from apps.core.filters import page_filter
 from apps.core.templatetags.suanchi import link_tone
 from apps.inventory import charts, selectors
-from apps.inventory.extensions import DEVICE_HISTORY, NODE_HISTORY
 from apps.inventory.filtersets import DevicePageFilterSet, NodePageFilterSet
 from apps.inventory.models import Device, DeviceLink, Node
 from apps.inventory.services import ledger
+from apps.scheduling.faults import node_status_change
+from apps.telemetry.history_views import device_history_panel, node_history_panel
 
 PAGE_SIZE = 50
 FLEET_EVENT_COUNT = 20
@@ -255,8 +256,8 @@ def _node_detail_context(request: HttpRequest, node: Node) -> dict:
 def node_detail(request: HttpRequest, pk: int) -> HttpResponse:
     node = get_object_or_404(selectors.node_detail_queryset(user=request.user), pk=pk)
     context = _node_detail_context(request, node)
-    # The metric history (telemetry, through apps.inventory.extensions); a bad range is a 400.
-    panel = NODE_HISTORY.first(request, node) or {}
+    # The metric history (telemetry's panel; a web module may import it); a bad range is a 400.
+    panel = node_history_panel(request, node)
     context["history"] = panel.get("html", "")
     return render(request, "inventory/node_detail.html", context, status=panel.get("status", 200))
 
@@ -334,15 +335,15 @@ def _run_node_action(*, node: Node, action: str, reason: str, actor) -> None:
     S = Node.Status
     label = str(NODE_ACTIONS[action][0])
     if action == "maintenance_on":
-        ledger.node_status_set(node=node, status=S.MAINTENANCE, reason=reason, actor=actor)
+        node_status_change(node=node, status=S.MAINTENANCE, reason=reason, actor=actor)
     elif action == "maintenance_off":
         _require_status(node, S.MAINTENANCE, label)
-        ledger.node_status_set(node=node, status=S.READY, reason=reason, actor=actor)
+        node_status_change(node=node, status=S.READY, reason=reason, actor=actor)
     elif action == "quarantine":
-        ledger.node_status_set(node=node, status=S.QUARANTINED, reason=reason, actor=actor)
+        node_status_change(node=node, status=S.QUARANTINED, reason=reason, actor=actor)
     elif action == "release":
         _require_status(node, S.QUARANTINED, label)
-        ledger.node_status_set(node=node, status=S.READY, reason=reason, actor=actor)
+        node_status_change(node=node, status=S.READY, reason=reason, actor=actor)
     else:
         cordoned = action == "cordon"
         devices = list(
@@ -438,7 +439,7 @@ def device_detail(request: HttpRequest, pk: int) -> HttpResponse:
         peers.append({"peer": peer, "link": link})
     peers.sort(key=lambda item: (item["peer"].vendor, item["peer"].index))
     context = {"device": device, "events": events, "peers": peers}
-    # The metric history (telemetry, through apps.inventory.extensions); a bad range is a 400.
-    panel = DEVICE_HISTORY.first(request, device) or {}
+    # The metric history (telemetry's panel; a web module may import it); a bad range is a 400.
+    panel = device_history_panel(request, device)
     context["history"] = panel.get("html", "")
     return render(request, "inventory/device_detail.html", context, status=panel.get("status", 200))

@@ -193,8 +193,8 @@ class Job(BaseModel):
         ordering = ["-created_at", "-id"]
         indexes = [
             models.Index(fields=["state", "-priority", "created_at"], name="jobs_job_queue_idx"),
-            # The job list's sortable columns (job_views.JOB_SORTS): a page of a sorted list of 200,000
-            # jobs walks an index instead of sorting the table (issue 20).
+            # The job list's sortable columns (apps.jobs.views.listing.JOB_SORTS): a page of a sorted list
+            # of 200,000 jobs walks an index instead of sorting the table (issue 20).
             models.Index(fields=["requested_cu", "id"], name="jobs_job_cu_sort_idx"),
             models.Index(fields=["name", "id"], name="jobs_job_name_sort_idx"),
             models.Index(fields=["state", "id"], name="jobs_job_state_sort_idx"),

@@ -1,4 +1,5 @@
-"""Job writes of the jobs layer: the bare state transition (a conditional update) and the event log.
+"""Job writes of the jobs layer: the bare state transition (a conditional update), logged as a job
+event (``apps.jobs.events``: the one writer of job events, re-exported here as ``job_event``).
 
 What a state change means above the job itself (quota checks at submit, releasing cards, deleting
 Kubernetes objects, asking for a scheduling cycle) belongs to the lifecycle one layer up:
@@ -11,26 +12,12 @@ from decimal import Decimal
 
 from django.utils import timezone
 
-from apps.core.audit import actor_fields
 from apps.core.stored_text import stored
+from apps.jobs.events import job_event
 from apps.jobs.models import TRANSITIONS, Job, JobEvent, JobState
 
 # A state change without a reason, shown in the reader's language (apps.core.stored_text).
 STATE_CHANGED = stored("%(old)s → %(to)s")
-
-
-def job_event(
-    job: Job, *, kind: str, message: str, actor, from_state: str = "", to_state: str = "", data=None
-):
-    return JobEvent.objects.create(
-        job=job,
-        kind=kind,
-        message=message[:1000],
-        from_state=from_state,
-        to_state=to_state,
-        actor_label=actor_fields(actor)["actor_label"],
-        data=data or {},
-    )
 
 
 def job_transition(
@@ -73,3 +60,6 @@ def job_transition(
 
 def cu_quantize(value: Decimal) -> Decimal:
     return value.quantize(Decimal("0.0001"))
+
+
+__all__ = ["STATE_CHANGED", "cu_quantize", "job_event", "job_transition"]

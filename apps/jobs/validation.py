@@ -1,7 +1,7 @@
 """What Kubernetes would check on the pod fields a user supplies, checked at submission (400).
 
 A job's ``env``, ``command``, ``image``, ``tolerations`` and ``node_selector`` end up in the pod that
-the push renders (apps/clusters/manifests.py). Kubernetes would refuse an invalid one only at push time,
+the push renders (apps/clusters/manifests/pod.py). Kubernetes would refuse an invalid one only at push time,
 long after the user left, and a value of the wrong type (``"key": {"x": 1}``) crashed the scheduler's
 request building with a 500. The rules follow the Kubernetes API reference and its validation code:
 

@@ -8,6 +8,3 @@ class NotifyConfig(AppConfig):
     name = "apps.notify"
     label = "notify"
     verbose_name = "Notifications"
-
-    def ready(self) -> None:
-        from apps.notify import signals  # noqa: F401 - connects the event receivers

@@ -38,8 +38,9 @@ from django.utils.translation import gettext as _
 
 from apps.accounts.models import Membership, Project, UserPreference
 from apps.accounts.selectors import is_platform_staff, user_role
-from apps.core import outbound
+from apps.core import outbound, task_names
 from apps.core.audit import change_record_create
+from apps.core.conf import suanchi_setting
 from apps.core.errors import PermissionDenied, ValidationFailed
 from apps.core.stored_text import stored
 from apps.core.tasks import enqueue_on_commit
@@ -52,7 +53,7 @@ BACKOFF_S = 30  # 30 s, 1 min, 2 min, … capped at an hour
 BACKOFF_CAP_S = 3600
 LEASE_S = 120  # a claimed delivery not finished by then is claimed again
 TIMEOUT_S = 5
-SEND_TASK = "worker.tasks.notify.deliveries_send_task"
+SEND_TASK = task_names.DELIVERIES_SEND
 LANGUAGES = ("en", "zh-hans")
 
 
@@ -363,7 +364,7 @@ def _send_robot(delivery: Delivery) -> tuple[bool, int | None, str]:
     with translation.override(language):
         title = _("[Suanchi] %(event)s") % {"event": Event(delivery.event).label}
     text = message_in(payload, language)
-    base = (settings.SUANCHI.get("PUBLIC_URL") or "").rstrip("/")
+    base = (suanchi_setting("PUBLIC_URL", None) or "").rstrip("/")
     if base and payload.get("link"):
         text = f"{text}\n{base}{payload['link']}"
     url, body = robots.build(sub.channel, sub.target, sub.secret, title=title, text=text, now=time.time())

@@ -1,4 +1,5 @@
-"""The quota's answer to the benchmark library (``apps.benchlib.recommend.QUOTA_CEILING``): the most
+"""The quota's answer to the benchmark library (``recommend(quota_ceiling=quota_ceiling)``, passed by the
+pages, the API and the scheduler, which sit above quotas): the most
 compute units per hour the reader's projects may hold on one option, so a recommendation marks the
 options that need more than that "over your quota"."""
 

@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from django.conf import settings
 from django.core.exceptions import EmptyResultSet
 from django.db import connection
 from django.db.models import (
@@ -33,6 +32,7 @@ from django.utils import timezone
 
 from apps.accounts.models import Project
 from apps.accounts.selectors import is_platform_staff, project_list
+from apps.core.conf import suanchi_setting
 from apps.jobs.models import QUEUED_STATES, Job
 from apps.quotas import admission
 from apps.quotas.book import quota_context
@@ -55,7 +55,7 @@ def quota_list(*, user) -> QuerySet[Quota]:
 
 
 def half_life_hours() -> float:
-    return float(settings.SUANCHI.get("FAIR_SHARE_HALF_LIFE_HOURS", DEFAULT_HALF_LIFE_HOURS))
+    return float(suanchi_setting("FAIR_SHARE_HALF_LIFE_HOURS", DEFAULT_HALF_LIFE_HOURS))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -330,7 +330,7 @@ def guaranteed_cu_hours(*, project: Project, month: dt.date) -> Decimal | None:
     rows = list(Quota.objects.filter(project=project).values_list("guaranteed_cu", "created_at"))
     if not rows:
         return None
-    zone = ZoneInfo(settings.SUANCHI.get("BILLING_TIME_ZONE") or settings.TIME_ZONE)
+    zone = ZoneInfo(suanchi_setting("BILLING_TIME_ZONE", None) or settings.TIME_ZONE)
     start = dt.datetime(month.year, month.month, 1, tzinfo=zone)
     end = dt.datetime(month.year + (month.month == 12), month.month % 12 + 1, 1, tzinfo=zone)
     total = Decimal(0)

@@ -21,6 +21,7 @@ from apps.catalog.selectors import coefficients_on
 from apps.core.audit import change_record_create, snapshot
 from apps.core.errors import Conflict, ValidationFailed
 from apps.core.permissions import require_staff
+from apps.core.services import model_update
 from apps.core.stored_text import stored
 from apps.core.validation import validate
 from apps.inventory.models import Cluster, Device
@@ -166,14 +167,17 @@ def quota_update(*, quota: Quota, actor, **fields: Any) -> Quota:
         )
     _decimals(fields)
     quota = Quota.objects.select_for_update().get(pk=quota.pk)
-    before = snapshot(quota, AUDIT_FIELDS)
-    for name, value in fields.items():
-        setattr(quota, name, value)
-    validate(quota, what="quota")
-    _check_department_bound(quota)
-    quota.save()
-    change_record_create(
-        actor=actor, action="quota.update", obj=quota, before=before, after=snapshot(quota, AUDIT_FIELDS)
+    # Every update request is recorded, with the whole quota before and after.
+    quota, _changed = model_update(
+        instance=quota,
+        fields=UPDATABLE,
+        data=fields,
+        actor=actor,
+        action="quota.update",
+        what="quota",
+        audit_fields=AUDIT_FIELDS,
+        check=_check_department_bound,
+        record_unchanged=True,
     )
     _push_affected(quota, actor=actor)
     return quota

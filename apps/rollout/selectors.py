@@ -172,6 +172,63 @@ def _hour_floor(at: datetime) -> datetime:
     return at.replace(minute=0, second=0, microsecond=0)
 
 
+def _coverage(devices, lost_ids: set[int], seen: dict[int, set[datetime]], *, start: datetime, end: datetime):
+    """(the hours already ingestible, % of them with utilization data per card in service)."""
+    expected = []
+    hour = _hour_floor(start)
+    while hour < end - INGEST_GRACE or (not expected and hour < end):
+        expected.append(hour)
+        hour += HOUR
+    per_device = {}
+    for device in devices:
+        if device.pk in lost_ids:
+            continue
+        have = len(seen.get(device.pk, set()) & set(expected))
+        per_device[str(device)] = round(100 * have / len(expected), 1) if expected else 0.0
+    return expected, per_device
+
+
+def _benchmark_measure(
+    measure: SoakMeasure, batch: GrayBatch, *, start: datetime, end: datetime
+) -> list[dict]:
+    """The soak's runs of the baseline's benchmark, measured against the baseline (into ``measure``)."""
+    baseline = batch.baseline_run
+    if baseline is None:
+        return []
+    measure.throughput_baseline = baseline.throughput
+    qs = BenchmarkRun.objects.filter(
+        batch=batch, name=baseline.name, unit=baseline.unit, measured_at__gte=start, measured_at__lte=end
+    ).select_related("node")
+    runs = [
+        {
+            "id": r.pk,
+            "node": r.node.name,
+            "throughput": str(r.throughput),
+            "measured_at": r.measured_at.isoformat(),
+        }
+        for r in qs.order_by("measured_at", "pk")
+    ]
+    if runs:
+        mean = sum(Decimal(r["throughput"]) for r in runs) / len(runs)
+        measure.throughput_measured = mean.quantize(Decimal("0.001"), ROUND_HALF_UP)
+        drop = (baseline.throughput - mean) / baseline.throughput * 100
+        measure.throughput_drop_pct = drop.quantize(TWO, ROUND_HALF_UP)
+    return runs
+
+
+def _hourly_series(per_hour: dict[datetime, dict[str, Any]]) -> list[dict]:
+    return [
+        {
+            "hour": at.isoformat(),
+            "util_avg": round(b["util_sum"] / b["util_n"], 1) if b["util_n"] else None,
+            "temp_max": b["temp_max"],
+            "counter_errors": b["errors"],
+            "error_events": b["events"],
+        }
+        for at, b in sorted(per_hour.items())
+    ]
+
+
 def soak_measure(*, batch: GrayBatch, now: datetime) -> SoakMeasure:
     """Every figure the soak criteria look at, with the rows behind them, over the soak so far."""
     from apps.telemetry.models import DeviceRollup
@@ -250,60 +307,16 @@ def soak_measure(*, batch: GrayBatch, now: datetime) -> SoakMeasure:
     for event in events:
         per_hour[_hour_floor(event["created_at"])]["events"] += 1
 
-    # Coverage: hours with utilization data per card in service, over the hours already ingestible.
-    expected = []
-    hour = _hour_floor(start)
-    while hour < end - INGEST_GRACE or (not expected and hour < end):
-        expected.append(hour)
-        hour += HOUR
-    per_device = {}
-    for device in devices:
-        if device.pk in lost_ids:
-            continue
-        have = len(seen.get(device.pk, set()) & set(expected))
-        per_device[str(device)] = round(100 * have / len(expected), 1) if expected else 0.0
+    expected, per_device = _coverage(devices, lost_ids, seen, start=start, end=end)
     if per_device:
         measure.coverage_pct = Decimal(str(min(per_device.values()))).quantize(TWO)
 
-    # Benchmark: the soak's runs of the baseline's benchmark against the baseline.
-    runs: list[dict[str, Any]] = []
     baseline = batch.baseline_run
-    if baseline is not None:
-        measure.throughput_baseline = baseline.throughput
-        qs = BenchmarkRun.objects.filter(
-            batch=batch, name=baseline.name, unit=baseline.unit, measured_at__gte=start, measured_at__lte=end
-        ).select_related("node")
-        runs = [
-            {
-                "id": r.pk,
-                "node": r.node.name,
-                "throughput": str(r.throughput),
-                "measured_at": r.measured_at.isoformat(),
-            }
-            for r in qs.order_by("measured_at", "pk")
-        ]
-        if runs:
-            mean = sum(Decimal(r["throughput"]) for r in runs) / len(runs)
-            measure.throughput_measured = mean.quantize(Decimal("0.001"), ROUND_HALF_UP)
-            drop = (baseline.throughput - mean) / baseline.throughput * 100
-            measure.throughput_drop_pct = drop.quantize(TWO, ROUND_HALF_UP)
-
-    series = []
-    for at in sorted(per_hour):
-        b = per_hour[at]
-        series.append(
-            {
-                "hour": at.isoformat(),
-                "util_avg": round(b["util_sum"] / b["util_n"], 1) if b["util_n"] else None,
-                "temp_max": b["temp_max"],
-                "counter_errors": b["errors"],
-                "error_events": b["events"],
-            }
-        )
+    runs = _benchmark_measure(measure, batch, start=start, end=end)
     measure.evidence = {
         "devices": len(devices),
         "nodes": len(node_ids),
-        "series": series,
+        "series": _hourly_series(per_hour),
         "error_event_ids": [e["pk"] for e in events][:200],
         "error_event_samples": [
             {"at": e["created_at"].isoformat(), "kind": e["kind"], "message": e["message"]}

@@ -14,7 +14,6 @@ from django.utils.translation import gettext_lazy as _
 from apps.core.admin import ReadOnlyAdminMixin
 from apps.inventory.models import Node
 from apps.jobs.models import Allocation, Job
-from apps.scheduling import job_admin  # noqa: F401 - registers JobAdmin (it calls the lifecycle)
 from apps.scheduling.models import DecisionTrace
 
 

@@ -19,8 +19,10 @@ from django.utils import timezone
 from apps.core.audit import actor_fields
 from apps.core.stored_text import stored
 from apps.inventory.models import Device
+from apps.jobs.events import record_job_events
 from apps.jobs.models import Allocation, Job, JobEvent
 from apps.scheduling.engine.model import WHOLE, Decision
+from apps.scheduling.engine.share import share_fits
 
 CU_QUANTUM = Decimal("0.0001")
 
@@ -195,25 +197,54 @@ def _fits(
         shared += compute
     else:
         hard += compute
-    return hard * factor + shared * 100 <= WHOLE * factor
+    return share_fits(hard, shared, factor)
 
 
 RELEASED = stored("%(count)s allocation(s) released: %(reason)s")  # apps.core.stored_text
 
 
-@transaction.atomic
-def allocations_release(*, job: Job, reason: str, actor) -> int:
-    """Release the job's active allocations (completion, cancel, preemption). Idempotent."""
-    now = timezone.now()
-    count = Allocation.objects.filter(job=job, released_at__isnull=True).update(
-        released_at=now, release_reason=reason[:200]
-    )
-    if count:
-        JobEvent.objects.create(
-            job=job,
-            kind=JobEvent.Kind.RELEASED,
-            message=RELEASED % {"count": count, "reason": reason},
-            actor_label=actor_fields(actor)["actor_label"],
+def allocations_release(
+    *,
+    job: Job | int,
+    actor,
+    reason: str = "",
+    rows=None,
+    msgid: str | None = RELEASED,
+    params: dict | None = None,
+    data: dict | None = None,
+) -> int:
+    """Release allocations of ``job`` (a Job or its pk): the one place an allocation gets its
+    ``released_at``, whether the job finished, was cancelled or preempted, Kubernetes confirmed its
+    objects gone (``releasing``), or it scaled down (``scaling``). Runs in the caller's transaction.
+
+    ``rows``: which allocations (default: every active one of the job); ``reason`` becomes their
+    release reason when given. One RELEASED job event says how many, in words
+    ``msgid % {"count": n, **params}`` (``params`` default to the reason); a parameter that is itself
+    a stored text, ``{"msgid", "params"}``, is written in words there and kept as it is in the event's
+    data, beside ``data``. ``msgid=None`` writes no event (the caller's own event says it).
+    Idempotent: nothing left to release, nothing written. Returns how many were released."""
+    if rows is None:
+        rows = Allocation.objects.filter(job=job, released_at__isnull=True)
+    values = {"released_at": timezone.now()}
+    if reason:
+        values["release_reason"] = reason[:200]
+    count = rows.update(**values)
+    if count and msgid is not None:
+        params = {"count": count, **({"reason": reason} if params is None else params)}
+        words = {
+            k: v["msgid"] % v["params"] if isinstance(v, dict) and "msgid" in v else v
+            for k, v in params.items()
+        }
+        record_job_events(
+            [
+                JobEvent(
+                    **({"job": job} if isinstance(job, Job) else {"job_id": job}),
+                    kind=JobEvent.Kind.RELEASED,
+                    message=msgid % words,
+                    actor_label=actor_fields(actor)["actor_label"],
+                    data={"msgid": msgid, "params": params, **(data or {})},
+                )
+            ]
         )
     return count
 

@@ -93,8 +93,8 @@ def is_hardware_fault(key: str) -> bool:
 # * a node-level fault (Kubernetes NotReady, a failed gray batch, an operator's quarantine, or
 #   ``NODE_FAULT_INCIDENTS`` separate card faults on one node) quarantines the node; every job on it
 #   is retried elsewhere from its checkpoint, one event each naming the cause
-#   (``node_quarantined_receive``, connected to the ledger's ``node_quarantined`` signal, so every
-#   way into quarantine does it).
+#   (``node_moved``, called by ``node_status_change``, the way every caller above the ledger moves
+#   a node, and by the ledger CSV import).
 
 # Separate card-fault incidents (distinct cordon reasons) on one node that make it a node fault.
 NODE_FAULT_INCIDENTS = 2
@@ -237,23 +237,57 @@ def device_fault_events(events, *, actor) -> list[str]:
 
 def node_quarantine(*, node, reason: str, actor) -> bool:
     """A node-level fault: quarantine the node (its NoExecute taint goes out through the outbox;
-    ``node_quarantined_receive`` retries its jobs). False when it already is quarantined or retired."""
+    ``node_moved`` retries its jobs). False when it already is quarantined or retired."""
     from apps.inventory.models import Node
-    from apps.inventory.services.ledger import node_status_set
 
     if node.status in (Node.Status.QUARANTINED, Node.Status.RETIRED):
         return False
-    node_status_set(node=node, status=Node.Status.QUARANTINED, reason=reason[:300], actor=actor)
+    node_status_change(node=node, status=Node.Status.QUARANTINED, reason=reason[:300], actor=actor)
     return True
 
 
-def node_quarantined_receive(sender, *, node, reason: str = "", actor=None, **kwargs) -> None:
-    """The ledger quarantined ``node`` (``apps.inventory.signals.node_quarantined``, in its
-    transaction): the NoExecute taint will evict every pod there, so each job on the node is retried
-    elsewhere from its checkpoint now, without using up a retry, its event naming the cause. An
-    inference service that also runs on other nodes loses only its replicas on this one
-    (``service_nodes.service_nodes_lost``). The quarantine, not the job, ended these attempts: the
-    node is not avoided once it is released."""
+def node_status_change(*, node, status: str, reason: str = "", actor):
+    """Move a node through the ledger's state machine (``apps.inventory.services.ledger.node_status_set``)
+    and do what that means for the jobs on it (``node_moved``), in one transaction. Every caller
+    above the ledger (pages, API, admin actions, tasks, fault detection, gray batches) moves a node
+    with this. Returns the node."""
+    from django.db import transaction
+
+    from apps.inventory.services.ledger import node_status_move
+
+    with transaction.atomic():
+        moved, previous = node_status_move(node=node, status=status, reason=reason, actor=actor)
+        if previous is not None:
+            node_moved(node=moved, previous=previous, reason=(reason or "").strip(), actor=actor)
+    return moved
+
+
+def node_moved(*, node, previous: str, reason: str = "", actor=None) -> None:
+    """``node`` moved from ``previous`` to ``node.status`` (in the caller's transaction): a changed
+    status taint (maintenance, quarantine) is queued for Kubernetes (the Node patch); into
+    quarantine, its jobs are retried elsewhere (``_node_quarantined``); from quarantine back to
+    ready, the jobs whose attempt ended there wake (``service_nodes.node_released``). Also passed
+    to the ledger CSV import, which moves nodes too."""
+    from apps.clusters.outbox import node_patch_enqueue
+    from apps.inventory.models import Node
+    from apps.inventory.services.ledger import _STATUS_TAINTS
+
+    if _STATUS_TAINTS.get(previous) != _STATUS_TAINTS.get(node.status):
+        node_patch_enqueue(node)  # the maintenance / quarantine taint reaches Kubernetes
+    if node.status == Node.Status.QUARANTINED:
+        _node_quarantined(node=node, reason=reason, actor=actor)
+    elif previous == Node.Status.QUARANTINED and node.status == Node.Status.READY:
+        from apps.scheduling.service_nodes import node_released
+
+        node_released(node=node, actor=actor)
+
+
+def _node_quarantined(*, node, reason: str = "", actor=None) -> None:
+    """The ledger quarantined ``node`` (in its transaction): the NoExecute taint will evict every pod
+    there, so each job on the node is retried elsewhere from its checkpoint now, without using up a
+    retry, its event naming the cause. An inference service that also runs on other nodes loses
+    only its replicas on this one (``service_nodes.service_nodes_lost``). The quarantine, not the
+    job, ended these attempts: the node is not avoided once it is released."""
     from apps.scheduling.service_nodes import service_nodes_lost
 
     why = NODE_QUARANTINED % {"node": node.name, "cause": reason or "-"}

@@ -1,6 +1,6 @@
 """The capacity invariant over time: no card's overlapping allocations ever exceed it.
 
-The scheduler enforces the invariant for the allocations that are active *now* (``engine/model.py``,
+The scheduler enforces the invariant for the allocations that are active *now* (``engine/fleet.py``,
 ``allocations._fits``). History can still break it (rows written by hand, an import, a demo generator, a
 read-back correction), and a bill must never charge usage that could not have happened. This module
 checks a whole stretch of history with the same rules as the scheduler:
@@ -9,7 +9,7 @@ checks a whole stretch of history with the same rules as the scheduler:
 * memory is never overcommitted: the memory of overlapping allocations ≤ the card's memory
   (the device model's, else the tool-reported one; a card with no known memory is not checked);
 * compute is never over-sold: ``hard × F + shared × 100 ≤ 1000 × F`` (milli of one card), ``F`` the
-  pool's overcommit factor in percent (100 … 150, shared slices only; ``engine/model.py``).
+  pool's overcommit factor in percent (100 … 150, shared slices only; ``engine/share.py``).
 
 It is a sweep per device: each allocation is a half-open interval ``[started_at, released_at)``
 (an allocation released at T and one started at T do not overlap); the start and end events are
@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
 
-from apps.scheduling.engine.model import WHOLE
+from apps.scheduling.engine.share import share_fits
 
 HARD = "hard"
 SHARED = "shared"
@@ -105,7 +105,7 @@ def _exceeded(
     if limits.memory_mib > 0 and memory > limits.memory_mib:
         problems.append("memory")
     factor = limits.overcommit_pct
-    if hard * factor + shared * 100 > WHOLE * factor:
+    if not share_fits(hard, shared, factor):
         problems.append("compute")
     return problems
 

@@ -12,8 +12,8 @@ push outbox are all below:
 * ``job_finish``: a scheduled or running job succeeded or failed, cards released;
 * ``job_preempt``: preempted → pending (requeued, next attempt resumes from the checkpoint);
 * ``job_retry_or_fail``: an attempt failed; retry per the job's policy, or fail;
-* ``job_push_failed``: the pusher gave up on the attempt's workload (``apps.clusters.signals``,
-  received in ``apps.scheduling.handlers``): back to pending on a new attempt, cards released;
+* ``job_push_failed``: the pusher gave up on the attempt's workload (its ``on_failed``, given by
+  ``apps.scheduling.push``): back to pending on a new attempt, cards released;
 * ``job_to_running``: reconcile saw the pods running.
 
 No card is released while an object using it may still run: where a job lets go of cards whose
@@ -43,10 +43,12 @@ from django.utils.translation import gettext as _
 from apps.accounts.models import Membership, Project
 from apps.accounts.selectors import user_role
 from apps.clusters.outbox import workload_delete_enqueue
+from apps.core import task_names
 from apps.core.audit import actor_fields, change_record_create
 from apps.core.errors import InvalidTransition, PermissionDenied, ValidationFailed
 from apps.core.stored_text import stored
 from apps.core.tasks import enqueue_on_commit
+from apps.jobs.events import record_job_events
 from apps.jobs.models import (
     ACTIVE_STATES,
     PRIORITY_VALUES,
@@ -59,15 +61,16 @@ from apps.jobs.models import (
 from apps.jobs.services import job_event, job_transition
 from apps.jobs.validation import pod_fields_validate
 from apps.quotas.services import submission_check
-from apps.scheduling import requests as scheduling_requests
+from apps.scheduling import resource_requests
+from apps.scheduling.allocations import allocations_release
 
 # Sent by name after a submit commits (worker/ sits above every app).
-SCHEDULING_CYCLE_TASK = "worker.tasks.scheduling.scheduling_cycle_task"
+SCHEDULING_CYCLE_TASK = task_names.SCHEDULING_CYCLE
 
 # Texts stored in job events, state and release reasons, shown in the reader's language
 # (apps.core.stored_text): the row keeps the English sentence.
 SUBMITTED = stored("submitted: %(request)s")
-# The request in words inside SUBMITTED: the msgids of ``requests.request_describe`` (written in English,
+# The request in words inside SUBMITTED: the msgids of ``resource_requests.request_describe`` (written in English,
 # see ``_request_in_english``), registered so the description is translated too — each also with the
 # " × N replicas" suffix request_describe appends (a sentence of its own: without it, the suffix stayed
 # English inside the last parameter), and a profile request with and without its latency bound.
@@ -94,7 +97,6 @@ RELEASING = stored(
     "%(count)s allocation(s) releasing: %(reason)s; the cards stay held until Kubernetes "
     "confirms %(objects)s and its pods gone"
 )
-RELEASED = stored("%(count)s allocation(s) released: %(reason)s")
 PREEMPTED_BECAUSE = stored("preempted: %(reason)s")
 REQUEUED_AFTER_PREEMPTION = stored("requeued after preemption: %(reason)s")
 PREEMPTED_ATTEMPT = stored("preempted (attempt %(attempt)s): %(reason)s")
@@ -126,7 +128,7 @@ def _request_in_english(job: Job) -> str:
     """The request in words for a stored text: always written in English (whoever submits), and
     shown translated by ``|localized`` — ``request_describe`` speaks the active language."""
     with translation.override("en"):
-        return scheduling_requests.request_describe(job)
+        return resource_requests.request_describe(job)
 
 
 def _check_can_submit(*, user, project: Project) -> None:
@@ -166,9 +168,9 @@ def job_submit(*, project: Project, actor, **fields: Any) -> Job:
             )
     job = Job(project=project, submitted_by=actor if getattr(actor, "pk", None) else None, **fields)
     job.priority = PRIORITY_VALUES[job.priority_class]
-    scheduling_requests.request_validate(job)  # field errors → ValidationFailed
+    resource_requests.request_validate(job)  # field errors → ValidationFailed
     job.full_clean()
-    feasibility = scheduling_requests.request_feasible_anywhere(job)
+    feasibility = resource_requests.request_feasible_anywhere(job)
     if not feasibility.ok:
         raise ValidationFailed(
             _("No device in the fleet could ever satisfy this request: %(reason)s")
@@ -192,7 +194,7 @@ def job_submit(*, project: Project, actor, **fields: Any) -> Job:
         actor=actor,
         action="job.submit",
         obj=job,
-        after={"request": scheduling_requests.request_describe(job)},
+        after={"request": resource_requests.request_describe(job)},
     )
     # A cycle soon; with the broker down the periodic cycle picks the job up (never fails the submit).
     enqueue_on_commit(SCHEDULING_CYCLE_TASK, queue="scheduler")
@@ -251,17 +253,21 @@ def hold_until_gone(*, job: Job, deletes: list, reason: str, actor: Any) -> int:
             "reason": reason,
             "objects": ", ".join(f"{d.kind} {d.namespace}/{d.name}" for d in deletes),
         }
-        JobEvent.objects.create(
-            job=job,
-            kind=JobEvent.Kind.RELEASING,
-            message=(msgid % params)[:1000],
-            actor_label=actor_fields(actor)["actor_label"],
-            data={
-                "msgid": msgid,
-                "params": params,
-                "attempt": deletes[0].attempt,
-                "deletes": [f"{d.kind}/{d.namespace}/{d.name}" for d in deletes],
-            },
+        record_job_events(
+            [
+                JobEvent(
+                    job=job,
+                    kind=JobEvent.Kind.RELEASING,
+                    message=msgid % params,
+                    actor_label=actor_fields(actor)["actor_label"],
+                    data={
+                        "msgid": msgid,
+                        "params": params,
+                        "attempt": deletes[0].attempt,
+                        "deletes": [f"{d.kind}/{d.namespace}/{d.name}" for d in deletes],
+                    },
+                )
+            ]
         )
     return count
 
@@ -269,18 +275,7 @@ def hold_until_gone(*, job: Job, deletes: list, reason: str, actor: Any) -> int:
 def _release_now(*, job: Job, reason: str, actor: Any) -> int:
     """Release the job's active allocations that are not waiting for a confirmation (an earlier
     attempt's releasing rows stay until their objects are gone). Idempotent."""
-    count = _held(job).update(released_at=timezone.now(), release_reason=reason[:200])
-    if count:
-        msgid = RELEASED
-        params = {"count": count, "reason": reason}
-        JobEvent.objects.create(
-            job=job,
-            kind=JobEvent.Kind.RELEASED,
-            message=(msgid % params)[:1000],
-            actor_label=actor_fields(actor)["actor_label"],
-            data={"msgid": msgid, "params": params},
-        )
-    return count
+    return allocations_release(job=job, reason=reason, actor=actor, rows=_held(job))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -387,7 +382,7 @@ def job_retry_or_fail(
     doubled per attempt (capped at one hour), avoids the nodes where this one failed
     (``failed_nodes``) and resumes from the checkpoint. ``ended_on``: nodes where the attempt ended
     through no failure of the job (the node was quarantined, the pod evicted) — recorded in the
-    event (a release of the node wakes the job: ``service_nodes.node_released_receive``), never
+    event (a release of the node wakes the job: ``service_nodes.node_released``), never
     avoided. Returns "retried", "failed", or "" when the job was no longer active.
     """
     now = now or timezone.now()

@@ -38,27 +38,29 @@ import datetime as dt
 import logging
 import re
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from django.utils import timezone
 
 from apps.benchlib.services import synthetic_result
-from apps.clusters.backend import MANAGED_BY, BackendError
+from apps.clusters.backends.base import MANAGED_BY
+from apps.clusters.backends.errors import BackendError
 from apps.clusters.connections import backend_for
 from apps.clusters.health import clusters_in_backoff, loop_record
-from apps.clusters.manifests import HOSTNAME_LABEL, LABEL_ATTEMPT, LABEL_JOB
+from apps.clusters.manifests import LABEL_ATTEMPT, LABEL_JOB
 from apps.clusters.models import ClusterLoop, PushAction
 from apps.clusters.outbox import job_stream
-from apps.clusters.signals import pods_listed
 from apps.clusters.sync import outside_changes_take
 from apps.core.locks import try_lock
 from apps.core.stored_text import stored
 from apps.inventory.models import Cluster, Device, DeviceEvent, Node
 from apps.jobs.models import ACTIVE_STATES, Allocation, Job, JobEvent, JobState
 from apps.jobs.services import job_event
-from apps.scheduling.faults import classify_failure, is_hardware_fault, job_hardware_fault
+from apps.scheduling.faults import is_hardware_fault, job_hardware_fault
 from apps.scheduling.lifecycle import job_finish, job_retry_or_fail, job_to_running
+from apps.scheduling.pod_status import classify_pod_failure, disruption, node_ready, pod_node, podless
 from apps.scheduling.releasing import releases_confirm, releasing_clusters
 from apps.scheduling.service_nodes import service_nodes_lost, serving_nodes
 
@@ -114,51 +116,6 @@ class ReconcileResult:
         return dict(self.__dict__)
 
 
-def classify_pod_failure(pod: dict) -> tuple[str, str]:
-    """(a readable reason, its runbook key or "") for a failed pod."""
-    status = pod.get("status") or {}
-    parts = []
-    for cs in status.get("containerStatuses") or []:
-        term = (cs.get("state") or {}).get("terminated") or {}
-        if term:
-            bits = [term.get("reason") or "", f"exit code {term.get('exitCode')}"]
-            if term.get("message"):
-                bits.append(term["message"])
-            parts.append(f"{cs.get('name') or 'container'}: " + ", ".join(b for b in bits if b))
-    if status.get("reason") and not parts:
-        parts.append(status["reason"])
-    if status.get("message"):
-        parts.append(status["message"])
-    text = "; ".join(parts) or "pod failed"
-    codes = [
-        ((cs.get("state") or {}).get("terminated") or {}).get("exitCode")
-        for cs in status.get("containerStatuses") or []
-    ]
-    return text, classify_failure(text, next((c for c in codes if c is not None), None))
-
-
-def _disruption(pod: dict) -> dict | None:
-    """The pod's ``DisruptionTarget`` condition (True) — set by the taint-eviction controller, the
-    eviction API and preemption before they delete a pod (Kubernetes docs: "Pod disruption
-    conditions", concepts/workloads/pods/disruptions) — or None."""
-    for cond in (pod.get("status") or {}).get("conditions") or []:
-        if cond.get("type") == "DisruptionTarget" and cond.get("status") == "True":
-            return cond
-    return None
-
-
-def pod_node(pod: dict) -> str:
-    spec = pod.get("spec") or {}
-    return spec.get("nodeName") or (spec.get("nodeSelector") or {}).get(HOSTNAME_LABEL) or ""
-
-
-def _node_ready(node: dict) -> bool:
-    for cond in (node.get("status") or {}).get("conditions") or []:
-        if cond.get("type") == "Ready":
-            return cond.get("status") == "True"
-    return True  # no conditions reported (e.g. a simulated node): assume ready
-
-
 def _workload_actions(jobs: list[Job]) -> dict[int, list[PushAction]]:
     """The workload applies (batch Jobs, Deployments) of each job's current attempt — a gang has one
     per replica, an inference service spread over nodes one per node — the newest per object, in
@@ -183,12 +140,12 @@ def _workload_actions(jobs: list[Job]) -> dict[int, list[PushAction]]:
 
 
 def _quarantine(node: Node, reason: str, actor: Any, result: ReconcileResult) -> None:
-    from apps.inventory.services.ledger import node_status_set
+    from apps.scheduling.faults import node_status_change
 
     if node.status in (Node.Status.QUARANTINED, Node.Status.RETIRED):
         return
     try:
-        node_status_set(node=node, status=Node.Status.QUARANTINED, reason=reason[:300], actor=actor)
+        node_status_change(node=node, status=Node.Status.QUARANTINED, reason=reason[:300], actor=actor)
         result.quarantined.append(node.name)
     except Exception as e:  # noqa: BLE001 - a node that cannot move now (e.g. retired meanwhile)
         result.errors.append(f"quarantine {node.name}: {e}")
@@ -230,15 +187,6 @@ def _failure(
         result.quarantined += job_hardware_fault(
             job=job, attempt=attempt, nodes=nodes, reason=reason, actor=actor
         )
-
-
-def _podless(obj: dict) -> bool:
-    """A batch/v1 Job that has no pod at all: nothing active, succeeded, failed or terminating, and
-    no condition (the Job controller's status fields are omitempty)."""
-    status = obj.get("status") or {}
-    return obj.get("kind") == "Job" and not any(
-        status.get(k) for k in ("active", "succeeded", "failed", "terminating", "conditions")
-    )
 
 
 # A container restarted this often and waiting in CrashLoopBackOff is flagged (a job event); the
@@ -336,6 +284,36 @@ def _pod_create_refused(
         )
 
 
+@dataclass
+class _Listing:
+    """What one pass read from the cluster (no transaction open while reading)."""
+
+    workloads: dict[tuple[str, str, str], dict]  # (kind, namespace, name) -> our Job or Deployment
+    pods: list[dict]
+    nodes: list[dict]  # Kubernetes Node objects
+    refusals: dict[str, list[dict]]  # workload uid -> its FailedCreate Warning events
+    backend_name: str
+    pods_by_job: dict[tuple[str, str], list[dict]] = field(default_factory=dict)  # (job id, attempt) -> pods
+
+
+@dataclass
+class _Pass:
+    """One reconcile pass of one cluster: what it read and what it counts."""
+
+    cluster: Cluster
+    actor: Any
+    now: dt.datetime
+    result: ReconcileResult
+    listing: _Listing
+    actions: dict[int, list[PushAction]]
+    serving: dict[int, set[str]]
+
+
+# ``readback(cluster=, pods=, now=, actor=)``: given the pods a pass listed (the worker passes
+# telemetry's ``apps.telemetry.plugin_readback.plugin_readback``: the chips device plugins wrote on them).
+PodsReadback = Callable[..., Any]
+
+
 def reconcile_cluster(
     *,
     cluster: Cluster,
@@ -343,10 +321,12 @@ def reconcile_cluster(
     now: dt.datetime | None = None,
     timeout: float | None = None,
     deadline_s: float | None = RECONCILE_DEADLINE_S,
+    readback: PodsReadback | None = None,
 ) -> ReconcileResult:
     """One pass over one cluster. Network reads first (no transaction), then one short transaction
     per job change. Each Kubernetes call waits at most ``timeout`` seconds (the backend's default
-    when None) and the reads together at most ``deadline_s``."""
+    when None) and the reads together at most ``deadline_s``. ``readback`` (optional) is called with
+    the pods listed; its error is logged and never stops the pass."""
     now = now or timezone.now()
     result = ReconcileResult(cluster=cluster.slug)
     jobs = list(
@@ -362,79 +342,31 @@ def reconcile_cluster(
     # What we know was applied is read BEFORE the cluster: an object applied after our list (a push
     # racing this pass) must not look "deleted behind our back".
     actions = _workload_actions(jobs)
-    backend = backend_for(cluster, **({"timeout": timeout} if timeout else {}))
-    if deadline_s is not None and hasattr(backend, "set_deadline"):
-        backend.set_deadline(deadline_s)
-    try:
-        # Read from the backend's watched views (apps.clusters.backend.KubernetesBackend.list_watched:
-        # the first pass lists, later passes apply only the changes since), every kind at the same
-        # time (list_watched_kinds); read only.
-        jobs_live, deployments, pods, k8s_nodes = backend.list_watched_kinds(
-            [("Job", MANAGED_BY), ("Deployment", MANAGED_BY), ("Pod", MANAGED_BY), ("Node", "")]
-        )
-        workloads = {
-            (o["kind"], o["metadata"].get("namespace", ""), o["metadata"]["name"]): o
-            for o in (*jobs_live, *deployments)
-        }
-        # Why a Job has no pod at all is only in its Events (one more list, only when needed).
-        refusals: dict[str, list[dict]] = defaultdict(list)
-        if any(_podless(o) for o in workloads.values()):
-            try:
-                events = backend.list_events(field_selector="reason=FailedCreate")
-            except BackendError as e:  # e.g. no RBAC for events yet: the rest of the pass still runs
-                result.errors.append(f"list events: {e.message}")
-                events = []
-            for event in events:
-                uid = (event.get("involvedObject") or {}).get("uid")
-                if uid and event.get("type") == "Warning":
-                    refusals[uid].append(event)
-    except BackendError as e:
-        result.errors.append(f"list: {e.message}")
-        result.list_error = e.message
+    listing = _cluster_read(cluster, result, timeout=timeout, deadline_s=deadline_s)
+    if listing is None:
         return result
-    finally:
-        close = getattr(backend, "close", None)
-        if close is not None:
-            close()
-
-    pods_by_job: dict[tuple[str, str], list[dict]] = defaultdict(list)
-    for pod in pods:
-        labels = pod["metadata"].get("labels") or {}
-        if LABEL_JOB in labels:
-            pods_by_job[(labels[LABEL_JOB], labels.get(LABEL_ATTEMPT, ""))].append(pod)
-    not_ready = {n["metadata"]["name"] for n in k8s_nodes if not _node_ready(n)}
+    not_ready = {n["metadata"]["name"] for n in listing.nodes if not node_ready(n)}
     # Cards let go of earlier are released once this listing shows their objects and pods gone.
     releases_confirm(
-        cluster=cluster, workloads=workloads, pods=pods, nodes=k8s_nodes, listed_at=now, actor=actor
+        cluster=cluster,
+        workloads=listing.workloads,
+        pods=listing.pods,
+        nodes=listing.nodes,
+        listed_at=now,
+        actor=actor,
     )
-    # What the device plugins wrote on the pods (the chips they gave) is read back above us.
-    for receiver, outcome in pods_listed.send_robust(
-        sender=Cluster, cluster=cluster, pods=pods, now=now, actor=actor
-    ):
-        if isinstance(outcome, Exception):
-            logger.warning(
-                "cluster %s: pod read-back %s failed: %r", cluster.slug, receiver.__name__, outcome
-            )
-
-    # Nodes lost to Kubernetes, and cards the ledger marks lost, take their jobs with them.
-    lost = defaultdict(set)  # job id -> node names
-    hardware_nodes: set[str] = set()
-    for job_id, node_name in Allocation.objects.filter(
-        job__in=jobs, released_at__isnull=True, releasing_since__isnull=True, node__name__in=not_ready
-    ).values_list("job_id", "node__name"):
-        lost[job_id].add(node_name)
-    for job_id, node_name in Allocation.objects.filter(
-        job__in=jobs,
-        released_at__isnull=True,
-        releasing_since__isnull=True,
-        device__health=Device.Health.LOST,
-    ).values_list("job_id", "node__name"):
-        lost[job_id].add(node_name)
-        hardware_nodes.add(node_name)
+    if readback is not None:
+        # What the device plugins wrote on the pods (the chips they gave) is read back by the caller's
+        # layer (telemetry): an error there is logged, never the end of the pass.
+        try:
+            readback(cluster=cluster, pods=listing.pods, now=now, actor=actor)
+        except Exception as e:  # noqa: BLE001
+            logger.warning("cluster %s: pod read-back %s failed: %r", cluster.slug, _name(readback), e)
+    lost, hardware_nodes = _jobs_on_lost_nodes(jobs, not_ready)
     for name in not_ready:
         _note_not_ready(cluster, name, actor)
-    serving = serving_nodes(jobs)  # where each inference service's replicas hold cards
-
+    # serving: where each inference service's replicas hold cards.
+    run = _Pass(cluster, actor, now, result, listing, actions, serving_nodes(jobs))
     for job in jobs:
         result.checked += 1
         if job.pk in lost:
@@ -452,175 +384,274 @@ def reconcile_cluster(
                 result=result,
             )
             continue
-        group = actions.get(job.pk) or []
-        if not group or any(a.state != PushAction.State.APPLIED for a in group):
-            continue  # not (all) pushed yet (or the push failed and is handled there)
-        action = group[0]
-        objs = [workloads.get((a.kind, a.namespace, a.name)) for a in group]
-        gone = [a for a, o in zip(group, objs, strict=True) if o is None]
-        if gone:
-            # One replica's object gone is the whole group's failure (a gang cannot run without it).
-            _failure(
-                job,
-                cluster=cluster,
-                reason=DELETED_OUTSIDE
-                % {"kind": gone[0].kind, "namespace": gone[0].namespace, "name": gone[0].name},
-                nodes=[],
-                hardware=False,
-                actor=actor,
-                result=result,
-            )
-            continue
-        # Job pods carry the attempt; a Deployment's pods do not (its name has no attempt either).
-        job_pods = pods_by_job.get((str(job.pk), str(job.attempt))) or pods_by_job.get((str(job.pk), ""), [])
-        if job.pk in serving:  # a service's pods on a node it let go of are ending: not its verdict
-            job_pods = [p for p in job_pods if pod_node(p) in serving[job.pk]]
-        # A pod being deleted (Terminating: an old ReplicaSet's, a scaled-down replica, one the
-        # garbage collector removes) is never a failure of its own: it ends Failed before it goes
-        # (pkg/registry/core/pod/strategy.go). Only an eviction (DisruptionTarget) or the Job's own
-        # verdict below says the attempt failed.
-        evicted = [p for p in job_pods if _disruption(p)]
-        job_pods = [p for p in job_pods if not (p.get("metadata") or {}).get("deletionTimestamp")]
-        phases = [(p.get("status") or {}).get("phase") for p in job_pods]
-        failed = [
-            p for p in job_pods if (p.get("status") or {}).get("phase") == "Failed" and not _disruption(p)
-        ]
-        conditions = [
-            {
-                c.get("type"): c
-                for c in (obj.get("status") or {}).get("conditions") or []
-                if c.get("status") == "True"
-            }
-            for obj in objs
-        ]
-        batch = action.kind == "Job"
-        # batch/v1 Job: done when Complete (SuccessCriteriaMet precedes it), i.e. ``completions``
-        # pods succeeded (pkg/controller/job); one succeeded replica of several is not the job —
-        # neither is one Job of a gang's per-replica Jobs: every one of them must be complete.
-        completions = sum(
-            int((obj.get("spec") or {}).get("completions") or (obj.get("spec") or {}).get("parallelism") or 1)
-            for obj in objs
-        )
-        complete = batch and all("Complete" in c or "SuccessCriteriaMet" in c for c in conditions)
-        if complete or (
-            batch and phases.count("Succeeded") >= completions and all(ph == "Succeeded" for ph in phases)
-        ):
-            if job.state == JobState.SCHEDULED:
-                job_to_running(job=job, actor=actor)
-            if job_finish(job=job, succeeded=True, reason=COMPLETED, actor=actor):
-                result.succeeded += 1
-                if job.kind == Job.Kind.BENCHMARK and backend.name == "simulated":
-                    # The simulated cluster runs no benchmark image: it reports a synthetic figure made
-                    # from the catalog's peak (marked synthetic), as a real run would post its own.
-                    synthetic_result(job=job)
-            continue
-        if evicted:
-            # pkg/controller/tainteviction (or the eviction API / preemption): the node, not the
-            # workload, ended this attempt — retried elsewhere without using up a retry.
-            # An inference service running on other nodes too loses only the evicted node's replicas.
-            cond = _disruption(evicted[0])
-            nodes = sorted({pod_node(p) for p in evicted} - {""})
-            why = (
-                (EVICTED if cond.get("message") else EVICTED_NO_MESSAGE)
-                % {
-                    "pod": evicted[0]["metadata"]["name"],
-                    "nodes": ", ".join(nodes) or ITS_NODE,
-                    "reason": cond.get("reason") or "DisruptionTarget",
-                    "message": cond.get("message") or "",
-                }
-            ).rstrip(": ")
-            # Not avoided for blame: the ledger learns the taint that evicted it (the engine keeps
-            # the next attempt off the node while the taint is there).
-            outside_changes_take(
-                cluster=cluster, nodes=[n for n in k8s_nodes if n["metadata"]["name"] in nodes], actor=actor
-            )
-            if nodes and service_nodes_lost(job=job, nodes=nodes, reason=why, actor=actor):
-                continue
-            _failure(
-                job,
-                cluster=cluster,
-                reason=why,
-                nodes=nodes,
-                hardware=False,
-                infrastructure=True,
-                blamed=False,  # the eviction, not the job, ended it: the node is not avoided
-                actor=actor,
-                result=result,
-            )
-            continue
-        if failed:
-            # One replica failed: the whole group's attempt ends (the retry policy applies to all of
-            # it; the retry deletes every replica's objects through the outbox).
-            reason, key = classify_pod_failure(failed[0])
-            hardware = is_hardware_fault(key)
-            nodes = sorted({pod_node(p) for p in failed} - {""})
-            _failure(
-                job,
-                cluster=cluster,
-                reason=POD_FAILED % {"pod": failed[0]["metadata"]["name"], "reason": reason},
-                nodes=nodes,
-                hardware=hardware,
-                failure_class=key,
-                actor=actor,
-                result=result,
-            )
-            continue
-        verdicts = [
-            (a, c.get("FailureTarget") or c.get("Failed"))
-            for a, c in zip(group, conditions, strict=True)
-            if c.get("FailureTarget") or c.get("Failed")
-        ]
-        if batch and verdicts:
-            # The Job controller gave up (its pods may already be gone): BackoffLimitExceeded,
-            # DeadlineExceeded, PodFailurePolicy … — the Kubernetes reason goes into the job's event.
-            gave_up, verdict = verdicts[0]
-            _failure(
-                job,
-                cluster=cluster,
-                reason=(
-                    (JOB_GAVE_UP if verdict.get("message") else JOB_GAVE_UP_NO_MESSAGE)
-                    % {
-                        "workload": f"{gave_up.namespace}/{gave_up.name}",
-                        "reason": verdict.get("reason") or verdict.get("type"),
-                        "message": verdict.get("message") or "",
-                    }
-                ).rstrip(": "),
-                nodes=[],
-                hardware=False,
-                actor=actor,
-                result=result,
-            )
-            continue
-        result.crash_looping += _flag_crash_loops(job, job_pods, actor)
-        refused = next(
-            (
-                (a, refusals[uid])
-                for a, obj in zip(group, objs, strict=True)
-                if (uid := (obj.get("metadata") or {}).get("uid", "")) in refusals and _podless(obj)
-            ),
-            None,
-        )
-        if refused is not None:
-            _pod_create_refused(
-                job,
-                cluster=cluster,
-                action=refused[0],
-                events=refused[1],
-                actor=actor,
-                now=now,
-                result=result,
-            )
-            continue
-        # A batch job runs once every replica's pod runs (a gang half up is not running yet); an
-        # inference service once a replica serves.
-        up = (
-            phases.count("Running") + phases.count("Succeeded") >= completions
-            if batch
-            else "Running" in phases
-        )
-        if up and job.state == JobState.SCHEDULED and job_to_running(job=job, actor=actor):
-            result.running += 1
+        _job_reconcile(run, job)
     return result
+
+
+def _name(fn: Any) -> str:
+    return getattr(fn, "__name__", repr(fn))
+
+
+def _cluster_read(
+    cluster: Cluster, result: ReconcileResult, *, timeout: float | None, deadline_s: float | None
+) -> _Listing | None:
+    """The pass's reads: our Jobs, Deployments and pods, the Nodes, and (only when a Job has no pod)
+    the FailedCreate events. None when the lists failed (``result.list_error`` says why)."""
+    backend = backend_for(cluster, **({"timeout": timeout} if timeout else {}))
+    if deadline_s is not None and hasattr(backend, "set_deadline"):
+        backend.set_deadline(deadline_s)
+    try:
+        # Read from the backend's watched views (apps.clusters.backends.kubernetes.KubernetesBackend.list_watched:
+        # the first pass lists, later passes apply only the changes since), every kind at the same
+        # time (list_watched_kinds); read only.
+        jobs_live, deployments, pods, k8s_nodes = backend.list_watched_kinds(
+            [("Job", MANAGED_BY), ("Deployment", MANAGED_BY), ("Pod", MANAGED_BY), ("Node", "")]
+        )
+        workloads = {
+            (o["kind"], o["metadata"].get("namespace", ""), o["metadata"]["name"]): o
+            for o in (*jobs_live, *deployments)
+        }
+        # Why a Job has no pod at all is only in its Events (one more list, only when needed).
+        refusals: dict[str, list[dict]] = defaultdict(list)
+        if any(podless(o) for o in workloads.values()):
+            try:
+                events = backend.list_events(field_selector="reason=FailedCreate")
+            except BackendError as e:  # e.g. no RBAC for events yet: the rest of the pass still runs
+                result.errors.append(f"list events: {e.message}")
+                events = []
+            for event in events:
+                uid = (event.get("involvedObject") or {}).get("uid")
+                if uid and event.get("type") == "Warning":
+                    refusals[uid].append(event)
+    except BackendError as e:
+        result.errors.append(f"list: {e.message}")
+        result.list_error = e.message
+        return None
+    finally:
+        close = getattr(backend, "close", None)
+        if close is not None:
+            close()
+    pods_by_job: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    for pod in pods:
+        labels = pod["metadata"].get("labels") or {}
+        if LABEL_JOB in labels:
+            pods_by_job[(labels[LABEL_JOB], labels.get(LABEL_ATTEMPT, ""))].append(pod)
+    return _Listing(workloads, pods, k8s_nodes, refusals, backend.name, pods_by_job)
+
+
+def _jobs_on_lost_nodes(jobs: list[Job], not_ready: set[str]) -> tuple[dict[int, set[str]], set[str]]:
+    """Nodes lost to Kubernetes, and cards the ledger marks lost, take their jobs with them:
+    (job id -> node names, the nodes with a lost card: a hardware fault)."""
+    lost = defaultdict(set)  # job id -> node names
+    hardware_nodes: set[str] = set()
+    for job_id, node_name in Allocation.objects.filter(
+        job__in=jobs, released_at__isnull=True, releasing_since__isnull=True, node__name__in=not_ready
+    ).values_list("job_id", "node__name"):
+        lost[job_id].add(node_name)
+    for job_id, node_name in Allocation.objects.filter(
+        job__in=jobs,
+        released_at__isnull=True,
+        releasing_since__isnull=True,
+        device__health=Device.Health.LOST,
+    ).values_list("job_id", "node__name"):
+        lost[job_id].add(node_name)
+        hardware_nodes.add(node_name)
+    return lost, hardware_nodes
+
+
+def _job_reconcile(run: _Pass, job: Job) -> None:
+    """One job of the pass, its workloads all pushed: gone, complete, evicted, a replica failed, given
+    up by the Job controller, refused pods, or running — the first that applies."""
+    cluster, actor, result, listing = run.cluster, run.actor, run.result, run.listing
+    group = run.actions.get(job.pk) or []
+    if not group or any(a.state != PushAction.State.APPLIED for a in group):
+        return  # not (all) pushed yet (or the push failed and is handled there)
+    objs = [listing.workloads.get((a.kind, a.namespace, a.name)) for a in group]
+    gone = [a for a, o in zip(group, objs, strict=True) if o is None]
+    if gone:
+        # One replica's object gone is the whole group's failure (a gang cannot run without it).
+        _failure(
+            job,
+            cluster=cluster,
+            reason=DELETED_OUTSIDE
+            % {"kind": gone[0].kind, "namespace": gone[0].namespace, "name": gone[0].name},
+            nodes=[],
+            hardware=False,
+            actor=actor,
+            result=result,
+        )
+        return
+    # Job pods carry the attempt; a Deployment's pods do not (its name has no attempt either).
+    pods_by_job = listing.pods_by_job
+    job_pods = pods_by_job.get((str(job.pk), str(job.attempt))) or pods_by_job.get((str(job.pk), ""), [])
+    if job.pk in run.serving:  # a service's pods on a node it let go of are ending: not its verdict
+        job_pods = [p for p in job_pods if pod_node(p) in run.serving[job.pk]]
+    # A pod being deleted (Terminating: an old ReplicaSet's, a scaled-down replica, one the
+    # garbage collector removes) is never a failure of its own: it ends Failed before it goes
+    # (pkg/registry/core/pod/strategy.go). Only an eviction (DisruptionTarget) or the Job's own
+    # verdict below says the attempt failed.
+    evicted = [p for p in job_pods if disruption(p)]
+    job_pods = [p for p in job_pods if not (p.get("metadata") or {}).get("deletionTimestamp")]
+    phases = [(p.get("status") or {}).get("phase") for p in job_pods]
+    conditions = [
+        {
+            c.get("type"): c
+            for c in (obj.get("status") or {}).get("conditions") or []
+            if c.get("status") == "True"
+        }
+        for obj in objs
+    ]
+    batch = group[0].kind == "Job"
+    # batch/v1 Job: done when Complete (SuccessCriteriaMet precedes it), i.e. ``completions``
+    # pods succeeded (pkg/controller/job); one succeeded replica of several is not the job —
+    # neither is one Job of a gang's per-replica Jobs: every one of them must be complete.
+    completions = sum(
+        int((obj.get("spec") or {}).get("completions") or (obj.get("spec") or {}).get("parallelism") or 1)
+        for obj in objs
+    )
+    complete = batch and all("Complete" in c or "SuccessCriteriaMet" in c for c in conditions)
+    if complete or (
+        batch and phases.count("Succeeded") >= completions and all(ph == "Succeeded" for ph in phases)
+    ):
+        _job_complete(run, job)
+    elif evicted:
+        _job_evicted(run, job, evicted)
+    elif failed := [
+        p for p in job_pods if (p.get("status") or {}).get("phase") == "Failed" and not disruption(p)
+    ]:
+        # One replica failed: the whole group's attempt ends (the retry policy applies to all of
+        # it; the retry deletes every replica's objects through the outbox).
+        reason, key = classify_pod_failure(failed[0])
+        _failure(
+            job,
+            cluster=cluster,
+            reason=POD_FAILED % {"pod": failed[0]["metadata"]["name"], "reason": reason},
+            nodes=sorted({pod_node(p) for p in failed} - {""}),
+            hardware=is_hardware_fault(key),
+            failure_class=key,
+            actor=actor,
+            result=result,
+        )
+    elif not (batch and _job_gave_up(run, job, group, conditions)):
+        _job_running_or_refused(run, job, group, objs, job_pods, phases, batch=batch, completions=completions)
+
+
+def _job_complete(run: _Pass, job: Job) -> None:
+    if job.state == JobState.SCHEDULED:
+        job_to_running(job=job, actor=run.actor)
+    if job_finish(job=job, succeeded=True, reason=COMPLETED, actor=run.actor):
+        run.result.succeeded += 1
+        if job.kind == Job.Kind.BENCHMARK and run.listing.backend_name == "simulated":
+            # The simulated cluster runs no benchmark image: it reports a synthetic figure made
+            # from the catalog's peak (marked synthetic), as a real run would post its own.
+            synthetic_result(job=job)
+
+
+def _job_evicted(run: _Pass, job: Job, evicted: list[dict]) -> None:
+    """pkg/controller/tainteviction (or the eviction API / preemption): the node, not the workload,
+    ended this attempt — retried elsewhere without using up a retry. An inference service running on
+    other nodes too loses only the evicted node's replicas."""
+    cond = disruption(evicted[0])
+    nodes = sorted({pod_node(p) for p in evicted} - {""})
+    why = (
+        (EVICTED if cond.get("message") else EVICTED_NO_MESSAGE)
+        % {
+            "pod": evicted[0]["metadata"]["name"],
+            "nodes": ", ".join(nodes) or ITS_NODE,
+            "reason": cond.get("reason") or "DisruptionTarget",
+            "message": cond.get("message") or "",
+        }
+    ).rstrip(": ")
+    # Not avoided for blame: the ledger learns the taint that evicted it (the engine keeps
+    # the next attempt off the node while the taint is there).
+    outside_changes_take(
+        cluster=run.cluster,
+        nodes=[n for n in run.listing.nodes if n["metadata"]["name"] in nodes],
+        actor=run.actor,
+    )
+    if nodes and service_nodes_lost(job=job, nodes=nodes, reason=why, actor=run.actor):
+        return
+    _failure(
+        job,
+        cluster=run.cluster,
+        reason=why,
+        nodes=nodes,
+        hardware=False,
+        infrastructure=True,
+        blamed=False,  # the eviction, not the job, ended it: the node is not avoided
+        actor=run.actor,
+        result=run.result,
+    )
+
+
+def _job_gave_up(run: _Pass, job: Job, group: list[PushAction], conditions: list[dict]) -> bool:
+    """The Job controller gave up (its pods may already be gone): BackoffLimitExceeded,
+    DeadlineExceeded, PodFailurePolicy … — the Kubernetes reason goes into the job's event. False
+    when no Job of the group carries such a verdict."""
+    verdicts = [
+        (a, c.get("FailureTarget") or c.get("Failed"))
+        for a, c in zip(group, conditions, strict=True)
+        if c.get("FailureTarget") or c.get("Failed")
+    ]
+    if not verdicts:
+        return False
+    gave_up, verdict = verdicts[0]
+    _failure(
+        job,
+        cluster=run.cluster,
+        reason=(
+            (JOB_GAVE_UP if verdict.get("message") else JOB_GAVE_UP_NO_MESSAGE)
+            % {
+                "workload": f"{gave_up.namespace}/{gave_up.name}",
+                "reason": verdict.get("reason") or verdict.get("type"),
+                "message": verdict.get("message") or "",
+            }
+        ).rstrip(": "),
+        nodes=[],
+        hardware=False,
+        actor=run.actor,
+        result=run.result,
+    )
+    return True
+
+
+def _job_running_or_refused(
+    run: _Pass,
+    job: Job,
+    group: list[PushAction],
+    objs: list[dict],
+    job_pods: list[dict],
+    phases: list,
+    *,
+    batch: bool,
+    completions: int,
+) -> None:
+    """Crash loops flagged; refused pods surfaced; else a batch job runs once every replica's pod runs
+    (a gang half up is not running yet), an inference service once a replica serves."""
+    run.result.crash_looping += _flag_crash_loops(job, job_pods, run.actor)
+    refusals = run.listing.refusals
+    refused = next(
+        (
+            (a, refusals[uid])
+            for a, obj in zip(group, objs, strict=True)
+            if (uid := (obj.get("metadata") or {}).get("uid", "")) in refusals and podless(obj)
+        ),
+        None,
+    )
+    if refused is not None:
+        _pod_create_refused(
+            job,
+            cluster=run.cluster,
+            action=refused[0],
+            events=refused[1],
+            actor=run.actor,
+            now=run.now,
+            result=run.result,
+        )
+        return
+    up = phases.count("Running") + phases.count("Succeeded") >= completions if batch else "Running" in phases
+    if up and job.state == JobState.SCHEDULED and job_to_running(job=job, actor=run.actor):
+        run.result.running += 1
 
 
 def _note_not_ready(cluster: Cluster, name: str, actor: Any) -> None:
@@ -676,6 +707,7 @@ def reconcile_cluster_run(
     now: dt.datetime | None = None,
     timeout: float | None = None,
     force: bool = False,
+    readback: PodsReadback | None = None,
 ) -> dict:
     """One cluster's periodic pass (the per-cluster task): skipped when the cluster is gone, backing
     off after failures (unless ``force``) or already being reconciled by another worker; otherwise
@@ -691,7 +723,9 @@ def reconcile_cluster_run(
             return {"cluster": cluster.slug, "skipped": "another reconcile of this cluster is running"}
         started = timezone.now()
         try:
-            result = reconcile_cluster(cluster=cluster, actor=actor, now=now, timeout=timeout)
+            result = reconcile_cluster(
+                cluster=cluster, actor=actor, now=now, timeout=timeout, readback=readback
+            )
         except BackendError as e:  # no client at all (e.g. an unreadable kubeconfig)
             loop_record(
                 cluster=cluster, loop=ClusterLoop.Loop.RECONCILE, error=e, started_at=started, actor=actor
@@ -719,14 +753,16 @@ def reconcile_cluster_run(
     return result.as_dict()
 
 
-def reconcile_all(*, actor: Any = "reconciler") -> list[dict]:
+def reconcile_all(*, actor: Any = "reconciler", readback: PodsReadback | None = None) -> list[dict]:
     """Reconcile every cluster that has active jobs, one after the other (commands, tests; the worker
     runs one task per cluster instead). One cluster's failure does not stop the others; a cluster
     being reconciled by a worker right now is skipped."""
     out = []
     for cluster_id in reconcile_cluster_ids():
         try:
-            out.append(reconcile_cluster_run(cluster_id=cluster_id, actor=actor, force=True))
+            out.append(
+                reconcile_cluster_run(cluster_id=cluster_id, actor=actor, force=True, readback=readback)
+            )
         except Exception as e:  # noqa: BLE001
             logger.exception("reconcile of cluster %s failed", cluster_id)
             out.append({"cluster_id": cluster_id, "errors": [str(e)]})

@@ -35,15 +35,14 @@ from collections import defaultdict
 from typing import Any
 
 from django.db import transaction
-from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from apps.clusters.manifests import HOSTNAME_LABEL, LABEL_ATTEMPT, LABEL_JOB
 from apps.clusters.models import PushAction
 from apps.clusters.outbox import job_stream
-from apps.core.audit import actor_fields
 from apps.core.stored_text import stored
-from apps.jobs.models import Allocation, JobEvent
+from apps.jobs.models import Allocation
+from apps.scheduling.allocations import allocations_release
 
 NOT_READY_RELEASE_S = 300
 TERMINAL_PHASES = ("Succeeded", "Failed")
@@ -156,23 +155,11 @@ def releases_confirm(
 
 @transaction.atomic
 def _release(job_id: int, pks: list[int], why: str, params: dict, actor: Any) -> int:
-    now = timezone.now()
-    count = Allocation.objects.filter(
-        pk__in=pks, released_at__isnull=True, releasing_since__isnull=False
-    ).update(released_at=now)
-    if count:
-        msgid = RELEASED_CONFIRMED
-        why_text = why % params
-        JobEvent.objects.create(
-            job_id=job_id,
-            kind=JobEvent.Kind.RELEASED,
-            message=(msgid % {"count": count, "why": why_text})[:1000],
-            actor_label=actor_fields(actor)["actor_label"],
-            data={
-                "msgid": msgid,
-                "params": {"count": count, "why": {"msgid": why, "params": params}},
-                "allocations": sorted(pks),
-                "confirmed": True,
-            },
-        )
-    return count
+    return allocations_release(
+        job=job_id,
+        actor=actor,
+        rows=Allocation.objects.filter(pk__in=pks, released_at__isnull=True, releasing_since__isnull=False),
+        msgid=RELEASED_CONFIRMED,
+        params={"why": {"msgid": why, "params": params}},
+        data={"allocations": sorted(pks), "confirmed": True},
+    )

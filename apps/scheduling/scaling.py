@@ -24,10 +24,16 @@ from apps.core.stored_text import localize, stored
 from apps.inventory.models import Node
 from apps.jobs.models import Allocation, Job, JobEvent, JobState
 from apps.jobs.services import job_event
-from apps.scheduling.allocations import allocation_row, claim_placement, device_usage, locked_device_caps
+from apps.scheduling.allocations import (
+    allocation_row,
+    allocations_release,
+    claim_placement,
+    device_usage,
+    locked_device_caps,
+)
 from apps.scheduling.engine.engine import Engine
 from apps.scheduling.engine.policies import BEST
-from apps.scheduling.requests import job_requests
+from apps.scheduling.resource_requests import job_requests
 from apps.scheduling.snapshot import fleet_snapshot
 
 MAX_REPLICAS = 64
@@ -124,11 +130,12 @@ def _scale_down(job: Job, replicas: int, actor: Any, reason: str) -> int:
     numbers = _replica_numbers(job)
     current = len(numbers)
     now = timezone.now()
-    serving_allocations(job).filter(replica__in=numbers[replicas:]).update(
-        released_at=now,
-        release_reason=(
-            (SCALED_DOWN_TO if reason else SCALED_DOWN) % {"replicas": replicas, "reason": reason}
-        )[:200],
+    allocations_release(  # the SCALED event below says it
+        job=job,
+        actor=actor,
+        rows=serving_allocations(job).filter(replica__in=numbers[replicas:]),
+        reason=(SCALED_DOWN_TO if reason else SCALED_DOWN) % {"replicas": replicas, "reason": reason},
+        msgid=None,
     )
     job.requested_cu = cu_for_replicas(job.requested_cu, current, replicas)
     Job.objects.filter(pk=job.pk).update(replicas=replicas, requested_cu=job.requested_cu, updated_at=now)

@@ -10,8 +10,8 @@ their cards stay allocated). The replicas lost are placed again at once where th
 never on a node the service still runs on, whose Deployment would be recreated (its strategy is
 Recreate) — and whatever did not fit is noted with the service's target replica count.
 
-Releasing a node from quarantine (``node_released_receive``, connected to the ledger's
-``node_released`` signal) brings such services back to their target and wakes the pending jobs whose
+Releasing a node from quarantine (``node_released``, called by ``apps.scheduling.faults.node_moved``)
+brings such services back to their target and wakes the pending jobs whose
 attempt ended there (the queueing hints re-examine a job whose row changed in the next cycle).
 """
 
@@ -137,8 +137,8 @@ def _jobs_with(kind: str, key: str, node: str, states) -> list[int]:
     return sorted({job_id for job_id, data in rows if node in ((data or {}).get(key) or [])})
 
 
-def node_released_receive(sender, *, node, actor=None, **kwargs) -> None:
-    """``node`` came back from quarantine (``apps.inventory.signals.node_released``, in the ledger's
+def node_released(*, node, actor=None) -> None:
+    """``node`` came back from quarantine (``apps.scheduling.faults.node_moved``, in the ledger's
     transaction): the pending jobs whose attempt ended there are woken for the next scheduling cycle,
     and the services that lost replicas there grow back to their target."""
     woken = _jobs_with(JobEvent.Kind.RETRY, "ended_on", node.name, QUEUED_STATES)

@@ -11,6 +11,7 @@ from django.db import connection
 
 from apps.catalog.mig import device_geometry
 from apps.clusters.models import ClusterPreference
+from apps.core.process_state import register_reset
 from apps.inventory.models import Device, Node, Pool
 from apps.jobs.models import Allocation
 from apps.scheduling.engine.model import WHOLE, CapacityError, Placement, Snapshot
@@ -567,6 +568,7 @@ def _hardware(node) -> tuple:
 
 
 _CACHE = SnapshotCache()
+register_reset(_CACHE.invalidate)  # per-process state: one reset hook (apps.core.process_state)
 _CACHE_LOCK = threading.Lock()
 
 

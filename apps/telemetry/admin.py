@@ -18,14 +18,14 @@ class MetricSourceAdmin(admin.ModelAdmin):
         from django.utils import timezone
 
         from apps.core.errors import ApplicationError
-        from apps.telemetry import services
+        from apps.telemetry import metric_sources
 
         end = timezone.now()
         runs = []
         for source in queryset:
             try:
                 runs.append(
-                    services.backfill_request(
+                    metric_sources.backfill_request(
                         source=source, start=end - timedelta(hours=24), end=end, actor=request.user
                     )
                 )
@@ -42,13 +42,13 @@ class MetricSourceAdmin(admin.ModelAdmin):
     search_fields = ["name", "url"]
 
     def save_model(self, request, obj, form, change):
-        from apps.telemetry import services
+        from apps.telemetry import metric_sources
 
-        fields = {k: form.cleaned_data[k] for k in services._SOURCE_FIELDS if k in form.cleaned_data}
+        fields = {k: form.cleaned_data[k] for k in metric_sources._SOURCE_FIELDS if k in form.cleaned_data}
         if change:
-            services.metric_source_update(actor=request.user, source=obj, **fields)
+            metric_sources.metric_source_update(actor=request.user, source=obj, **fields)
         else:
-            created = services.metric_source_create(actor=request.user, **fields)
+            created = metric_sources.metric_source_create(actor=request.user, **fields)
             obj.pk = created.pk
 
 

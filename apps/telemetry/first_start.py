@@ -9,18 +9,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from apps.core.audit import change_record_create
+from apps.core.conf import suanchi_setting
 from apps.core.errors import ValidationFailed
 from apps.inventory.models import Cluster
 from apps.telemetry.models import MetricSource
 
 
 def default_metric_source_ensure(*, actor: Any = "first-start") -> MetricSource | None:
-    url = (settings.SUANCHI.get("PROMETHEUS_URL") or "").strip()
+    url = (suanchi_setting("PROMETHEUS_URL", None) or "").strip()
     if not url:
         return None
     cluster = Cluster.objects.filter(slug="default").first()

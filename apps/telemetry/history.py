@@ -28,7 +28,7 @@ from django.utils.translation import gettext_lazy
 
 from apps.core.errors import ValidationFailed
 from apps.telemetry.models import DeviceRollup
-from apps.telemetry.services import HOUR_S, WINDOW_S, setting
+from apps.telemetry.windows import HOUR_S, WINDOW_S, setting
 
 PRESETS: dict[str, timedelta] = {
     "1h": timedelta(hours=1),
@@ -248,7 +248,7 @@ def _card_label(device) -> str:
 
 def history(devices: list, rng: HistoryRange, *, now: datetime | None = None) -> dict:
     """The lines of ``devices`` (already scoped to the reader) over ``rng``."""
-    from apps.telemetry.selectors import EXPORTERS, _exporter_name
+    from apps.telemetry.selectors.jobs import EXPORTERS, _exporter_name
 
     resolution, bucket = history_resolution(rng, now=now)
     by_pk = {d.pk: d for d in devices}

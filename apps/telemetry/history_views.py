@@ -1,7 +1,6 @@
 """The history panel of the device and node pages (issue 29 §5) and the chart data it polls.
 
-The panel is rendered into the inventory pages through ``apps.inventory.extensions`` (inventory sits
-below telemetry); its charts are redrawn by ``static/js/history.js`` from
+The inventory pages (web modules, which may import any app) call the panel functions directly; its charts are redrawn by ``static/js/history.js`` from
 ``/telemetry/devices/<pk>/history/`` and ``/telemetry/nodes/<pk>/history/`` every ``REFRESH_S`` seconds
 while the tab is visible and the range ends now. A bad range is a 400 with the message (page and
 data alike); a card or node the reader may not see is a 404.
@@ -131,7 +130,7 @@ def _panel(request: HttpRequest, *, kind: str, obj, loader) -> dict:
 
 
 def device_history_panel(request: HttpRequest, device) -> dict:
-    """Registered in ``apps.inventory.extensions.DEVICE_HISTORY``."""
+    """The device page's history panel (``apps.inventory.views.device_detail``): ``{"html", "status"}``."""
     return _panel(
         request,
         kind="device",
@@ -141,7 +140,7 @@ def device_history_panel(request: HttpRequest, device) -> dict:
 
 
 def node_history_panel(request: HttpRequest, node) -> dict:
-    """Registered in ``apps.inventory.extensions.NODE_HISTORY``."""
+    """The node page's history panel (``apps.inventory.views.node_detail``): ``{"html", "status"}``."""
     return _panel(
         request,
         kind="node",

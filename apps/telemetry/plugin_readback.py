@@ -2,9 +2,10 @@
 
 Some device plugins name the devices they gave a pod in an annotation instead of (or besides) an
 exporter's pod labels: Huawei's Ascend device plugin writes ``huawei.com/AscendReal`` (the physical
-chips, ``Ascend910-3,Ascend910-5``; ``apps.clusters.pod_report.ascend_placements`` parses it). Each
-reconcile pass sends the pods it listed (``apps.clusters.signals.pods_listed``); this receiver turns
-the annotations into the read-back's input and lets ``apps.telemetry.readback.readback`` move the
+chips, ``Ascend910-3,Ascend910-5``; ``apps.clusters.pod_report.ascend_placements`` parses it). The
+worker's reconcile task hands ``plugin_readback`` to each pass (``apps.scheduling.reconcile``'s
+``readback`` argument), which calls it with the pods it listed; it turns the annotations into the
+read-back's input and lets ``apps.telemetry.readback.readback`` move the
 allocation or raise the conflict, exactly as for exporter labels (one rule for both).
 """
 
@@ -20,7 +21,7 @@ from apps.telemetry.readback import Readback, readback
 logger = logging.getLogger(__name__)
 
 
-def pods_listed_receive(sender, *, cluster: Any, pods: list[dict], now, actor: Any = "reconciler", **_: Any):
+def plugin_readback(*, cluster: Any, pods: list[dict], now, actor: Any = "reconciler") -> Readback | None:
     """Move or flag the allocations whose pods the device plugin placed on other chips; None when no
     pod of the pass carries such an annotation."""
     from apps.clusters.pod_report import ascend_placements

@@ -42,6 +42,7 @@ from typing import Any
 from apps.core.stored_text import stored
 from apps.core.templatetags.suanchi import DEVICE_KIND_BY_VENDOR
 from apps.inventory.models import Device, DeviceEvent
+from apps.jobs.events import record_job_events
 from apps.jobs.models import Allocation, Job, JobEvent
 
 # ``suanchi-<job>`` optionally followed by ``-a<attempt>`` and the controllers' suffixes.
@@ -186,12 +187,16 @@ def _moved(out: Readback, alloc: dict, old: dict, new: dict, actor_label: str) -
         "to_device": new["pk"],
     }
     data = {"readback": "moved", **detail, "msgid": MOVED_MESSAGE, "params": params}
-    JobEvent.objects.create(
-        job_id=alloc["job_id"],
-        kind=JobEvent.Kind.DECISION,
-        message=message[:1000],
-        actor_label=actor_label,
-        data=data,
+    record_job_events(
+        [
+            JobEvent(
+                job_id=alloc["job_id"],
+                kind=JobEvent.Kind.DECISION,
+                message=message[:1000],
+                actor_label=actor_label,
+                data=data,
+            )
+        ]
     )
     DeviceEvent.objects.bulk_create(
         [
@@ -230,7 +235,7 @@ def _conflict(out: Readback, alloc: dict, old: dict, new: dict, holders: list[in
         "holders": holders,
     }
     data = {"readback": "conflict", **detail, "msgid": CONFLICT_MESSAGE, "params": params}
-    JobEvent.objects.bulk_create(
+    record_job_events(
         [
             JobEvent(
                 job_id=job_id,

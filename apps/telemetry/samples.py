@@ -168,49 +168,9 @@ def series_to_samples(
         elif role == "counter":
             acc.counters[vmap.counters[canonical]] = value
         elif role == "health":
-            kind = vmap.health[canonical]
-            if kind == "xid" and value:
-                acc.health.setdefault("xid", []).append(int(value))
-            elif kind == "xid_count" and value > 0:
-                code = labels.get("xid")
-                acc.health.setdefault("xid", []).append(int(code) if code and code.isdigit() else code)
-            elif kind == "health":
-                acc.health["health"] = "ok" if value == 1 else ("unhealthy" if value == 0 else "unknown")
-            elif kind == "health_210":
-                acc.health["health"] = "ok" if value == 2 else ("unhealthy" if value == 1 else "unknown")
-            elif kind == "error_code" and value:
-                acc.health.setdefault("error_code", []).append(f"{int(value):#x}")
+            _health_reading(acc.health, vmap.health[canonical], value, labels)
         # pod_info series carry nothing but the pod labels, already taken above.
-    for acc in accs.values():
-        g = {k: v for k, (_, v) in acc.gauges.items()}
-        total = g.get(mm.MEM_TOTAL)
-        if total is None and mm.MEM_FREE in g and mm.MEM_USED in g:
-            total = g[mm.MEM_FREE] + g[mm.MEM_USED] + g.get(mm.MEM_RESERVED, 0.0)
-        namespace, pod = acc.pods[0] if acc.pods else (None, None)
-        ident = acc.identity
-        out.samples.append(
-            Sample(
-                at=acc.at,
-                uuid=ident["uuid"],
-                serial=ident["serial"],
-                pci_bus_id=ident["pci_bus_id"],
-                index=ident["index"],
-                node=ident["node"],
-                vendor=acc.vendor,
-                partition=acc.partition,
-                mig_profile=acc.mig_profile,
-                utilization_pct=g.get(mm.UTIL),
-                memory_used_mib=g.get(mm.MEM_USED),
-                memory_total_mib=total,
-                temperature_c=g.get(mm.TEMP),
-                power_w=g.get(mm.POWER),
-                counters=acc.counters or None,
-                health=acc.health or None,
-                namespace=namespace,
-                pod=pod,
-                pods=list(acc.pods) if len(acc.pods) > 1 else None,
-            )
-        )
+    out.samples.extend(_sample_of(acc) for acc in accs.values())
     out.vendors = sorted(vendors)
     out.samples.sort(
         key=lambda s: (
@@ -236,6 +196,52 @@ POWER_CAP_UNKNOWN_W = 2000.0
 MEMORY_TOLERANCE = 1.10  # tools report in MiB what the catalog rounds to GB
 POWER_TOLERANCE = 1.5  # boost and transients above the rated TDP
 COUNTER_MAX = float(2**63)  # an int64 counter
+
+
+def _health_reading(health: dict[str, Any], kind: str, value: float, labels: dict[str, str]) -> None:
+    """Fold one health series' value into a sample's health findings (XID codes, state, fault codes)."""
+    if kind == "xid" and value:
+        health.setdefault("xid", []).append(int(value))
+    elif kind == "xid_count" and value > 0:
+        code = labels.get("xid")
+        health.setdefault("xid", []).append(int(code) if code and code.isdigit() else code)
+    elif kind == "health":
+        health["health"] = "ok" if value == 1 else ("unhealthy" if value == 0 else "unknown")
+    elif kind == "health_210":
+        health["health"] = "ok" if value == 2 else ("unhealthy" if value == 1 else "unknown")
+    elif kind == "error_code" and value:
+        health.setdefault("error_code", []).append(f"{int(value):#x}")
+
+
+def _sample_of(acc: _Acc) -> Sample:
+    """One device (or partition instance) at one instant, from what its series gave."""
+    g = {k: v for k, (_, v) in acc.gauges.items()}
+    total = g.get(mm.MEM_TOTAL)
+    if total is None and mm.MEM_FREE in g and mm.MEM_USED in g:
+        total = g[mm.MEM_FREE] + g[mm.MEM_USED] + g.get(mm.MEM_RESERVED, 0.0)
+    namespace, pod = acc.pods[0] if acc.pods else (None, None)
+    ident = acc.identity
+    return Sample(
+        at=acc.at,
+        uuid=ident["uuid"],
+        serial=ident["serial"],
+        pci_bus_id=ident["pci_bus_id"],
+        index=ident["index"],
+        node=ident["node"],
+        vendor=acc.vendor,
+        partition=acc.partition,
+        mig_profile=acc.mig_profile,
+        utilization_pct=g.get(mm.UTIL),
+        memory_used_mib=g.get(mm.MEM_USED),
+        memory_total_mib=total,
+        temperature_c=g.get(mm.TEMP),
+        power_w=g.get(mm.POWER),
+        counters=acc.counters or None,
+        health=acc.health or None,
+        namespace=namespace,
+        pod=pod,
+        pods=list(acc.pods) if len(acc.pods) > 1 else None,
+    )
 
 
 def memory_cap_mib(*card_memory_mib: int | None) -> float:

@@ -19,8 +19,8 @@ from django.utils import timezone
 from apps.clusters.manifests import dns_label, workload_name
 from apps.inventory.models import Cluster, Device
 from apps.jobs.models import Allocation, JobState
+from apps.telemetry.ingest import samples_ingest
 from apps.telemetry.samples import Sample
-from apps.telemetry.services import samples_ingest
 
 STEP_S = 10
 WINDOW_S = 60

@@ -148,8 +148,8 @@ def backfill_progress(request: HttpRequest, pk: int) -> HttpResponse:
     """A metric backfill: its progress (polled at /runs/<id>/), then its report."""
     from django.utils.dateparse import parse_datetime
 
+    from apps.telemetry.metric_sources import BACKFILL_RUN_KIND
     from apps.telemetry.models import MetricSource
-    from apps.telemetry.services import BACKFILL_RUN_KIND
 
     run = get_object_or_404(BackgroundRun, pk=pk, kind=BACKFILL_RUN_KIND)
     params = run.params

@@ -62,6 +62,55 @@ INSTALLED_APPS = [
     "apps.demo",
 ]
 
+# The modules that register texts stored in the database (``stored(...)``: apps.core.stored_text). A
+# process imports them all at its first ``localize()``, so a web page shows a text a worker module wrote
+# in the reader's language even when the web process never imported that module. A new module that
+# calls ``stored(`` belongs here: tests/core/test_stored_text.py checks the list is complete.
+STORED_TEXT_MODULES = [
+    "apps.benchlib.services",
+    "apps.billing.services.close",
+    "apps.catalog.selectors",
+    "apps.catalog.services.builtin_templates",
+    "apps.clusters.pusher",
+    "apps.clusters.sync.apply",
+    "apps.core.runs",
+    "apps.inventory.apps",
+    "apps.inventory.compat",
+    "apps.inventory.services.discovery.common",
+    "apps.inventory.services.health",
+    "apps.inventory.services.labels",
+    "apps.inventory.services.ledger.common",
+    "apps.jobs.apps",
+    "apps.jobs.services",
+    "apps.migration.gates",
+    "apps.migration.models",
+    "apps.migration.services",
+    "apps.notify.alerts",
+    "apps.notify.services",
+    "apps.quotas.admission",
+    "apps.quotas.services",
+    "apps.rollout.admin",
+    "apps.rollout.autoscale",
+    "apps.rollout.selectors",
+    "apps.rollout.services.texts",
+    "apps.scheduling.allocations",
+    "apps.scheduling.board.figures",
+    "apps.scheduling.engine_texts",
+    "apps.scheduling.faults",
+    "apps.scheduling.lifecycle",
+    "apps.scheduling.persist",
+    "apps.scheduling.proposals",
+    "apps.scheduling.reclaim",
+    "apps.scheduling.reconcile",
+    "apps.scheduling.releasing",
+    "apps.scheduling.scaling",
+    "apps.scheduling.service_nodes",
+    "apps.scheduling.services",
+    "apps.telemetry.apps",
+    "apps.telemetry.health_events",
+    "apps.telemetry.readback",
+]
+
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "apps.core.middleware.ContentSecurityPolicyMiddleware",

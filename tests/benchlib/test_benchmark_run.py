@@ -11,13 +11,7 @@ from apps.clusters.connections import backend_for
 from apps.inventory.models import Cluster
 from apps.jobs.models import JobState
 from apps.scheduling.reconcile import reconcile_cluster
-from tests.kube import test_reconcile as base
 from tests.kube.test_reconcile import schedule_and_push, submit
-
-a100 = base.a100
-ascend = base.ascend
-fleet = base.fleet
-member_project = base.member_project
 
 
 def test_a_benchmark_run_schedules_runs_reports_and_lands_in_the_library(fleet, member_project, a100):

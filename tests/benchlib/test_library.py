@@ -23,14 +23,7 @@ from apps.jobs.models import Allocation, Job, JobState
 from apps.scheduling import lifecycle
 from apps.scheduling.models import DecisionTrace
 from apps.scheduling.services import scheduling_cycle_run
-from tests.jobs import conftest as jobs_fixtures
-from tests.jobs.conftest import submit_whole_cards
-
-a100 = jobs_fixtures.a100
-ascend = jobs_fixtures.ascend
-fleet = jobs_fixtures.fleet
-member_project = jobs_fixtures.member_project
-half_a100 = jobs_fixtures.half_a100
+from tests.fixtures.jobs import submit_whole_cards
 
 
 @pytest.fixture

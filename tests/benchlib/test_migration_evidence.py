@@ -18,16 +18,8 @@ from apps.catalog.selectors import coefficients_on
 from apps.catalog.workloads import workload_profile_sync
 from apps.jobs.models import Job
 from apps.migration.models import MigratedService, MigrationPlan
-from tests.billing import conftest as billing_fixtures
-from tests.jobs import conftest as jobs_fixtures
+from tests.fixtures.billing import local
 
-a100 = jobs_fixtures.a100
-ascend = jobs_fixtures.ascend
-fleet = jobs_fixtures.fleet
-devices = billing_fixtures.devices
-make_job = billing_fixtures.make_job
-make_allocation = billing_fixtures.make_allocation
-local = billing_fixtures.local
 SEP = date(2026, 9, 1)
 
 

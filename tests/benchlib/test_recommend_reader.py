@@ -2,7 +2,7 @@
 their quota, memory feasibility per profile, multi-card scaling that is not linear across nodes, and the
 option in words ("7 cards on 2 nodes", tokens/s).
 
-The efficiency figures asserted here are the table of assumptions in ``apps.benchlib.recommend``
+The efficiency figures asserted here are the table of assumptions in ``apps.benchlib.scaling``
 (platform defaults, not vendor figures); the tests check the arithmetic and the rules, not the defaults'
 truth."""
 
@@ -15,18 +15,13 @@ import pytest
 from django.utils import timezone
 
 from apps.benchlib.models import Measurement
-from apps.benchlib.recommend import CROSS_NODE_EFFICIENCY, INTRA_NODE_EFFICIENCY, recommend
+from apps.benchlib.recommend import recommend
+from apps.benchlib.scaling import CROSS_NODE_EFFICIENCY, INTRA_NODE_EFFICIENCY
 from apps.catalog.models import ComputeCoefficient, ComputeTemplate, DeviceModel, WorkloadProfile
 from apps.catalog.workloads import workload_profile_sync
 from apps.inventory.models import Device, Node, Pool
+from apps.quotas.library import quota_ceiling
 from apps.quotas.models import Quota
-from tests.jobs import conftest as jobs_fixtures
-
-a100 = jobs_fixtures.a100
-ascend = jobs_fixtures.ascend
-fleet = jobs_fixtures.fleet
-member_project = jobs_fixtures.member_project
-half_a100 = jobs_fixtures.half_a100
 
 A100_WHOLE = "A100 80GB SXM4 · whole card"
 
@@ -118,7 +113,9 @@ def test_an_option_over_the_projects_quota_is_marked_and_ranked_after_the_others
         guaranteed_cu=Decimal("0.2500"),
         borrowing_limit_cu=Decimal("0"),
     )
-    answer = recommend(profile="resnet50-infer", target=3000, project_id=project.pk)
+    answer = recommend(
+        profile="resnet50-infer", target=3000, project_id=project.pk, quota_ceiling=quota_ceiling
+    )
     by_label = {o.label: o for o in answer.options}
     half = by_label["A100 80GB SXM4 · A100 half"]
     assert half.over_quota and half.quota_cu == Decimal("0.2500")

@@ -13,14 +13,7 @@ from apps.benchlib.models import Measurement
 from apps.catalog.models import WorkloadProfile
 from apps.catalog.workloads import workload_profile_sync
 from apps.jobs.models import Job
-from tests.jobs import conftest as jobs_fixtures
 from tests.jobs.test_pages import form_data
-
-a100 = jobs_fixtures.a100
-ascend = jobs_fixtures.ascend
-fleet = jobs_fixtures.fleet
-member_project = jobs_fixtures.member_project
-half_a100 = jobs_fixtures.half_a100
 
 pytestmark = pytest.mark.usefixtures("english")
 

@@ -13,7 +13,7 @@ from pypdf import PdfReader
 
 from apps.billing import exports, services
 from apps.billing.models import Bill
-from tests.billing.conftest import local
+from tests.fixtures.billing import local
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from apps.accounts.models import Department
 from apps.billing import exports, services
 from apps.billing.models import Bill, BillingPeriod
 from apps.core.errors import Conflict
-from tests.billing.conftest import local
+from tests.fixtures.billing import local
 
 SEP = date(2026, 9, 1)
 

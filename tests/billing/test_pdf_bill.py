@@ -15,7 +15,7 @@ from django.utils import translation
 
 from apps.billing import exports, services
 from apps.billing.models import Bill
-from tests.billing.conftest import local
+from tests.fixtures.billing import local
 
 POPPLER = "poppler-utils (scripts/services.sh installs it)"
 

@@ -14,7 +14,7 @@ from apps.billing import selectors, services
 from apps.billing.models import Bill
 from apps.billing.pricing import cu_hours_of, discounted_amount, to_cents
 from apps.billing.providers import job_cost_per_hour, price_per_cu_hour
-from tests.billing.conftest import local
+from tests.fixtures.billing import local
 
 SEP = date(2026, 9, 1)
 

@@ -22,7 +22,7 @@ from apps.billing.models import (
 )
 from apps.core.errors import Conflict, ValidationFailed
 from apps.core.models import ChangeRecord
-from tests.billing.conftest import local
+from tests.fixtures.billing import local
 
 SEP = date(2026, 9, 1)
 OCT = date(2026, 10, 1)

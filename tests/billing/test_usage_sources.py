@@ -12,7 +12,7 @@ from apps.quotas.models import Quota
 from apps.quotas.selectors import guaranteed_cu_hours
 from apps.telemetry.models import JobUtilization
 from apps.telemetry.selectors import measured_cu_hours
-from tests.telemetry.conftest import allocate, ledger, make_job  # noqa: F401  (fixtures)
+from tests.fixtures.telemetry import allocate, make_job
 
 pytestmark = pytest.mark.django_db
 SHANGHAI = ZoneInfo("Asia/Shanghai")
@@ -29,7 +29,7 @@ def test_guaranteed_cu_hours_count_each_quota_for_the_hours_it_existed(make_proj
     assert guaranteed_cu_hours(project=project, month=dt.date(2026, 10, 1)) == Decimal("576.0000")
 
 
-def test_measured_cu_hours_come_from_the_attributed_busy_points(ledger, make_project):  # noqa: F811
+def test_measured_cu_hours_come_from_the_attributed_busy_points(ledger, make_project):
     project = make_project("vision")
     job = make_job(project)
     device = next(iter(ledger["devices"].values()))

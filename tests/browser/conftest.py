@@ -16,7 +16,7 @@ from celery.contrib.testing.worker import start_worker
 from django.core.management import call_command
 from playwright.sync_api import sync_playwright
 
-from tests.jobs import conftest as jobs_fixtures
+from tests.fixtures import jobs as jobs_fixtures
 from worker.celery import app
 
 CHROMIUM = "/usr/bin/chromium"
@@ -30,14 +30,6 @@ CHROMIUM_ARGS = [
 ]
 OUTPUT = Path(os.environ.get("SUANCHI_TEST_OUTPUT", "test-output"))
 PASSWORD = "browser-test-pass-1"
-
-# The small fleet of tests/jobs/conftest.py (8 × A100 on two nodes, 8 × Ascend), as fixtures here.
-a100, ascend, fleet, member_project = (
-    jobs_fixtures.a100,
-    jobs_fixtures.ascend,
-    jobs_fixtures.fleet,
-    jobs_fixtures.member_project,
-)
 
 
 @pytest.fixture(scope="session")

@@ -45,7 +45,7 @@ def test_staff_create_and_admit_a_batch_in_both_languages(
     from apps.core.models import ChangeRecord
     from apps.rollout import services
     from apps.rollout.models import GrayBatch
-    from tests.rollout.conftest import ingest_soak
+    from tests.fixtures.rollout import ingest_soak
 
     get_user_model().objects.create_user("release-admin", password=PASSWORD, is_staff=True)
     criteria = services.soak_criteria_create(

@@ -14,15 +14,13 @@ from apps.core.errors import ValidationFailed
 from apps.inventory.models import Cluster, Node
 from apps.telemetry.first_start import default_metric_source_ensure
 from apps.telemetry.models import MetricSource
-from tests.kube.fake_apiserver import FakeApiServer, kubeconfig_for
+from tests.kube.fake_apiserver import kubeconfig_for
+from tests.kube.helpers import fake_server_fixture
 
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture
-def server():
-    with FakeApiServer(controllers=False) as srv:
-        yield srv
+server = fake_server_fixture(controllers=False)
 
 
 def k8s_cluster(srv, tmp_path, slug="prod") -> Cluster:

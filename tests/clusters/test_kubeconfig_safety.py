@@ -19,24 +19,22 @@ from django.core.exceptions import ValidationError
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 
-from apps.clusters.backend import KubernetesBackend, PermanentBackendError
+from apps.clusters.backends.errors import PermanentBackendError
+from apps.clusters.backends.kubernetes import KubernetesBackend
 from apps.clusters.connect import cluster_connection_test, cluster_save, kubeconfig_check
 from apps.clusters.models import PushAction
 from apps.clusters.outbox import push_object_enqueue
-from apps.clusters.pusher import push_stream_run
 from apps.clusters.sync import cluster_sync
 from apps.core.errors import ValidationFailed
 from apps.inventory.models import Cluster
+from apps.scheduling.push import push_stream_run
 from apps.scheduling.reconcile import reconcile_cluster_run
-from tests.kube.fake_apiserver import FakeApiServer
+from tests.kube.helpers import fake_server_fixture
 
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture
-def server():
-    with FakeApiServer(controllers=False) as srv:
-        yield srv
+server = fake_server_fixture(controllers=False)
 
 
 @pytest.fixture

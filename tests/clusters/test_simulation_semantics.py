@@ -8,17 +8,11 @@ import pytest
 from apps.clusters.connections import backend_for
 from apps.clusters.simulation import FaithfulSimulatedBackend
 from apps.inventory.models import Cluster, Node
-from apps.inventory.services.ledger import node_status_set
 from apps.jobs.models import Allocation, JobEvent, JobState
+from apps.scheduling.faults import node_status_change
 from apps.scheduling.lifecycle import job_cancel
 from apps.scheduling.reconcile import reconcile_all, reconcile_cluster
-from tests.kube import test_reconcile as base
 from tests.kube.test_reconcile import node_of, push_everything, schedule_and_push, submit, workload
-
-a100 = base.a100
-ascend = base.ascend
-fleet = base.fleet
-member_project = base.member_project
 
 NS = "demo"
 
@@ -164,7 +158,7 @@ def test_the_demo_cluster_evicts_jobs_from_a_quarantined_node(fleet, member_proj
     backend = backend_for(cluster)
     backend.advance(6)
     assert reconcile_cluster(cluster=cluster).running == 2
-    node_status_set(
+    node_status_change(
         node=Node.objects.get(name=node), status=Node.Status.QUARANTINED, reason="fan failure", actor="ops"
     )
     for job in (first, second):

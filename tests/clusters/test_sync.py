@@ -15,16 +15,14 @@ from apps.clusters.sync import cluster_sync, cluster_sync_apply, sync_input_load
 from apps.core.errors import ValidationFailed
 from apps.inventory.models import Cluster, Device, DeviceEvent, Node, Pool
 from tests.kube.fake_apiserver import FakeApiServer, kubeconfig_for
+from tests.kube.helpers import fake_server_fixture
 
 pytestmark = pytest.mark.django_db
 
 NV_UUIDS = [f"GPU-0000000{i}-aaaa-bbbb-cccc-00000000000{i}" for i in range(4)]
 
 
-@pytest.fixture
-def server():
-    with FakeApiServer(controllers=False) as srv:
-        yield srv
+server = fake_server_fixture(controllers=False)
 
 
 @pytest.fixture(autouse=True)

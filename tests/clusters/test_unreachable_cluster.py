@@ -13,11 +13,11 @@ import socket
 import pytest
 from django.utils import timezone
 
-from apps.clusters.backend import KubernetesBackend
+from apps.clusters.backends.kubernetes import KubernetesBackend
 from apps.clusters.models import PushAction
 from apps.clusters.outbox import push_object_enqueue
-from apps.clusters.pusher import push_cluster_run, push_stream_run
 from apps.inventory.models import Cluster
+from apps.scheduling.push import push_cluster_run, push_stream_run
 from apps.scheduling.reconcile import reconcile_cluster_run
 from tests.kube.fake_apiserver import FakeApiServer, kubeconfig_for
 from worker.tasks.clusters import cluster_sync_task

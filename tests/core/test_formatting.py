@@ -21,8 +21,6 @@ from apps.core import throttling
 from apps.core.exports import csv_cell, xlsx_value
 from apps.core.formatting import format_datetime, format_number, plain_decimal
 from apps.inventory.charts import figure_html
-from tests.jobs.conftest import a100, ascend, fleet, member_project  # noqa: F401 - fixtures
-from tests.migration.conftest import dual, plan  # noqa: F401 - fixtures
 
 T = datetime(2026, 12, 1, 8, 38, tzinfo=UTC)  # 16:38 in Asia/Shanghai
 
@@ -82,7 +80,7 @@ def test_a_gate_reads_p99_plus_ten_percent_not_an_exponent():
 
 
 @pytest.mark.django_db
-def test_a_gate_result_prints_its_threshold_without_an_exponent(dual):  # noqa: F811
+def test_a_gate_result_prints_its_threshold_without_an_exponent(dual):
     """Issue 29 §9: the gate's evaluation (threshold, detail) read ``1E+1`` where describe() was fixed."""
     from apps.migration.gates import _accuracy
     from apps.migration.models import Gate
@@ -146,7 +144,7 @@ def test_exports_write_times_in_the_platform_zone_with_its_offset():
     assert xlsx_value(T) == datetime(2026, 12, 1, 16, 38)
 
 
-def test_gate_provenance_names_the_platform_zone(dual):  # noqa: F811
+def test_gate_provenance_names_the_platform_zone(dual):
     from apps.migration import gates
 
     service, _user, _project = dual

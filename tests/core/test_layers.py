@@ -17,9 +17,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 
+WEB = "web"  # the floor of every app's pages, API, admin and URLs
 LAYERS: list[tuple[str, ...]] = [
     ("apps.core",),
     ("apps.accounts",),
+    ("apps.notify",),
     ("apps.catalog",),
     ("apps.inventory",),
     ("apps.jobs",),
@@ -30,7 +32,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("apps.telemetry",),
     ("apps.billing", "apps.rollout"),
     ("apps.migration",),
-    ("apps.notify",),
+    (WEB,),
     ("apps.demo",),
     ("worker",),
     ("config",),
@@ -102,8 +104,23 @@ def import_graph(modules: dict[str, Path]) -> dict[str, set[str]]:
     return graph
 
 
+def is_web(module: str) -> bool:
+    """A module of an app's web floor: ``views``, ``api``, ``admin``, ``urls`` (or a package of that name,
+    or a module named ``…_views``, ``…_api``, ``…_admin``, ``…_urls``) under ``apps.<app>``."""
+    parts = module.split(".")
+    if parts[0] != "apps" or len(parts) < 3:
+        return False
+    head = parts[2]
+    return head in WEB_NAMES or head.endswith(tuple(f"_{name}" for name in WEB_NAMES))
+
+
+WEB_NAMES = ("views", "api", "admin", "urls")
+
+
 def _package(module: str) -> str | None:
     parts = module.split(".")
+    if is_web(module):
+        return WEB
     key = ".".join(parts[:2]) if parts[0] == "apps" else parts[0]
     return key if key in _LAYER_OF else None
 

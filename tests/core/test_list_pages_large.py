@@ -20,7 +20,7 @@ from apps.core import paginators
 from apps.inventory import filtersets
 from apps.inventory.models import Cluster, Device, Node, Pool
 from apps.jobs.models import Allocation, Job
-from apps.scheduling import job_views
+from apps.jobs.views import listing as job_views
 from apps.telemetry import views as telemetry_views
 from apps.telemetry.models import DeviceRollup
 

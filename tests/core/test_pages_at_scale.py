@@ -70,65 +70,8 @@ def grow(n_nodes: int, n_jobs: int, *, models, pool, projects, period) -> None:
     project for a month of its own."""
     k = next(_seq)
     now = timezone.now()
-    nodes = Node.objects.bulk_create(
-        Node(
-            cluster=pool.cluster,
-            pool=pool,
-            name=f"n{k}-{i:04d}",
-            driver_version="550.54.15",
-            labels={"zone": "a"},
-            switch=f"leaf-{i // 16}",
-        )
-        for i in range(n_nodes)
-    )
-    devices = Device.objects.bulk_create(
-        Device(
-            node=node,
-            vendor=models[i % 2].vendor,
-            device_model=models[i % 2],
-            index=d,
-            uuid=f"{node.name}-{d}",
-            topology_group=f"g{d // 4}",
-        )
-        for i, node in enumerate(nodes)
-        for d in range(8)
-    )
-    DeviceEvent.objects.bulk_create(
-        DeviceEvent(node=node, kind=DeviceEvent.Kind.REGISTERED, message="registered") for node in nodes
-    )
-    states = ["pending", "running", "running", "succeeded", "failed"]
-    jobs = Job.objects.bulk_create(
-        Job(
-            project=projects[(i // len(states)) % len(projects)],
-            name=f"j{k}-{i}",
-            image="x",
-            request_kind="whole_cards",
-            device_model=models[0],
-            count=1,
-            state=states[i % len(states)],
-            requested_cu=Decimal(i % 7 + 1),
-        )
-        for i in range(n_jobs)
-    )
-    JobEvent.objects.bulk_create(
-        JobEvent(job=job, kind=JobEvent.Kind.SUBMITTED, message="submitted") for job in jobs
-    )
-    running = [j for j in jobs if j.state == "running"]
-    free = [d for d in devices if d.device_model_id == models[0].pk]
-    allocations = Allocation.objects.bulk_create(
-        Allocation(
-            job=job,
-            device=device,
-            node_id=device.node_id,
-            whole_card=True,
-            memory_mib=81920,
-            compute_milli=1000,
-            compute_units=Decimal("1"),
-            trace_id=uuid.uuid4(),
-            started_at=now - dt.timedelta(hours=3),
-        )
-        for job, device in zip(running, free, strict=False)
-    )
+    nodes, devices = _grow_nodes(k, n_nodes, models=models, pool=pool)
+    allocations = _grow_jobs(k, n_jobs, now, models=models, projects=projects, devices=devices)
     hour = now.replace(minute=0, second=0, microsecond=0)
     UsageEntry.objects.bulk_create(
         UsageEntry(
@@ -187,6 +130,76 @@ def grow(n_nodes: int, n_jobs: int, *, models, pool, projects, period) -> None:
         Bill(project=p, period=closed, month=month, total=Decimal(100), usage_amount=Decimal(100))
         for p in projects
     )
+
+
+def _grow_nodes(k: int, n_nodes: int, *, models, pool) -> tuple[list, list]:
+    """``n_nodes`` nodes of 8 cards (the models alternating by node), a registration event each."""
+    nodes = Node.objects.bulk_create(
+        Node(
+            cluster=pool.cluster,
+            pool=pool,
+            name=f"n{k}-{i:04d}",
+            driver_version="550.54.15",
+            labels={"zone": "a"},
+            switch=f"leaf-{i // 16}",
+        )
+        for i in range(n_nodes)
+    )
+    devices = Device.objects.bulk_create(
+        Device(
+            node=node,
+            vendor=models[i % 2].vendor,
+            device_model=models[i % 2],
+            index=d,
+            uuid=f"{node.name}-{d}",
+            topology_group=f"g{d // 4}",
+        )
+        for i, node in enumerate(nodes)
+        for d in range(8)
+    )
+    DeviceEvent.objects.bulk_create(
+        DeviceEvent(node=node, kind=DeviceEvent.Kind.REGISTERED, message="registered") for node in nodes
+    )
+    return nodes, devices
+
+
+def _grow_jobs(k: int, n_jobs: int, now, *, models, projects, devices) -> list:
+    """``n_jobs`` jobs in every state (a submission event each); the running ones hold a card of the
+    first model each, for three hours."""
+    states = ["pending", "running", "running", "succeeded", "failed"]
+    jobs = Job.objects.bulk_create(
+        Job(
+            project=projects[(i // len(states)) % len(projects)],
+            name=f"j{k}-{i}",
+            image="x",
+            request_kind="whole_cards",
+            device_model=models[0],
+            count=1,
+            state=states[i % len(states)],
+            requested_cu=Decimal(i % 7 + 1),
+        )
+        for i in range(n_jobs)
+    )
+    JobEvent.objects.bulk_create(
+        JobEvent(job=job, kind=JobEvent.Kind.SUBMITTED, message="submitted") for job in jobs
+    )
+    running = [j for j in jobs if j.state == "running"]
+    free = [d for d in devices if d.device_model_id == models[0].pk]
+    allocations = Allocation.objects.bulk_create(
+        Allocation(
+            job=job,
+            device=device,
+            node_id=device.node_id,
+            whole_card=True,
+            memory_mib=81920,
+            compute_milli=1000,
+            compute_units=Decimal("1"),
+            trace_id=uuid.uuid4(),
+            started_at=now - dt.timedelta(hours=3),
+        )
+        for job, device in zip(running, free, strict=False)
+    )
+    return allocations
 
 
 @pytest.fixture

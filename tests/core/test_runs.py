@@ -62,6 +62,31 @@ def test_a_failed_run_keeps_its_error_and_what_the_page_shows(db):
     assert runs.run_start(run_id=run.pk, resume=True) is None  # over is over, even for a resume
 
 
+def test_a_run_stopped_at_its_time_limit_says_so_in_both_languages(db):
+    """Celery raises SoftTimeLimitExceeded inside the task at its soft limit (worker/time_limits.py);
+    the work's generic "unexpected error" branch then fails the run with the time-limit reason."""
+    from celery.exceptions import SoftTimeLimitExceeded
+
+    from apps.core.stored_text import registered
+
+    run = started("worker")
+    with pytest.raises(SoftTimeLimitExceeded):
+        try:
+            raise SoftTimeLimitExceeded()
+        except Exception:
+            runs.run_fail(run=run, error="the import stopped on an unexpected error; see the worker log")
+            raise
+    run.refresh_from_db()
+    assert (run.status, run.error) == (Status.FAILED, runs.TIME_LIMIT_REACHED)
+    # A registered stored text: shown in the reader's language (its zh-hans entry is checked by
+    # tests/core/test_stored_text.py::test_every_registered_text_is_in_the_catalogue_and_translated).
+    assert run.error in registered()
+    other = started("worker")
+    runs.run_fail(run=other, error="a plain failure")  # outside the handler: the caller's words
+    other.refresh_from_db()
+    assert other.error == "a plain failure"
+
+
 def test_progress_never_runs_past_its_total_and_keeps_unknown_parts(db):
     run = started("worker")
     runs.run_progress(run=run, done=0, total=3, message="validating")

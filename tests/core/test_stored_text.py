@@ -59,6 +59,35 @@ def test_every_registered_text_is_in_the_catalogue_and_translated():
     assert not missing, missing[:10]
 
 
+def modules_registering_stored_texts(root: Path) -> list[str]:
+    """The modules of apps/ (migrations aside) that call ``stored(`` or ``stored_vocabulary(``."""
+    found = []
+    for path in sorted((root / "apps").rglob("*.py")):
+        if "migrations" in path.relative_to(root).parts:
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        if any(
+            isinstance(node, ast.Call) and _name(node.func) in ("stored", "stored_vocabulary")
+            for node in ast.walk(tree)
+        ):
+            parts = path.relative_to(root).with_suffix("").parts
+            found.append(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+    return found
+
+
+def test_every_module_that_registers_stored_texts_is_listed_in_settings():
+    """Registration is explicit (settings.STORED_TEXT_MODULES, imported by ``stored_text.discover``):
+    a module that calls ``stored(`` but is not listed would leave its texts English in a process that
+    never imported it; a listed module that no longer registers any is dead weight (or was moved)."""
+    from django.conf import settings
+
+    found = set(modules_registering_stored_texts(Path(__file__).resolve().parents[2]))
+    listed = set(settings.STORED_TEXT_MODULES)
+    assert sorted(found - listed) == [], "add these to STORED_TEXT_MODULES in config/settings/base.py"
+    assert sorted(listed - found) == [], "these listed modules register no stored text (moved?)"
+    assert len(settings.STORED_TEXT_MODULES) == len(listed)
+
+
 def test_a_whole_number_parameter_is_given_back_as_a_number():
     # "%(cards)d" refuses a string: the parameter recovered from the stored sentence is an int again.
     from apps.clusters.sync import NODE_FOUND
@@ -79,9 +108,9 @@ def test_a_whole_number_parameter_is_given_back_as_a_number():
 # progress), by the name of the function or model; the keyword that carries the text.
 _SINKS = {
     "job_event", "job_transition", "job_retry_or_fail", "job_preempt", "job_push_failed", "job_finish",
-    "hold_until_gone", "_release_now", "_failure", "_retry", "node_status_set", "node_quarantine",
+    "hold_until_gone", "_release_now", "allocations_release", "_failure", "_retry", "node_status_set", "node_status_change", "node_quarantine",
     "device_cordon", "device_retire", "device_pool_status_set", "_node_transition_locked", "cards_fault",
-    "_record", "drift", "run_create", "run_progress", "_progress", "DeviceEvent", "JobEvent", "create",
+    "_record", "drift", "run_create", "run_progress", "_progress", "DeviceEvent", "device_event_create", "JobEvent", "create",
     "update", "add",
 }  # fmt: skip
 _TEXT_KEYWORDS = {

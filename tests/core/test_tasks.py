@@ -10,12 +10,13 @@ import pytest
 from celery import current_app
 from django.db import transaction
 
+from apps.core import task_names
 from apps.core.tasks import ENQUEUE_FAILURES, enqueue_now, enqueue_on_commit
 from worker.tasks.push import push_stream_task
 
 pytestmark = pytest.mark.django_db
 
-PUSH = "worker.tasks.push.push_stream_task"
+PUSH = task_names.PUSH_STREAM
 
 
 def test_it_sends_a_registered_task_with_its_own_apply_async_only_after_commit(

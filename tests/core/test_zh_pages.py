@@ -1,6 +1,6 @@
 """Issue 21 §5: a zh-hans reader sees the texts that services and workers stored in Chinese.
 
-A small fleet (tests/jobs/conftest.py) gets real history through the services: a dual-track
+A small fleet (tests/fixtures/inventory.py) gets real history through the services: a dual-track
 migration shift (job scale events), a card edit and a retirement (ledger events), a gray batch's soak
 (node events, stage reason, what is still missing). Each page is then read in Chinese; every stored
 English sentence must be gone and its translation (``apps.core.stored_text.localize``) be there.
@@ -22,8 +22,6 @@ from apps.jobs.models import JobEvent
 from apps.migration import services as migration
 from apps.rollout import services as rollout
 from apps.rollout.models import GrayBatch
-from tests.migration.conftest import a100, ascend, dual, fleet, member_project, plan  # noqa: F401
-from tests.rollout.conftest import criteria, now  # noqa: F401
 
 pytestmark = pytest.mark.django_db
 
@@ -56,7 +54,7 @@ def _assert_shown_in_chinese(body: str, stored: list[str], url: str) -> None:
 
 
 @pytest.fixture
-def history(dual, fleet, staff_user, criteria, now):  # noqa: F811
+def history(dual, fleet, staff_user, criteria, now):
     service, user, project = dual
     # Migration shift: the source track scales 2 → 4 replicas with the migration's reason.
     migration.service_shift(service=service, actor=user, target_weight=20, reason="canary")
@@ -89,7 +87,7 @@ def test_job_pages_show_the_scale_events_in_chinese(zh, history):
     _assert_shown_in_chinese(_read(zh, url), scaled, url)
 
 
-def test_node_and_device_pages_show_the_ledger_events_in_chinese(zh, history, fleet):  # noqa: F811
+def test_node_and_device_pages_show_the_ledger_events_in_chinese(zh, history, fleet):
     device = history["device"]
     events = list(DeviceEvent.objects.filter(device=device).values_list("message", flat=True))
     updated = f"device {device} updated: owner_project"
@@ -141,7 +139,7 @@ def test_every_engine_reason_is_registered_and_an_explanation_reads_in_chinese()
     assert "6" in shown and "3" in shown and "0/9" in shown
 
 
-def test_ledger_status_events_read_in_chinese(zh, fleet, staff_user):  # noqa: F811
+def test_ledger_status_events_read_in_chinese(zh, fleet, staff_user):
     from apps.inventory.services.ledger import device_cordon, device_pool_status_set, node_status_set
 
     node = fleet["gpu-01"]
@@ -189,9 +187,9 @@ def _assert_registered(texts) -> None:
 
 def test_the_job_page_shows_the_lifecycle_reconcile_and_push_texts_in_chinese(
     zh,
-    fleet,  # noqa: F811
-    member_project,  # noqa: F811
-    a100,  # noqa: F811
+    fleet,
+    member_project,
+    a100,
 ):
     from apps.clusters.pusher import PUSH_FAILED
     from apps.scheduling import lifecycle, reconcile
@@ -281,7 +279,7 @@ def test_the_job_page_shows_the_lifecycle_reconcile_and_push_texts_in_chinese(
 
 def test_the_node_and_cluster_pages_show_sync_ledger_telemetry_and_fault_texts_in_chinese(
     zh,
-    fleet,  # noqa: F811
+    fleet,
     staff_user,
 ):
     import time
@@ -483,9 +481,9 @@ def test_the_engine_explanations_and_trace_steps_are_registered_and_read_in_chin
 
 def test_a_runtime_precheck_refusal_reads_in_chinese_on_the_job_page(
     zh,
-    fleet,  # noqa: F811
-    member_project,  # noqa: F811
-    a100,  # noqa: F811
+    fleet,
+    member_project,
+    a100,
 ):
     """The compatibility reason (apps/inventory/compat.py) inside the scheduler's explanation."""
     from apps.scheduling import lifecycle

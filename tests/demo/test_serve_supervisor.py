@@ -12,7 +12,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 import urllib.request
 from pathlib import Path
 
@@ -20,19 +19,9 @@ import pytest
 
 from apps.demo.logtee import LogTee, open_log
 from apps.demo.supervise import Child, Supervisor
+from tests.fixtures.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _wait_for(condition, *, timeout: float = 60.0, what: str = "condition"):
-    """Poll ``condition`` until it returns something truthy (bounded, so a broken build fails, not hangs)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _free_port() -> int:
@@ -82,8 +71,8 @@ def test_a_background_process_that_exits_is_restarted_with_backoff_while_the_web
     )
     try:
         web_pid = web_child.proc.pid
-        _wait_for(lambda: _answers(url) == 200, what="the web server")
-        _wait_for(lambda: len(supervisor.history) >= 5, what="five restarts")
+        wait_until(lambda: _answers(url) == 200, what="the web server")
+        wait_until(lambda: len(supervisor.history) >= 5, what="five restarts")
         assert [r.delay for r in supervisor.history[:5]] == [0.05, 0.1, 0.2, 0.2, 0.2]
         assert all(r.name == "worker" and r.returncode == 3 for r in supervisor.history[:5])
         assert _answers(url) == 200
@@ -95,7 +84,7 @@ def test_a_background_process_that_exits_is_restarted_with_backoff_while_the_web
         ]
         assert len(restart_lines) == len(supervisor.history)  # one line per restart
         # the log is appended across restarts, not replaced
-        _wait_for(lambda: log.read_text().count("ERROR boom") >= 5, what="five runs in the log")
+        wait_until(lambda: log.read_text().count("ERROR boom") >= 5, what="five runs in the log")
     finally:
         supervisor.stop()
         thread.join(timeout=30)
@@ -113,7 +102,7 @@ def test_a_run_longer_than_stable_after_starts_the_backoff_again():
     supervisor.stable_after = 0.0  # every run counts as stable: the delay never grows
     supervisor.start()
     for _ in range(3):
-        _wait_for(lambda: quick.proc.poll() is not None, what="beat to exit")
+        wait_until(lambda: quick.proc.poll() is not None, what="beat to exit")
         supervisor.step()
         quick.due = 0.0  # due now
         supervisor.step()
@@ -125,7 +114,7 @@ def test_stop_ends_all_children_and_the_web_exiting_ends_the_group(tmp_path, web
     web_child, url = web
     steady = Child("beat", [sys.executable, "-c", "import time; time.sleep(300)"], restart=True)
     supervisor, thread, lines = _supervise([web_child, steady])
-    _wait_for(lambda: _answers(url) == 200, what="the web server")
+    wait_until(lambda: _answers(url) == 200, what="the web server")
     web_child.proc.send_signal(signal.SIGKILL)
     thread.join(timeout=30)
     assert not thread.is_alive()
@@ -178,7 +167,7 @@ def test_serve_restarts_a_killed_worker_and_the_web_keeps_answering(tmp_path):
     reader.start()
     try:
         url = f"http://127.0.0.1:{port}/healthz"
-        pids = _wait_for(
+        pids = wait_until(
             lambda: (
                 {m[1]: int(m[2]) for line in lines if (m := SERVE_STARTED.search(line))}.keys()
                 >= {"web", "worker", "beat"}
@@ -187,10 +176,10 @@ def test_serve_restarts_a_killed_worker_and_the_web_keeps_answering(tmp_path):
             timeout=120,
             what="serve to start web, worker and beat",
         )
-        _wait_for(lambda: _answers(url) == 200, timeout=120, what="the web server")
+        wait_until(lambda: _answers(url) == 200, timeout=120, what="the web server")
         os.kill(pids["worker"], signal.SIGKILL)
-        _wait_for(lambda: any("worker exited with code -9; restarting it in 1 s" in line for line in lines))
-        new_worker = _wait_for(
+        wait_until(lambda: any("worker exited with code -9; restarting it in 1 s" in line for line in lines))
+        new_worker = wait_until(
             lambda: [
                 pid
                 for pid, cmd in _children_of(serve.pid).items()

@@ -273,39 +273,33 @@ def _set_writable(path: Path, writable: bool) -> None:
         item.chmod(mode | stat.S_IWUSR if writable else mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
 
 
-def test_a_build_simulated_from_the_dockerfile_collects_static_files_and_serves_healthz(tmp_path):
-    build_stage, runtime = stages(DOCKERFILE.read_text())
-    context = build_context(tmp_path)
-    assert (
-        not (context / "var").exists()
-        and not (context / ".venv").exists()
-        and not (context / "tests").exists()
-    )
-    rootfs = tmp_path / "rootfs"
+def _place(stage: dict, rootfs: Path, context: Path) -> Path:
+    """The stage's WORKDIR and COPY steps (from the build context) under ``rootfs``; its last WORKDIR."""
+    workdir = rootfs
+    for keyword, rest in stage["steps"]:
+        if keyword == "WORKDIR":
+            workdir = rootfs / rest.lstrip("/")
+            workdir.mkdir(parents=True, exist_ok=True)
+        elif keyword == "COPY" and not rest.startswith("--from"):
+            *sources, dest = shlex.split(rest)
+            target = rootfs / dest.lstrip("/") if dest.startswith("/") else workdir / dest
+            for source in sources:
+                origin = context / source
+                assert origin.exists(), f"COPY {source}: not in the build context (.dockerignore?)"
+                if origin.is_dir():
+                    shutil.copytree(origin, target, dirs_exist_ok=True)
+                else:
+                    destination = target / origin.name if dest.endswith("/") else target
+                    destination.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copy2(origin, destination)
+    return workdir
 
-    def place(stage: dict) -> Path:
-        workdir = rootfs
-        for keyword, rest in stage["steps"]:
-            if keyword == "WORKDIR":
-                workdir = rootfs / rest.lstrip("/")
-                workdir.mkdir(parents=True, exist_ok=True)
-            elif keyword == "COPY" and not rest.startswith("--from"):
-                *sources, dest = shlex.split(rest)
-                target = rootfs / dest.lstrip("/") if dest.startswith("/") else workdir / dest
-                for source in sources:
-                    origin = context / source
-                    assert origin.exists(), f"COPY {source}: not in the build context (.dockerignore?)"
-                    if origin.is_dir():
-                        shutil.copytree(origin, target, dirs_exist_ok=True)
-                    else:
-                        destination = target / origin.name if dest.endswith("/") else target
-                        destination.parent.mkdir(parents=True, exist_ok=True)
-                        shutil.copy2(origin, destination)
-        return workdir
 
+def _build_stage(build_stage: dict, rootfs: Path, context: Path) -> tuple[Path, Path, str]:
+    """(venv, site-packages, python) of the build stage, with the project installed and its metadata checked."""
     # Build stage: a venv at /opt/venv with the project installed from its own copied files. The
     # dependencies come from this test run's environment (a .pth), as the image gets them from PyPI.
-    src = place(build_stage)
+    src = _place(build_stage, rootfs, context)
     venv = rootfs / "opt" / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     site = next((venv / "lib").glob("python3.*/site-packages"))
@@ -365,10 +359,14 @@ def test_a_build_simulated_from_the_dockerfile_collects_static_files_and_serves_
         for r in reqs
     ]
     assert sorted(key(r) for r in installed["requires"]) == sorted(expected)
+    return venv, site, python
 
+
+def _runtime_stage(runtime: dict, rootfs: Path, context: Path) -> tuple[Path, dict, dict]:
+    """(app, image_env, base_env) of the runtime stage, after its collectstatic RUN line."""
     # Runtime stage: the application tree, then the collectstatic RUN line as written, with the stage's
     # ENV (absolute paths re-rooted under the simulated filesystem).
-    app = place(runtime)
+    app = _place(runtime, rootfs, context)
     for directory in ("var/lib/suanchi", "tmp"):
         (rootfs / directory).mkdir(parents=True, exist_ok=True)
 
@@ -397,7 +395,20 @@ def test_a_build_simulated_from_the_dockerfile_collects_static_files_and_serves_
         assert (static / name).is_file(), name
     assert list(static.rglob("*.css.gz")), "CompressedStaticFilesStorage wrote no compressed copies"
     assert (rootfs / "usr/local/bin/suanchi-agent").is_file()
+    return app, image_env, base_env
 
+
+def test_a_build_simulated_from_the_dockerfile_collects_static_files_and_serves_healthz(tmp_path):
+    build_stage, runtime = stages(DOCKERFILE.read_text())
+    context = build_context(tmp_path)
+    assert (
+        not (context / "var").exists()
+        and not (context / ".venv").exists()
+        and not (context / "tests").exists()
+    )
+    rootfs = tmp_path / "rootfs"
+    venv, _site, python = _build_stage(build_stage, rootfs, context)
+    app, image_env, base_env = _runtime_stage(runtime, rootfs, context)
     # Run the image's CMD on a read-only /app (the runtime user owns nothing there) with production
     # settings and the production ConfigMap, then probe it like Docker and like the kubelet.
     objects = build(ROOT / "platform" / "kubernetes" / "overlays" / "production")

@@ -1,4 +1,4 @@
-"""Shared fixtures for the hardening tests: the job tests' small fleet, two projects, three identities."""
+"""Fixtures for the hardening tests: two projects and three identities (the fleet is the library's)."""
 
 from __future__ import annotations
 
@@ -6,11 +6,6 @@ import pytest
 
 from apps.accounts.models import Membership
 from apps.accounts.services import api_token_create
-from tests.jobs import conftest as jobs_fixtures
-
-a100 = jobs_fixtures.a100
-ascend = jobs_fixtures.ascend
-fleet = jobs_fixtures.fleet
 
 
 def token_for(user) -> str:

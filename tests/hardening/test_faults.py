@@ -3,7 +3,7 @@ the PostgreSQL connection dropped during a scheduling cycle, the Kubernetes API 
 
 Everything is real: PostgreSQL, Redis (database 11 of the local server is reserved for these tests;
 the real server is never stopped — "Redis down" points the broker at a closed port), Celery worker
-subprocesses, and the fake Kubernetes API server over HTTP (tests/kube/fake_apiserver.py).
+subprocesses, and the fake Kubernetes API server over HTTP (tests/kube/fake_apiserver/).
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -25,26 +24,19 @@ from django.db import connection, connections
 from django.utils import timezone
 
 from apps.clusters.models import PushAction
-from apps.clusters.pusher import push_pending_run
+from apps.core import task_names
 from apps.jobs.models import Allocation, Job, JobEvent, JobState
 from apps.scheduling.models import DecisionTrace
+from apps.scheduling.push import push_pending_run
 from apps.scheduling.services import scheduling_cycle_run
-from tests.jobs.conftest import submit_whole_cards
+from tests.fixtures.jobs import submit_whole_cards
+from tests.fixtures.waiting import wait_until
 from tests.kube.helpers import fake_server_fixture, kube_cluster_at
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.integration]
 
 ROOT = Path(__file__).resolve().parents[2]
 BROKER = "redis://127.0.0.1:6379/11"
-
-
-def wait_for(predicate, timeout: float = 30.0, step: float = 0.05) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(step)
-    return False
 
 
 def closed_port() -> int:
@@ -152,7 +144,7 @@ def test_a_worker_killed_in_the_middle_of_a_push_is_redelivered_without_duplicat
         workload = PushAction.objects.get(job=job, kind="Job")
 
         with celery_worker("push") as first:
-            assert wait_for(lambda: len(server.objects("Job")) == 1)
+            assert wait_until(lambda: len(server.objects("Job")) == 1)
             workload.refresh_from_db()
             assert workload.state == PushAction.State.PENDING and workload.attempts == 0
             os.killpg(first.pid, signal.SIGKILL)  # crash between the network call and the DB update
@@ -161,7 +153,7 @@ def test_a_worker_killed_in_the_middle_of_a_push_is_redelivered_without_duplicat
         assert broker.hlen("unacked") == 1
 
         with celery_worker("push"):
-            assert wait_for(
+            assert wait_until(
                 lambda: PushAction.objects.get(pk=workload.pk).state == PushAction.State.APPLIED, timeout=60
             )
     workload.refresh_from_db()
@@ -190,8 +182,8 @@ def test_submissions_during_a_redis_outage_are_scheduled_once_redis_is_back(
 
     # Redis is back: beat's periodic cycle reaches a real worker, which schedules every one of them.
     with celery_broker(BROKER) as app, celery_worker("scheduler"):
-        app.send_task("worker.tasks.scheduling.scheduling_cycle_task", queue="scheduler")
-        assert wait_for(
+        app.send_task(task_names.SCHEDULING_CYCLE, queue="scheduler")
+        assert wait_until(
             lambda: Job.objects.filter(pk__in=ids, state=JobState.SCHEDULED).count() == 6, timeout=60
         )
     assert Allocation.objects.filter(job_id__in=ids, released_at__isnull=True).count() == 6
@@ -236,7 +228,7 @@ def test_a_connection_dropped_during_a_scheduling_cycle_rolls_back_cleanly(fleet
                 row = cursor.fetchone()
                 return row[0] if row else None
 
-            assert wait_for(lambda: stalled_pid() is not None, timeout=30)
+            assert wait_until(lambda: stalled_pid() is not None, timeout=30)
             pid = stalled_pid()
             # The stalled transaction has written rows already (it holds a transaction id).
             cursor.execute("SELECT backend_xid IS NOT NULL FROM pg_stat_activity WHERE pid = %s", [pid])

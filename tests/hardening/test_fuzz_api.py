@@ -39,8 +39,8 @@ from apps.inventory.models import Cluster
 from apps.inventory.services.tokens import agent_token_create
 from apps.jobs.models import Job
 from apps.scheduling.services import scheduling_cycle_run
+from tests.fixtures.jobs import submit_whole_cards
 from tests.hardening.conftest import token_for
-from tests.jobs.conftest import submit_whole_cards
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -8,7 +8,7 @@ from drf_spectacular.generators import SchemaGenerator
 from apps.inventory.models import DeviceEvent
 from apps.jobs.models import Job
 from apps.scheduling.services import scheduling_cycle_run
-from tests.jobs.conftest import submit_whole_cards
+from tests.fixtures.jobs import submit_whole_cards
 
 pytestmark = pytest.mark.django_db
 

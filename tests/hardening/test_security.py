@@ -25,8 +25,8 @@ from apps.core.models import ChangeRecord
 from apps.inventory.models import AgentToken, Device, Node
 from apps.inventory.services.tokens import agent_token_create
 from apps.jobs.models import JobState
+from tests.fixtures.jobs import submit_whole_cards
 from tests.hardening.conftest import token_for
-from tests.jobs.conftest import submit_whole_cards
 
 pytestmark = pytest.mark.django_db
 ROOT = Path(__file__).resolve().parents[2]

@@ -2,28 +2,20 @@
 
 from __future__ import annotations
 
-import time
 from datetime import timedelta
 
 import pytest
 from celery.contrib.testing.worker import start_worker
+from celery.signals import task_postrun
 from django.utils import timezone
 
 from apps.inventory.models import Cluster, DeviceEvent, Node
-from tests.jobs.conftest import submit_whole_cards
+from tests.fixtures.jobs import submit_whole_cards
+from tests.fixtures.waiting import wait_until
 from worker.celery import app
 from worker.tasks import node_staleness_check_task
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.integration]
-
-
-def wait_for(predicate, timeout: float = 20.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.1)
-    return False
 
 
 def test_the_broker_is_redis_in_tests():
@@ -37,13 +29,22 @@ def test_a_worker_flags_a_silent_node_once_even_when_the_task_runs_twice(setting
     )
     Node.objects.create(cluster=cluster, name="fresh", last_report_at=timezone.now())
     Node.objects.create(cluster=cluster, name="never-reported")
-    with start_worker(
-        app, pool="solo", perform_ping_check=False, queues=["ingest", "default"], loglevel="WARNING"
-    ):
-        node_staleness_check_task.delay()
-        node_staleness_check_task.delay()
-        assert wait_for(lambda: DeviceEvent.objects.filter(kind="report_overdue").exists())
-        time.sleep(1.0)  # let the second delivery run too
+    runs = []
+
+    def count_run(task=None, **_):
+        if task is not None and task.name == node_staleness_check_task.name:
+            runs.append(task.request.id)
+
+    task_postrun.connect(count_run, weak=False)
+    try:
+        with start_worker(
+            app, pool="solo", perform_ping_check=False, queues=["ingest", "default"], loglevel="WARNING"
+        ):
+            node_staleness_check_task.delay()
+            node_staleness_check_task.delay()
+            wait_until(lambda: len(runs) >= 2, timeout=20, step=0.1, what="both deliveries to run")
+    finally:
+        task_postrun.disconnect(count_run)
     events = DeviceEvent.objects.filter(kind="report_overdue")
     assert [e.node_id for e in events] == [silent.pk]
     silent.refresh_from_db()
@@ -107,4 +108,4 @@ def test_a_submission_asks_for_a_cycle_and_the_worker_schedules_it(make_user, ma
     project = make_project("vision", members=[user])
     with start_worker(app, pool="solo", perform_ping_check=False, queues=["scheduler"], loglevel="WARNING"):
         job = submit_whole_cards(project, user, model, name="infer")
-        assert wait_for(lambda: Job.objects.get(pk=job.pk).state == JobState.SCHEDULED)
+        wait_until(lambda: Job.objects.get(pk=job.pk).state == JobState.SCHEDULED, timeout=20, step=0.1)

@@ -17,14 +17,9 @@ from django.urls import reverse
 from apps.core.models import ChangeRecord
 from apps.inventory.models import AgentToken, Device, DeviceEvent, Node, NodeReport
 from apps.inventory.services.ledger import EXPORT_COLUMNS, IMPORT_COLUMNS
-from tests.inventory.factories import (
-    ClusterFactory,
-    DeviceFactory,
-    DeviceModelFactory,
-    NodeFactory,
-    PoolFactory,
-    UserFactory,
-)
+from tests.fixtures.factories.accounts import UserFactory
+from tests.fixtures.factories.catalog import DeviceModelFactory
+from tests.fixtures.factories.inventory import ClusterFactory, DeviceFactory, NodeFactory, PoolFactory
 
 pytestmark = pytest.mark.django_db
 

@@ -27,8 +27,8 @@ from apps.inventory.services.tokens import agent_token_create
 from apps.jobs.models import Allocation
 from apps.scheduling import services as scheduling
 from apps.scheduling.snapshot import fleet_snapshot
+from tests.fixtures.jobs import submit_whole_cards
 from tests.inventory.test_discovery import gpu_csv, uuids
-from tests.jobs.conftest import submit_whole_cards
 
 pytestmark = pytest.mark.django_db
 

@@ -11,7 +11,7 @@ from django.core.management.base import CommandError
 from apps.catalog.models import DeviceModel
 from apps.core.errors import NotFound, ParseFailed
 from apps.core.models import ChangeRecord
-from apps.inventory.models import Cluster, Device, DeviceEvent, DeviceLink, Node, NodeReport
+from apps.inventory.models import Device, DeviceEvent, DeviceLink, Node, NodeReport
 from apps.inventory.services.discovery import node_report_ingest
 
 pytestmark = pytest.mark.django_db
@@ -32,11 +32,6 @@ def gpu_csv(rows: list[tuple[int, str]], *, driver: str = "535.154.05", vbios: s
 
 def uuids(n: int, prefix: str = "GPU-0000") -> list[tuple[int, str]]:
     return [(i, f"{prefix}{i:04d}-1111-2222-3333-444455556666") for i in range(n)]
-
-
-@pytest.fixture
-def cluster():
-    return Cluster.objects.create(name="Prod", slug="prod")
 
 
 @pytest.fixture

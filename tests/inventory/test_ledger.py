@@ -27,15 +27,9 @@ from apps.inventory.services.ledger import (
     ledger_import_csv,
     node_status_set,
 )
-from tests.inventory.factories import (
-    ClusterFactory,
-    DeviceFactory,
-    DeviceModelFactory,
-    NodeFactory,
-    PoolFactory,
-    ProjectFactory,
-    UserFactory,
-)
+from tests.fixtures.factories.accounts import ProjectFactory, UserFactory
+from tests.fixtures.factories.catalog import DeviceModelFactory
+from tests.fixtures.factories.inventory import ClusterFactory, DeviceFactory, NodeFactory, PoolFactory
 
 pytestmark = pytest.mark.django_db
 

@@ -13,7 +13,7 @@ import pytest
 
 from apps.catalog.models import Vendor
 from apps.core.errors import ParseFailed
-from apps.inventory.models import Cluster, Device, NodeReport
+from apps.inventory.models import Device, NodeReport
 from apps.inventory.services.discovery import node_report_ingest
 from apps.inventory.vendors import ADAPTERS, KIND_VENDORS, adapter_for_kind, detect_kind, parse_report
 from apps.inventory.vendors.resource_names import device_resource_name
@@ -272,11 +272,6 @@ def test_kind_auto_refuses_an_unknown_output_quoting_its_first_line():
 # Ingestion
 
 
-@pytest.fixture
-def cluster(db):
-    return Cluster.objects.create(name="Prod", slug="prod")
-
-
 def test_an_auto_mx_smi_report_registers_metax_cards_and_stores_the_kind(cluster):
     result = node_report_ingest(
         node_name="mx-01", kind="auto", text=fixture("mx_smi_c550_8gpu.txt"), actor="command", cluster=cluster
@@ -503,7 +498,7 @@ def test_the_ix_exporter_page_gives_three_cards_with_mib_watts_and_the_deprecate
     from apps.telemetry import exposition
     from apps.telemetry.metric_maps import MEM_TOTAL, TEMP, VENDOR_MAPS, lookup
     from apps.telemetry.samples import series_to_samples
-    from tests.telemetry.conftest import fixture_text
+    from tests.fixtures.telemetry import fixture_text
 
     parsed = exposition.parse(fixture_text("iluvatar.prom"))
     conv = series_to_samples(

@@ -360,11 +360,6 @@ def gpu_csv(n: int) -> str:
     )
 
 
-@pytest.fixture
-def cluster(db):
-    return Cluster.objects.create(name="Prod", slug="prod")
-
-
 def ingest(kind: str, text: str, node: str = "gpu-a01", cluster=None):
     return node_report_ingest(node_name=node, kind=kind, text=text, actor="command", cluster=cluster)
 

@@ -10,7 +10,6 @@ from django.utils import translation
 from apps.core.errors import ParseFailed
 from apps.inventory.models import Device
 from apps.inventory.vendors import detect_kind
-from tests.inventory.test_api import cluster  # noqa: F401  (fixture)
 from tests.inventory.test_discovery import gpu_csv, uuids
 
 pytestmark = pytest.mark.django_db
@@ -39,7 +38,7 @@ def test_output_of_an_unknown_tool_is_refused_in_chinese():
     assert refused.value.details["line"] == 1
 
 
-def test_a_malformed_report_is_refused_in_chinese_naming_the_line(api_client, cluster, staff_user):  # noqa: F811
+def test_a_malformed_report_is_refused_in_chinese_naming_the_line(api_client, cluster, staff_user):
     api_client.force_authenticate(staff_user)
     before = Device.objects.count()
     response = api_client.post(

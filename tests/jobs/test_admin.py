@@ -8,7 +8,7 @@ from apps.core.models import ChangeRecord
 from apps.jobs.models import Allocation, JobState
 from apps.scheduling.models import DecisionTrace
 from apps.scheduling.services import scheduling_cycle_run
-from tests.jobs.conftest import submit_whole_cards
+from tests.fixtures.jobs import submit_whole_cards
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("english")]
 

@@ -21,7 +21,8 @@ from apps.inventory.models import Cluster
 from apps.jobs.models import Allocation, JobState
 from apps.scheduling.services import scheduling_cycle_run
 from apps.telemetry.models import DeviceRollup
-from tests.jobs.conftest import set_role, submit_whole_cards
+from tests.fixtures.accounts import set_role
+from tests.fixtures.jobs import submit_whole_cards
 from tests.kube.helpers import fake_server_fixture, kube_cluster_at
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("english")]

@@ -13,7 +13,7 @@ from apps.jobs.models import Allocation, Job, JobEvent, JobState
 from apps.scheduling.lifecycle import job_finish, job_submit
 from apps.scheduling.models import DecisionTrace
 from apps.scheduling.services import queue_position, scheduling_cycle_run
-from tests.jobs.conftest import set_role
+from tests.fixtures.accounts import set_role
 
 pytestmark = pytest.mark.django_db
 

@@ -12,7 +12,7 @@ import pytest
 from apps.accounts.models import Membership
 from apps.jobs.models import Allocation, Job, JobEvent
 from apps.scheduling.services import scheduling_cycle_run
-from tests.jobs.conftest import submit_whole_cards
+from tests.fixtures.jobs import submit_whole_cards
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("english")]
 

@@ -12,7 +12,7 @@ from apps.core.filters import PageFilterForm
 from apps.jobs.models import Allocation, Job, JobState
 from apps.scheduling.lifecycle import job_submit
 from apps.scheduling.services import scheduling_cycle_run
-from tests.jobs.conftest import set_role
+from tests.fixtures.accounts import set_role
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("english")]
 

@@ -21,7 +21,7 @@ from apps.inventory.models import Cluster
 from apps.jobs.models import Allocation, Job
 from apps.scheduling import lifecycle
 from apps.scheduling.services import scheduling_cycle_run
-from tests.jobs.conftest import submit_whole_cards
+from tests.fixtures.jobs import submit_whole_cards
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("english")]
 

@@ -13,12 +13,11 @@ from django.utils import translation
 
 from apps.core.stored_text import localize
 from apps.inventory.models import Node
-from apps.inventory.services.ledger import node_status_set
 from apps.jobs.models import JobEvent, JobState
-from apps.scheduling.faults import NODE_QUARANTINED
+from apps.scheduling.faults import NODE_QUARANTINED, node_status_change
 from apps.scheduling.lifecycle import job_cancel
 from apps.scheduling.services import scheduling_cycle_run
-from tests.jobs.conftest import submit_whole_cards
+from tests.fixtures.jobs import submit_whole_cards
 
 pytestmark = pytest.mark.django_db
 
@@ -53,7 +52,7 @@ def test_a_cancel_reason_that_copies_a_system_sentence_is_shown_as_typed(client,
     moved = submit_whole_cards(project, user, a100, name="moved")
     assert moved.pk in scheduling_cycle_run().placed_job_ids
     node = Node.objects.get(allocations__job=moved)
-    node_status_set(node=node, status=Node.Status.QUARANTINED, reason="PSU alarm", actor="ops")
+    node_status_change(node=node, status=Node.Status.QUARANTINED, reason="PSU alarm", actor="ops")
     moved.refresh_from_db()
     system = NODE_QUARANTINED % {"node": node.name, "cause": "PSU alarm"}
     assert moved.state == JobState.PENDING and system in moved.state_reason

@@ -1,4 +1,6 @@
-"""Fixtures for tests that talk to the fake API server directly through the official client."""
+"""Fixtures of tests/kube: ``server`` (the fake API server) and ``kube_cluster`` (the fleet's
+cluster on it), defined once in tests/kube/helpers.py, and the fixtures for tests that talk to the
+fake API server directly through the official client."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
 from tests.kube.fake_apiserver import FakeApiServer, kubeconfig_for
+from tests.kube.helpers import kube_cluster, server  # noqa: F401  (fixtures: defined once there)
 
 
 @pytest.fixture

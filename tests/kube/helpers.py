@@ -1,5 +1,10 @@
 """Setup shared by the tests that drive a cluster through the fake API server (tests/kube,
-tests/jobs, tests/hardening): a per-test server fixture and pointing a cluster of the database at it."""
+tests/clusters, tests/jobs, tests/hardening): a per-test server fixture and pointing a cluster of the
+database at it.
+
+``server`` and ``kube_cluster`` below are the fixtures tests/kube and tests/clusters get from their
+conftest.py; a module that needs other server options binds its own
+``server = fake_server_fixture(...)``."""
 
 from __future__ import annotations
 
@@ -22,6 +27,10 @@ def fake_server_fixture(**options):
     return server
 
 
+# The fake API server of a test (controllers on; a client timing out after 1.5 s of no answer).
+server = fake_server_fixture(timeout_delay=1.5)
+
+
 def kube_cluster_at(server, tmp_path, *, slug: str = "prod", nodes=(), **fields) -> Cluster:
     """The cluster ``slug`` switched to the Kubernetes backend with a kubeconfig for ``server``
     (other ``fields`` set too), saved; each name in ``nodes`` is added to the server as a Node."""
@@ -34,6 +43,12 @@ def kube_cluster_at(server, tmp_path, *, slug: str = "prod", nodes=(), **fields)
     for name in nodes:
         server.add_node(name)
     return cluster
+
+
+@pytest.fixture
+def kube_cluster(fleet, server, tmp_path):
+    """The fleet's cluster "prod" on the test's fake API server, with the fleet's nodes there."""
+    return kube_cluster_at(server, tmp_path, nodes=fleet)
 
 
 def nvidia_node(cluster, pool, name: str, model, cards: int, *, uuid: str = "{node}-{i}") -> Node:

@@ -25,21 +25,20 @@ from apps.catalog import partitions
 from apps.catalog.models import ComputeTemplate
 from apps.clusters import manifests as m
 from apps.clusters.connections import backend_for
-from apps.clusters.pusher import push_job_run
 from apps.clusters.sync import cluster_sync
 from apps.core.errors import ValidationFailed
 from apps.inventory.models import Cluster, Device, DeviceEvent
 from apps.jobs.models import Allocation
 from apps.scheduling.lifecycle import job_submit
+from apps.scheduling.push import push_job_run
 from apps.scheduling.services import scheduling_cycle_run
-from tests.jobs import conftest as jobs_fixtures
+from tests.fixtures import jobs as jobs_fixtures
 from tests.kube import test_dra_real_slices as real
-from tests.kube.fake_apiserver import FakeApiServer, dra_sample
+from tests.kube.fake_apiserver import dra_sample
 from tests.kube.validation import assert_strict_valid
 
 pytestmark = pytest.mark.django_db
 
-member_project = jobs_fixtures.member_project
 mi300x = real.mi300x
 secrets_dir = real.secrets_dir  # autouse: the kubeconfigs under tmp_path are in the secrets directory
 cluster_on, device_drift, ledger_node = real.cluster_on, real.device_drift, real.ledger_node
@@ -49,13 +48,6 @@ NODE = "gpu-operator-2"  # the node of the real sample (pull request #21)
 CARD_PCI = "0003:00:01.0"  # its parentPciAddr
 OTHER_PCI = "0003:00:02.0"  # a second card of the same node (FILLED, like the sample's own)
 ATTRS = f'device.attributes["{AMD}"]'
-
-
-@pytest.fixture
-def server():
-    srv = FakeApiServer(timeout_delay=1.5).start()
-    yield srv
-    srv.stop()
 
 
 def dpx_slice() -> dict:
@@ -387,7 +379,7 @@ def amd_allocation(**fields) -> Allocation:
 def test_an_amd_fraction_without_a_partition_profile_is_still_refused():
     cluster = Cluster(name="c", slug="c", device_plugin_modes={"amd": "dra"})
     with pytest.raises(ValidationFailed) as err:
-        m._replica_resources([amd_allocation(partition_profile="")], cluster)
+        m.replica_resources([amd_allocation(partition_profile="")], cluster)
     assert err.value.code == "fraction_not_shareable"
     assert "whole card billed as a slice" in err.value.message
     assert "partition template" in err.value.message
@@ -397,7 +389,7 @@ def test_an_amd_fraction_without_a_partition_profile_is_still_refused():
 def test_an_amd_partition_outside_dra_is_refused_with_the_reason(mode):
     cluster = Cluster(name="c", slug="c", device_plugin_modes={"amd": mode})
     with pytest.raises(ValidationFailed) as err:
-        m._replica_resources([amd_allocation(partition_profile="cpx_nps4")], cluster)
+        m.replica_resources([amd_allocation(partition_profile="cpx_nps4")], cluster)
     assert err.value.code == "fraction_not_shareable"
     assert "cpx_nps4" in err.value.message and "gpu.amd.com" in err.value.message
     assert f"{mode} device-plugin mode" in err.value.message
@@ -405,7 +397,7 @@ def test_an_amd_partition_outside_dra_is_refused_with_the_reason(mode):
 
 def test_an_amd_partition_in_dra_mode_asks_for_no_extended_resource():
     cluster = Cluster(name="c", slug="c", device_plugin_modes={"amd": "dra"})
-    limits, _hami, notes = m._replica_resources([amd_allocation(partition_profile="cpx_nps4")], cluster)
+    limits, _hami, notes = m.replica_resources([amd_allocation(partition_profile="cpx_nps4")], cluster)
     assert limits == {} and notes == []
 
 
@@ -439,7 +431,7 @@ def test_a_claim_for_a_mode_the_card_is_not_in_is_refused(server, tmp_path, mi30
 
     def render(**fields):
         allocation = Allocation(device=card, node=card.node, **fields)
-        return m._replica_resources([allocation], cluster)
+        return m.replica_resources([allocation], cluster)
 
     assert (
         render(whole_card=False, partition_profile="dpx_nps1", memory_mib=98304, compute_milli=500)[0] == {}

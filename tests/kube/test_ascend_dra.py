@@ -23,17 +23,15 @@ from apps.clusters import ascend, sharing
 from apps.clusters import manifests as m
 from apps.clusters.connections import backend_for
 from apps.clusters.models import PushAction
-from apps.clusters.pusher import push_job_run
 from apps.clusters.sync import cluster_sync, slices_parse
 from apps.core.errors import ValidationFailed
 from apps.inventory.models import Cluster, Device, DeviceEvent, Node, Pool
 from apps.jobs.models import Allocation
 from apps.scheduling.lifecycle import job_submit
+from apps.scheduling.push import push_job_run
 from apps.scheduling.services import scheduling_cycle_run
-from tests.jobs import conftest as jobs_fixtures
-from tests.jobs.conftest import submit_whole_cards
+from tests.fixtures.jobs import submit_whole_cards
 from tests.kube.fake_apiserver import (
-    FakeApiServer,
     cel_compile,
     cel_evaluate,
     device_env,
@@ -43,21 +41,12 @@ from tests.kube.fake_apiserver import (
 from tests.kube.test_manifests import allocs, make_job
 from tests.kube.validation import assert_strict_valid
 
-member_project = jobs_fixtures.member_project
-
 DRIVER = "ascend.project-hami.io"
 CLASS = "hami-vnpu-core.project-hami.io"
 SAMPLE = "ascend-hamivnpucore-resourceslice"
 NODE = "aio-node74-arm"  # the lab's node
 # The lab's two 310P3 chips: (device name, physicalID, PCI bus from its npu-smi table).
 CHIPS = [("npu-0-0", 0, "0000:81:00.0"), ("npu-1-0", 2, "0000:85:00.0")]
-
-
-@pytest.fixture
-def server():
-    srv = FakeApiServer(timeout_delay=1.5).start()
-    yield srv
-    srv.stop()
 
 
 @pytest.fixture
@@ -190,7 +179,7 @@ def test_the_device_class_is_hami_dras_and_selects_the_drivers_devices():
 def test_the_pin_is_a_cel_int_on_physical_id():
     """``physicalID`` is an int attribute: a string literal would never equal it."""
     card = Device(vendor="huawei", index=2)
-    devices = m._claim_devices([[Allocation(device=card, whole_card=True)]], exact=True)
+    devices = m.claim_devices([[Allocation(device=card, whole_card=True)]], exact=True)
     (request,) = devices["requests"]
     assert request["exactly"]["deviceClassName"] == CLASS
     assert "capacity" not in request["exactly"]  # a whole chip: the capacities' defaults (all of it)
@@ -201,7 +190,7 @@ def test_the_pin_is_a_cel_int_on_physical_id():
     assert cel_evaluate(compiled, device_env(DRIVER, second)) is True
     assert cel_evaluate(compiled, device_env(DRIVER, first)) is False
     # Chip 0 is an id, not a missing one.
-    devices = m._claim_devices(
+    devices = m.claim_devices(
         [[Allocation(device=Device(vendor="huawei", index=0), whole_card=True)]], exact=True
     )
     assert devices["requests"][0]["exactly"]["selectors"][0]["cel"]["expression"].endswith("physicalID == 0")

@@ -30,9 +30,9 @@ from apps.core.errors import ParseFailed, ValidationFailed
 from apps.inventory.models import Cluster, Device, DeviceEvent, Node
 from apps.jobs.models import Allocation, JobEvent
 from apps.telemetry.readback import MOVED_MESSAGE, readback
+from tests.fixtures.telemetry import allocate
+from tests.fixtures.telemetry import make_job as db_job
 from tests.kube.test_manifests import container, make_job, validate
-from tests.telemetry.conftest import allocate
-from tests.telemetry.conftest import make_job as db_job
 
 # Values copied from the MindCluster docs page named above.
 REAL_ONE = "Ascend910-3"

@@ -9,16 +9,12 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
-from apps.clusters.backend import (
-    ImmutableFieldError,
-    KubernetesBackend,
-    PermanentBackendError,
-    SimulatedBackend,
-    TransientBackendError,
-)
+from apps.clusters.backends.errors import ImmutableFieldError, PermanentBackendError, TransientBackendError
+from apps.clusters.backends.kubernetes import KubernetesBackend
+from apps.clusters.backends.simulated import SimulatedBackend
 from apps.clusters.connections import backend_for
+from apps.clusters.simulation import DurableSimulatedBackend
 from tests.kube.fake_apiserver import FakeApiServer, kubeconfig_for
-from tests.kube.helpers import fake_server_fixture
 
 MANAGED = {"app.kubernetes.io/managed-by": "suanchi"}
 
@@ -64,9 +60,6 @@ def node(name="gpu-node-1"):
         "kind": "Node",
         "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
     }
-
-
-server = fake_server_fixture(timeout_delay=1.5)
 
 
 @pytest.fixture
@@ -388,9 +381,12 @@ def test_backend_for_chooses_by_cluster(server, tmp_path):
     )
     assert isinstance(real, KubernetesBackend)
     assert real.apply(namespace()).action == "created"
-    sim1 = backend_for(SimpleNamespace(backend="simulated", slug="sim-x", pk=1))
-    assert isinstance(sim1, SimulatedBackend)
-    assert backend_for(SimpleNamespace(backend="simulated", slug="sim-x", pk=1)) is sim1
+    # Chosen by the ``backend`` field alone: a simulated cluster is the durable simulation.
+    assert isinstance(
+        backend_for(SimpleNamespace(backend="simulated", slug="sim-x", pk=1)), DurableSimulatedBackend
+    )
+    with pytest.raises(PermanentBackendError, match="unknown backend"):
+        backend_for(SimpleNamespace(backend="openstack", slug="o", pk=2))
     with pytest.raises(PermanentBackendError):
         KubernetesBackend(str(tmp_path / "missing.yaml"))
 
@@ -593,7 +589,7 @@ def test_what_the_server_normalises_is_unchanged_and_a_no_op_writes_nothing(serv
 
 
 def test_the_canonical_quantities_match_the_api_servers():
-    from apps.clusters.backend import canonical_quantity as ours
+    from apps.clusters.backends.objects import canonical_quantity as ours
     from tests.kube.fake_apiserver import canonical_quantity as servers
 
     for q in ("1000m", "0.5", "1024Mi", "1536Mi", "1000", "1500", "8", "2e3", "0", "100Ki", "1.5Gi", "250m"):
@@ -604,9 +600,9 @@ def test_the_canonical_quantities_match_the_api_servers():
 def test_lists_are_read_in_pages_with_limit_and_continue(server, kube, monkeypatch):
     """Reconcile lists every owned object of a cluster: in pages (``limit`` / ``continue``), never one
     unbounded answer (issue 20, reconcile at scale)."""
-    from apps.clusters import backend as backend_module
+    from apps.clusters.backends import kubernetes as kubernetes_module
 
-    monkeypatch.setattr(backend_module, "LIST_PAGE_SIZE", 2)
+    monkeypatch.setattr(kubernetes_module, "LIST_PAGE_SIZE", 2)
     for i in range(5):
         kube.apply(namespace(f"proj-{i}"))
     server.requests.clear()

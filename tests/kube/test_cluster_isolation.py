@@ -18,23 +18,18 @@ from django.utils import timezone
 
 from apps.clusters.health import BACKOFF_BASE_S, cluster_health
 from apps.clusters.models import ClusterLoop, PushAction
-from apps.clusters.pusher import push_cluster_run, push_due_clusters, push_job_run
+from apps.clusters.pusher import push_due_clusters
 from apps.core.models import ChangeRecord
 from apps.inventory.models import Cluster, Pool
 from apps.jobs.models import Allocation, JobState
+from apps.scheduling.push import push_cluster_run, push_job_run
 from apps.scheduling.reconcile import RECONCILE_LOCK, reconcile_cluster_run, reconcile_due_clusters
 from apps.scheduling.services import scheduling_cycle_run
-from tests.jobs import conftest as jobs_fixtures
-from tests.jobs.conftest import submit_whole_cards
+from tests.fixtures.jobs import submit_whole_cards
 from tests.kube.fake_apiserver import FakeApiServer, kubeconfig_for
 from tests.kube.helpers import nvidia_node
 from worker.tasks.push import push_cluster_task, push_clusters_task, push_streams_task
 from worker.tasks.reconcile import RECONCILE_PERIOD_S, reconcile_cluster_task, reconcile_task
-
-a100 = jobs_fixtures.a100
-ascend = jobs_fixtures.ascend
-fleet = jobs_fixtures.fleet
-member_project = jobs_fixtures.member_project
 
 
 class SilentServer:
@@ -415,7 +410,8 @@ def test_the_beat_sync_sends_one_task_per_kubernetes_cluster(clusters):
 
 
 def test_a_pass_deadline_bounds_calls_that_each_have_a_longer_timeout(tmp_path):
-    from apps.clusters.backend import KubernetesBackend, TransientBackendError
+    from apps.clusters.backends.errors import TransientBackendError
+    from apps.clusters.backends.kubernetes import KubernetesBackend
 
     silent = SilentServer()
     try:

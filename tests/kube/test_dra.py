@@ -15,22 +15,17 @@ from kubernetes_validate.utils import resources_from_file
 
 from apps.clusters import manifests as m
 from apps.clusters.connections import backend_for
-from apps.clusters.pusher import push_job_run
 from apps.inventory.models import Cluster, Node
 from apps.jobs.models import ACTIVE_STATES, Allocation, JobState
+from apps.scheduling.push import push_job_run
 from apps.scheduling.reconcile import reconcile_cluster
 from apps.scheduling.services import scheduling_cycle_run
-from tests.jobs import conftest as jobs_fixtures
-from tests.jobs.conftest import submit_whole_cards
-from tests.kube.fake_apiserver import FakeApiServer, dra_sample, kubeconfig_for
+from tests.fixtures.jobs import submit_whole_cards
+from tests.kube.fake_apiserver import dra_sample, kubeconfig_for
 from tests.kube.validation import assert_strict_valid
 
 pytestmark = pytest.mark.django_db
 
-a100 = jobs_fixtures.a100
-ascend = jobs_fixtures.ascend
-fleet = jobs_fixtures.fleet
-member_project = jobs_fixtures.member_project
 
 UUID_TERM = re.compile(
     r'device\.attributes\["gpu\.nvidia\.com"\]\.(?:uuid|parentUUID) (?:==|in) (.+?)(?: &&|$)'
@@ -130,13 +125,6 @@ def test_demo_renders_exact_requests_in_plain_and_dra_mode(tmp_path, capsys):
 # ---------------------------------------------------------------------------------------------------
 # On the fake API server through the official client
 # ---------------------------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def server():
-    srv = FakeApiServer(timeout_delay=1.5).start()
-    yield srv
-    srv.stop()
 
 
 def nvidia_gpu_device(name: str, uuid: str) -> dict:

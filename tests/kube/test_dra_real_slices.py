@@ -15,15 +15,13 @@ from kubernetes import client as k8s
 from apps.catalog.models import ComputeCoefficient, DeviceModel
 from apps.clusters import manifests as m
 from apps.clusters.connections import backend_for
-from apps.clusters.pusher import push_job_run
 from apps.clusters.sync import cluster_sync, slices_parse
 from apps.inventory.models import Cluster, Device, DeviceEvent, Node, Pool
 from apps.jobs.models import Allocation
+from apps.scheduling.push import push_job_run
 from apps.scheduling.services import scheduling_cycle_run
-from tests.jobs import conftest as jobs_fixtures
-from tests.jobs.conftest import submit_whole_cards
+from tests.fixtures.jobs import submit_whole_cards
 from tests.kube.fake_apiserver import (
-    FakeApiServer,
     cel_compile,
     cel_evaluate,
     device_env,
@@ -34,20 +32,12 @@ from tests.kube.validation import assert_strict_valid
 
 pytestmark = pytest.mark.django_db
 
-member_project = jobs_fixtures.member_project
 
 AMD = "gpu.amd.com"
 NVIDIA = "gpu.nvidia.com"
 # The ledger's spelling of two MI300X cards' PCI addresses (upper-case hex, as lspci -D / amd-smi
 # print them); the driver publishes the kernel's lower-case sysfs name.
 AMD_PCI = ["0000:C1:00.0", "0000:E5:00.0"]
-
-
-@pytest.fixture
-def server():
-    srv = FakeApiServer(timeout_delay=1.5).start()
-    yield srv
-    srv.stop()
 
 
 @pytest.fixture(autouse=True)
@@ -330,7 +320,7 @@ def test_an_amd_partition_claim_selects_the_partition_by_its_parents_address():
     (part,) = dra_sample("amd-partition-resourceslice")["spec"]["devices"]
     card = Device(vendor="amd", index=0, pci_bus_id="0003:00:01.0")
     allocation = Allocation(device=card, partition_profile="dpx_nps1")
-    devices = m._claim_devices([[allocation]], exact=True)
+    devices = m.claim_devices([[allocation]], exact=True)
     (request,) = devices["requests"]
     (selector,) = request["exactly"]["selectors"]
     assert request["exactly"]["deviceClassName"] == AMD

@@ -8,11 +8,8 @@ import json
 
 import pytest
 
-from apps.clusters.backend import KubernetesBackend
+from apps.clusters.backends.kubernetes import KubernetesBackend
 from tests.kube.fake_apiserver import kubeconfig_for
-from tests.kube.helpers import fake_server_fixture
-
-server = fake_server_fixture(timeout_delay=1.5)
 
 
 @pytest.fixture
@@ -236,7 +233,7 @@ def test_a_pod_over_a_resource_quota_is_forbidden_and_its_job_records_failed_cre
 
 
 def test_a_direct_pod_create_over_quota_is_403_with_the_quota_message(server, cluster):
-    from apps.clusters.backend import PermanentBackendError
+    from apps.clusters.backends.errors import PermanentBackendError
 
     cluster.apply(quota({"cpu": "1", "requests.memory": "1Gi"}))
     pod = {

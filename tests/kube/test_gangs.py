@@ -9,24 +9,20 @@ import pytest
 
 from apps.catalog.models import ComputeCoefficient, DeviceModel
 from apps.clusters.models import PushAction
-from apps.clusters.pusher import push_due_streams, push_job_run, push_stream_run
+from apps.clusters.pusher import push_due_streams
 from apps.inventory.models import Cluster, Pool
 from apps.jobs.models import Allocation, Job, JobState
 from apps.scheduling.lifecycle import job_cancel, job_preempt, job_submit
+from apps.scheduling.push import push_job_run, push_stream_run
 from apps.scheduling.reconcile import reconcile_cluster
 from apps.scheduling.services import scheduling_cycle_run
-from tests.jobs import conftest as jobs_fixtures
 from tests.kube.fake_apiserver import kubeconfig_for
-from tests.kube.helpers import fake_server_fixture, nvidia_node
+from tests.kube.helpers import nvidia_node
 
 pytestmark = pytest.mark.django_db
 
-member_project = jobs_fixtures.member_project
 
 NODES = ("hgx-01", "hgx-02", "hgx-03")  # a third node takes the retry (the failed one is avoided)
-
-
-server = fake_server_fixture(timeout_delay=1.5)
 
 
 @pytest.fixture

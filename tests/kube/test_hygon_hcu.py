@@ -20,22 +20,19 @@ from apps.clusters import hygon, sharing
 from apps.clusters import manifests as m
 from apps.clusters.connections import backend_for
 from apps.clusters.models import PushAction
-from apps.clusters.pusher import push_job_run
 from apps.clusters.sync import WHOLE_DEVICE_RESOURCES, cluster_sync, is_accelerator_resource, slices_parse
 from apps.core.errors import ValidationFailed
 from apps.inventory.models import Cluster, Device, DeviceEvent, Node, Pool
 from apps.jobs.models import Allocation
 from apps.scheduling.lifecycle import job_submit
+from apps.scheduling.push import push_job_run
 from apps.scheduling.services import scheduling_cycle_run
 from apps.telemetry.readback import readback
-from tests.jobs import conftest as jobs_fixtures
-from tests.jobs.conftest import submit_whole_cards
+from tests.fixtures.jobs import submit_whole_cards
 from tests.kube.fake_apiserver import FakeApiServer, dra_sample, kubeconfig_for
 from tests.kube.test_manifests import allocs, limits, make_job, validate
 from tests.kube.test_sharing import fraction
 from tests.kube.validation import assert_strict_valid
-
-member_project = jobs_fixtures.member_project
 
 HYGON = "dra.hygon.com"
 

@@ -32,17 +32,12 @@ from kubernetes import dynamic
 
 from apps.clusters import manifests as m
 from apps.clusters.models import PushAction
-from apps.clusters.pusher import push_job_run
+from apps.scheduling.push import push_job_run
 from apps.scheduling.services import scheduling_cycle_run
-from tests.jobs import conftest as jobs_fixtures
-from tests.jobs.conftest import submit_whole_cards
+from tests.fixtures.jobs import submit_whole_cards
 from tests.kube.helpers import kube_cluster_at
 
 # The job tests' fleet: two A100 nodes and an Ascend node in cluster "prod".
-a100 = jobs_fixtures.a100
-ascend = jobs_fixtures.ascend
-fleet = jobs_fixtures.fleet
-member_project = jobs_fixtures.member_project
 
 # sha256 of https://dl.k8s.io/release/v1.36.4/bin/linux/amd64/kubectl (see the module docstring).
 UPSTREAM_V1_36_4_LINUX_AMD64 = "8b8f088da2dab964f853b38464033b1be15ede2839eca751482357c45abdd05a"

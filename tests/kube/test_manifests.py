@@ -18,7 +18,7 @@ from apps.clusters import manifests as m
 from apps.inventory.models import Cluster, Device, Node
 from apps.jobs.models import Allocation, Job, JobState
 from apps.scheduling.services import scheduling_cycle_run
-from tests.jobs.conftest import a100, ascend, fleet, member_project, submit_whole_cards  # noqa: F401  (fixtures)
+from tests.fixtures.jobs import submit_whole_cards
 from tests.kube.validation import assert_strict_valid
 
 # The schema versions every rendered object is checked against: tests/kube/validation.py.
@@ -484,7 +484,7 @@ def test_platform_rbac_grants_only_the_worker_verbs():
 
 
 @pytest.mark.django_db
-def test_render_manifests_all_writes_valid_files(fleet, member_project, a100, ascend, tmp_path, capsys):  # noqa: F811
+def test_render_manifests_all_writes_valid_files(fleet, member_project, a100, ascend, tmp_path, capsys):
     user, project = member_project
     Cluster.objects.filter(slug="prod").update(device_plugin_modes={"huawei": "plain"})
     train = submit_whole_cards(

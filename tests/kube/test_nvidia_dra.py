@@ -16,15 +16,15 @@ from apps.clusters import manifests as m
 from apps.clusters import sharing
 from apps.clusters.connect import cluster_connection_test, feature_gates_parse, nvidia_dra_gates
 from apps.clusters.connections import backend_for
-from apps.clusters.pusher import push_job_run
 from apps.clusters.sync import cluster_sync, slices_parse
 from apps.core.errors import ValidationFailed
 from apps.inventory.models import Cluster, Device, DeviceEvent, Node, Pool
 from apps.jobs.models import Allocation
 from apps.scheduling.lifecycle import job_submit
+from apps.scheduling.push import push_job_run
 from apps.scheduling.services import scheduling_cycle_run
-from tests.jobs import conftest as jobs_fixtures
-from tests.kube.fake_apiserver import FakeApiServer, dra_sample, kubeconfig_for
+from tests.fixtures import jobs as jobs_fixtures
+from tests.kube.fake_apiserver import dra_sample, kubeconfig_for
 from tests.kube.test_manifests import allocs, make_job
 from tests.kube.validation import assert_strict_valid
 
@@ -49,21 +49,12 @@ def test_device_classes_carry_the_extended_resource_name_the_chart_sets():
 # (driver source: sigs.k8s.io/dra-driver-nvidia-gpu, formerly NVIDIA/k8s-dra-driver-gpu, at the commit
 # above; where a behaviour is only read in that source, not run, the test says so).
 
-a100 = jobs_fixtures.a100
-member_project = jobs_fixtures.member_project
 
 NVIDIA = "gpu.nvidia.com"
 MIG_NODE = "aks-migpool-68842551-vmss000001"  # the real MIG slice's node (fixtures/dra)
 # The second MIG UUID of the `nvidia-smi -L` output quoted in the driver's
 # demo/specs/extended-resources/mig-1g-12gb.yaml (the first is the fixture's).
 SECOND_MIG_UUID = "MIG-8949ea7d-9166-53ce-9bac-6c58262addf9"
-
-
-@pytest.fixture
-def server():
-    srv = FakeApiServer(timeout_delay=1.5).start()
-    yield srv
-    srv.stop()
 
 
 @pytest.fixture(autouse=True)

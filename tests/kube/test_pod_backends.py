@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from apps.clusters.backend import KubernetesBackend, PermanentBackendError, SimulatedBackend
+from apps.clusters.backends.errors import PermanentBackendError
+from apps.clusters.backends.kubernetes import KubernetesBackend
+from apps.clusters.backends.simulated import SimulatedBackend
 from apps.clusters.simulation import FaithfulSimulatedBackend
-from tests.kube.fake_apiserver import FakeApiServer, kubeconfig_for
+from tests.kube.fake_apiserver import kubeconfig_for
 
 NS = "proj-a"
 
@@ -40,11 +42,10 @@ def batch_job(name="train-1", containers=("main",), duration=None):
 
 
 @pytest.fixture
-def server():
-    srv = FakeApiServer(timeout_delay=1.5).start()
-    srv.add_node("gpu-1")
-    yield srv
-    srv.stop()
+def server(server):
+    """The conftest's fake API server, with one node."""
+    server.add_node("gpu-1")
+    return server
 
 
 @pytest.fixture

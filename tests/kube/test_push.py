@@ -10,30 +10,17 @@ from django.utils import timezone
 
 from apps.clusters.connections import backend_for
 from apps.clusters.models import PushAction
-from apps.clusters.pusher import backoff_delay, push_due_streams, push_job_run
+from apps.clusters.pusher import backoff_delay, push_due_streams
 from apps.inventory.models import Cluster
 from apps.jobs.models import Allocation, JobState
+from apps.scheduling.push import push_job_run
 from apps.scheduling.services import scheduling_cycle_run
-from tests.jobs import conftest as jobs_fixtures
-from tests.jobs.conftest import submit_whole_cards
-from tests.kube.helpers import fake_server_fixture, kube_cluster_at
+from tests.fixtures.jobs import submit_whole_cards
 from worker.tasks.push import push_pending_task, push_stream_task
 
 pytestmark = pytest.mark.django_db
 
 # The job tests' fleet: two A100 nodes and an Ascend node in cluster "prod".
-a100 = jobs_fixtures.a100
-ascend = jobs_fixtures.ascend
-fleet = jobs_fixtures.fleet
-member_project = jobs_fixtures.member_project
-
-
-server = fake_server_fixture(timeout_delay=1.5)
-
-
-@pytest.fixture
-def kube_cluster(fleet, server, tmp_path):
-    return kube_cluster_at(server, tmp_path)
 
 
 def schedule_one(project, user, a100, name="train"):
@@ -216,7 +203,7 @@ def test_backoff_grows_with_jitter_and_a_cap():
 
 def test_an_object_whose_namespace_is_not_there_yet_waits_for_it(server, kube_cluster):
     from apps.clusters.outbox import push_object_enqueue
-    from apps.clusters.pusher import push_stream_run
+    from apps.scheduling.push import push_stream_run
 
     quota = {
         "apiVersion": "v1",

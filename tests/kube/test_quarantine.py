@@ -12,21 +12,12 @@ from decimal import Decimal
 import pytest
 
 from apps.inventory.models import Device, DeviceEvent, Node
-from apps.inventory.services.ledger import node_status_set
 from apps.jobs.models import Allocation, Job, JobEvent, JobState
 from apps.rollout import services as rollout
-from apps.scheduling.faults import NODE_FAULT_INCIDENTS, device_fault_events
+from apps.scheduling.faults import NODE_FAULT_INCIDENTS, device_fault_events, node_status_change
 from apps.scheduling.reconcile import reconcile_cluster
 from apps.scheduling.services import scheduling_cycle_run
-from tests.kube import test_reconcile as base
 from tests.kube.test_reconcile import node_of, pods_for, push_everything, schedule_and_push, submit, workload
-
-a100 = base.a100
-ascend = base.ascend
-fleet = base.fleet
-kube_cluster = base.kube_cluster
-member_project = base.member_project
-server = base.server
 
 pytestmark = pytest.mark.django_db
 
@@ -76,7 +67,7 @@ def test_an_operator_quarantine_retries_both_jobs_on_the_node_elsewhere(
 ):
     user, project = member_project
     first, second, node = two_running_jobs_on_one_node(server, kube_cluster, project, user, a100)
-    node_status_set(
+    node_status_change(
         node=Node.objects.get(name=node), status=Node.Status.QUARANTINED, reason="PSU alarm", actor="ops"
     )
     push_everything()  # the NoExecute taint reaches the Node; the attempts' Jobs are deleted

@@ -11,22 +11,17 @@ from django.utils import timezone
 
 from apps.clusters.connections import backend_for
 from apps.clusters.models import PushAction
-from apps.clusters.pusher import push_due_streams, push_job_run, push_stream_run
+from apps.clusters.outbox import node_patch_enqueue
+from apps.clusters.pusher import push_due_streams
 from apps.inventory.models import Cluster, Device, DeviceEvent, Node
 from apps.inventory.services.labels import node_labels_apply
 from apps.jobs.models import Allocation, Job, JobEvent, JobState
 from apps.scheduling.lifecycle import job_cancel, job_preempt, job_submit
+from apps.scheduling.push import push_job_run, push_stream_run
 from apps.scheduling.reconcile import classify_pod_failure, reconcile_all, reconcile_cluster
 from apps.scheduling.services import scheduling_cycle_run
-from tests.jobs import conftest as jobs_fixtures
-from tests.kube.fake_apiserver import FakeApiServer, kubeconfig_for
 
 pytestmark = pytest.mark.django_db
-
-a100 = jobs_fixtures.a100
-ascend = jobs_fixtures.ascend
-fleet = jobs_fixtures.fleet
-member_project = jobs_fixtures.member_project
 
 
 def submit(project, user, a100, **extra):
@@ -313,7 +308,8 @@ def test_cancel_deletes_the_workload(fleet, member_project, a100):
 
 def test_node_labels_reach_the_cluster_through_the_outbox(fleet):
     node = Node.objects.get(name="gpu-01")
-    assert node_labels_apply(node=node, actor="ledger")
+    assert node_labels_apply(node=node, actor="ledger")  # True: they changed, the caller queues them
+    node_patch_enqueue(node)
     action = PushAction.objects.get(kind="Node", name="gpu-01")
     assert action.job_id is None and action.verb == PushAction.Verb.PATCH
     push_stream_run(stream=action.stream)
@@ -327,22 +323,7 @@ def test_node_labels_reach_the_cluster_through_the_outbox(fleet):
 # -- the same flows against the fake API server, through the official client -----------------------
 
 
-@pytest.fixture
-def server():
-    srv = FakeApiServer(timeout_delay=1.5).start()
-    yield srv
-    srv.stop()
-
-
-@pytest.fixture
-def kube_cluster(fleet, server, tmp_path):
-    cluster = Cluster.objects.get(slug="prod")
-    cluster.backend = Cluster.Backend.KUBERNETES
-    cluster.kubeconfig_path = str(kubeconfig_for(server, tmp_path))
-    cluster.save()
-    for name in fleet:
-        server.add_node(name)
-    return cluster
+# ``server`` and ``kube_cluster``: tests/kube/conftest.py (tests/kube/helpers.py).
 
 
 def pods_for(server, w):
@@ -532,7 +513,7 @@ def test_terminating_pods_of_a_deleted_attempt_are_not_a_failure(kube_cluster, s
 def test_foreign_taints_survive_every_label_push(kube_cluster, server):
     """Cordon, not-ready and operator taints on a Node are not the ledger's: label pushes and a
     quarantine leave them in place."""
-    from apps.inventory.services.ledger import node_status_set
+    from apps.scheduling.faults import node_status_change
 
     cordon = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
     operator = {"key": "nvidia.com/gpu-driver-upgrade", "value": "pending", "effect": "NoSchedule"}
@@ -543,7 +524,7 @@ def test_foreign_taints_survive_every_label_push(kube_cluster, server):
     node_labels_apply(node=node, actor="ledger")
     push_everything()
     node.refresh_from_db()
-    node_status_set(node=node, status=Node.Status.QUARANTINED, reason="xid 79", actor="ops")
+    node_status_change(node=node, status=Node.Status.QUARANTINED, reason="xid 79", actor="ops")
     push_everything()
     (live,) = [n for n in server.objects("Node") if n["metadata"]["name"] == "gpu-01"]
     keys = {(t["key"], t["effect"]) for t in live["spec"]["taints"]}

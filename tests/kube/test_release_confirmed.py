@@ -9,20 +9,12 @@ import datetime as dt
 import pytest
 from django.utils import timezone
 
-from apps.clusters.pusher import push_job_run
 from apps.jobs.models import Allocation, Job, JobEvent, JobState
 from apps.scheduling.lifecycle import job_cancel, job_preempt
+from apps.scheduling.push import push_job_run
 from apps.scheduling.reconcile import reconcile_all, reconcile_cluster
 from apps.scheduling.services import scheduling_cycle_run
-from tests.kube import test_reconcile as base
 from tests.kube.test_reconcile import node_of, pods_for, schedule_and_push, submit, workload
-
-a100 = base.a100
-ascend = base.ascend
-fleet = base.fleet
-kube_cluster = base.kube_cluster
-member_project = base.member_project
-server = base.server
 
 pytestmark = pytest.mark.django_db
 

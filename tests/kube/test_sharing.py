@@ -115,7 +115,7 @@ def test_a_new_vendor_renders_hamis_documented_count_or_is_refused_where_there_i
 def test_compute_units_on_a_vendor_no_mode_can_share_round_up_to_a_whole_card(fleet_with_amd):
     from decimal import Decimal
 
-    from apps.scheduling.requests import _cu_alternatives
+    from apps.scheduling.resource_requests import _cu_alternatives
 
     job = make_job(request_kind="compute_units", compute_units=Decimal("0.3"), memory_mib=1024)
     by_vendor = {

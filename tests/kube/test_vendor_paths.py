@@ -1,7 +1,7 @@
 """Every vendor, in every device-plugin mode Suanchi renders for it, end to end (issue 28 acceptance):
 a ledger card → submit → scheduling cycle (which renders the objects) → push to the fake API server →
 the fake's kube-scheduler binds the pod only to a node whose ``status.allocatable`` carries what the
-pod asks for (NodeResourcesFit; tests/kube/fake_apiserver.py ``_extended_shortfall``) → the kubelet
+pod asks for (NodeResourcesFit; tests/kube/fake_apiserver/scheduler.py ``_extended_shortfall``) → the kubelet
 starts it → reconcile reads the pod back as Running. No pod is left Pending, every pushed object is
 strict-valid, and a fraction no mode of the cluster can share is refused with the reason.
 
@@ -26,20 +26,18 @@ from kubernetes import config as k8s_config
 from apps.catalog.models import ComputeCoefficient, DeviceModel
 from apps.clusters import sharing
 from apps.clusters.models import PushAction
-from apps.clusters.pusher import push_job_run
 from apps.inventory.models import Cluster, Device, Node, Pool
 from apps.inventory.vendors import ADAPTERS
 from apps.jobs.models import Allocation, Job, JobState
 from apps.scheduling.lifecycle import job_submit
+from apps.scheduling.push import push_job_run
 from apps.scheduling.reconcile import reconcile_cluster
 from apps.scheduling.services import scheduling_cycle_run
-from tests.jobs import conftest as jobs_fixtures
-from tests.kube.fake_apiserver import FakeApiServer, kubeconfig_for, parse_quantity
+from tests.kube.fake_apiserver import kubeconfig_for, parse_quantity
 from tests.kube.validation import assert_strict_valid
 
 pytestmark = pytest.mark.django_db
 
-member_project = jobs_fixtures.member_project
 
 HAMI = "Project-HAMi/HAMi@4707fb02c91c545bc7343ce26dba4c32919f9a3e"
 # HAMi's managedResources with ignoredByScheduler (charts/hami/templates/_helpers.tpl): the names
@@ -184,13 +182,6 @@ PATHS = [
     # ROCm/k8s-device-plugin@1563a5fd example/pod/alexnet-gpu.yaml asks for amd.com/gpu.
     Path("amd-plain", AMD, "plain", {"amd.com/gpu": "4"}, {"amd.com/gpu": "1"}),
 ]
-
-
-@pytest.fixture
-def server():
-    srv = FakeApiServer(timeout_delay=1.5).start()
-    yield srv
-    srv.stop()
 
 
 @pytest.fixture

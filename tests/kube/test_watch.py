@@ -11,11 +11,11 @@ from kubernetes import client as k8s
 from kubernetes import watch
 from kubernetes.client.exceptions import ApiException
 
-from apps.clusters.backend import MANAGED_BY, KubernetesBackend, WatchedView
+from apps.clusters.backends.base import MANAGED_BY
+from apps.clusters.backends.kubernetes import KubernetesBackend
+from apps.clusters.backends.watch import WatchedView
 from apps.jobs.models import Allocation, JobState
 from apps.scheduling.reconcile import reconcile_cluster
-from tests.jobs import conftest as jobs_fixtures
-from tests.kube import test_reconcile as reconcile_tests
 from tests.kube.fake_apiserver import kubeconfig_for
 
 NS = "team-a"
@@ -274,7 +274,7 @@ def test_the_view_lists_then_watches_and_equals_a_full_list(fake_server, fake_co
 
 
 def test_the_view_relists_after_410_and_at_the_resync_interval(fake_server, fake_core, tmp_path, monkeypatch):
-    from apps.clusters import backend as backend_module
+    from apps.clusters.backends import watch as watch_module
 
     fake_core.create_namespace({"metadata": {"name": NS}})
     make_pod(fake_core, "a", {"app.kubernetes.io/managed-by": "suanchi"})
@@ -289,14 +289,14 @@ def test_the_view_relists_after_410_and_at_the_resync_interval(fake_server, fake
     assert expired["objects"] == 1  # the ERROR event
     assert len(pod_lists(fake_server, mark)) == 1  # then the relist
 
-    monkeypatch.setattr(backend_module, "WATCH_RESYNC_S", 0.0)
+    monkeypatch.setattr(watch_module, "WATCH_RESYNC_S", 0.0)
     mark = len(fake_server.request_log)
     backend.list_watched("Pod")
     assert len(pod_lists(fake_server, mark)) == 1 and pod_watches(fake_server, mark) == []
 
 
 def test_a_failed_watch_request_is_the_clusters_error(fake_server, fake_core, tmp_path):
-    from apps.clusters.backend import TransientBackendError
+    from apps.clusters.backends.errors import TransientBackendError
 
     fake_core.create_namespace({"metadata": {"name": NS}})
     backend = KubernetesBackend(str(kubeconfig_for(fake_server, tmp_path)))
@@ -310,13 +310,6 @@ def test_a_failed_watch_request_is_the_clusters_error(fake_server, fake_core, tm
 
 
 # -- reconcile over the watched view ---------------------------------------------------------------
-
-a100 = jobs_fixtures.a100
-ascend = jobs_fixtures.ascend
-fleet = jobs_fixtures.fleet
-member_project = jobs_fixtures.member_project
-server = reconcile_tests.server
-kube_cluster = reconcile_tests.kube_cluster
 
 
 def scheduled_jobs(project, user, a100, n, **extra):
@@ -424,7 +417,7 @@ def test_a_workload_and_its_pod_deleted_between_passes_are_seen_gone(
     assert not Allocation.objects.filter(
         job=job, released_at__isnull=True, releasing_since__isnull=True
     ).exists()
-    from apps.clusters.pusher import push_job_run
+    from apps.scheduling.push import push_job_run
 
     push_job_run(job_id=job.pk)
     reconcile_cluster(cluster=kube_cluster)

@@ -2,10 +2,10 @@
 
 The fake's bookmarks follow the watch cache (kubernetes staging/src/k8s.io/apiserver/pkg/storage/
 cacher/cache_watcher.go ``nextBookmarkTime``: none after the replay, one 2 s before the deadline,
-else once a minute; see ``tests/kube/fake_apiserver.py`` ``next_bookmark_time``), and its lists and
+else once a minute; see ``tests/kube/fake_apiserver/store.py`` ``next_bookmark_time``), and its lists and
 watches can be slow to answer (``header_delay_s``: API Priority and Fairness queueing, a lagging
 watch cache). The backend reads each watched kind in a thread of its own and counts silence only
-once the headers came (``apps.clusters.backend.KubernetesBackend._catch_up``).
+once the headers came (``apps.clusters.backends.watch._catch_up``).
 
 Nothing here asserts on time beyond what must hold whatever the machine's speed: orders of events,
 counts, and request intervals that overlap.
@@ -18,23 +18,17 @@ import threading
 
 import pytest
 
-from apps.clusters.backend import MANAGED_BY, KubernetesBackend, TransientBackendError, WatchedView
+from apps.clusters.backends.base import MANAGED_BY
+from apps.clusters.backends.errors import TransientBackendError
+from apps.clusters.backends.kubernetes import KubernetesBackend
+from apps.clusters.backends.watch import WatchedView
 from apps.jobs.models import JobState
 from apps.scheduling.reconcile import reconcile_cluster
-from tests.jobs import conftest as jobs_fixtures
-from tests.kube import test_reconcile as reconcile_tests
 from tests.kube.fake_apiserver import BOOKMARK_FREQUENCY_S, kubeconfig_for, next_bookmark_time
 
 NS = "team-a"
 OURS = {"app.kubernetes.io/managed-by": "suanchi"}
 POD = {"containers": [{"name": "main", "image": "busybox"}]}
-
-a100 = jobs_fixtures.a100
-ascend = jobs_fixtures.ascend
-fleet = jobs_fixtures.fleet
-member_project = jobs_fixtures.member_project
-server = reconcile_tests.server
-kube_cluster = reconcile_tests.kube_cluster
 
 
 @pytest.fixture(autouse=True)
@@ -155,12 +149,12 @@ def test_a_watch_answered_after_3_s_still_catches_up(fake_server, fake_core, tmp
 
 
 def test_headers_later_than_the_limit_are_the_clusters_error(fake_server, fake_core, tmp_path, monkeypatch):
-    from apps.clusters import backend as backend_module
+    from apps.clusters.backends import watch as watch_module
 
     fake_core.create_namespace({"metadata": {"name": NS}})
     backend = KubernetesBackend(str(kubeconfig_for(fake_server, tmp_path)))
     backend.list_watched("Pod")
-    monkeypatch.setattr(backend_module, "WATCH_HEADERS_S", 0.5)
+    monkeypatch.setattr(watch_module, "WATCH_HEADERS_S", 0.5)
     fake_server.header_delay_s = 2.0
     with pytest.raises(TransientBackendError, match="watch Pod"):
         backend.list_watched("Pod")
@@ -170,9 +164,9 @@ def test_a_stream_that_never_falls_silent_is_still_bounded(fake_server, fake_cor
     """A pod changes every 0.1 s, longer than a catch-up may take, so the stream never falls silent:
     the read still ends (the watch's timeoutSeconds; our own cap, WATCH_TIMEOUT_S + WATCH_IDLE_S
     after the headers, stands behind it), with the view consistent at the last event it applied."""
-    from apps.clusters import backend as backend_module
+    from apps.clusters.backends import watch as watch_module
 
-    monkeypatch.setattr(backend_module, "WATCH_TIMEOUT_S", 1)
+    monkeypatch.setattr(watch_module, "WATCH_TIMEOUT_S", 1)
     fake_core.create_namespace({"metadata": {"name": NS}})
     make_pod(fake_core, "busy", OURS)
     backend = KubernetesBackend(str(kubeconfig_for(fake_server, tmp_path)))

@@ -8,13 +8,13 @@ import pytest
 
 from apps.core.errors import InsufficientCapacity
 from apps.inventory.models import Node
-from apps.inventory.services.ledger import node_status_set
 from apps.jobs.models import Allocation
 from apps.migration import services
 from apps.migration.models import MigratedService
+from apps.scheduling.faults import node_status_change
 from apps.scheduling.services import scheduling_cycle_run
-from tests.jobs.conftest import submit_whole_cards
-from tests.migration.conftest import samples
+from tests.fixtures.jobs import submit_whole_cards
+from tests.fixtures.migration import samples
 
 pytestmark = pytest.mark.django_db
 
@@ -39,7 +39,7 @@ def shifted(dual, fleet, a100):
 def test_a_refused_rollback_names_model_pool_needed_free_and_the_quarantined_node(shifted, fleet, a100):
     service, user, project, home = shifted
     other = "gpu-02" if home == "gpu-01" else "gpu-01"
-    node_status_set(node=fleet[other], status=Node.Status.QUARANTINED, reason="PSU check", actor="ops")
+    node_status_change(node=fleet[other], status=Node.Status.QUARANTINED, reason="PSU check", actor="ops")
     # Another job takes the three free A100 cards left on the source's node.
     filler = submit_whole_cards(project, user, a100, 3, name="filler", kind="training", image="pytorch:2.4")
     assert filler.pk in scheduling_cycle_run().placed_job_ids

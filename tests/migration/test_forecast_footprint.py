@@ -9,7 +9,7 @@ from django.core.management import call_command
 
 from apps.migration import forecast, selectors, services
 from apps.migration.models import MigratedService, MigrationAction, Phase
-from tests.migration.conftest import samples
+from tests.fixtures.migration import samples
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -23,8 +23,8 @@ from apps.jobs.models import Allocation, JobState
 from apps.migration import services
 from apps.migration.gates import gate_evaluate, service_gate_results
 from apps.migration.models import AccuracyEval, Gate, GateStatus, MigratedService, MigrationAction, Phase
+from tests.fixtures.migration import inference_job, samples
 from tests.kube.test_manifests import K8S_VERSION, validate
-from tests.migration.conftest import inference_job, samples
 
 pytestmark = pytest.mark.django_db
 

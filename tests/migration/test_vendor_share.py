@@ -11,14 +11,13 @@ from django.db.models import Sum
 from apps.billing import services as billing
 from apps.billing.models import RateCard, UsageEntry
 from apps.migration import selectors
-from tests.billing.conftest import local, make_allocation, make_job  # noqa: F401 - fixtures
-from tests.jobs.conftest import a100, ascend, fleet  # noqa: F401 - fixtures
+from tests.fixtures.billing import local
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def ledger(fleet, make_project, make_user, make_job, make_allocation, staff_user, a100, ascend):  # noqa: F811
+def ledger(fleet, make_project, make_user, make_job, make_allocation, staff_user, a100, ascend):
     """Two projects, A100 and Ascend cards, odd minutes and prices so every entry has sub-cent parts."""
     from apps.inventory.models import Device
 

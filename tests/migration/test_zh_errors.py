@@ -7,7 +7,7 @@ from django.conf import settings
 from django.utils import translation
 
 from apps.migration.models import MigrationAction
-from tests.migration.conftest import inference_job
+from tests.fixtures.migration import inference_job
 
 pytestmark = pytest.mark.django_db
 

@@ -18,6 +18,7 @@ from apps.inventory.models import Cluster, Device, Node, Pool
 from apps.jobs.models import Allocation, Job
 from apps.notify import alerts, services
 from apps.notify.models import Alert, AlertRule, Delivery, Subscription
+from apps.telemetry.alerts import alerts_evaluate
 from apps.telemetry.models import DeviceRollup
 
 T0 = datetime(2026, 12, 3, 8, 0, tzinfo=timezone.get_fixed_timezone(0))
@@ -113,13 +114,13 @@ def test_utilization_below_a_floor_does_not_flap_around_the_threshold(world):
     for i in range(12):  # 6 hours of 9, 11, 9, 11 … every 30 min
         now = T0 + timedelta(minutes=30 * i)
         _measure(device, now, util_avg=9.0 if i % 2 == 0 else 11.0)
-        assert alerts.alerts_evaluate(now=now)["rules"] == 1  # evaluated, not failed
+        assert alerts_evaluate(now=now)["rules"] == 1  # evaluated, not failed
     assert _events() == [] and not Alert.objects.filter(state="firing").exists()
     start = now + timedelta(minutes=30)
     for step in range(0, 130, 10):  # 2 h 10 min at 4 %
         now = start + timedelta(minutes=step)
         _measure(device, now, util_avg=4.0)
-        alerts.alerts_evaluate(now=now)
+        alerts_evaluate(now=now)
     alert = _open(rule)
     assert alert.state == "firing" and alert.fired_at == start + timedelta(minutes=120)
     assert _events() == ["alert.firing"]
@@ -127,20 +128,20 @@ def test_utilization_below_a_floor_does_not_flap_around_the_threshold(world):
     for value in [9.0, 13.0, 9.0, 14.9, 11.0, 13.0]:  # around the floor, inside the margin
         now += timedelta(minutes=10)
         _measure(device, now, util_avg=value)
-        alerts.alerts_evaluate(now=now)
+        alerts_evaluate(now=now)
     assert _open(rule).state == "firing" and _events() == ["alert.firing"]
     now += timedelta(minutes=10)
     _measure(device, now, util_avg=20.0)
-    alerts.alerts_evaluate(now=now)
+    alerts_evaluate(now=now)
     assert _open(rule).clear_since == now  # cleared, not yet for 10 minutes
     now += timedelta(minutes=5)
     _measure(device, now, util_avg=12.0)  # back inside the margin: the clear period starts over
-    alerts.alerts_evaluate(now=now)
+    alerts_evaluate(now=now)
     assert _open(rule).clear_since is None
     for _ in range(3):
         now += timedelta(minutes=5)
         _measure(device, now, util_avg=25.0)
-        alerts.alerts_evaluate(now=now)
+        alerts_evaluate(now=now)
     alert.refresh_from_db()
     assert alert.state == "resolved" and alert.resolved_at == now and _open(rule) is None
     assert _events() == ["alert.firing", "alert.resolved"]
@@ -151,9 +152,9 @@ def test_utilization_below_a_floor_does_not_flap_around_the_threshold(world):
 def test_no_fresh_measurement_keeps_the_alert_as_it_is(world):
     rule = _rule(world, "temperature", 85, clear_margin=5)
     _measure(world["device"], T0, temp_max_c=92.0)
-    alerts.alerts_evaluate(now=T0)
+    alerts_evaluate(now=T0)
     assert _open(rule).state == "firing"
-    alerts.alerts_evaluate(now=T0 + timedelta(hours=2))  # the exporter went quiet: unknown, not good
+    alerts_evaluate(now=T0 + timedelta(hours=2))  # the exporter went quiet: unknown, not good
     assert _open(rule).state == "firing" and _events() == ["alert.firing"]
 
 
@@ -240,32 +241,32 @@ def test_each_kind_fires_and_resolves(
 ):
     rule = _rule(world, kind, threshold, **extra)
     setup(world, T0, True)
-    assert alerts.alerts_evaluate(now=T0)["fired"] == 1
+    assert alerts_evaluate(now=T0)["fired"] == 1
     alert = _open(rule)
     assert alert.state == "firing" and alert.subject.startswith(f"{subject}:")
     assert fired_words in alert.message, alert.message
     later = T0 + timedelta(minutes=20)  # past the error look-back window
     setup(world, later, False)
-    assert alerts.alerts_evaluate(now=later)["resolved"] == 1
+    assert alerts_evaluate(now=later)["resolved"] == 1
     alert.refresh_from_db()
     assert alert.state == "resolved" and resolved_words in alert.resolved_message, alert.resolved_message
     assert _events() == ["alert.firing", "alert.resolved"]
     # Resolved stays resolved; a new episode is a new alert.
-    assert alerts.alerts_evaluate(now=later + timedelta(minutes=1))["fired"] == 0
+    assert alerts_evaluate(now=later + timedelta(minutes=1))["fired"] == 0
 
 
 @pytest.mark.django_db
 def test_a_released_card_resolves_its_alert_and_one_open_alert_per_subject(world):
     rule = _rule(world, "utilization_low", 10)
     _measure(world["device"], T0, util_avg=1.0)
-    alerts.alerts_evaluate(now=T0)
+    alerts_evaluate(now=T0)
     alert = _open(rule)
     with pytest.raises(IntegrityError), transaction.atomic():
         Alert.objects.create(
             rule=rule, subject=alert.subject, subject_label="x", since=T0, evaluated_at=T0, state="pending"
         )
     Allocation.objects.filter(pk=world["allocation"].pk).update(released_at=T0)
-    alerts.alerts_evaluate(now=T0 + timedelta(minutes=1))
+    alerts_evaluate(now=T0 + timedelta(minutes=1))
     alert.refresh_from_db()
     assert alert.state == "resolved" and "no longer watched" in alert.resolved_message
     assert _events() == ["alert.firing", "alert.resolved"]
@@ -275,7 +276,7 @@ def test_a_released_card_resolves_its_alert_and_one_open_alert_per_subject(world
 def test_notifications_carry_the_text_in_english_and_chinese(world, mailoutbox):
     rule = _rule(world, "temperature", 85, name="机房过热 hot room")
     _measure(world["device"], T0, temp_max_c=91.0)
-    alerts.alerts_evaluate(now=T0)
+    alerts_evaluate(now=T0)
     delivery = Delivery.objects.get()
     alert = _open(rule)
     payload = delivery.payload
@@ -309,9 +310,9 @@ def test_only_subscriptions_hearing_the_event_get_it(world, staff_user):
         subscriptions=[world["sub"], fire_only],
     )
     _measure(world["device"], T0, temp_max_c=91.0)
-    alerts.alerts_evaluate(now=T0)
+    alerts_evaluate(now=T0)
     _measure(world["device"], T0 + timedelta(minutes=5), temp_max_c=60.0)
-    alerts.alerts_evaluate(now=T0 + timedelta(minutes=5))
+    alerts_evaluate(now=T0 + timedelta(minutes=5))
     got = sorted(Delivery.objects.values_list("subscription__target", "event"))
     assert got == [
         ("fire@example.com", "alert.firing"),
@@ -417,12 +418,14 @@ def test_the_staff_page_manages_rules_and_lists_open_alerts_members_get_403(clie
 
 
 def test_the_evaluator_is_on_the_beat_schedule():
+    from apps.core import task_names
     from worker.celery import BEAT
-
-    assert ("notify-alerts", "worker.tasks.notify.alerts_evaluate_task", 60.0) in BEAT
     from worker.tasks.notify import alerts_evaluate_task
 
-    assert alerts_evaluate_task.name == "worker.tasks.notify.alerts_evaluate_task"
+    assert ("notify-alerts", task_names.ALERTS_EVALUATE, 60.0) in BEAT
+    assert (
+        alerts_evaluate_task.name == task_names.ALERTS_EVALUATE == "worker.tasks.notify.alerts_evaluate_task"
+    )
 
 
 def test_every_alert_text_is_a_registered_stored_text():

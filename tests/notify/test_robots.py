@@ -34,9 +34,9 @@ from django.db import transaction
 
 from apps.accounts.models import Membership, UserPreference
 from apps.core.errors import ValidationFailed
+from apps.jobs.events import JOB_NOTIFICATIONS as JOB_EVENTS
 from apps.notify import robots, services
 from apps.notify.models import Delivery, Subscription
-from apps.notify.signals import JOB_EVENTS
 
 DING_SECRET = "SEC" + "3c0ffee" * 9  # the shape the vendor shows: a string starting with SEC
 FEISHU_SECRET = "qx7Jw9bF2nYtZk1LmP4sVa"

@@ -2,7 +2,7 @@
 running, borrowed and lent, fair share against use, the starved jobs grouped by the reason the
 scheduler wrote, the preemptions of the last day, and "why is my share X?" in words.
 
-The scene runs the real scheduling cycle on the small fleet of tests/jobs/conftest.py (8 × A100 at
+The scene runs the real scheduling cycle on the small fleet of tests/fixtures/inventory.py (8 × A100 at
 1.0 CU on gpu-01/gpu-02, 8 × Ascend 910B3 at 0.8 CU on npu-01): vision is guaranteed 4 NVIDIA CU
 (borrowing limit 1) and 0.8 Huawei CU (borrowing limit 0), lidar-secret 4 NVIDIA CU. vision runs
 4 + 1 borrowed A100 and 1 Ascend; its second Ascend job is refused by its borrowing limit; then
@@ -29,7 +29,7 @@ from apps.scheduling import engine_texts, lifecycle
 from apps.scheduling import services as cycle
 from apps.scheduling.engine import filters
 from apps.scheduling.services import scheduling_cycle_run
-from tests.quotas.conftest import cards, quota
+from tests.fixtures.quotas import cards, quota
 
 URL = "/quotas/board/"
 

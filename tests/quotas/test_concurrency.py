@@ -12,7 +12,7 @@ from django.db import connection
 
 from apps.jobs.models import Allocation, Job, JobState
 from apps.scheduling.services import scheduling_cycle_run
-from tests.quotas.conftest import quota, submit
+from tests.fixtures.quotas import quota, submit
 
 THREADS = 50
 

@@ -10,7 +10,7 @@ from django.urls import reverse
 
 from apps.core.models import ChangeRecord
 from apps.quotas.models import Quota
-from tests.quotas.conftest import quota
+from tests.fixtures.quotas import quota
 
 pytestmark = pytest.mark.django_db
 

@@ -17,7 +17,7 @@ from apps.quotas.selectors import fair_share_order, queue_positions
 from apps.scheduling.models import DecisionTrace
 from apps.scheduling.selectors import why_pending
 from apps.scheduling.services import scheduling_cycle_run
-from tests.quotas.conftest import cards, quota, submit
+from tests.fixtures.quotas import cards, quota, submit
 
 pytestmark = pytest.mark.django_db
 

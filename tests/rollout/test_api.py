@@ -9,18 +9,12 @@ import pytest
 
 from apps.rollout import services
 from apps.rollout.models import AutoscalePolicy, GrayBatch, UpgradeWave
-from tests.jobs.conftest import submit_whole_cards
-from tests.rollout.conftest import ingest_soak
+from tests.fixtures.jobs import submit_whole_cards
+from tests.fixtures.rollout import ingest_soak
 
 pytestmark = pytest.mark.django_db
 
 API = "/api/rollout"
-
-
-@pytest.fixture
-def staff_client(api_client, staff_user):
-    api_client.force_authenticate(staff_user)
-    return api_client
 
 
 def create_batch(client, criteria, nodes, *, name, kind="driver"):

@@ -15,7 +15,7 @@ from apps.rollout import services
 from apps.rollout.models import AutoscalePolicy, ScaleDecision
 from apps.telemetry.samples import Sample
 from apps.telemetry.services import samples_ingest
-from tests.rollout.conftest import SOURCE
+from tests.fixtures.rollout import SOURCE
 
 pytestmark = pytest.mark.django_db
 

@@ -170,7 +170,7 @@ def test_a_node_with_a_node_level_fault_stays_quarantined_and_is_released_by_sta
 
 
 def test_a_node_quarantined_for_another_reason_stays_quarantined(fleet, criteria, now):
-    from apps.inventory.services.ledger import node_status_set
+    from apps.scheduling.faults import node_status_change
 
     node = fleet["gpu-01"]
     batch = batch_on(node, criteria)
@@ -179,7 +179,7 @@ def test_a_node_quarantined_for_another_reason_stays_quarantined(fleet, criteria
     # an operator quarantines the node for their own reason; a later rollback of another batch
     other = batch_on(node, criteria, slug="lot-10")
     services.batch_soak_start(batch=other, actor="ops", now=now - timedelta(hours=1))
-    node_status_set(node=node, status=Node.Status.QUARANTINED, reason="PSU replacement", actor="ops")
+    node_status_change(node=node, status=Node.Status.QUARANTINED, reason="PSU replacement", actor="ops")
     other = services.batch_rollback(batch=other, actor="ops", reason="reverted")
     node.refresh_from_db()
     assert node.status == Node.Status.QUARANTINED

@@ -10,7 +10,7 @@ from apps.inventory.models import Node
 from apps.jobs.models import JobState
 from apps.rollout import services
 from apps.scheduling.services import scheduling_cycle_run
-from tests.jobs.conftest import submit_whole_cards
+from tests.fixtures.jobs import submit_whole_cards
 
 pytestmark = pytest.mark.django_db
 

@@ -12,7 +12,7 @@ from apps.demo import rollout as demo
 from apps.inventory.models import Device, Node
 from apps.rollout import services
 from apps.rollout.models import AutoscalePolicy, GrayBatch, ScaleDecision
-from tests.rollout.conftest import ingest_soak
+from tests.fixtures.rollout import ingest_soak
 
 pytestmark = pytest.mark.django_db
 

@@ -19,7 +19,7 @@ from apps.core.models import ChangeRecord
 from apps.inventory.models import Device, Node, Pool
 from apps.rollout import charts, services
 from apps.rollout.models import GrayBatch, SoakResult, UpgradePlan, UpgradeWave
-from tests.rollout.conftest import ingest_soak
+from tests.fixtures.rollout import ingest_soak
 
 pytestmark = pytest.mark.django_db
 

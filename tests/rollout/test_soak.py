@@ -11,9 +11,11 @@ from apps.clusters.models import PushAction
 from apps.core.errors import Conflict, InvalidTransition, ValidationFailed
 from apps.core.models import ChangeRecord
 from apps.inventory.models import Device, DeviceEvent, Node
+from apps.notify import services as notify_services
+from apps.notify.models import Delivery, Event
 from apps.rollout import services
 from apps.rollout.models import GrayBatch, SoakResult
-from tests.rollout.conftest import ingest_soak
+from tests.fixtures.rollout import ingest_soak
 
 pytestmark = pytest.mark.django_db
 
@@ -159,7 +161,7 @@ def test_an_error_burst_fails_the_batch_and_quarantines_its_nodes(fleet, criteri
         services.batch_admit(batch=batch, actor="ops")
 
 
-def test_a_hot_card_fails_the_soak(fleet, criteria, now):
+def hot_batch(fleet, criteria, start):
     batch = services.batch_create(
         actor="ops",
         name="hot",
@@ -169,8 +171,13 @@ def test_a_hot_card_fails_the_soak(fleet, criteria, now):
         criteria=criteria,
         nodes=[fleet["gpu-02"]],
     )
-    start = now - timedelta(hours=3)
     services.batch_soak_start(batch=batch, actor="ops", now=start)
+    return batch
+
+
+def test_a_hot_card_fails_the_soak(fleet, criteria, now):
+    start = now - timedelta(hours=3)
+    batch = hot_batch(fleet, criteria, start)
     ingest_soak([fleet["gpu-02"]], start=start, end=now - timedelta(minutes=2), temp=88.0, now=now)
     result = services.batch_evaluate(batch=batch, actor="worker", now=now)
     assert result.verdict == SoakResult.Verdict.FAIL
@@ -278,3 +285,42 @@ def test_a_lost_card_fails_the_soak(fleet, criteria, now):
     assert result.verdict == SoakResult.Verdict.FAIL
     assert result.lost_devices == 1 and result.error_events == 0
     assert [v["criterion"] for v in result.violations] == ["max_lost_devices"]
+
+
+# A failed soak notifies the platform staff from the service that evaluates it (batch_evaluate), not from
+# a post_save receiver: an evaluation that turns the pending result into a failure (an update, no new
+# row) notifies too.
+
+
+@pytest.fixture
+def staff_inbox(staff_user):
+    return notify_services.subscription_create(
+        actor=staff_user, channel="email", target="ops@example.com", events=[Event.GRAY_BATCH_FAILED]
+    )
+
+
+def test_a_failed_soak_notifies_the_staff_once(fleet, criteria, now, staff_inbox):
+    start = now - timedelta(hours=3)
+    batch = hot_batch(fleet, criteria, start)
+    ingest_soak([fleet["gpu-02"]], start=start, end=now - timedelta(minutes=2), temp=88.0, now=now)
+
+    result = services.batch_evaluate(batch=batch, actor="worker", now=now)
+
+    assert result.verdict == SoakResult.Verdict.FAIL
+    delivery = Delivery.objects.get(event=Event.GRAY_BATCH_FAILED)
+    assert delivery.key == f"batch:{batch.pk}:failed" and delivery.subscription == staff_inbox
+    assert delivery.payload["message"] == "Gray batch hot failed its soak (lot 7)."
+
+
+def test_a_pending_result_that_turns_into_a_failure_notifies(fleet, criteria, now, staff_inbox):
+    start = now - timedelta(hours=3)
+    batch = hot_batch(fleet, criteria, start)
+    pending = services.batch_evaluate(batch=batch, actor="worker", now=start + timedelta(minutes=5))
+    assert pending.verdict == SoakResult.Verdict.PENDING
+    assert not Delivery.objects.exists()
+    ingest_soak([fleet["gpu-02"]], start=start, end=now - timedelta(minutes=2), temp=88.0, now=now)
+
+    failed = services.batch_evaluate(batch=batch, actor="worker", now=now)
+
+    assert failed.pk == pending.pk and failed.verdict == SoakResult.Verdict.FAIL  # updated in place
+    assert Delivery.objects.filter(event=Event.GRAY_BATCH_FAILED, key=f"batch:{batch.pk}:failed").count() == 1

@@ -7,7 +7,7 @@ from django.conf import settings
 from django.utils import translation
 
 from apps.rollout.models import GrayBatch
-from tests.rollout.test_api import API, create_batch, staff_client  # noqa: F401  (fixture)
+from tests.rollout.test_api import API, create_batch
 
 pytestmark = pytest.mark.django_db
 
@@ -18,7 +18,7 @@ def _english_afterwards():
     translation.activate(settings.LANGUAGE_CODE)  # LocaleMiddleware leaves the thread in zh-hans
 
 
-def test_evaluating_a_planned_batch_is_refused_in_chinese(staff_client, fleet, criteria):  # noqa: F811
+def test_evaluating_a_planned_batch_is_refused_in_chinese(staff_client, fleet, criteria):
     batch = create_batch(staff_client, criteria, [fleet["gpu-01"]], name="idle")
     response = staff_client.post(f"{API}/batches/{batch['id']}/evaluate/", HTTP_ACCEPT_LANGUAGE="zh-hans")
     assert response.status_code == 409
@@ -30,7 +30,7 @@ def test_evaluating_a_planned_batch_is_refused_in_chinese(staff_client, fleet, c
     assert error["message"] == f"批次 idle 当前为 {planned}；只评估浸泡中的批次"
 
 
-def test_admitting_a_soaking_batch_is_refused_in_chinese(staff_client, fleet, criteria):  # noqa: F811
+def test_admitting_a_soaking_batch_is_refused_in_chinese(staff_client, fleet, criteria):
     batch = create_batch(staff_client, criteria, [fleet["gpu-02"]], name="canary")
     assert staff_client.post(f"{API}/batches/{batch['id']}/start-soak/").status_code == 200
     response = staff_client.post(

@@ -24,14 +24,7 @@ from apps.scheduling.invariants import (
 )
 from apps.scheduling.lifecycle import job_finish
 from apps.scheduling.services import scheduling_cycle_run
-from tests.quotas import conftest as quota_fixtures
-from tests.quotas.conftest import quota, submit
-
-a100 = quota_fixtures.a100
-ascend = quota_fixtures.ascend
-fleet = quota_fixtures.fleet
-research = quota_fixtures.research
-two_projects = quota_fixtures.two_projects
+from tests.fixtures.quotas import quota, submit
 
 HOLD_S = 1.0
 

@@ -19,11 +19,6 @@ from apps.scheduling.engine import (
 )
 from apps.scheduling.lifecycle import job_submit
 from apps.scheduling.services import scheduling_cycle_run
-from tests.jobs import conftest as jobs_fixtures
-
-a100 = jobs_fixtures.a100
-ascend = jobs_fixtures.ascend
-member_project = jobs_fixtures.member_project
 
 
 def _node(

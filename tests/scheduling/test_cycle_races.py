@@ -7,15 +7,9 @@ import pytest
 from apps.jobs.models import Allocation, Job, JobState
 from apps.scheduling import services
 from apps.scheduling.lifecycle import job_preempt
-from tests.jobs import conftest as jobs_fixtures
-from tests.jobs.conftest import submit_whole_cards
+from tests.fixtures.jobs import submit_whole_cards
 
 pytestmark = pytest.mark.django_db
-
-a100 = jobs_fixtures.a100
-ascend = jobs_fixtures.ascend
-fleet = jobs_fixtures.fleet
-member_project = jobs_fixtures.member_project
 
 
 def test_a_job_requeued_by_another_cycle_is_placed_with_its_current_attempt(fleet, member_project, a100):

@@ -16,15 +16,9 @@ from apps.scheduling import services
 from apps.scheduling.engine.model import Placement
 from apps.scheduling.proposals import REFUSED
 from apps.scheduling.snapshot import cycle_snapshot, snapshot_cache
-from tests.jobs import conftest as jobs_fixtures
-from tests.jobs.conftest import submit_whole_cards
+from tests.fixtures.jobs import submit_whole_cards
 
 pytestmark = pytest.mark.django_db
-
-a100 = jobs_fixtures.a100
-ascend = jobs_fixtures.ascend
-fleet = jobs_fixtures.fleet
-member_project = jobs_fixtures.member_project
 
 
 def _cards_taken_behind_the_engines_back(snapshot, node_name: str) -> None:

@@ -11,13 +11,7 @@ from django.utils import timezone
 from apps.jobs.models import Job, JobState
 from apps.scheduling import eta, lifecycle
 from apps.scheduling.services import scheduling_cycle_run
-from tests.jobs import conftest as jobs_fixtures
-from tests.jobs.conftest import submit_whole_cards
-
-a100 = jobs_fixtures.a100
-ascend = jobs_fixtures.ascend
-fleet = jobs_fixtures.fleet
-member_project = jobs_fixtures.member_project
+from tests.fixtures.jobs import submit_whole_cards
 
 pytestmark = pytest.mark.django_db
 

@@ -10,31 +10,27 @@ import pytest
 
 from apps.clusters.manifests import LABEL_JOB
 from apps.inventory.models import Node
-from apps.inventory.services.ledger import node_status_set
 from apps.jobs.models import Allocation, Job, JobEvent, JobState
+from apps.scheduling.faults import node_status_change
 from apps.scheduling.reconcile import reconcile_cluster
 from apps.scheduling.services import scheduling_cycle_run
-from tests.kube import test_reconcile as base
+from tests.kube import helpers as kube_helpers
 from tests.kube.test_reconcile import pods_for, push_everything, schedule_and_push, submit, workload
 
-a100 = base.a100
-ascend = base.ascend
-fleet = base.fleet
-kube_cluster = base.kube_cluster
-member_project = base.member_project
-server = base.server
+kube_cluster = kube_helpers.kube_cluster  # the fixtures of tests/kube (tests/kube/helpers.py)
+server = kube_helpers.server
 
 pytestmark = pytest.mark.django_db
 
 
 def _quarantine(name, reason="suspected PSU fault"):
-    node_status_set(
+    node_status_change(
         node=Node.objects.get(name=name), status=Node.Status.QUARANTINED, reason=reason, actor="ops"
     )
 
 
 def _release(name):
-    node_status_set(
+    node_status_change(
         node=Node.objects.get(name=name), status=Node.Status.READY, reason="false alarm", actor="ops"
     )
 

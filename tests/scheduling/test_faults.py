@@ -10,15 +10,9 @@ from apps.inventory.services.ledger import device_cordon, device_pool_status_set
 from apps.jobs.models import Allocation, JobState
 from apps.scheduling.faults import classify_failure, is_hardware_fault, runbook, runbook_entry
 from apps.scheduling.services import scheduling_cycle_run
-from tests.jobs import conftest as jobs_fixtures
-from tests.jobs.conftest import submit_whole_cards
+from tests.fixtures.jobs import submit_whole_cards
 
 pytestmark = pytest.mark.django_db
-
-a100 = jobs_fixtures.a100
-ascend = jobs_fixtures.ascend
-fleet = jobs_fixtures.fleet
-member_project = jobs_fixtures.member_project
 
 
 def whole(project, user, model, name="j", **extra):

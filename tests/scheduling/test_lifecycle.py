@@ -14,17 +14,11 @@ import pytest
 from django.urls import resolve, reverse
 from django.utils import timezone
 
+from apps.core.slots import Slot
 from apps.jobs.models import Allocation, Job, JobEvent, JobState
-from apps.scheduling import extensions, lifecycle
-from apps.scheduling.extensions import Slot
+from apps.scheduling import lifecycle
 from apps.scheduling.services import scheduling_cycle_run
-from tests.jobs import conftest as jobs_fixtures
-from tests.jobs.conftest import submit_whole_cards
-
-a100 = jobs_fixtures.a100
-ascend = jobs_fixtures.ascend
-fleet = jobs_fixtures.fleet
-member_project = jobs_fixtures.member_project
+from tests.fixtures.jobs import submit_whole_cards
 
 
 def _submit(project, user, a100, **fields):
@@ -35,7 +29,7 @@ def _submit(project, user, a100, **fields):
 # ------------------------------------------------------------------ URLs kept, modules moved
 
 
-def test_the_job_pages_keep_their_names_and_paths_and_are_served_by_scheduling():
+def test_the_job_pages_keep_their_names_and_paths_and_are_served_by_the_jobs_app():
     assert reverse("jobs:list") == "/jobs/"
     assert reverse("jobs:submit") == "/jobs/submit/"
     assert reverse("jobs:submit-preview") == "/jobs/submit/preview/"
@@ -43,15 +37,15 @@ def test_the_job_pages_keep_their_names_and_paths_and_are_served_by_scheduling()
     assert reverse("jobs:cancel", kwargs={"pk": 7}) == "/jobs/7/cancel/"
     assert reverse("jobs:runbook") == "/jobs/runbook/"
     match = resolve("/jobs/7/")
-    assert match.namespace == "jobs" and match.func.__module__ == "apps.scheduling.job_views"
+    assert match.namespace == "jobs" and match.func.__module__.startswith("apps.jobs.views.")
 
 
-def test_the_job_api_keeps_its_paths_and_is_served_by_scheduling():
+def test_the_job_api_keeps_its_paths_and_is_served_by_the_jobs_app():
     assert reverse("job-list") == "/api/jobs/jobs/"
     assert reverse("job-trace", kwargs={"pk": 7}) == "/api/jobs/jobs/7/trace/"
     assert reverse("job-cancel", kwargs={"pk": 7}) == "/api/jobs/jobs/7/cancel/"
     match = resolve("/api/jobs/jobs/7/allocations/")
-    assert match.func.cls.__module__ == "apps.scheduling.api.jobs"
+    assert match.func.cls.__module__ == "apps.jobs.api.views"
 
 
 # ------------------------------------------------------------------ extension slots
@@ -78,12 +72,14 @@ def test_a_slot_asks_its_providers_in_order_and_skips_empty_answers():
     assert slot.first("job-1") == "chart of job-1"
 
 
-def test_telemetry_and_billing_fill_the_job_page_slots_when_django_starts():
+def test_the_job_pages_call_telemetry_and_billing_directly_without_slots():
+    """The job pages are web modules: they import the upper layers' providers, no slot between."""
     from apps.billing.providers import job_cost_per_hour
-    from apps.telemetry.apps import job_utilization_chart
+    from apps.jobs.views import detail, submit
+    from apps.telemetry.job_charts import job_utilization_chart
 
-    assert job_utilization_chart in extensions.JOB_UTILIZATION_CHART.providers
-    assert job_cost_per_hour in extensions.JOB_COST_PER_HOUR.providers
+    assert detail.job_utilization_chart is job_utilization_chart
+    assert submit.job_cost_per_hour is job_cost_per_hour
 
 
 @pytest.mark.django_db

@@ -14,17 +14,11 @@ from apps.clusters.pusher import push_job_run
 from apps.core.live import section_version
 from apps.inventory.models import Cluster, Device
 from apps.jobs.models import Allocation, JobState
+from apps.jobs.views import JOB_SECTIONS
 from apps.scheduling import lifecycle
-from apps.scheduling.job_views import JOB_SECTIONS
 from apps.scheduling.reconcile import reconcile_cluster
 from apps.scheduling.services import scheduling_cycle_run
-from tests.jobs import conftest as jobs_fixtures
-from tests.jobs.conftest import submit_whole_cards
-
-a100 = jobs_fixtures.a100
-ascend = jobs_fixtures.ascend
-fleet = jobs_fixtures.fleet
-member_project = jobs_fixtures.member_project
+from tests.fixtures.jobs import submit_whole_cards
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("english")]
 

@@ -30,12 +30,6 @@ from apps.scheduling.engine import mig as engine_mig
 from apps.scheduling.lifecycle import job_submit
 from apps.scheduling.services import scheduling_cycle_run
 from apps.scheduling.snapshot import fleet_snapshot
-from tests.jobs import conftest as jobs_fixtures
-
-a100 = jobs_fixtures.a100
-ascend = jobs_fixtures.ascend
-fleet = jobs_fixtures.fleet
-member_project = jobs_fixtures.member_project
 
 MODELS = {"A100 80GB SXM4": 81920, "H100 SXM5 80GB": 81920}
 

@@ -22,6 +22,41 @@ def test_sharing_pods_above_half_a_card_never_pair_on_one_card():
     assert packed["allocated"] == 1200
 
 
+def test_a_pod_asking_three_shared_cards_is_not_put_on_one():
+    # 3 × 650 milli on a 2-card node: nothing fits (the pod needs three distinct cards)
+    nodes = [NodeSpec("n", 32_000, 65_536, 2, "T4")]
+    pods = [pod("p", 3, 650)]
+    packed = offline.hindsight(lambda: simulate.build_snapshot(nodes), pods, simulate.to_request)
+    assert packed["allocated"] == 0
+    assert offline.card_lp_bound(nodes, pods)["allocated"] == 0
+    assert offline.lp_bound(nodes, pods)["allocated"] == 0
+
+
+def test_multi_card_sharing_pods_hold_their_cards_through_the_repack():
+    # 2 × 650 fits the 2-card node only on both cards; the 300s fill what it leaves, and left-out 300s
+    # must not push it onto one card
+    nodes = [NodeSpec("n", 32_000, 65_536, 2, "T4")]
+    pods = [pod("m", 2, 650)] + [pod(f"s{i}", 1, 300) for i in range(4)]
+    packed = offline.hindsight(lambda: simulate.build_snapshot(nodes), pods, simulate.to_request)
+    assert packed["allocated"] == 1300 + 600  # one 300 per card beside the 650s, or 4 × 300 (1,200)
+
+
+def test_card_count_check_sees_a_shared_multi_card_pod_on_one_card():
+    from apps.scheduling.engine import assign
+    from apps.scheduling.engine.decision import Placement
+
+    nodes = [NodeSpec("n", 32_000, 65_536, 3, "T4")]
+    snap = simulate.build_snapshot(nodes)
+    req = simulate.to_request(pod("p", 3, 300), "p")
+    node = snap.nodes[0]
+    snap.apply(Placement("p", (assign.build_part(node, req, ((0,),), ""),)))  # one card, asks three
+    assert snap.check_invariants() == []  # each card's load is fine ...
+    assert offline.card_count_problems(snap, {"p": req}) == ["p: group 0 on 1 distinct cards, asks 3"]
+    snap.release("p")
+    snap.apply(Placement("p", (assign.build_part(node, req, ((0, 1, 2),), ""),)))
+    assert offline.card_count_problems(snap, {"p": req}) == []
+
+
 def test_model_cpu_and_memory_constraints_bound_the_lp():
     nodes = [NodeSpec("a", 8_000, 16_384, 4, "T4"), NodeSpec("b", 64_000, 262_144, 2, "V100")]
     pods = [

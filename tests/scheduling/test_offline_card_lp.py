@@ -41,10 +41,10 @@ def exact_optimum(nodes, pods) -> int:
                 empty = [j for j, f in enumerate(cards) if f == 1000]
                 for chosen in combinations(empty, p.num_gpu):
                     options.add(tuple(0 if j in chosen else f for j, f in enumerate(cards)))
-            else:
-                for j, f in enumerate(cards):
-                    if f >= p.gpu_milli:
-                        options.add(tuple(f - p.gpu_milli if q == j else g for q, g in enumerate(cards)))
+            else:  # a sharing pod takes gpu_milli on each of num_gpu distinct cards
+                room = [j for j, f in enumerate(cards) if f >= p.gpu_milli]
+                for chosen in combinations(room, p.num_gpu):
+                    options.add(tuple(f - p.gpu_milli if q in chosen else f for q, f in enumerate(cards)))
             for after in options:
                 nxt = list(state)
                 nxt[i] = (cpu - p.cpu_milli, mem - p.memory_mib, tuple(sorted(after)))
@@ -80,6 +80,21 @@ def test_bound_is_at_least_the_exact_optimum_which_is_at_least_hindsight(case):
     assert card["status"] == "optimal"
     assert card["allocated"] >= opt - 1e-6
     assert card["allocated"] <= offline.lp_bound(nodes, pods)["allocated"] + 1e-6  # never looser
+    packed = offline.hindsight(
+        lambda: simulate.build_snapshot(nodes), pods, simulate.to_request, time_limit=0.2
+    )
+    assert packed["allocated"] <= opt
+
+
+@pytest.mark.parametrize("case", range(20))
+def test_multi_card_sharing_pods_take_distinct_cards_everywhere(case):
+    # pods asking 2-3 cards at less than a card each: hindsight must hold them on that many cards
+    rng = random.Random(5000 + case)
+    nodes, pods = random_instance(rng)
+    pods += [pod(f"m{i}", rng.randint(2, 3), rng.choice((230, 470, 650))) for i in range(rng.randint(1, 3))]
+    opt = exact_optimum(nodes, pods)
+    assert offline.card_lp_bound(nodes, pods)["allocated"] >= opt - 1e-6
+    assert offline.lp_bound(nodes, pods)["allocated"] >= opt - 1e-6
     packed = offline.hindsight(
         lambda: simulate.build_snapshot(nodes), pods, simulate.to_request, time_limit=0.2
     )

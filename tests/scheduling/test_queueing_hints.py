@@ -10,15 +10,9 @@ from apps.inventory.models import Device, Node
 from apps.jobs.models import QUEUED_STATES, Allocation, Job, JobState
 from apps.scheduling import services
 from apps.scheduling.models import DecisionTrace
-from tests.jobs import conftest as jobs_fixtures
-from tests.jobs.conftest import submit_whole_cards
+from tests.fixtures.jobs import submit_whole_cards
 
 pytestmark = pytest.mark.django_db
-
-a100 = jobs_fixtures.a100
-ascend = jobs_fixtures.ascend
-fleet = jobs_fixtures.fleet
-member_project = jobs_fixtures.member_project
 
 
 def _submit(project, user, model, count, name, **extra):

@@ -10,15 +10,9 @@ from apps.core.errors import ValidationFailed
 from apps.jobs.models import Allocation, JobEvent, JobState
 from apps.scheduling.scaling import inference_scale
 from apps.scheduling.services import scheduling_cycle_run
-from tests.jobs import conftest as jobs_fixtures
-from tests.jobs.conftest import submit_whole_cards
+from tests.fixtures.jobs import submit_whole_cards
 
 pytestmark = pytest.mark.django_db
-
-a100 = jobs_fixtures.a100
-ascend = jobs_fixtures.ascend
-fleet = jobs_fixtures.fleet
-member_project = jobs_fixtures.member_project
 
 
 def service(project, user, model, replicas=1, count=1):

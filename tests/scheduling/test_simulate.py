@@ -209,3 +209,33 @@ def test_unknown_policy_is_refused(trace, capsys):
         == 2
     )
     assert "unknown policy" in capsys.readouterr().out
+
+
+def test_all_variants_prints_gaps_and_the_margin_below_fgd(tmp_path, capsys):
+    # the benchmark's --all-variants on a hand-made 6-node trace dir (a gzip pod list, as the repo keeps
+    # the published variants): a row per variant and policy, FGD's published default figure beside it
+    import gzip
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "simulate_openb.py"
+    spec = importlib.util.spec_from_file_location("simulate_openb", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    (tmp_path / "openb_node_list_gpu_node.csv").write_text(
+        "sn,cpu_milli,memory_mib,gpu,model\n"
+        + "".join(f"n{i},32000,131072,{1 + i % 4},T4\n" for i in range(6))
+    )
+    rows = [f"p{i},{2000 + 1000 * (i % 5)},8192,{1 + i % 3},{400 if i % 4 == 0 else 1000}" for i in range(30)]
+    with gzip.open(tmp_path / "openb_pod_list_default.csv.gz", "wt") as fh:
+        fh.write("name,cpu_milli,memory_mib,num_gpu,gpu_milli\n" + "\n".join(rows) + "\n")
+    target = tmp_path / "out.json"
+    argv = ["--all-variants", "--trace-dir", str(tmp_path), "--variants", "default", "--seeds", "1-2"]
+    argv += ["--policies", "bestfit,slotfrag", "--hindsight-seconds", "0.2", "--bound-seconds", "2"]
+    assert bench.main([*argv, "--json", str(target)]) == 0
+    out = capsys.readouterr().out
+    assert "margin" in out and "4.77" in out
+    got = json.loads(target.read_text())["default"]["rows"]
+    assert [r["policy"] for r in got] == ["bestfit", "slotfrag"]
+    for r in got:
+        assert r["gap_to_bound"] >= -1e-6 and r["bound"] <= r["hindsight"] + 1e-6
+        assert r["margin_below_fgd_pct"] == pytest.approx(100 * (4.77 - r["unallocated"]) / 4.77)

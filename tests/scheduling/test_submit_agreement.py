@@ -7,15 +7,9 @@ import pytest
 
 from apps.core.errors import ApplicationError
 from apps.jobs.models import Job
-from tests.jobs import conftest as jobs_fixtures
-from tests.jobs.conftest import submit_whole_cards
+from tests.fixtures.jobs import submit_whole_cards
+from tests.fixtures.quotas import quota
 from tests.jobs.test_pages import form_data
-from tests.quotas.conftest import quota
-
-a100 = jobs_fixtures.a100
-ascend = jobs_fixtures.ascend
-fleet = jobs_fixtures.fleet
-member_project = jobs_fixtures.member_project
 
 pytestmark = pytest.mark.usefixtures("english")
 

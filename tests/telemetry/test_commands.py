@@ -9,7 +9,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from apps.telemetry.models import DeviceRollup, MetricSource
-from tests.telemetry.conftest import FIXTURES
+from tests.fixtures.telemetry import FIXTURES
 from worker.tasks.telemetry import telemetry_ingest_task
 
 SAMPLE_KEYS = {

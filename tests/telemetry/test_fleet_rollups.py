@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from apps.catalog.models import DeviceModel
 from apps.inventory.models import Device
-from apps.telemetry import selectors, services
+from apps.telemetry import ingest, rollups, selectors, windows
 from apps.telemetry.models import FleetRollup, Quality
 from apps.telemetry.samples import Sample
 
@@ -72,12 +72,12 @@ def mixed(ledger, staff_user):
     end = now - timedelta(minutes=now.minute % 5)
     start = end - timedelta(hours=2, minutes=10)
     exact = [v for k, v in d.items() if k != "mlu-01/0"]
-    services.samples_ingest(
+    ingest.samples_ingest(
         samples=_samples(exact, start, end, _util),
         source="t",
         scrape_interval_s=30,
     )
-    services.samples_ingest(
+    ingest.samples_ingest(
         samples=_samples([d["mlu-01/0"]], start, end, lambda i, k: 55.5),
         source="t",
         quality=Quality.ESTIMATED,
@@ -99,15 +99,15 @@ def _periods(scene):
 def test_the_report_from_fleet_rollups_equals_the_report_from_card_rollups(mixed, monkeypatch):
     user, periods = mixed["staff"], _periods(mixed)
     new = [_report(user, p) for p in periods]
-    assert FleetRollup.objects.filter(resolution=services.WINDOW_S).exists()
-    assert FleetRollup.objects.filter(resolution=services.HOUR_S).exists()
+    assert FleetRollup.objects.filter(resolution=windows.WINDOW_S).exists()
+    assert FleetRollup.objects.filter(resolution=windows.HOUR_S).exists()
     assert new[0]["three"]["cards_with_telemetry"] == 6  # 8 cards, a retired and a lost one
     assert {s["group"] for s in new[0]["fleet"]["model"]["series"]} >= {"A100", "Ascend 910B", ""}
     assert any(
         p["quality"] == Quality.ESTIMATED for s in new[0]["fleet"]["vendor"]["series"] for p in s["points"]
     )
     assert new[0]["idle"] and new[0]["top"]
-    monkeypatch.setattr(selectors, "_fleet_rows", lambda period, source: None)  # the card rollups' way
+    monkeypatch.setattr(selectors.fleet, "_fleet_rows", lambda period, source: None)  # the card rollups' way
     assert [_report(user, p) for p in periods] == new
 
 
@@ -118,21 +118,21 @@ def test_ingesting_a_window_again_changes_nothing_and_later_samples_are_counted(
     # The same samples of the last window once more (a retried scrape).
     again = [s for s in _samples(mixed["exact"], mixed["start"], mixed["end"], _util) if s.at >= last]
     assert len(again) == 10 * len(mixed["exact"])
-    services.samples_ingest(samples=again, source="t", scrape_interval_s=30)
+    ingest.samples_ingest(samples=again, source="t", scrape_interval_s=30)
     assert _fleet_table() == before
     # A sample of the next window on one card: its node's rows follow, no other node's.
     late = [Sample(at=mixed["end"] + timedelta(seconds=5), device_id=d["gpu-02/0"].pk, utilization_pct=99.0)]
-    services.samples_ingest(samples=late, source="t", scrape_interval_s=30)
+    ingest.samples_ingest(samples=late, source="t", scrape_interval_s=30)
     after = _fleet_table()
     assert after != before
     changed = [r for r in after if r not in before]
     assert {(r[0], r[3]) for r in changed} == {
-        (services.WINDOW_S, d["gpu-02/0"].node_id),
-        (services.HOUR_S, d["gpu-02/0"].node_id),
+        (windows.WINDOW_S, d["gpu-02/0"].node_id),
+        (windows.HOUR_S, d["gpu-02/0"].node_id),
     }
     period = _periods(mixed)[0]
     new = _report(user, period)
-    monkeypatch.setattr(selectors, "_fleet_rows", lambda period, source: None)
+    monkeypatch.setattr(selectors.fleet, "_fleet_rows", lambda period, source: None)
     assert _report(user, period) == new
 
 
@@ -145,15 +145,15 @@ def test_the_migration_backfill_and_a_rebuild_give_the_rows_ingest_wrote(mixed):
         cursor.execute(migration.BACKFILL_SQL)
     assert _fleet_table() == written
     FleetRollup.objects.all().delete()
-    for resolution in (services.WINDOW_S, services.HOUR_S):
-        services.fleet_rollups_rebuild(resolution=resolution)
+    for resolution in (windows.WINDOW_S, windows.HOUR_S):
+        rollups.fleet_rollups_rebuild(resolution=resolution)
     assert _fleet_table() == written
 
 
 def test_two_sources_in_the_period_do_not_count_a_card_twice(mixed):
     d, user = mixed["devices"], mixed["staff"]
     start = mixed["end"] - timedelta(minutes=30)
-    services.samples_ingest(
+    ingest.samples_ingest(
         samples=_samples([d["gpu-01/0"]], start, mixed["end"], lambda i, k: 10.0),
         source="other",
         scrape_interval_s=30,
@@ -169,5 +169,5 @@ def test_two_sources_in_the_period_do_not_count_a_card_twice(mixed):
 
 def test_purge_drops_fleet_rows_past_retention(mixed):
     assert FleetRollup.objects.exists()
-    services.rollups_purge(now=timezone.now() + timedelta(days=500))
+    rollups.rollups_purge(now=timezone.now() + timedelta(days=500))
     assert not FleetRollup.objects.exists()

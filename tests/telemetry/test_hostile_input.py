@@ -7,10 +7,11 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from apps.telemetry import exposition, selectors, services
+from apps.core.errors import ValidationFailed
+from apps.telemetry import exposition, ingest, selectors
 from apps.telemetry.models import DeviceRollup
 from apps.telemetry.samples import Sample, plausible
-from tests.telemetry.conftest import make_job
+from tests.fixtures.telemetry import make_job
 
 pytestmark = pytest.mark.django_db
 
@@ -69,7 +70,7 @@ def test_the_pages_show_the_period_error_instead_of_a_500(client, staff_user, ma
 
 
 def test_period_parse_bounds_dates_before_any_arithmetic():
-    with pytest.raises(services.ValidationFailed) as excinfo:
+    with pytest.raises(ValidationFailed) as excinfo:
         selectors.period_parse(None, "0001-01-01T00:00:00Z")
     assert excinfo.value.details == {"end": ["between 2000-01-01 and 2100-01-01"]}
     period = selectors.period_parse("2000-01-01T00:00:00Z", "2000-01-02T00:00:00Z")
@@ -114,7 +115,7 @@ def test_a_scrape_with_a_bad_timestamp_keeps_its_good_lines_and_names_the_bad_on
 
 def test_a_sample_time_no_datetime_can_hold_is_counted_not_a_crash(ledger):
     device = ledger["devices"]["gpu-01/0"]
-    report = services.samples_ingest(
+    report = ingest.samples_ingest(
         samples=[
             Sample(at=1e17, device_id=device.pk, utilization_pct=5.0),
             Sample(at=float("nan"), device_id=device.pk, utilization_pct=5.0),
@@ -150,7 +151,7 @@ def test_impossible_readings_are_dropped_counted_and_never_rolled_up(ledger):
         temperature_c=70.0,
         power_w=400.0,
     )
-    report = services.samples_ingest(samples=[hostile, good], source="fuzzed-exporter", now=NOW)
+    report = ingest.samples_ingest(samples=[hostile, good], source="fuzzed-exporter", now=NOW)
     assert report.skipped == {
         "implausible_utilization": 1,
         "implausible_memory": 2,
@@ -194,7 +195,7 @@ def test_the_bounds_follow_the_card(field, value, ok):
 
 
 def test_a_card_without_known_memory_or_tdp_gets_the_generous_caps(ledger):
-    resolver = services.DeviceResolver()
+    resolver = ingest.DeviceResolver()
     device = ledger["devices"]["gpu-01/0"]
     memory_cap, power_cap = resolver.limits[device.pk]
     assert memory_cap == pytest.approx(81920 * 1.1)  # the card's own memory_mib

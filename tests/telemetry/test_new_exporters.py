@@ -12,11 +12,11 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from apps.inventory.models import Cluster, Device, Node
-from apps.telemetry import exposition, services
+from apps.telemetry import exposition, ingest
 from apps.telemetry import metric_maps as mm
 from apps.telemetry.models import DeviceRollup
 from apps.telemetry.samples import series_to_samples
-from tests.telemetry.conftest import allocate, fixture_text, make_job
+from tests.fixtures.telemetry import allocate, fixture_text, make_job
 
 NOW = datetime(2026, 11, 29, 8, 0, tzinfo=UTC)
 SCRAPED = NOW - timedelta(minutes=2)
@@ -195,7 +195,7 @@ def test_every_new_vendor_maps_the_five_gauges_its_pod_labels_and_the_unified_br
     namespace_label, pod_label = pod_labels
     assert vmap.pod({namespace_label: "team-a", pod_label: "train-0"}) == ("team-a", "train-0")
     assert mm.BRAND_TO_VENDOR[vendor] == vendor
-    assert re.escape(utilization) in services.prometheus_query()
+    assert re.escape(utilization) in ingest.prometheus_query()
 
 
 def test_the_unified_series_of_the_new_brands_land_on_their_vendor():
@@ -249,7 +249,7 @@ def five(device, partition=""):
 
 def test_every_new_exporter_page_lands_on_its_ledger_card(fleet):
     for name in ("hygon_hcu.prom", "metax.prom", "enflame.prom", "iluvatar.prom"):
-        report, _ = services.scrape_ingest(text=fixture_text(name), at=SCRAPED, now=NOW)
+        report, _ = ingest.scrape_ingest(text=fixture_text(name), at=SCRAPED, now=NOW)
         assert report.skipped.get("device_not_in_ledger", 0) == 0, (name, report.as_dict())
     hcu = five(fleet["hygon/0"])
     assert (hcu.util_avg, hcu.mem_used_avg_mib, hcu.mem_total_mib, hcu.power_avg_w) == (
@@ -322,7 +322,7 @@ def test_the_exporters_pod_labels_move_the_allocation_to_the_card_the_pod_runs_o
     job = make_job(project)
     alloc = allocate(job, fleet[f"{vendor}/{allocated}"], start=NOW - timedelta(hours=1))
 
-    report, _ = services.scrape_ingest(text=page("vision", f"suanchi-{job.pk}-a0-k2"), at=SCRAPED, now=NOW)
+    report, _ = ingest.scrape_ingest(text=page("vision", f"suanchi-{job.pk}-a0-k2"), at=SCRAPED, now=NOW)
 
     alloc.refresh_from_db()
     assert alloc.device_id == fleet[f"{vendor}/{actual}"].pk

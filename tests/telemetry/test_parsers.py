@@ -10,7 +10,7 @@ import pytest
 from apps.telemetry import exposition
 from apps.telemetry.metric_maps import normalize_pci
 from apps.telemetry.samples import series_to_samples
-from tests.telemetry.conftest import fixture_text
+from tests.fixtures.telemetry import fixture_text
 
 AT = 1764400000.0
 

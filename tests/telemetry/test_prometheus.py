@@ -25,9 +25,9 @@ import yaml
 from django.core.management import call_command
 from django.utils import timezone
 
-from apps.telemetry import services
+from apps.telemetry import ingest, metric_sources
 from apps.telemetry.models import DeviceRollup, MetricSource
-from tests.telemetry.conftest import fixture_text
+from tests.fixtures.telemetry import fixture_text
 from worker.tasks.telemetry import telemetry_ingest_task
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -195,7 +195,7 @@ def _assert_fixture_values(devices, source: str) -> None:
 def test_query_range_ingest_matches_the_fixture_values_and_is_idempotent(stack, ledger):
     end = timezone.now()
     start = end - timedelta(minutes=2)
-    report = services.prometheus_ingest(url=stack["url"], start=start, end=end, step_s=1, source="prom")
+    report = ingest.prometheus_ingest(url=stack["url"], start=start, end=end, step_s=1, source="prom")
     assert report.used > 0
     assert report.skipped.get("device_not_in_ledger", 0) == 0, report.as_dict()
     assert set(report.vendors) == {"nvidia", "huawei", "amd", "hygon", "cambricon"}
@@ -205,7 +205,7 @@ def test_query_range_ingest_matches_the_fixture_values_and_is_idempotent(stack, 
             "device_id", "partition", "resolution", "window_start", "sample_count", "util_sum", "mem_used_sum"
         )
     )
-    services.prometheus_ingest(url=stack["url"], start=start, end=end, step_s=1, source="prom")
+    ingest.prometheus_ingest(url=stack["url"], start=start, end=end, step_s=1, source="prom")
     after = sorted(
         DeviceRollup.objects.filter(source="prom").values_list(
             "device_id", "partition", "resolution", "window_start", "sample_count", "util_sum", "mem_used_sum"
@@ -216,10 +216,10 @@ def test_query_range_ingest_matches_the_fixture_values_and_is_idempotent(stack, 
 
 def test_the_periodic_task_ingests_configured_sources(stack, ledger):
     cluster = ledger["cluster"]
-    prom = services.metric_source_create(
+    prom = metric_sources.metric_source_create(
         actor="test", cluster=cluster, name="prom", url=stack["url"], step_seconds=1
     )
-    scrape = services.metric_source_create(
+    scrape = metric_sources.metric_source_create(
         actor="test", cluster=cluster, name="direct", kind="exporter", targets=[stack["exporter"]]
     )
     result = telemetry_ingest_task.apply().get()
@@ -268,7 +268,7 @@ def test_a_bad_query_or_an_unreachable_prometheus_is_reported(stack, ledger):
     source = MetricSource.objects.create(
         cluster=ledger["cluster"], name="down", url=f"http://127.0.0.1:{_free_port()}"
     )
-    assert services.source_ingest(source=source) is None
+    assert ingest.source_ingest(source=source) is None
     source.refresh_from_db()
     assert "Connection refused" in source.last_error or "refused" in source.last_error.lower()
     assert not DeviceRollup.objects.filter(source=source.label).exists()
@@ -325,7 +325,7 @@ def test_a_backfill_from_the_admin_runs_on_a_worker_with_progress(
     from apps.core.models import BackgroundRun
     from worker.tasks.telemetry import backfill_task
 
-    source = services.metric_source_create(
+    source = metric_sources.metric_source_create(
         actor="test", cluster=ledger["cluster"], name="prom-bf", url=stack["url"], step_seconds=2
     )
     client.force_login(staff_user)
@@ -364,7 +364,7 @@ def test_a_backfill_of_an_exporter_source_is_refused(ledger):
     from apps.core.errors import ValidationFailed
     from apps.core.models import BackgroundRun
 
-    source = services.metric_source_create(
+    source = metric_sources.metric_source_create(
         actor="test",
         cluster=ledger["cluster"],
         name="direct",
@@ -373,5 +373,5 @@ def test_a_backfill_of_an_exporter_source_is_refused(ledger):
     )
     end = timezone.now()
     with pytest.raises(ValidationFailed, match="only those can be backfilled"):
-        services.backfill_request(source=source, start=end - timedelta(hours=1), end=end, actor="test")
+        metric_sources.backfill_request(source=source, start=end - timedelta(hours=1), end=end, actor="test")
     assert not BackgroundRun.objects.filter(kind="telemetry.backfill").exists()

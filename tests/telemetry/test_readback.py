@@ -8,11 +8,11 @@ import pytest
 
 from apps.inventory.models import Cluster, Device, DeviceEvent, Node
 from apps.jobs.models import Allocation, JobEvent
-from apps.telemetry import services
+from apps.telemetry.ingest import scrape_ingest
 from apps.telemetry.models import JobUtilization, Quality
 from apps.telemetry.readback import CONFLICT_MESSAGE, MOVED_MESSAGE
 from apps.telemetry.selectors import measured_cu_hours
-from tests.telemetry.conftest import allocate, make_job
+from tests.fixtures.telemetry import allocate, make_job
 
 NOW = datetime(2026, 11, 29, 8, 0, tzinfo=UTC)
 SCRAPED = NOW - timedelta(minutes=2)  # in the 07:55 window
@@ -77,7 +77,7 @@ def vision(make_project):
 
 
 def ingest(text: str):
-    report, _ = services.scrape_ingest(text=text, source="dcgm", at=SCRAPED, now=NOW, scrape_interval_s=10)
+    report, _ = scrape_ingest(text=text, source="dcgm", at=SCRAPED, now=NOW, scrape_interval_s=10)
     return report
 
 
@@ -140,7 +140,7 @@ def test_earlier_windows_are_attributed_again_to_the_real_card(node, vision):
     earlier = NOW - timedelta(minutes=20)
     # An earlier scrape with no pod labels (e.g. before the exporter had the pod-resources socket):
     # attributed, estimated, to the ledger's card.
-    services.scrape_ingest(
+    scrape_ingest(
         text=dcgm_page({}, {3: 5.0, 5: 80.0}), source="dcgm", at=earlier, now=NOW, scrape_interval_s=10
     )
     assert list(JobUtilization.objects.filter(job=job).values_list("device_id", flat=True)) == [cards[3].pk]

@@ -12,10 +12,10 @@ import pytest
 from django.utils import timezone
 
 from apps.catalog.models import ComputeCoefficient, ComputeTemplate, DeviceModel
-from apps.telemetry import services
+from apps.telemetry import ingest
 from apps.telemetry.models import Quality
 from apps.telemetry.samples import Sample
-from tests.telemetry.conftest import allocate, make_job
+from tests.fixtures.telemetry import allocate, make_job
 
 API = "/api/telemetry/"
 
@@ -42,7 +42,7 @@ def scene(ledger, make_user, make_project, staff_user):
         samples.append(Sample(at=t, device_id=d["gpu-01/0"].pk, utilization_pct=31.0 if t < mid else 42.0))
         samples.append(Sample(at=t, device_id=d["gpu-01/1"].pk, utilization_pct=1.0))
         t += timedelta(seconds=10)
-    report = services.samples_ingest(samples=samples, source="t", scrape_interval_s=10)
+    report = ingest.samples_ingest(samples=samples, source="t", scrape_interval_s=10)
     assert report.used == len(samples)
     return {
         "start": start,
@@ -208,7 +208,7 @@ def test_bad_report_parameters_are_400(api_client, staff_user, params, field):
 
 
 def test_scrape_upload_ingests_or_rejects(api_client, ledger, staff_user, make_user):
-    from tests.telemetry.conftest import fixture_text
+    from tests.fixtures.telemetry import fixture_text
 
     api_client.force_authenticate(staff_user)
     r = api_client.post(

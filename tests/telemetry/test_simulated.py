@@ -11,12 +11,12 @@ from apps.jobs.models import Allocation, Job, JobState
 from apps.scheduling.services import scheduling_cycle_run
 from apps.telemetry.models import DeviceRollup, JobUtilization
 from apps.telemetry.simulated import simulated_telemetry_emit
-from tests.jobs.conftest import a100, ascend, fleet, member_project, submit_whole_cards  # noqa: F401  (fixtures)
+from tests.fixtures.jobs import submit_whole_cards
 
 pytestmark = pytest.mark.django_db
 
 
-def test_running_jobs_make_their_cards_busy_and_the_rest_idle(fleet, member_project, a100):  # noqa: F811
+def test_running_jobs_make_their_cards_busy_and_the_rest_idle(fleet, member_project, a100):
     user, project = member_project
     job = submit_whole_cards(project, user, a100)
     scheduling_cycle_run()
@@ -43,7 +43,7 @@ def test_running_jobs_make_their_cards_busy_and_the_rest_idle(fleet, member_proj
     assert sorted(rows.values_list("device_id", "util_n", "util_sum")) == before
 
 
-def test_the_job_page_shows_the_utilization_curve(client, fleet, member_project, a100):  # noqa: F811
+def test_the_job_page_shows_the_utilization_curve(client, fleet, member_project, a100):
     user, project = member_project
     job = submit_whole_cards(project, user, a100)
     client.force_login(user)

@@ -15,10 +15,11 @@ from worker.tasks.push import (
 from worker.tasks.reconcile import reconcile_cluster_task, reconcile_task
 from worker.tasks.rollout import autoscale_task, rollout_evaluate_task
 from worker.tasks.scheduling import scheduling_cycle_task
-from worker.tasks.telemetry import telemetry_ingest_task
+from worker.tasks.telemetry import backfill_task, telemetry_ingest_task
 
 __all__ = [
     "autoscale_task",
+    "backfill_task",
     "cluster_sync_task",
     "deliveries_send_task",
     "gates_evaluate_task",

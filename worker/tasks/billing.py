@@ -6,9 +6,11 @@ from celery import shared_task
 
 from apps.billing import services
 from apps.billing.models import BillingPeriod
+from apps.core import task_names
+from worker import time_limits
 
 
-@shared_task(name="worker.tasks.billing.metering_task", acks_late=True, ignore_result=True)
+@shared_task(name=task_names.METERING, **time_limits.LONG, acks_late=True, ignore_result=True)
 def metering_task() -> dict:
     """Meter the last hours (settings.SUANCHI["BILLING_METERING_LOOKBACK_HOURS"]) up to the last full
     hour. Idempotent (one entry per allocation and slice), so acks_late and overlaps are safe."""
@@ -24,7 +26,8 @@ class LedgerBusy(Exception):
 
 @shared_task(
     bind=True,
-    name="worker.tasks.billing.month_close_task",
+    name=task_names.MONTH_CLOSE,
+    **time_limits.LONG,
     acks_late=True,
     ignore_result=True,
     autoretry_for=(LedgerBusy,),

@@ -2,16 +2,19 @@
 
 from celery import shared_task
 
-from apps.clusters.backend import PermanentBackendError, TransientBackendError
+from apps.clusters.backends.errors import PermanentBackendError, TransientBackendError
 from apps.clusters.sync import cluster_sync
+from apps.core import task_names
 from apps.inventory.models import Cluster
+from worker import time_limits
 
 # The beat period of "cluster-sync" (worker/celery.py).
 SYNC_PERIOD_S = 300.0
 
 
 @shared_task(
-    name="worker.tasks.clusters.cluster_sync_task",
+    name=task_names.CLUSTER_SYNC,
+    **time_limits.MEDIUM,
     acks_late=True,  # idempotent: a second sync records nothing new
     ignore_result=True,
 )

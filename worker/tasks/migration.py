@@ -2,11 +2,13 @@
 
 from celery import shared_task
 
+from apps.core import task_names
 from apps.migration.models import MigratedService, Phase
 from apps.migration.services import service_gates_evaluate
+from worker import time_limits
 
 
-@shared_task(name="worker.tasks.migration.gates_evaluate_task", acks_late=True, ignore_result=True)
+@shared_task(name=task_names.GATES_EVALUATE, **time_limits.MEDIUM, acks_late=True, ignore_result=True)
 def gates_evaluate_task() -> dict:
     """Evaluate the gates of each service not yet in the last phase (idempotent: it only records the
     current verdict)."""

@@ -3,21 +3,23 @@ evaluation of the alert rules on measurements."""
 
 from celery import shared_task
 
-from apps.notify.alerts import alerts_evaluate
+from apps.core import task_names
 from apps.notify.services import deliveries_send
-from apps.notify.signals import quota_check
+from apps.quotas.notices import quota_check
+from apps.telemetry.alerts import alerts_evaluate
+from worker import time_limits
 
 
-@shared_task(name="worker.tasks.notify.deliveries_send_task", acks_late=True, ignore_result=True)
+@shared_task(name=task_names.DELIVERIES_SEND, **time_limits.SHORT, acks_late=True, ignore_result=True)
 def deliveries_send_task() -> dict:
     return deliveries_send()
 
 
-@shared_task(name="worker.tasks.notify.quota_check_task", acks_late=True, ignore_result=True)
+@shared_task(name=task_names.QUOTA_CHECK, **time_limits.SHORT, acks_late=True, ignore_result=True)
 def quota_check_task() -> int:
     return quota_check()
 
 
-@shared_task(name="worker.tasks.notify.alerts_evaluate_task", acks_late=True, ignore_result=True)
+@shared_task(name=task_names.ALERTS_EVALUATE, **time_limits.SHORT, acks_late=True, ignore_result=True)
 def alerts_evaluate_task() -> dict:
     return alerts_evaluate()

@@ -5,13 +5,10 @@ from django.db import OperationalError
 
 from apps.clusters.health import clusters_in_backoff
 from apps.clusters.models import ClusterLoop
-from apps.clusters.pusher import (
-    PushSession,
-    push_cluster_run,
-    push_due_clusters,
-    push_pending_run,
-    push_stream_run,
-)
+from apps.clusters.pusher import PushSession, push_due_clusters
+from apps.core import task_names
+from apps.scheduling.push import push_cluster_run, push_pending_run, push_stream_run
+from worker import time_limits
 
 PENDING_BATCH = 50
 # The beat period of "push-pending" (worker/celery.py): a cluster's message not started within one
@@ -30,13 +27,13 @@ PUSH_TASK_OPTIONS = {
 }
 
 
-@shared_task(name="worker.tasks.push.push_stream_task", **PUSH_TASK_OPTIONS)
+@shared_task(name=task_names.PUSH_STREAM, **time_limits.MEDIUM, **PUSH_TASK_OPTIONS)
 def push_stream_task(stream: str) -> dict:
     """Apply one stream's pending push actions (a job's objects, or one node / quota object)."""
     return push_stream_run(stream=stream, actor="worker")
 
 
-@shared_task(name="worker.tasks.push.push_streams_task", **PUSH_TASK_OPTIONS)
+@shared_task(name=task_names.PUSH_STREAMS, **time_limits.MEDIUM, **PUSH_TASK_OPTIONS)
 def push_streams_task(streams: list[str]) -> dict:
     """Apply the pending actions of several streams (one message per scheduling batch), one client
     per cluster. A cluster backing off after failures is not called, and one that does not answer is
@@ -53,14 +50,14 @@ def push_streams_task(streams: list[str]) -> dict:
     return totals
 
 
-@shared_task(name="worker.tasks.push.push_pending_task", acks_late=True, ignore_result=True)
+@shared_task(name=task_names.PUSH_PENDING, **time_limits.MEDIUM, acks_late=True, ignore_result=True)
 def push_pending_task(limit: int = PENDING_BATCH) -> dict:
     """Catch up in one task: push every stream with a due pending action, all clusters (on demand;
     beat runs ``push_clusters_task``)."""
     return push_pending_run(actor="worker", limit=limit)
 
 
-@shared_task(name="worker.tasks.push.push_clusters_task", ignore_result=True)
+@shared_task(name=task_names.PUSH_CLUSTERS, **time_limits.SHORT, ignore_result=True)
 def push_clusters_task() -> dict:
     """Beat: the catch-up (retries that are due, enqueues the broker lost), one ``push_cluster_task``
     per cluster with a due action, so a cluster that does not answer delays its own pushes only.
@@ -71,7 +68,7 @@ def push_clusters_task() -> dict:
     return {"sent": due, "backing_off": waiting}
 
 
-@shared_task(name="worker.tasks.push.push_cluster_task", **PUSH_TASK_OPTIONS)
+@shared_task(name=task_names.PUSH_CLUSTER, **time_limits.MEDIUM, **PUSH_TASK_OPTIONS)
 def push_cluster_task(cluster_id: int, limit: int = PENDING_BATCH) -> dict:
     """One cluster's due streams (skipped when it is gone, backing off, or being pushed already)."""
     return push_cluster_run(cluster_id=cluster_id, actor="worker", limit=limit)

@@ -9,6 +9,7 @@ from apps.benchlib import recommend as rec
 from apps.benchlib import selectors, services
 from apps.benchlib.api import serializers as s
 from apps.core.api.permissions import IsStaffOrReadOnly, IsUser
+from apps.quotas.library import quota_ceiling
 
 
 class RecommendationView(APIView):
@@ -36,6 +37,7 @@ class RecommendationView(APIView):
             latency_ms=request.query_params.get("latency_ms"),
             vendors=request.query_params.getlist("vendor"),
             user=request.user,
+            quota_ceiling=quota_ceiling,
         )
         return Response(answer.as_dict())
 

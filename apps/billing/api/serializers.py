@@ -53,7 +53,7 @@ class RateCardSerializer(serializers.ModelSerializer):
         ]
         read_only_fields = ["id", "discounts", "created_at"]
         # Model rules (negative price, scope target, overlap) are checked by the service.
-        validators = []
+        validators: list = []
 
     def validate_price_per_cu_hour(self, value):
         if value < 0:

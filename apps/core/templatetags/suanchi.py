@@ -135,7 +135,7 @@ def plotly_scripts() -> SafeString:
     from django.conf import settings
     from django.templatetags.static import static
 
-    bundle = getattr(settings, "SUANCHI_PLOTLY_JS", "vendor/plotly/plotly-basic.min.js")
+    bundle = settings.SUANCHI_PLOTLY_JS
     return format_html(
         '<script src="{}"></script><script src="{}" defer></script>', static(bundle), static("js/charts.js")
     )

@@ -22,6 +22,7 @@ from apps.inventory.filtersets import (
     PoolFilterSet,
 )
 from apps.inventory.models import Cluster
+from apps.scheduling.faults import node_moved, node_status_change
 
 
 def _ledger():
@@ -76,7 +77,7 @@ class NodeViewSet(viewsets.ReadOnlyModelViewSet):
         node = self.get_object()
         data = s.StatusChangeInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        _ledger().node_status_set(node=node, actor=request.user, **data.validated_data)
+        node_status_change(node=node, actor=request.user, **data.validated_data)
         return Response(s.NodeSerializer(self.get_queryset().get(pk=node.pk)).data)
 
     @extend_schema(request=None, responses=s.NodeSerializer)
@@ -244,6 +245,7 @@ class DeviceViewSet(viewsets.ReadOnlyModelViewSet):
             data=data.validated_data["file"].read(),
             actor=request.user,
             dry_run=data.validated_data["dry_run"],
+            on_node_moved=node_moved,
         )
         return Response(report.as_dict(), status=status.HTTP_200_OK)
 

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
 from apps.core.audit import actor_fields
+from apps.core.conf import suanchi_setting
 from apps.core.stored_text import stored
 from apps.inventory.models import DeviceEvent, Node
+from apps.inventory.services.ledger.events import device_event_create
 
 # Shown in the reader's language (apps.core.stored_text).
 REPORT_OVERDUE = stored("no node report since %(since)s; is the agent running?")
@@ -22,7 +23,7 @@ def node_staleness_check(*, actor, now=None) -> dict:
     The flag is a conditional update, so two workers running the check at once flag a node once.
     """
     now = now or timezone.now()
-    cutoff = now - timedelta(minutes=settings.SUANCHI["NODE_REPORT_STALE_MINUTES"])
+    cutoff = now - timedelta(minutes=suanchi_setting("NODE_REPORT_STALE_MINUTES"))
     label = actor_fields(actor)["actor_label"]
     flagged = 0
     candidates = Node.objects.filter(last_report_at__lt=cutoff, report_overdue_since__isnull=True).exclude(
@@ -35,7 +36,7 @@ def node_staleness_check(*, actor, now=None) -> dict:
             )
             if not won:
                 continue
-            DeviceEvent.objects.create(
+            device_event_create(
                 node=node,
                 kind=DeviceEvent.Kind.REPORT_OVERDUE,
                 severity=DeviceEvent.Severity.WARNING,

@@ -2,7 +2,10 @@
 
 Vendor labels come from the vendor adapter of the node's cards; Suanchi's own labels name the pool
 and cluster. Taints keep the ledger's state taints (maintenance, quarantine: ``suanchi.io/*``) and
-replace the vendor taint. Pushing them to Kubernetes is the clusters app's job (``node_labels_changed``); this keeps the ledger true.
+replace the vendor taint. This keeps the ledger true; pushing them to Kubernetes is the clusters app's
+job: a caller that changed them (``node_labels_apply`` says so) queues the Node patch
+(``apps.clusters.outbox.node_patch_enqueue``), as ``apps.scheduling.faults.node_moved`` does for
+a status taint.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from django.db import transaction
 from apps.core.audit import actor_fields, change_record_create
 from apps.core.stored_text import stored
 from apps.inventory.models import Device, DeviceEvent, Node
-from apps.inventory.signals import node_labels_changed
+from apps.inventory.services.ledger.events import device_event_create
 from apps.inventory.vendors import ADAPTERS
 
 LABELS_UPDATED = stored("node labels and taints updated")  # apps.core.stored_text
@@ -51,7 +54,10 @@ def node_labels_desired(node: Node) -> tuple[dict[str, str], list[dict[str, str]
 
 @transaction.atomic
 def node_labels_apply(*, node: Node, actor) -> bool:
-    """Bring the node's ledger labels and taints in line; an event only when something changed."""
+    """Bring the node's ledger labels and taints in line; an event only when something changed.
+    True when they changed (``node`` then carries them too): the caller queues the Node patch
+    (``apps.clusters.outbox.node_patch_enqueue(node)``)."""
+    given = node
     node = Node.objects.select_for_update(of=("self",)).select_related("cluster", "pool").get(pk=node.pk)
     labels, taints = node_labels_desired(node)
     if labels == node.labels and taints == node.taints:
@@ -59,7 +65,7 @@ def node_labels_apply(*, node: Node, actor) -> bool:
     before = {"labels": node.labels, "taints": node.taints}
     node.labels, node.taints = labels, taints
     node.save(update_fields=["labels", "taints", "updated_at"])
-    DeviceEvent.objects.create(
+    device_event_create(
         node=node,
         kind=DeviceEvent.Kind.UPDATED,
         message=LABELS_UPDATED,
@@ -70,12 +76,5 @@ def node_labels_apply(*, node: Node, actor) -> bool:
     change_record_create(
         actor=actor, action="node.labels", obj=node, before=before, after={"labels": labels, "taints": taints}
     )
-    node_push_enqueue(node)
+    given.labels, given.taints = labels, taints
     return True
-
-
-def node_push_enqueue(node: Node) -> None:
-    """Ask for the node's ledger labels and taints to reach Kubernetes (inside the caller's
-    transaction): the clusters app, which owns the push outbox, writes the Node patch on this signal
-    and the worker applies it after commit. Only the newest pending patch is pushed."""
-    node_labels_changed.send(sender=Node, node=node)

@@ -143,6 +143,26 @@ def fail_line(lineno: int, message: str, *, kind: str, text: str | None = None, 
     raise ParseFailed(_("line %(line)d: %(message)s") % {"line": lineno, "message": message}, details=info)
 
 
+def diagonal_check(
+    *, is_x: bool, label: str, column: str, cell: str, lineno: int, kind: str, text: str
+) -> None:
+    """A topology matrix has X on its diagonal (row ``label`` = ``column``) and nowhere else."""
+    if is_x == (column == label):
+        return
+    fail_line(
+        lineno,
+        (
+            _("row %(label)s, column %(column)s: %(cell)r where the diagonal X is expected")
+            % {"label": label, "column": column, "cell": cell}
+            if column == label
+            else _("row %(label)s, column %(column)s: 'X' off the diagonal")
+            % {"label": label, "column": column}
+        ),
+        kind=kind,
+        text=text,
+    )
+
+
 def fail_element(path: str, message: str, *, kind: str, **details: Any) -> NoReturn:
     raise ParseFailed(
         _("element %(element)s: %(message)s") % {"element": path, "message": message},

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.utils.translation import gettext as _
@@ -279,27 +280,8 @@ def parse_smi_topology_text(
             kind=kind,
             text=lines[first - 1],
         )
-    label_re = re.compile(rf"(?:{'|'.join(words)})(\d+)")
-    matrices: dict[str, dict[tuple[int, int], str]] = {}
-    numa: dict[int, dict[str, int | None]] = {}
-    seen_devices: set[int] = set()
-    section: str | None = None
-    header: list[int] | None = None
-    header_no = 0
-    rows_seen: dict[int, int] = {}
+    topo = _SmiTopology(kind=kind, words=words, label_re=re.compile(rf"(?:{'|'.join(words)})(\d+)"))
     end_no = None
-
-    def close_matrix(at: int) -> None:
-        if section and header is not None:
-            missing = [i for i in header if i not in rows_seen]
-            if missing:
-                fail_line(
-                    at,
-                    _("section %(section)r ends before the row for device %(missing)s (truncated?)")
-                    % {"section": section, "missing": missing[0]},
-                    kind=kind,
-                )
-
     for n in range(banner_no + 1, len(lines) + 1):
         line = lines[n - 1]
         stripped = line.strip()
@@ -307,14 +289,14 @@ def parse_smi_topology_text(
             continue
         rule = _RULE_TITLE.fullmatch(stripped)
         if rule is not None or re.fullmatch(r"=+", stripped):
-            close_matrix(n)
+            topo.close_matrix(n)
             title = rule["title"] if rule is not None else ""
             if title.startswith("End of"):
                 end_no = n
                 break
-            section, header, rows_seen = title or section, None, {}
+            topo.section, topo.header, topo.rows_seen = title or topo.section, None, {}
             continue
-        if section is None:
+        if topo.section is None:
             fail_line(
                 n,
                 _(
@@ -324,88 +306,124 @@ def parse_smi_topology_text(
                 kind=kind,
                 text=line,
             )
-        if _MATRIX_TITLE.fullmatch(section):
-            tokens = stripped.split()
-            if header is None:
-                matches = [label_re.fullmatch(t) for t in tokens]
-                if not all(matches):
-                    fail_line(
-                        n,
-                        _("expected the %(section)r header (%(words)s0 %(words)s1 ...)")
-                        % {"section": section, "words": words[0]},
-                        kind=kind,
-                        text=line,
-                    )
-                header = [int(m.group(1)) for m in matches]
-                header_no = n
-                seen_devices.update(header)
-                continue
-            row = label_re.fullmatch(tokens[0])
-            if row is None or int(row.group(1)) not in header:
-                fail_line(
-                    n,
-                    _("row label %(tokens)r is not a column of the header (line %(header_no)s)")
-                    % {"tokens": tokens[0], "header_no": header_no},
-                    kind=kind,
-                    text=line,
-                )
-            a = int(row.group(1))
-            if a in rows_seen:
-                fail_line(
-                    n,
-                    _("row %(tokens)s appears twice in %(section)r (first on line %(line)s)")
-                    % {"tokens": tokens[0], "section": section, "line": rows_seen[a]},
-                    kind=kind,
-                    text=line,
-                )
-            if len(tokens) - 1 != len(header):
-                fail_line(
-                    n,
-                    _("expected %(count)s cells, got %(count2)s")
-                    % {"count": len(header), "count2": len(tokens) - 1},
-                    kind=kind,
-                    text=line,
-                )
-            rows_seen[a] = n
-            what = _MATRIX_TITLE.fullmatch(section)["what"].lower()
-            for b, cell in zip(header, tokens[1:], strict=True):
-                if a != b:
-                    matrices.setdefault(what, {})[(a, b)] = cell
-            continue
-        if section.lower().startswith("numa"):
-            match = _NUMA_LINE.fullmatch(stripped)
-            if match is None or match["word"].upper() not in words:
-                fail_line(
-                    n,
-                    _("expected '%(words)s[<n>] : (Topology) Numa Node: <n>'") % {"words": words[0]},
-                    kind=kind,
-                    text=line,
-                )
-            index = int(match["index"])
-            seen_devices.add(index)
-            numa.setdefault(index, {})[match["what"].lower()] = single_int(match["value"])
-            continue
+        if _MATRIX_TITLE.fullmatch(topo.section):
+            topo.matrix_line(n, line)
+        elif topo.section.lower().startswith("numa"):
+            topo.numa_line(n, line)
         # Other sections (access matrices in another layout, future additions) are skipped.
     if end_no is None:
-        close_matrix(len(lines))
+        topo.close_matrix(len(lines))
         fail_line(len(lines), _("no '=== End of ... SMI Log ===' rule: the output is truncated"), kind=kind)
-    if not seen_devices:
+    if not topo.seen_devices:
         fail_line(end_no, _("no topology section lists a device"), kind=kind)
 
     report = ParsedReport(vendor=vendor, kind=kind, full_inventory=False)
-    for index in sorted(seen_devices):
-        report.devices.append(ParsedDevice(index=index, numa_node=numa.get(index, {}).get("node")))
+    for index in sorted(topo.seen_devices):
+        report.devices.append(ParsedDevice(index=index, numa_node=topo.numa.get(index, {}).get("node")))
     pairs = _pairs_from(
-        link_types=matrices.get("link type", {}),
-        weights=matrices.get("weight", {}),
-        hops=matrices.get("hops", {}),
+        link_types=topo.matrices.get("link type", {}),
+        weights=topo.matrices.get("weight", {}),
+        hops=topo.matrices.get("hops", {}),
     )
     _xgmi_links(report, pairs)
     report.topology = {
         "pairs": [pairs[k] for k in sorted(pairs)],
-        "numa_affinity": {i: v.get("affinity") for i, v in sorted(numa.items())},
+        "numa_affinity": {i: v.get("affinity") for i, v in sorted(topo.numa.items())},
     }
     return report
+
+
+@dataclass
+class _SmiTopology:
+    """What ``parse_smi_topology_text`` has read so far: the section it is in, the matrix header and
+    rows of that section, the matrices and NUMA facts of the sections before."""
+
+    kind: str
+    words: tuple[str, ...]
+    label_re: re.Pattern
+    matrices: dict[str, dict[tuple[int, int], str]] = field(default_factory=dict)
+    numa: dict[int, dict[str, int | None]] = field(default_factory=dict)
+    seen_devices: set[int] = field(default_factory=set)
+    section: str | None = None
+    header: list[int] | None = None
+    header_no: int = 0
+    rows_seen: dict[int, int] = field(default_factory=dict)
+
+    def close_matrix(self, at: int) -> None:
+        if self.section and self.header is not None:
+            missing = [i for i in self.header if i not in self.rows_seen]
+            if missing:
+                fail_line(
+                    at,
+                    _("section %(section)r ends before the row for device %(missing)s (truncated?)")
+                    % {"section": self.section, "missing": missing[0]},
+                    kind=self.kind,
+                )
+
+    def matrix_line(self, n: int, line: str) -> None:
+        """A line of a matrix section: its header (the device labels), then one row per device."""
+        kind, section, words = self.kind, self.section, self.words
+        tokens = line.strip().split()
+        if self.header is None:
+            matches = [self.label_re.fullmatch(t) for t in tokens]
+            if not all(matches):
+                fail_line(
+                    n,
+                    _("expected the %(section)r header (%(words)s0 %(words)s1 ...)")
+                    % {"section": section, "words": words[0]},
+                    kind=kind,
+                    text=line,
+                )
+            self.header = [int(m.group(1)) for m in matches]
+            self.header_no = n
+            self.seen_devices.update(self.header)
+            return
+        header = self.header
+        row = self.label_re.fullmatch(tokens[0])
+        if row is None or int(row.group(1)) not in header:
+            fail_line(
+                n,
+                _("row label %(tokens)r is not a column of the header (line %(header_no)s)")
+                % {"tokens": tokens[0], "header_no": self.header_no},
+                kind=kind,
+                text=line,
+            )
+        a = int(row.group(1))
+        if a in self.rows_seen:
+            fail_line(
+                n,
+                _("row %(tokens)s appears twice in %(section)r (first on line %(line)s)")
+                % {"tokens": tokens[0], "section": section, "line": self.rows_seen[a]},
+                kind=kind,
+                text=line,
+            )
+        if len(tokens) - 1 != len(header):
+            fail_line(
+                n,
+                _("expected %(count)s cells, got %(count2)s")
+                % {"count": len(header), "count2": len(tokens) - 1},
+                kind=kind,
+                text=line,
+            )
+        self.rows_seen[a] = n
+        what = _MATRIX_TITLE.fullmatch(section)["what"].lower()
+        for b, cell in zip(header, tokens[1:], strict=True):
+            if a != b:
+                self.matrices.setdefault(what, {})[(a, b)] = cell
+
+    def numa_line(self, n: int, line: str) -> None:
+        """A line of the NUMA section: ``GPU[<n>] : (Topology) Numa Node: <n>`` (or Affinity)."""
+        match = _NUMA_LINE.fullmatch(line.strip())
+        if match is None or match["word"].upper() not in self.words:
+            fail_line(
+                n,
+                _("expected '%(words)s[<n>] : (Topology) Numa Node: <n>'") % {"words": self.words[0]},
+                kind=self.kind,
+                text=line,
+            )
+        index = int(match["index"])
+        self.seen_devices.add(index)
+        self.numa.setdefault(index, {})[match["what"].lower()] = single_int(match["value"])
 
 
 def _pairs_from(*, link_types, weights, hops) -> dict[tuple[int, int], dict[str, Any]]:

@@ -33,6 +33,7 @@ from django.utils.translation import gettext as _
 
 from .adapter import (
     VendorAdapter,
+    diagonal_check,
     fail_line,
     looks_like_pci_bus_id,
     na,
@@ -56,39 +57,7 @@ def parse_npu_smi(text: str) -> ParsedReport:
     lines = text_lines(text, kind=KIND)
     report = ParsedReport(vendor=VENDOR, kind=KIND)
 
-    banner_no = None
-    for n, line in enumerate(lines, start=1):
-        match = _BANNER.search(line)
-        if match:
-            report.node["smi_version"] = match.group("smi")
-            report.node["driver_version"] = match.group("driver")
-            banner_no = n
-            break
-    if banner_no is None:
-        first = next((n for n, line in enumerate(lines, start=1) if line.strip()), 1)
-        fail_line(
-            first, _("no 'npu-smi <version>  Version: <version>' banner; is this npu-smi info?"), kind=KIND
-        )
-
-    # The two header lines.
-    head1 = head2 = None
-    for n in range(banner_no + 1, len(lines) + 1):
-        cells = _cells(lines[n - 1])
-        if cells and cells[0].split()[:2] == ["NPU", "Name"]:
-            head1 = n
-            if n < len(lines):
-                head2 = n + 1
-            break
-    if head1 is None:
-        fail_line(len(lines), _("no 'NPU Name | Health | ...' header line after the banner"), kind=KIND)
-    second = _cells(lines[head2 - 1]) if head2 else []
-    if not second or not second[0].startswith("Chip"):
-        fail_line(head2 or head1, _("expected the 'Chip | Bus-Id | AICore(%) ...' header line"), kind=KIND)
-    chip_words = second[0].split()
-    style = "chip"
-    if len(chip_words) > 1:
-        style = "phy" if chip_words[1].lower().startswith("phy") else "device"
-    has_hbm = any("HBM-Usage" in cell for cell in second)
+    head2, style, has_hbm = _npu_header(lines, _npu_banner(lines, report))
 
     n = head2 + 1
     pending: tuple[int, dict[str, Any]] | None = None  # first line of a chip, waiting for its second
@@ -149,6 +118,52 @@ def parse_npu_smi(text: str) -> ParsedReport:
             kind=KIND,
         )
 
+    _npu_processes(lines, n, by_npu_chip, report)
+    report.devices = [devices[i] for i in sorted(devices)]
+    return report
+
+
+def _npu_banner(lines: list[str], report: ParsedReport) -> int:
+    """The line number of the ``npu-smi <version>  Version: <driver>`` banner (its versions noted)."""
+    for n, line in enumerate(lines, start=1):
+        match = _BANNER.search(line)
+        if match:
+            report.node["smi_version"] = match.group("smi")
+            report.node["driver_version"] = match.group("driver")
+            return n
+    first = next((n for n, line in enumerate(lines, start=1) if line.strip()), 1)
+    fail_line(first, _("no 'npu-smi <version>  Version: <version>' banner; is this npu-smi info?"), kind=KIND)
+    raise AssertionError  # pragma: no cover - fail_line raises
+
+
+def _npu_header(lines: list[str], banner_no: int) -> tuple[int, str, bool]:
+    """The two header lines after the banner: (the second's line number, how the chip column names
+    the card: chip / phy / device, whether an HBM-Usage column is there)."""
+    head1 = head2 = None
+    for n in range(banner_no + 1, len(lines) + 1):
+        cells = _cells(lines[n - 1])
+        if cells and cells[0].split()[:2] == ["NPU", "Name"]:
+            head1 = n
+            if n < len(lines):
+                head2 = n + 1
+            break
+    if head1 is None:
+        fail_line(len(lines), _("no 'NPU Name | Health | ...' header line after the banner"), kind=KIND)
+    second = _cells(lines[head2 - 1]) if head2 else []
+    if not second or not second[0].startswith("Chip"):
+        fail_line(head2 or head1, _("expected the 'Chip | Bus-Id | AICore(%) ...' header line"), kind=KIND)
+    chip_words = second[0].split()
+    style = "chip"
+    if len(chip_words) > 1:
+        style = "phy" if chip_words[1].lower().startswith("phy") else "device"
+    has_hbm = any("HBM-Usage" in cell for cell in second)
+    return head2, style, has_hbm
+
+
+def _npu_processes(
+    lines: list[str], n: int, by_npu_chip: dict[tuple[int, int], ParsedDevice], report: ParsedReport
+) -> None:
+    """The process table from line ``n`` on: each process is noted on its card's ``extra``."""
     # The process table (optional: older 910 drivers print it, some builds omit it).
     while n <= len(lines):
         line = lines[n - 1]
@@ -171,9 +186,6 @@ def parse_npu_smi(text: str) -> ParsedReport:
             )
             continue
         device.extra.setdefault("processes", []).append(entry)
-
-    report.devices = [devices[i] for i in sorted(devices)]
-    return report
 
 
 def _cells(line: str) -> list[str]:
@@ -365,36 +377,7 @@ _TOPO_CELLS = frozenset({"X", "HCCS", "HCCS_SW", "SIO", "PIX", "PXB", "PHB", "SY
 def parse_npu_smi_topo(text: str) -> ParsedReport:
     kind = KIND_TOPO
     lines = text_lines(text, kind=kind)
-    header_no = None
-    for n, line in enumerate(lines, start=1):
-        tokens = line.split()
-        if tokens and _TOPO_LABEL.fullmatch(tokens[0]) and line[:1].isspace():
-            header_no = n
-            break
-        if tokens:
-            fail_line(
-                n,
-                _(
-                    "expected the matrix header '   NPU0  NPU1 ... CPU Affinity'; is this npu-smi info -t topo output?"
-                ),
-                kind=kind,
-                text=line,
-            )
-    if header_no is None:
-        fail_line(len(lines), _("no matrix header found"), kind=kind)
-    header = lines[header_no - 1].split()
-    trailing = 0
-    if header[-2:] == ["CPU", "Affinity"]:
-        header, trailing = header[:-2], 1
-    if not all(_TOPO_LABEL.fullmatch(label) for label in header):
-        fail_line(
-            header_no,
-            _("header cells must be NPU<n> or Phy-ID<n> labels"),
-            kind=kind,
-            text=lines[header_no - 1],
-        )
-    if len(set(header)) != len(header):
-        fail_line(header_no, _("the header repeats a column"), kind=kind, text=lines[header_no - 1])
+    header_no, header, trailing = _npu_topo_header(lines)
 
     rows: dict[str, list[str]] = {}
     affinity: dict[str, str | None] = {}
@@ -435,28 +418,7 @@ def parse_npu_smi_topo(text: str) -> ParsedReport:
                 kind=kind,
                 text=line,
             )
-        for column, cell in zip(header, cells, strict=False):
-            if cell.upper() not in _TOPO_CELLS:
-                fail_line(
-                    n,
-                    _("row %(label)s, column %(column)s: %(cell)r is not a topology cell")
-                    % {"label": label, "column": column, "cell": cell},
-                    kind=kind,
-                    text=line,
-                )
-            if (cell.upper() == "X") != (column == label):
-                fail_line(
-                    n,
-                    (
-                        _("row %(label)s, column %(column)s: %(cell)r where the diagonal X is expected")
-                        % {"label": label, "column": column, "cell": cell}
-                        if column == label
-                        else _("row %(label)s, column %(column)s: 'X' off the diagonal")
-                        % {"label": label, "column": column}
-                    ),
-                    kind=kind,
-                    text=line,
-                )
+        _npu_topo_row_cells(header, cells, label, n, line)
         rows[label] = cells[: len(header)]
         affinity[label] = na(cells[len(header)]) if len(cells) > len(header) else None
         row_line[label] = n
@@ -498,6 +460,60 @@ def parse_npu_smi_topo(text: str) -> ParsedReport:
         "cpu_affinity": {index[label]: affinity[label] for label in header},
     }
     return report
+
+
+def _npu_topo_header(lines: list[str]) -> tuple[int, list[str], int]:
+    """The matrix header: (its line number, its NPU<n> / Phy-ID<n> labels, 1 when a CPU Affinity
+    column follows them, else 0)."""
+    kind = KIND_TOPO
+    header_no = None
+    for n, line in enumerate(lines, start=1):
+        tokens = line.split()
+        if tokens and _TOPO_LABEL.fullmatch(tokens[0]) and line[:1].isspace():
+            header_no = n
+            break
+        if tokens:
+            fail_line(
+                n,
+                _(
+                    "expected the matrix header '   NPU0  NPU1 ... CPU Affinity'; is this npu-smi info -t topo output?"
+                ),
+                kind=kind,
+                text=line,
+            )
+    if header_no is None:
+        fail_line(len(lines), _("no matrix header found"), kind=kind)
+    header = lines[header_no - 1].split()
+    trailing = 0
+    if header[-2:] == ["CPU", "Affinity"]:
+        header, trailing = header[:-2], 1
+    if not all(_TOPO_LABEL.fullmatch(label) for label in header):
+        fail_line(
+            header_no,
+            _("header cells must be NPU<n> or Phy-ID<n> labels"),
+            kind=kind,
+            text=lines[header_no - 1],
+        )
+    if len(set(header)) != len(header):
+        fail_line(header_no, _("the header repeats a column"), kind=kind, text=lines[header_no - 1])
+    return header_no, header, trailing
+
+
+def _npu_topo_row_cells(header: list[str], cells: list[str], label: str, n: int, line: str) -> None:
+    """Every matrix cell of a row is a topology cell, with X on the diagonal and nowhere else."""
+    kind = KIND_TOPO
+    for column, cell in zip(header, cells, strict=False):
+        if cell.upper() not in _TOPO_CELLS:
+            fail_line(
+                n,
+                _("row %(label)s, column %(column)s: %(cell)r is not a topology cell")
+                % {"label": label, "column": column, "cell": cell},
+                kind=kind,
+                text=line,
+            )
+        diagonal_check(
+            is_x=cell.upper() == "X", label=label, column=column, cell=cell, lineno=n, kind=kind, text=line
+        )
 
 
 # ===================================================================================================

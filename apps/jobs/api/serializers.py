@@ -7,6 +7,7 @@ from apps.catalog.models import ComputeTemplate, DeviceModel, DeviceRequestTempl
 from apps.core.api.localized import LocalizedTextsMixin
 from apps.jobs import validation
 from apps.jobs.models import SUBMIT_FIELDS, Allocation, Job, JobEvent
+from apps.scheduling.models import DecisionTrace
 
 _AFTER_PRIORITY_CLASS = SUBMIT_FIELDS.index("priority_class") + 1
 
@@ -174,3 +175,21 @@ class AllocationSerializer(LocalizedTextsMixin, serializers.ModelSerializer):
 
 class CancelSerializer(serializers.Serializer):
     reason = serializers.CharField(max_length=300, required=False, allow_blank=True, default="")
+
+
+class DecisionTraceSerializer(LocalizedTextsMixin, serializers.ModelSerializer):
+    localized_fields = ("explanation", "steps")
+
+    class Meta:
+        model = DecisionTrace
+        fields = [
+            "trace_id",
+            "created_at",
+            "policy",
+            "outcome",
+            "explanation",
+            "queue_position",
+            "steps",
+            "candidates",
+            "placement",
+        ]

@@ -18,17 +18,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from . import mig
-from .model import (
-    WHOLE,
-    DeviceAssignment,
-    DeviceGroup,
-    DeviceState,
-    Isolation,
-    NodePart,
-    NodeState,
-    Request,
-    Topology,
-)
+from .decision import DeviceAssignment, NodePart
+from .nodes import DeviceState, Isolation, NodeState, Topology
+from .request import DeviceGroup, Request
+from .share import WHOLE, free_shared, share_fits
 
 Choice = tuple[tuple[int, ...], ...]  # per group: device positions on the node
 
@@ -81,16 +74,15 @@ def pick_whole(
     if len(free) < n:
         return None
     if not node.topo_known:
-        chosen = free[:n]
-        return tuple(chosen), (Topology.SINGLE if n == 1 else Topology.UNKNOWN)
+        return tuple(free[:n]), (Topology.SINGLE if n == 1 else Topology.UNKNOWN)
     for attr, tier in (
         ("topology_group", Topology.CLIQUE),
         ("pcie_switch", Topology.SWITCH),
         ("numa_node", Topology.NUMA),
     ):
-        chosen = _tightest(devs, free, n, attr)
-        if chosen is not None:
-            return tuple(sorted(chosen)), (Topology.SINGLE if n == 1 else tier)
+        tight = _tightest(devs, free, n, attr)
+        if tight is not None:
+            return tuple(sorted(tight)), (Topology.SINGLE if n == 1 else tier)
     if n == 1:
         return (free[0],), Topology.SINGLE
     # cross-NUMA: fill from the NUMA nodes with the most free cards, so the job spans as few as possible
@@ -192,15 +184,14 @@ def fits(node: NodeState, req: Request, elig: tuple, factor: int) -> bool:
         return False
     mem, comp = g.memory_mib, g.compute
     hard = g.isolation == Isolation.HARD
-    cap = WHOLE * factor
     for i in elig[0]:
         d = devs[i]
         if d.whole_by is not None or d.mig_used or d.mem_used + mem > d.memory_mib:
             continue
         if hard:
-            if (d.hard_used + comp) * factor + d.shared_used * 100 > cap:
+            if not share_fits(d.hard_used + comp, d.shared_used, factor):
                 continue
-        elif d.hard_used * factor + (d.shared_used + comp) * 100 > cap:
+        elif not share_fits(d.hard_used, d.shared_used + comp, factor):
             continue
         need -= 1
         if not need:
@@ -222,8 +213,8 @@ def options(node: NodeState, req: Request, elig: tuple, factor: int) -> list[tup
     if len(groups) == 1 and not req.mig:
         g = groups[0]
         if g.whole:
-            got = pick_whole(node, elig[0], g.count)
-            return None if got is None else [((got[0],), got[1])]
+            whole = pick_whole(node, elig[0], g.count)
+            return None if whole is None else [((whole[0],), whole[1])]
         if g.count == 1:
             devs = node.devices
             if g.memory_mib == 0 and g.isolation == Isolation.SHARED:
@@ -233,13 +224,13 @@ def options(node: NodeState, req: Request, elig: tuple, factor: int) -> list[tup
                 for i in elig[0]:
                     d = devs[i]
                     if d.whole_by is None and not d.mig_used:
-                        left = ((WHOLE - d.hard_used) * factor) // 100 - d.shared_used - need
+                        left = free_shared(d.hard_used, d.shared_used, factor) - need
                         if left >= 0:
                             found.append((left, i))
                 if not found:
                     return None
                 found.sort()
-                out = []
+                out: list[tuple[Choice, str]] = []
                 last = None
                 for left, i in found:
                     if left != last:
@@ -250,15 +241,14 @@ def options(node: NodeState, req: Request, elig: tuple, factor: int) -> list[tup
             firsts: dict[tuple, int] = {}
             mem, comp = g.memory_mib, g.compute
             hard = g.isolation == Isolation.HARD
-            cap = WHOLE * factor
             for i in elig[0]:
                 d = devs[i]
                 if d.whole_by is not None or d.mig_used or d.mem_used + mem > d.memory_mib:
                     continue
                 if hard:
-                    if (d.hard_used + comp) * factor + d.shared_used * 100 > cap:
+                    if not share_fits(d.hard_used + comp, d.shared_used, factor):
                         continue
-                elif d.hard_used * factor + (d.shared_used + comp) * 100 > cap:
+                elif not share_fits(d.hard_used, d.shared_used + comp, factor):
                     continue
                 state = (d.hard_used, d.shared_used, d.mem_used, bool(d.slices), d.memory_mib)
                 if state not in firsts:

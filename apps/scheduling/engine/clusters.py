@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from .model import Decision, Request, Snapshot, TraceStep
+from .decision import Decision, TraceStep
+from .fleet import Snapshot
+from .request import Request
 
 _KEY = "clusters"
 
@@ -83,6 +85,7 @@ def place(engine, snapshot: Snapshot, req: Request, *, commit: bool, trace_id: s
             ),
         )
         if commit:
+            assert decision.placement is not None  # a feasible cluster's decision placed the job
             snapshot.apply(decision.placement)
         return decision
     decision = Decision(trace_id or (last.trace_id if last else ""), req.id, engine.policy.name)

@@ -22,24 +22,17 @@ import heapq
 import itertools
 import random
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from . import assign, clusters, filters
+from .decision import Candidate, Decision, LazyMapping, NodePart, Placement
 from .filters import StaticResult
+from .fleet import CapacityError, Snapshot
 from .index import NodeClasses
-from .model import (
-    Candidate,
-    CapacityError,
-    Decision,
-    LazyMapping,
-    NodePart,
-    NodeState,
-    Placement,
-    Request,
-    Snapshot,
-    Topology,
-)
+from .nodes import NodeState, Topology
 from .policies import BEST, Policy, get_policy
+from .request import Request
 
 _STATIC = "static"
 MAX_EVALS = 200_000  # memoized evaluations per signature index before it starts over
@@ -73,7 +66,7 @@ class _ClassIndex:
     def __init__(self, static: StaticResult, classes: NodeClasses) -> None:
         self.classes = classes  # the signature ids below are this index's (``index.NodeClasses``)
         self.heap: list[tuple] = []
-        self.evals: dict[int, tuple | None] = {}
+        self.evals: dict[int, Any] = {}  # signature -> (score key, option); None: does not fit
         self.pushed: dict[int, float] = {}
         self.seqs: dict[int, int] = {}  # static class -> how much of its change log was read
         self.seq = -1  # the snapshot change sequence last synced
@@ -183,7 +176,7 @@ class Engine:
 
     def _reasons(
         self, snapshot: Snapshot, req: Request, static: StaticResult | None = None
-    ) -> tuple[str, dict[str, str]]:
+    ) -> tuple[str, Mapping[str, str]]:
         static = static or self._static(snapshot, req)
         if static.classes is not None:
             return self._reasons_classed(snapshot, req, static)
@@ -273,12 +266,13 @@ class Engine:
     ) -> None:
         """(Re)consider one signature that gained a node."""
         evals = idx.evals
-        ev = evals.get(sig, evals)
+        ev: Any = evals.get(sig, evals)  # the dict itself: not evaluated yet
         if ev is evals:
             ev = evals[sig] = self._evaluate(snapshot, snapshot.nodes[members[0]], req, elig)
         if ev is None:
             return
         cur = idx.pushed.get(sig)
+        tie: float
         if self.tie_break == "order":
             tie = members[0]
             if cur is not None and cur <= tie:
@@ -365,7 +359,7 @@ class Engine:
             elig = cls_elig.get(sig_class[sig])
             if elig is None:
                 continue
-            reason = cache.get(sig, cache)
+            reason: Any = cache.get(sig, cache)  # the dict itself: not computed yet
             if reason is cache:
                 reason = cache[sig] = filters.capacity_reason(snapshot, snapshot.nodes[members[0]], req, elig)
             if reason is None:

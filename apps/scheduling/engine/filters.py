@@ -18,7 +18,9 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 
-from .model import DeviceGroup, DeviceState, NodeState, NodeStatus, Request, Snapshot
+from .fleet import Snapshot
+from .nodes import DeviceState, NodeState, NodeStatus
+from .request import DeviceGroup, Request
 
 # static reasons
 STATUS_REASONS = {

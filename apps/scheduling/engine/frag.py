@@ -24,7 +24,10 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from .model import WHOLE, DeviceState, Isolation, NodeState, Request, Snapshot
+from .fleet import Snapshot
+from .nodes import DeviceState, Isolation, NodeState
+from .request import Request
+from .share import WHOLE, free_shared
 
 DevState = tuple[int, int, int, bool]  # (type index, free compute, free memory, empty)
 
@@ -110,7 +113,7 @@ def after_state(
         return (type_idx, 0, 0, False)
     hard = d.hard_used + (compute if isolation == Isolation.HARD else 0)
     shared = d.shared_used + (compute if isolation != Isolation.HARD else 0)
-    free = ((WHOLE - hard) * factor) // 100 - shared
+    free = free_shared(hard, shared, factor)
     return (type_idx, max(free, 0), d.memory_mib - d.mem_used - memory, False)
 
 

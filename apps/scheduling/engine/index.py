@@ -30,7 +30,8 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from collections.abc import Iterable
 
-from .model import NodeState, Snapshot
+from .fleet import Snapshot
+from .nodes import NodeState
 
 INDEX_KEY = "classes"
 
@@ -205,12 +206,12 @@ class NodeClasses:
                 self.class_sigs[cid].discard(old)
             else:
                 del lst[bisect_left(lst, pos)]
-            lst = members.get(sid)
-            if lst is None:
+            target = members.get(sid)
+            if target is None:
                 members[sid] = [pos]
                 self.class_sigs[cid].add(sid)
             else:
-                insort(lst, pos)
+                insort(target, pos)
             self.sig_of[pos] = sid
             clog = self.logs[cid]
             clog.append(sid)

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 
 from apps.catalog.mig import find_start, valid_layout
 
-_WHOLE = 1000  # = model.WHOLE (not imported: model imports this module)
+from .share import WHOLE
 
 
 def occupied(dev) -> list[tuple[str, int]]:
@@ -61,7 +61,7 @@ def share(dev, profile: str) -> tuple[int, int]:
     """(memory MiB, compute milli) one ``profile`` instance takes of ``dev``: its slot share."""
     geometry = dev.mig
     p = geometry.profiles[profile]
-    return dev.memory_mib * p.size // geometry.memory_slices, _WHOLE * p.compute // geometry.compute_slices
+    return dev.memory_mib * p.size // geometry.memory_slices, WHOLE * p.compute // geometry.compute_slices
 
 
 def check_device(dev, assigns: Sequence) -> str | None:

@@ -42,8 +42,11 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
+from typing import Any
 
-from .model import WHOLE, Placement, Request
+from .decision import Placement
+from .request import Request
+from .share import WHOLE
 
 
 def arrived_at_100(order: Sequence, capacity: int) -> list:
@@ -72,8 +75,8 @@ def lp_bound(nodes: Sequence, pods: Sequence) -> dict:
     for p in pods:
         if p.gpu <= 0:
             continue  # CPU-only pods allocate no GPU: an upper bound may leave them out
-        key = (p.cpu_milli, p.memory_mib, p.num_gpu, p.gpu_milli, p.models)
-        types[key] = types.get(key, 0) + 1
+        tkey = (p.cpu_milli, p.memory_mib, p.num_gpu, p.gpu_milli, p.models)
+        types[tkey] = types.get(tkey, 0) + 1
     cls = list(classes.items())
     typ = list(types.items())
     rows, cols, vals = [], [], []
@@ -87,7 +90,7 @@ def lp_bound(nodes: Sequence, pods: Sequence) -> dict:
                 continue
             base = len(typ) + 4 * c
             entries = [(t, 1), (base, cpu), (base + 1, mem), (base + 2, num * milli)]
-            cards = num if milli >= WHOLE else (1 if milli > WHOLE // 2 else 0)
+            cards = num if milli >= WHOLE or milli > WHOLE // 2 else 0  # > 500 milli: a card each
             if cards:
                 entries.append((base + 3, cards))
             for r, v in entries:
@@ -178,108 +181,134 @@ def card_lp_bound(nodes: Sequence, pods: Sequence, *, time_limit: float = 60.0) 
     dual value with each class's card price raised to the best pattern's worth (still a feasible dual,
     so still an upper bound by weak duality).
     """
-    import numpy as np
-    from scipy.optimize import linprog
-    from scipy.sparse import coo_matrix
-
     t0 = time.perf_counter()
-    deadline = t0 + time_limit
     types = _pod_types(pods)
     classes = _node_classes(nodes)
     total = sum(p.gpu for p in pods)
-    n_t, n_c = len(types), len(classes)
-    # rows: types, then per class cards, cpu, memory, then per (class, milli value) slots
-    slot_row: dict[tuple[int, int], int] = {}
-    millis_of: list[list[int]] = []
-    for c, (ck, _ns) in enumerate(classes):
-        ms = sorted({tk[3] for tk, _n in types if tk[3] < WHOLE and _fits_alone(tk, ck)})
-        millis_of.append(ms)
-        for m in ms:
-            slot_row[(c, m)] = n_t + 3 * n_c + len(slot_row)
-    n_rows = n_t + 3 * n_c + len(slot_row)
-    rows: list[int] = []
-    cols: list[int] = []
-    vals: list[float] = []
-    obj: list[float] = []
-    patterns: set[tuple] = set()
-
-    def column(entries: list[tuple[int, float]], value: float) -> None:
-        k = len(obj)
-        for r, v in entries:
-            if v:
-                rows.append(r)
-                cols.append(k)
-                vals.append(v)
-        obj.append(value)
-
-    for t, ((cpu, mem, num, milli, _models), _n) in enumerate(types):
-        for c, (ck, _ns) in enumerate(classes):
-            if not _fits_alone(types[t][0], ck):
-                continue
-            base = n_t + 3 * c
-            entries = [(t, 1), (base + 1, cpu), (base + 2, mem)]
-            entries.append((base, num) if milli >= WHOLE else (slot_row[(c, milli)], 1))
-            column(entries, float(num * milli))
-
-    def add_pattern(c: int, counts: Sequence[int]) -> bool:
-        key = (c, tuple(counts))
-        if key in patterns or not any(counts):
-            return False
-        patterns.add(key)
-        entries = [(n_t + 3 * c, 1)]
-        entries += [(slot_row[(c, m)], -q) for m, q in zip(millis_of[c], counts, strict=True) if q]
-        column(entries, 0.0)
-        return True
-
-    for c, ms in enumerate(millis_of):
-        for i, m in enumerate(ms):  # one value per card, as many as fit
-            counts = [0] * len(ms)
-            counts[i] = WHOLE // m
-            add_pattern(c, counts)
-    b = np.zeros(n_rows)
-    b[:n_t] = [n for _k, n in types]
-    for c, ((ccpu, cmem, cgpus, _model), ns) in enumerate(classes):
-        b[n_t + 3 * c : n_t + 3 * c + 3] = [cgpus * len(ns), ccpu * len(ns), cmem * len(ns)]
-    best = float(total) if obj else 0.0  # no pod fits any node alone: nothing can be placed
-    rounds = 0
-    lp_value = 0.0
-    converged = not obj
-    while obj:
-        a = coo_matrix((vals, (rows, cols)), shape=(n_rows, len(obj))).tocsr()
-        res = linprog(-np.array(obj), A_ub=a, b_ub=b, bounds=(0, None), method="highs")
-        if res.status != 0:  # pragma: no cover - feasible (all zero) and bounded (type counts)
-            break
-        rounds += 1
-        lp_value = -float(res.fun)
-        duals = np.maximum(-np.asarray(res.ineqlin.marginals), 0.0)
-        dual_value = float(b @ duals)
-        added = False
-        for c, ms in enumerate(millis_of):
-            if not ms:
-                continue
-            card_price = duals[n_t + 3 * c]
-            worth, counts = _best_card(ms, [duals[slot_row[(c, m)]] for m in ms])
-            if worth > card_price + 1e-9:
-                dual_value += b[n_t + 3 * c] * (worth - card_price)
-                added |= add_pattern(c, counts)
-        best = min(best, dual_value)
-        if not added:
-            converged = True
-            break
-        if time.perf_counter() > deadline:
-            break
-    best = max(best, lp_value)
+    lp = _CardLP(types, classes)
+    best, lp_value, rounds, converged = lp.solve(float(total), t0 + time_limit)
     return {
         "allocated": min(float(total), best),
         "lp_value": lp_value,
         "requested": total,
         "status": "optimal" if converged else "time limit",
         "rounds": rounds,
-        "card_patterns": len(patterns),
-        "pod_types": n_t,
-        "node_classes": n_c,
+        "card_patterns": len(lp.patterns),
+        "pod_types": lp.n_t,
+        "node_classes": lp.n_c,
+        "type_duals": lp.type_duals,  # per pod type (``_pod_types`` order): prices for node_bound
         "seconds": time.perf_counter() - t0,
     }
+
+
+class _CardLP:
+    """:func:`card_lp_bound`'s configuration LP as sparse columns.
+
+    Rows: one per pod type, then per node class its cards, CPU and memory, then one per (class, sharing
+    milli value) for the slots the class's card patterns offer. Columns: per (type, class) where one pod
+    fits one node, its pods (whole-card or sharing); then the card patterns, added as they are found."""
+
+    def __init__(self, types: list[tuple[tuple, int]], classes: list[tuple[tuple, list]]) -> None:
+        self.n_t, self.n_c = n_t, n_c = len(types), len(classes)
+        self.slot_row: dict[tuple[int, int], int] = {}
+        self.millis_of: list[list[int]] = []
+        for c, (ck, _ns) in enumerate(classes):
+            ms = sorted({tk[3] for tk, _n in types if tk[3] < WHOLE and _fits_alone(tk, ck)})
+            self.millis_of.append(ms)
+            for m in ms:
+                self.slot_row[(c, m)] = n_t + 3 * n_c + len(self.slot_row)
+        self.n_rows = n_t + 3 * n_c + len(self.slot_row)
+        self.rows: list[int] = []
+        self.cols: list[int] = []
+        self.vals: list[float] = []
+        self.obj: list[float] = []
+        self.patterns: set[tuple] = set()
+        self.type_duals: list[float] = [0.0] * n_t
+        self._pod_columns(types, classes)
+        for c, ms in enumerate(self.millis_of):
+            for i, m in enumerate(ms):  # one value per card, as many as fit
+                counts = [0] * len(ms)
+                counts[i] = WHOLE // m
+                self.add_pattern(c, counts)
+        self.b = self._bounds(types, classes)
+
+    def column(self, entries: list[tuple[int, float]], value: float) -> None:
+        k = len(self.obj)
+        for r, v in entries:
+            if v:
+                self.rows.append(r)
+                self.cols.append(k)
+                self.vals.append(v)
+        self.obj.append(value)
+
+    def add_pattern(self, c: int, counts: Sequence[int]) -> bool:
+        key = (c, tuple(counts))
+        if key in self.patterns or not any(counts):
+            return False
+        self.patterns.add(key)
+        entries: list[tuple[int, float]] = [(self.n_t + 3 * c, 1)]
+        entries += [(self.slot_row[(c, m)], -q) for m, q in zip(self.millis_of[c], counts, strict=True) if q]
+        self.column(entries, 0.0)
+        return True
+
+    def _pod_columns(self, types: list[tuple[tuple, int]], classes: list[tuple[tuple, list]]) -> None:
+        for t, ((cpu, mem, num, milli, _models), _n) in enumerate(types):
+            for c, (ck, _ns) in enumerate(classes):
+                if not _fits_alone(types[t][0], ck):
+                    continue
+                base = self.n_t + 3 * c
+                entries: list[tuple[int, float]] = [(t, 1), (base + 1, cpu), (base + 2, mem)]
+                # a sharing pod asks ``num`` slots of ``milli`` (on distinct cards, which the LP relaxes)
+                entries.append((base, num) if milli >= WHOLE else (self.slot_row[(c, milli)], num))
+                self.column(entries, float(num * milli))
+
+    def _bounds(self, types: list[tuple[tuple, int]], classes: list[tuple[tuple, list]]) -> Any:
+        import numpy as np
+
+        b = np.zeros(self.n_rows)
+        b[: self.n_t] = [n for _k, n in types]
+        for c, ((ccpu, cmem, cgpus, _model), ns) in enumerate(classes):
+            b[self.n_t + 3 * c : self.n_t + 3 * c + 3] = [cgpus * len(ns), ccpu * len(ns), cmem * len(ns)]
+        return b
+
+    def solve(self, total: float, deadline: float) -> tuple[float, float, int, bool]:
+        """Column generation until no pattern is worth more than its card, or ``deadline``:
+        ``(bound, last LP value, rounds, converged)``."""
+        import numpy as np
+        from scipy.optimize import linprog
+        from scipy.sparse import coo_matrix
+
+        obj, b, n_t = self.obj, self.b, self.n_t
+        best = total if obj else 0.0  # no pod fits any node alone: nothing can be placed
+        rounds = 0
+        lp_value = 0.0
+        converged = not obj
+        while obj:
+            a = coo_matrix((self.vals, (self.rows, self.cols)), shape=(self.n_rows, len(obj))).tocsr()
+            res = linprog(-np.array(obj), A_ub=a, b_ub=b, bounds=(0, None), method="highs")
+            if res.status != 0:  # pragma: no cover - feasible (all zero) and bounded (type counts)
+                break
+            rounds += 1
+            lp_value = -float(res.fun)
+            duals = np.maximum(-np.asarray(res.ineqlin.marginals), 0.0)
+            self.type_duals = [float(x) for x in duals[:n_t]]
+            dual_value = float(b @ duals)
+            added = False
+            for c, ms in enumerate(self.millis_of):
+                if not ms:
+                    continue
+                card_price = duals[n_t + 3 * c]
+                worth, counts = _best_card(ms, [duals[self.slot_row[(c, m)]] for m in ms])
+                if worth > card_price + 1e-9:
+                    dual_value += b[n_t + 3 * c] * (worth - card_price)
+                    added |= self.add_pattern(c, counts)
+            best = min(best, dual_value)
+            if not added:
+                converged = True
+                break
+            if time.perf_counter() > deadline:
+                break
+        return max(best, lp_value), lp_value, rounds, converged
 
 
 # ---- shared helpers ---------------------------------------------------------------------------------
@@ -327,6 +356,23 @@ def _greedy(make_snapshot, pods: Sequence, requests: dict, order: Sequence[int],
     return allocated, snapshot, engine, left, where
 
 
+def card_count_problems(snapshot, requests: dict) -> list[str]:
+    """Placements holding fewer distinct cards than their request asks, per group (``requests``: id →
+    Request). The snapshot's own check sees each card's load, not whether a pod asking for three cards at
+    650 milli each sits on three cards; this does."""
+    problems = []
+    for rid, placement in snapshot.placements.items():
+        req = requests.get(rid)
+        if req is None:
+            continue
+        for part in placement.parts:
+            for j, g in enumerate(req.groups):
+                ids = [a.device_id for a in part.devices if a.group == j]
+                if len(set(ids)) != g.count:
+                    problems.append(f"{rid}: group {j} on {len(set(ids))} distinct cards, asks {g.count}")
+    return problems
+
+
 def _best_refill(units: list[tuple[int, int]], room: int, step: int) -> tuple[float, list[int]]:
     """0/1 knapsack over ``units`` ((milli, tag) each; tag 1 = already on the card) into ``room`` milli:
     the most milli, then the fewest pods moved off the card. Returns (value, chosen positions)."""
@@ -351,6 +397,191 @@ def _best_refill(units: list[tuple[int, int]], room: int, step: int) -> tuple[fl
     return best[cap], chosen
 
 
+class _Repacker:
+    """The state of :func:`_repack`'s local search: which sharing pods sit on which card and which pods
+    are left out (``pool``); moves go through the snapshot, so each one is achievable."""
+
+    def __init__(self, snapshot, engine, pods: Sequence, requests: dict, left: list[int]) -> None:
+        from . import assign
+
+        self.assign = assign
+        self.snapshot = snapshot
+        self.engine = engine
+        self.pods = pods
+        self.requests = requests
+        self.rid_of = {n: requests[n].id for n in requests}
+        n_of = {rid: n for n, rid in self.rid_of.items()}
+        self.on_card: dict[str, list[int]] = {}  # device id -> sharing pods on it
+        for rid, placement in snapshot.placements.items():
+            for part in placement.parts:
+                for a in part.devices:
+                    if not a.whole:
+                        self.on_card.setdefault(a.device_id, []).append(n_of[rid])
+        self.pool = {n for n in left if self.rid_of[n] not in snapshot.placements}
+
+    # ---- one pod on or off a card ---------------------------------------------------------------
+
+    def place_on(self, node, n: int, devs: tuple[int, ...]) -> None:
+        req = self.requests[n]
+        tier = self.assign.topology_tier([node.devices[i] for i in devs])
+        self.snapshot.apply(Placement(req.id, (self.assign.build_part(node, req, (devs,), tier),)))
+        if self.pods[n].gpu_milli < WHOLE:
+            self.on_card.setdefault(node.devices[devs[0]].id, []).append(n)
+        self.pool.discard(n)
+
+    def take_off(self, n: int) -> None:
+        placement = self.snapshot.release(self.rid_of[n])
+        for part in placement.parts:
+            for a in part.devices:
+                if not a.whole:
+                    self.on_card[a.device_id].remove(n)
+        self.pool.add(n)
+
+    def settle(self, moved: list[int]) -> None:
+        """Place the pods moved off again where the engine finds room (else they stay left out)."""
+        pods = self.pods
+        for n in sorted(moved, key=lambda k: -pods[k].gpu):
+            d = self.engine.place(self.snapshot, self.requests[n])
+            if d.placement is not None:
+                self.pool.discard(n)
+                for part in d.placement.parts:
+                    for a in part.devices:
+                        if not a.whole:
+                            self.on_card.setdefault(a.device_id, []).append(n)
+
+    def room_after(self, node, moved: list[int]) -> tuple[int, int]:
+        """The node's free CPU and memory once the pods ``moved`` are off it."""
+        pods = self.pods
+        cpu = node.cpu_milli - node.cpu_used + sum(pods[k].cpu_milli for k in moved)
+        mem = node.memory_mib - node.mem_used + sum(pods[k].memory_mib for k in moved)
+        return cpu, mem
+
+    # ---- the two kinds of move --------------------------------------------------------------------
+
+    def whole_card_moves(self, deadline: float) -> int:
+        """Whole-card pods left out, most GPU first, each onto the cards with the least sharing milli."""
+        pods = self.pods
+        moves = 0
+        for n in sorted(
+            (k for k in self.pool if pods[k].gpu_milli >= WHOLE), key=lambda k: (-pods[k].gpu, k)
+        ):
+            if time.perf_counter() > deadline:
+                break
+            pod = pods[n]
+            best = None
+            for node in self.snapshot.nodes:
+                if len(node.devices) < pod.num_gpu or not _fits_model(node, pod):
+                    continue
+                cards = sorted((_load(d), d.index) for d in node.devices if d.whole_by is None)
+                if len(cards) < pod.num_gpu:
+                    continue
+                chosen = cards[: pod.num_gpu]
+                milli = sum(c[0] for c in chosen)
+                if milli >= pod.gpu or (best is not None and milli >= best[0]):
+                    continue
+                # a multi-card sharing pod moved off leaves all its cards: count what it holds
+                moved = list(
+                    dict.fromkeys(k for _l, i in chosen for k in self.on_card.get(node.devices[i].id, ()))
+                )
+                milli = sum(self.pods[k].gpu for k in moved)
+                if milli >= pod.gpu or (best is not None and milli >= best[0]):
+                    continue
+                cpu, mem = self.room_after(node, moved)
+                if cpu < pod.cpu_milli or mem < pod.memory_mib:
+                    continue
+                best = (milli, node, tuple(sorted(i for _l, i in chosen)), moved)
+            if best is None:
+                continue
+            _milli, node, devs, moved = best
+            for k in moved:
+                self.take_off(k)
+            self.place_on(node, n, devs)
+            self.settle(moved)
+            moves += 1
+        return moves
+
+    def card_refills(self, deadline: float) -> int:
+        """Cards whose sharing pods are re-chosen among their own and the left-out sharing pods."""
+        spare: dict[int, list[int]] = {}
+        for k in self.pool:
+            if 0 < self.pods[k].gpu_milli < WHOLE and self.pods[k].num_gpu == 1:  # one card each
+                spare.setdefault(self.pods[k].gpu_milli, []).append(k)
+        if not spare:
+            return 0
+        moves = 0
+        tried: set[tuple] = set()
+        for node in self.snapshot.nodes:
+            if time.perf_counter() > deadline:
+                break
+            for dev in node.devices:
+                if dev.whole_by is None and self.refill(node, dev, spare, tried):
+                    moves += 1
+        return moves
+
+    def refill(self, node, dev, spare: dict[int, list[int]], tried: set[tuple]) -> bool:
+        """Re-choose ``dev``'s sharing pods (a knapsack over its own and ``spare``); whether it moved."""
+        pods = self.pods
+        on = self.on_card.get(dev.id, [])
+        # pods sharing several cards stay where they are: the knapsack is over one card's pods only
+        fixed = sum(pods[k].gpu_milli for k in on if pods[k].num_gpu > 1)
+        mine = [k for k in on if pods[k].num_gpu == 1]
+        sig = (
+            tuple(sorted(pods[k].gpu_milli for k in on)),
+            fixed,
+            node.devices[0].model if node.devices else "",
+        )
+        if sig in tried:
+            return False
+        units = [(pods[k].gpu_milli, 1) for k in mine]
+        for m, ks in spare.items():
+            fitting = [k for k in ks if _fits_model(node, pods[k])]
+            units += [(m, 0)] * min(len(fitting), WHOLE // m)
+        value, chosen = _best_refill(units, WHOLE - fixed, _REFILL_STEP)
+        if value <= _load(dev) - fixed + 0.5:
+            tried.add(sig)  # no gain for this content here; others with it neither
+            return False
+        own = [units[i][0] for i in chosen if units[i][1]]
+        new = [units[i][0] for i in chosen if not units[i][1]]
+        moved = []
+        for k in sorted(mine, key=lambda k: -pods[k].gpu_milli):
+            if pods[k].gpu_milli in own:
+                own.remove(pods[k].gpu_milli)
+            else:
+                moved.append(k)
+        incoming: list[int] = []
+        for m in new:
+            cand = [k for k in spare.get(m, ()) if _fits_model(node, pods[k]) and k not in incoming]
+            if not cand:
+                break
+            incoming.append(cand[0])
+        if len(incoming) != len(new):
+            return False
+        cpu, mem = self.room_after(node, moved)
+        if cpu < sum(pods[k].cpu_milli for k in incoming) or mem < sum(pods[k].memory_mib for k in incoming):
+            return False
+        for k in moved:
+            self.take_off(k)
+        for k in incoming:
+            self.place_on(node, k, (dev.index,))
+            spare[pods[k].gpu_milli].remove(k)
+        self.settle(moved)
+        for k in moved:
+            if k in self.pool:
+                spare.setdefault(pods[k].gpu_milli, []).append(k)
+        return True
+
+
+_REFILL_STEP = 10  # milli: the refill knapsack's granularity
+
+
+def _load(dev) -> int:
+    return dev.hard_used + dev.shared_used
+
+
+def _fits_model(node, pod) -> bool:
+    return not pod.models or (bool(node.devices) and node.devices[0].model in pod.models)
+
+
 def _repack(snapshot, engine, pods: Sequence, requests: dict, left: list[int], deadline: float) -> int:
     """Ejection moves that only ever grow the allocation, until none is found or time is up:
 
@@ -362,152 +593,15 @@ def _repack(snapshot, engine, pods: Sequence, requests: dict, left: list[int], d
       off are placed again or join the left-out pods.
 
     Returns the number of moves kept."""
-    from . import assign
-
-    step = 10
-    rid_of = {n: requests[n].id for n in requests}
-    n_of = {rid: n for n, rid in rid_of.items()}
-    on_card: dict[str, list[int]] = {}  # device id -> sharing pods on it
-    for rid, placement in snapshot.placements.items():
-        for part in placement.parts:
-            for a in part.devices:
-                if not a.whole:
-                    on_card.setdefault(a.device_id, []).append(n_of[rid])
-    pool = {n for n in left if rid_of[n] not in snapshot.placements}
+    search = _Repacker(snapshot, engine, pods, requests, left)
     moves = 0
-
-    def load(dev) -> int:
-        return dev.hard_used + dev.shared_used
-
-    def place_on(node, n: int, devs: tuple[int, ...]) -> None:
-        req = requests[n]
-        part = assign.build_part(node, req, (devs,), assign.topology_tier([node.devices[i] for i in devs]))
-        snapshot.apply(Placement(req.id, (part,)))
-        if pods[n].gpu_milli < WHOLE:
-            on_card.setdefault(node.devices[devs[0]].id, []).append(n)
-        pool.discard(n)
-
-    def take_off(n: int) -> None:
-        placement = snapshot.release(rid_of[n])
-        for part in placement.parts:
-            for a in part.devices:
-                if not a.whole:
-                    on_card[a.device_id].remove(n)
-        pool.add(n)
-
-    def settle(moved: list[int]) -> None:
-        for n in sorted(moved, key=lambda k: -pods[k].gpu):
-            d = engine.place(snapshot, requests[n])
-            if d.placement is not None:
-                pool.discard(n)
-                for part in d.placement.parts:
-                    for a in part.devices:
-                        if not a.whole:
-                            on_card.setdefault(a.device_id, []).append(n)
-
-    def fits_model(node, pod) -> bool:
-        return not pod.models or (bool(node.devices) and node.devices[0].model in pod.models)
-
     improved = True
     while improved and time.perf_counter() < deadline:
-        improved = False
-        # whole-card pods left out, most GPU first
-        for n in sorted((k for k in pool if pods[k].gpu_milli >= WHOLE), key=lambda k: (-pods[k].gpu, k)):
-            if time.perf_counter() > deadline:
-                break
-            pod = pods[n]
-            best = None
-            for node in snapshot.nodes:
-                if len(node.devices) < pod.num_gpu or not fits_model(node, pod):
-                    continue
-                cards = sorted((load(d), d.index) for d in node.devices if d.whole_by is None)
-                if len(cards) < pod.num_gpu:
-                    continue
-                chosen = cards[: pod.num_gpu]
-                milli = sum(c[0] for c in chosen)
-                if milli >= pod.gpu or (best is not None and milli >= best[0]):
-                    continue
-                moved = [k for _l, i in chosen for k in on_card.get(node.devices[i].id, ())]
-                cpu = node.cpu_milli - node.cpu_used + sum(pods[k].cpu_milli for k in moved)
-                mem = node.memory_mib - node.mem_used + sum(pods[k].memory_mib for k in moved)
-                if cpu < pod.cpu_milli or mem < pod.memory_mib:
-                    continue
-                best = (milli, node, tuple(sorted(i for _l, i in chosen)), moved)
-            if best is None:
-                continue
-            _milli, node, devs, moved = best
-            for k in moved:
-                take_off(k)
-            place_on(node, n, devs)
-            settle(moved)
-            moves += 1
-            improved = True
-        # cards re-chosen among their own pods and the left-out sharing pods
-        spare: dict[int, list[int]] = {}
-        for k in pool:
-            if 0 < pods[k].gpu_milli < WHOLE:
-                spare.setdefault(pods[k].gpu_milli, []).append(k)
-        if not spare:
-            continue
-        tried: set[tuple] = set()
-        for node in snapshot.nodes:
-            if time.perf_counter() > deadline:
-                break
-            for dev in node.devices:
-                if dev.whole_by is not None:
-                    continue
-                mine = on_card.get(dev.id, [])
-                held = load(dev)
-                sig = (
-                    tuple(sorted(pods[k].gpu_milli for k in mine)),
-                    node.devices[0].model if node.devices else "",
-                )
-                if sig in tried:
-                    continue
-                units = [(pods[k].gpu_milli, 1) for k in mine]
-                for m, ks in spare.items():
-                    fitting = [k for k in ks if fits_model(node, pods[k])]
-                    units += [(m, 0)] * min(len(fitting), WHOLE // m)
-                value, chosen = _best_refill(units, WHOLE, step)
-                if value <= held + 0.5:
-                    tried.add(sig)  # no gain for this content here; others with it neither
-                    continue
-                own = [units[i][0] for i in chosen if units[i][1]]
-                new = [units[i][0] for i in chosen if not units[i][1]]
-                stay = list(mine)
-                moved = []
-                for k in sorted(mine, key=lambda k: -pods[k].gpu_milli):
-                    if pods[k].gpu_milli in own:
-                        own.remove(pods[k].gpu_milli)
-                    else:
-                        moved.append(k)
-                        stay.remove(k)
-                incoming = []
-                for m in new:
-                    cand = [k for k in spare.get(m, ()) if fits_model(node, pods[k]) and k not in incoming]
-                    if not cand:
-                        break
-                    incoming.append(cand[0])
-                if len(incoming) != len(new):
-                    continue
-                cpu = node.cpu_milli - node.cpu_used + sum(pods[k].cpu_milli for k in moved)
-                mem = node.memory_mib - node.mem_used + sum(pods[k].memory_mib for k in moved)
-                if cpu < sum(pods[k].cpu_milli for k in incoming) or mem < sum(
-                    pods[k].memory_mib for k in incoming
-                ):
-                    continue
-                for k in moved:
-                    take_off(k)
-                for k in incoming:
-                    place_on(node, k, (dev.index,))
-                    spare[pods[k].gpu_milli].remove(k)
-                settle(moved)
-                for k in moved:
-                    if k in pool:
-                        spare.setdefault(pods[k].gpu_milli, []).append(k)
-                moves += 1
-                improved = True
-    left[:] = sorted(pool)
+        found = search.whole_card_moves(deadline)
+        found += search.card_refills(deadline)
+        moves += found
+        improved = found > 0
+    left[:] = sorted(search.pool)
     return moves
 
 
@@ -545,6 +639,7 @@ def hindsight(
         tried[label] = got[0]
         if best is None or got[0] > best[0]:
             best = got
+    assert best is not None  # runs is never empty
     allocated, snapshot, engine, left, where = best
     gpu_of = {req.id: pods[n].gpu for n, req in requests.items()}
     greedy = allocated
@@ -611,7 +706,7 @@ def hindsight(
             for p in held:
                 snapshot.apply(p)
     allocated = sum(gpu_of.get(rid, 0) for rid in snapshot.placements)
-    problems = snapshot.check_invariants()
+    problems = snapshot.check_invariants() + card_count_problems(snapshot, by_id)
     if problems:  # pragma: no cover - the snapshot refuses over-allocation on apply
         raise RuntimeError(f"hindsight packing broke an invariant: {problems[0]}")
     return {

@@ -24,8 +24,11 @@ import random
 from collections.abc import Iterable, Sequence
 
 from .assign import Choice
+from .fleet import Snapshot
 from .frag import FragModel, Shape, after_state, shape_of, typical_shapes
-from .model import WHOLE, NodeState, Request, Snapshot, Topology
+from .nodes import NodeState, Topology
+from .request import Request
+from .share import WHOLE
 
 Option = tuple[Choice, str]
 

@@ -30,13 +30,15 @@ Optional, as in the paper: fragmentation at arrived = 100 % — idle GPU that th
 
 CSV formats: nodes ``sn,cpu_milli,memory_mib,gpu,model``; pods either the full trace format
 (``name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,…``) or the 5-column variant
-``name,cpu_milli,memory_mib,num_gpu,gpu_milli`` (no model constraint, no times).
+``name,cpu_milli,memory_mib,num_gpu,gpu_milli`` (no model constraint, no times); either plain or gzip
+(a name ending ``.gz``: the published variants kept in ``benchmarks/data/alibaba-gpu-trace-2023/``).
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import gzip
 import json
 import random
 import statistics
@@ -48,13 +50,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .engine import Engine
+from .fleet import Snapshot
 from .frag import FragModel, shape_of, typical_shapes
-from .model import WHOLE, DeviceGroup, DeviceState, Isolation, NodeState, Request, Snapshot
+from .nodes import DeviceState, Isolation, NodeState
 from .policies import BEST, get_policy, policy_names
+from .request import DeviceGroup, Request
+from .share import WHOLE
 
 DEFAULT_SEEDS = tuple(range(42, 52))
 CURVE_POINTS = tuple(range(75, 131))
 INFLATION = 1.3
+BOUND_SECONDS = 30.0  # the node-pattern LP's time per seed (valid when stopped; 0 = skip it)
 TRACE_DIR = Path(__file__).resolve().parents[4] / "shared" / "benchmarks" / "alibaba-gpu-trace-2023"
 DEFAULT_NODES = TRACE_DIR / "openb_node_list_gpu_node.csv"
 DEFAULT_PODS = TRACE_DIR / "openb_pod_list_default.csv"
@@ -90,14 +96,20 @@ class PodSpec:
 def _int(row: dict, *keys: str, default: int = 0) -> int:
     for key in keys:
         value = row.get(key)
-        if value not in (None, ""):
+        if value is not None and value != "":
             return int(float(value))
     return default
 
 
+def _rows(path: str | Path) -> list[dict]:
+    """The CSV's rows; a name ending ``.gz`` is read through gzip (the variants kept in the repo)."""
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "rt", newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
 def load_nodes(path: str | Path) -> list[NodeSpec]:
-    with open(path, newline="") as fh:
-        rows = list(csv.DictReader(fh))
+    rows = _rows(path)
     nodes = []
     for i, row in enumerate(rows):
         name = row.get("sn") or row.get("name") or f"node-{i:04d}"
@@ -115,9 +127,8 @@ def load_nodes(path: str | Path) -> list[NodeSpec]:
 
 
 def load_pods(path: str | Path) -> list[PodSpec]:
-    """Either CSV variant; a pod asking for whole cards has ``gpu_milli`` = 1000."""
-    with open(path, newline="") as fh:
-        rows = list(csv.DictReader(fh))
+    """Either CSV variant (plain or ``.gz``); a pod asking for whole cards has ``gpu_milli`` = 1000."""
+    rows = _rows(path)
     pods = []
     for i, row in enumerate(rows):
         num = _int(row, "num_gpu")
@@ -397,23 +408,38 @@ def summarize(runs: Sequence[dict], policies: Sequence[str]) -> dict[str, dict]:
 
 
 def offline_once(
-    nodes: Sequence[NodeSpec], pods: Sequence[PodSpec], seed: int, time_limit: float = 5.0
+    nodes: Sequence[NodeSpec],
+    pods: Sequence[PodSpec],
+    seed: int,
+    time_limit: float = 5.0,
+    bound_seconds: float = BOUND_SECONDS,
 ) -> dict:
-    """LP bound and hindsight packing for one seed's arrived workload at 100 %, in unallocated %."""
-    from . import offline
+    """LP bounds and hindsight packing for one seed's arrived workload at 100 %, in unallocated %.
+
+    The bound is the least of the aggregated LP, the card-pattern LP and (``bound_seconds`` > 0) the
+    node-pattern LP (``node_bound``: CPU and memory per node), each valid on its own."""
+    from . import node_bound, offline
 
     capacity = sum(n.gpus for n in nodes) * WHOLE
     arrived = offline.arrived_at_100(workload(pods, seed, capacity), capacity)
     scale = 100.0 / capacity if capacity else 0.0
     aggregate = offline.lp_bound(nodes, arrived)
     lp = offline.card_lp_bound(nodes, arrived)
+    node = None
+    if bound_seconds > 0:
+        node = node_bound.node_lp_bound(nodes, arrived, time_limit=bound_seconds, type_duals=lp["type_duals"])
     packed = offline.hindsight(lambda: build_snapshot(nodes), arrived, to_request, time_limit=time_limit)
-    bounds = [x["allocated"] for x in (lp, aggregate) if x["allocated"] is not None]
+    bounds = [x["allocated"] for x in (lp, aggregate, node) if x and x["allocated"] is not None]
     return {
         "seed": seed,
         "arrived_pct": sum(p.gpu for p in arrived) * scale,
-        # both LPs bound every placement, so the lesser is the bound (the card LP, up to rounding)
+        # every LP bounds every placement, so the least is the bound
         "bound": 100.0 - min(bounds) * scale if bounds else None,
+        "bound_card": 100.0 - lp["allocated"] * scale,
+        "bound_node": 100.0 - node["allocated"] * scale if node else None,
+        "node_status": node["status"] if node else "skipped",
+        "node_rounds": node["rounds"] if node else 0,
+        "node_seconds": node["seconds"] if node else 0.0,
         "bound_aggregate": 100.0 - aggregate["allocated"] * scale
         if aggregate["allocated"] is not None
         else None,
@@ -424,9 +450,12 @@ def offline_once(
         "lp_status": lp["status"],
         "lp_rounds": lp["rounds"],
         "lp_card_patterns": lp["card_patterns"],
-        "bound_seconds": lp["seconds"] + aggregate["seconds"],
+        "bound_seconds": lp["seconds"] + aggregate["seconds"] + (node["seconds"] if node else 0.0),
         "hindsight_seconds": packed["seconds"],
-        "seconds": lp["seconds"] + aggregate["seconds"] + packed["seconds"],
+        "seconds": lp["seconds"]
+        + aggregate["seconds"]
+        + packed["seconds"]
+        + (node["seconds"] if node else 0.0),
     }
 
 
@@ -442,17 +471,18 @@ def offline_references(
     results: dict[str, dict] | None = None,
     time_limit: float = 5.0,
     jobs: int = 1,
+    bound_seconds: float = BOUND_SECONDS,
 ) -> dict:
     """Per seed and mean ± sd: the LP bound and the hindsight packing (unallocated GPU % at arrived =
     100 %), and, given the online ``results``, the gap of the best online policy to each (points)."""
-    tasks = [(nodes, pods, seed, time_limit) for seed in seeds]
+    tasks = [(nodes, pods, seed, time_limit, bound_seconds) for seed in seeds]
     if jobs > 1:
         with ProcessPoolExecutor(max_workers=jobs) as pool:
             runs = list(pool.map(_offline_job, tasks))
     else:
         runs = [_offline_job(t) for t in tasks]
     out: dict = {"seeds": list(seeds), "per_seed": {}}
-    for key in ("bound", "bound_aggregate", "hindsight", "hindsight_greedy"):
+    for key in ("bound", "bound_aggregate", "bound_card", "bound_node", "hindsight", "hindsight_greedy"):
         vals = [r[key] for r in runs if r[key] is not None]
         out[key] = _mean_sd(vals)
     out["per_seed"] = {
@@ -473,9 +503,16 @@ def format_offline(ref: dict) -> str:
     b, h = ref["bound"], ref["hindsight"]
     lines = [
         "offline references for the same arrived workload at 100 % (unallocated GPU %, lower is better):",
-        f"{'lp-bound':<10} {b['mean']:>24.2f} ± {b['sd']:<5.2f}   (card-level LP: no placement can do better)",
+        f"{'lp-bound':<10} {b['mean']:>24.2f} ± {b['sd']:<5.2f}   (least of the LPs: no placement can do better)",
         f"{'hindsight':<10} {h['mean']:>24.2f} ± {h['sd']:<5.2f}   (best packing found knowing every pod)",
     ]
+    for key, label in (
+        ("bound_card", "card-pattern LP"),
+        ("bound_node", "node-pattern LP, CPU/memory per node"),
+    ):
+        got = ref.get(key)
+        if got and ref["per_seed"] and all(r.get(key) is not None for r in ref["per_seed"].values()):
+            lines.append(f"{'(' + label + ')':<36} {got['mean']:.2f} ± {got['sd']:.2f}")
     agg = ref.get("bound_aggregate")
     if agg:
         lines.append(f"{'(aggregate LP bound, no card packing)':<36} {agg['mean']:.2f} ± {agg['sd']:.2f}")
@@ -587,6 +624,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=5.0,
         help="time limit of the hindsight local search per seed (default 5)",
     )
+    parser.add_argument(
+        "--bound-seconds",
+        type=float,
+        default=BOUND_SECONDS,
+        help="time of the node-pattern LP bound per seed (valid when stopped; 0 = skip; default 30)",
+    )
 
 
 def main(argv: Sequence[str] | None = None, stdout=None) -> int:
@@ -638,6 +681,7 @@ def execute(args: argparse.Namespace, stdout) -> int:
             results=results,
             time_limit=getattr(args, "hindsight_seconds", 5.0),
             jobs=max(1, args.jobs),
+            bound_seconds=getattr(args, "bound_seconds", BOUND_SECONDS),
         )
         print("", file=stdout)
         print(format_offline(ref), file=stdout)

@@ -15,7 +15,7 @@ from rest_framework.response import Response
 from apps.core.api.pagination import EstimatedCountPagination
 from apps.core.api.permissions import IsStaff, IsUser
 from apps.core.errors import ValidationFailed
-from apps.telemetry import exports, selectors, services
+from apps.telemetry import exports, ingest, metric_sources, selectors
 from apps.telemetry.api import serializers as s
 from apps.telemetry.filtersets import DeviceRollupFilterSet, MetricSourceFilterSet
 from apps.telemetry.models import DeviceRollup, MetricSource
@@ -68,17 +68,17 @@ class MetricSourceViewSet(viewsets.ModelViewSet):
         return selectors.metric_source_list(user=self.request.user)
 
     def perform_create(self, serializer):
-        serializer.instance = services.metric_source_create(
+        serializer.instance = metric_sources.metric_source_create(
             actor=self.request.user, **serializer.validated_data
         )
 
     def perform_update(self, serializer):
-        serializer.instance = services.metric_source_update(
+        serializer.instance = metric_sources.metric_source_update(
             actor=self.request.user, source=serializer.instance, **serializer.validated_data
         )
 
     def perform_destroy(self, instance):
-        services.metric_source_delete(actor=self.request.user, source=instance)
+        metric_sources.metric_source_delete(actor=self.request.user, source=instance)
 
 
 class DeviceRollupViewSet(viewsets.ReadOnlyModelViewSet):
@@ -104,7 +104,7 @@ class ScrapeViewSet(mixins.CreateModelMixin, viewsets.GenericViewSet):
         data = s.ScrapeInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         v = data.validated_data
-        report, conversion = services.scrape_ingest(
+        report, conversion = ingest.scrape_ingest(
             text=v["text"],
             at=v.get("at"),
             cluster=v.get("cluster"),

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from apps.clusters.backend import BackendError
+from apps.clusters.backends.errors import BackendError
 from apps.clusters.sync import cluster_sync, cluster_sync_apply, sync_input_load
 from apps.core.errors import ApplicationError
 from apps.inventory.models import Cluster

@@ -17,7 +17,7 @@ from django.utils.dateparse import parse_datetime
 
 from apps.core.errors import ApplicationError
 from apps.inventory.models import Cluster
-from apps.telemetry import services
+from apps.telemetry import ingest
 
 
 class Command(BaseCommand):
@@ -54,7 +54,7 @@ class Command(BaseCommand):
             if cluster is None:
                 raise CommandError(f"unknown cluster {options['cluster']!r}")
         try:
-            report, conversion = services.scrape_ingest(
+            report, conversion = ingest.scrape_ingest(
                 text=text,
                 source=options["source"],
                 at=at,

@@ -13,7 +13,7 @@ from django.utils.dateparse import parse_datetime
 
 from apps.core.errors import ApplicationError
 from apps.inventory.models import Cluster
-from apps.telemetry import services
+from apps.telemetry import ingest
 
 _DURATION = re.compile(r"^(\d+)(ms|s|m|h)?$")
 _UNIT = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}
@@ -65,7 +65,7 @@ class Command(BaseCommand):
         from apps.telemetry.prometheus import PrometheusError
 
         try:
-            report = services.prometheus_ingest(
+            report = ingest.prometheus_ingest(
                 url=options["url"],
                 start=start,
                 end=end,

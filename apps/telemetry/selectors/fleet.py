@@ -1,0 +1,412 @@
+"""Fleet reports (staff): utilization over time, top nodes, idle cards, the three figures, period
+comparison, fragmentation."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from decimal import Decimal
+from typing import Any
+
+from django.db.models import (
+    Count,
+    Exists,
+    ExpressionWrapper,
+    F,
+    FloatField,
+    IntegerField,
+    Max,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+    Sum,
+    Value,
+)
+from django.db.models.functions import Cast, Coalesce
+from django.utils.translation import gettext as _
+
+from apps.core.errors import ValidationFailed
+from apps.inventory.models import Device
+from apps.jobs.models import Allocation
+from apps.telemetry.models import JobUtilization, Quality
+from apps.telemetry.selectors.periods import (
+    FLEET_GROUPS,
+    GROUPS,
+    METHODS,
+    Period,
+    _allocation_seconds,
+    _annotated,
+    _card_rows,
+    _fleet_rows,
+    _pct,
+    _quality,
+    require_staff,
+)
+from apps.telemetry.windows import setting
+
+
+def fleet_utilization(*, user, period: Period, group_by: str = "vendor", source: str | None = None) -> dict:
+    """Average card busy % per window and group (vendor / model / pool / node / cluster)."""
+    require_staff(user)
+    if group_by not in GROUPS:
+        raise ValidationFailed(f"Unknown grouping {group_by!r}.", details={"group_by": list(GROUPS)})
+    fleet = _fleet_rows(period, source)
+    if fleet is not None:
+        key = FLEET_GROUPS[group_by]
+        if key == "pool_label":
+            fleet = fleet.annotate(pool_label=Coalesce(F("node__pool__name"), Value("—")))
+        # Σ over the nodes' rows of each window: a card has one row per window and source.
+        rows = (
+            fleet.values("window_start", key)
+            .annotate(
+                u_sum=Sum("util_sum"), u_n=Sum("util_n"), cards=Sum("cards"), estimated=Sum("estimated")
+            )
+            .order_by("window_start", key)
+        )
+    else:
+        key = GROUPS[group_by]
+        rows = _fleet_utilization_card_rows(period, source, key)
+    series: dict[str, list[dict]] = defaultdict(list)
+    for r in rows:
+        if not r["u_n"]:
+            continue
+        series[str(r[key])].append(
+            {
+                "window_start": r["window_start"].isoformat(),
+                "utilization_pct": round(r["u_sum"] / r["u_n"], 2),
+                "cards": r["cards"],
+                "quality": _quality(r["estimated"]),
+            }
+        )
+    return {
+        "start": period.start.isoformat(),
+        "end": period.end.isoformat(),
+        "resolution_s": period.resolution,
+        "group_by": group_by,
+        "method": METHODS["physical_utilization"],
+        "series": [{"group": g, "points": pts} for g, pts in sorted(series.items())],
+    }
+
+
+def _fleet_utilization_card_rows(period: Period, source: str | None, key: str) -> QuerySet:
+    """fleet_utilization's groups from the card rollups (two sources in the period; and the reference
+    the fleet rollups are tested against)."""
+    return (
+        _annotated(_card_rows(period, source), *(key,) if key in ("model_label", "pool_label") else ())
+        .values("window_start", key)
+        .annotate(
+            u_sum=Sum("util_sum"),
+            u_n=Sum("util_n"),
+            cards=Count("device", distinct=True),
+            estimated=Count("pk", filter=Q(quality=Quality.ESTIMATED)),
+        )
+        .order_by("window_start", key)
+    )
+
+
+def top_nodes(*, user, period: Period, limit: int = 10, source: str | None = None) -> list[dict]:
+    require_staff(user)
+    fleet = _fleet_rows(period, source)
+    if fleet is None:
+        return _top_nodes_from_cards(period, limit, source)
+    rows = list(
+        fleet.values("node_id", "node__name", "node__cluster__slug")
+        .annotate(
+            u_sum=Sum("util_sum"),
+            u_n=Sum("util_n"),
+            peak=Max("util_max"),
+            estimated=Sum("estimated"),
+        )
+        .filter(u_n__gt=0)
+        .annotate(busy=ExpressionWrapper(F("u_sum") / F("u_n"), output_field=FloatField()))
+        .order_by("-busy", "node__name")[:limit]
+    )
+    # Distinct cards over the period, for the chosen nodes only (a card has a row in many windows).
+    cards = dict(
+        _card_rows(period, source)
+        .filter(device__node_id__in=[r["node_id"] for r in rows])
+        .order_by()
+        .values("device__node_id")
+        .annotate(cards=Count("device", distinct=True))
+        .values_list("device__node_id", "cards")
+    )
+    out = [
+        {
+            "node_id": r["node_id"],
+            "node": r["node__name"],
+            "cluster": r["node__cluster__slug"],
+            "cards": cards.get(r["node_id"], 0),
+            "utilization_pct": round(r["u_sum"] / r["u_n"], 2),
+            "peak_pct": r["peak"],
+            "quality": _quality(r["estimated"]),
+        }
+        for r in rows
+    ]
+    out.sort(key=lambda r: (-r["utilization_pct"], r["node"]))
+    return out[:limit]
+
+
+def _top_nodes_from_cards(period: Period, limit: int, source: str | None) -> list[dict]:
+    rows = (
+        _card_rows(period, source)
+        .values("device__node_id", "device__node__name", "device__node__cluster__slug")
+        .annotate(
+            u_sum=Sum("util_sum"),
+            u_n=Sum("util_n"),
+            cards=Count("device", distinct=True),
+            peak=Max("util_max"),
+            estimated=Count("pk", filter=Q(quality=Quality.ESTIMATED)),
+        )
+        .filter(u_n__gt=0)
+        # The busiest nodes first, cut in SQL: ten rows back, not one per node of the fleet (issue 20).
+        .annotate(busy=ExpressionWrapper(F("u_sum") / F("u_n"), output_field=FloatField()))
+        .order_by("-busy", "device__node__name")[:limit]
+    )
+    out = [
+        {
+            "node_id": r["device__node_id"],
+            "node": r["device__node__name"],
+            "cluster": r["device__node__cluster__slug"],
+            "cards": r["cards"],
+            "utilization_pct": round(r["u_sum"] / r["u_n"], 2),
+            "peak_pct": r["peak"],
+            "quality": _quality(r["estimated"]),
+        }
+        for r in rows
+    ]
+    out.sort(key=lambda r: (-r["utilization_pct"], r["node"]))
+    return out[:limit]
+
+
+def _idle_rows(period: Period, threshold_pct: float | None, source: str | None) -> QuerySet:
+    threshold = setting("TELEMETRY_IDLE_UTIL_PCT", 5.0) if threshold_pct is None else threshold_pct
+    # The cards first, without joins: some window at or under the threshold and none above it (what the
+    # HAVING below says, decided on the rollups alone); only their rows are then joined and grouped.
+    low = _card_rows(period, source).filter(util_max__lte=threshold).values("device_id")
+    busy = _card_rows(period, source).filter(device_id=OuterRef("pk"), util_max__gt=threshold)
+    cards = Device.objects.filter(pk__in=low).filter(~Exists(busy)).values("pk")
+    return (
+        _annotated(_card_rows(period, source).filter(device_id__in=cards), "model_label")
+        .values(
+            "device_id",
+            "device__node__name",
+            "device__vendor",
+            "device__index",
+            "model_label",
+            "device__uuid",
+        )
+        .annotate(
+            u_sum=Sum("util_sum"),
+            u_n=Sum("util_n"),
+            peak=Max("util_max"),
+            estimated=Count("pk", filter=Q(quality=Quality.ESTIMATED)),
+        )
+        .filter(u_n__gt=0, peak__lte=threshold)
+        .exclude(device__health=Device.Health.RETIRED)  # out of service: not idle capacity (issue 21)
+        .order_by("device__node__name", "device__index")
+    )
+
+
+def idle_cards(
+    *,
+    user,
+    period: Period,
+    threshold_pct: float | None = None,
+    source: str | None = None,
+    limit: int | None = None,
+) -> list[dict]:
+    """Cards whose busy % never exceeded the idle threshold in the window (with telemetry), and whether
+    they were allocated meanwhile (allocated and idle = capacity held for nothing); the first ``limit``
+    of them (node, index order) when given (the fleet page; its CSV export lists them all)."""
+    require_staff(user)
+    rows = _idle_rows(period, threshold_pct, source)
+    rows = list(rows if limit is None else rows[:limit])
+    allocated = set(
+        Allocation.objects.filter(device_id__in=[r["device_id"] for r in rows], started_at__lt=period.end)
+        .filter(Q(released_at__isnull=True) | Q(released_at__gt=period.start))
+        .values_list("device_id", flat=True)
+    )
+    return [
+        {
+            "device_id": r["device_id"],
+            "node": r["device__node__name"],
+            "vendor": r["device__vendor"],
+            "index": r["device__index"],
+            "model": r["model_label"],
+            "uuid": r["device__uuid"],
+            "utilization_pct": round(r["u_sum"] / r["u_n"], 2),
+            "peak_pct": r["peak"],
+            "allocated": r["device_id"] in allocated,
+            "quality": _quality(r["estimated"]),
+        }
+        for r in rows
+    ]
+
+
+def three_figures(*, user, period: Period, source: str | None = None) -> dict:
+    """Allocation ratio, physical utilization and effective utilization side by side (seed 001 §4.1)."""
+    require_staff(user)
+    devices = Device.objects.exclude(health__in=[Device.Health.RETIRED, Device.Health.LOST])
+    device_ids = devices.order_by().values("pk")  # a subquery: no list of every card id (issue 20)
+    card_count = devices.count()
+    capacity_s = card_count * period.seconds
+    allocated_s = _allocation_seconds(period, device_ids=device_ids)
+    fleet = _fleet_rows(period, source)
+    if fleet is not None:
+        card = fleet.aggregate(u_sum=Sum("util_sum"), u_n=Sum("util_n"), estimated=Sum("estimated"))
+        # Of the cards counted above (in service): a retired card's old rows made "55 / 54" (issue 21).
+        # One index probe per in-service card (its first row in the period), not a pass over every
+        # row of the period: a LIMIT 1 subquery, which PostgreSQL does not turn into a hash semi-join,
+        # in the rollups' unique key order (device, partition, resolution, window: the probe starts
+        # at the period, however long the retention).
+        first_row = (
+            _card_rows(period, source)
+            .filter(device_id=OuterRef("pk"))
+            .order_by("partition", "resolution", "window_start")
+            .values("pk")[:1]
+        )
+        card["cards"] = devices.annotate(seen=Subquery(first_row)).filter(seen__isnull=False).count()
+    else:
+        card = _three_figures_card_rows(period, source, device_ids)
+    ju = JobUtilization.objects.filter(window_start__gte=period.start, window_start__lt=period.end)
+    if source:
+        ju = ju.filter(source=source)
+    eff = ju.aggregate(
+        busy=Sum("busy_pct"),
+        share=Sum("share"),
+        estimated=Count("pk", filter=Q(quality=Quality.ESTIMATED)),
+        rows=Count("pk"),
+    )
+    effective = None
+    if eff["share"]:
+        effective = round(min(100.0, (eff["busy"] or 0.0) / eff["share"]), 2)
+    return {
+        "start": period.start.isoformat(),
+        "end": period.end.isoformat(),
+        "cards": card_count,
+        "cards_with_telemetry": card["cards"] or 0,
+        "allocation_ratio_pct": _pct(allocated_s, capacity_s),
+        "allocation_ratio_quality": Quality.EXACT,  # from the ledger's allocations, not from metrics
+        "physical_utilization_pct": round(card["u_sum"] / card["u_n"], 2) if card["u_n"] else None,
+        "physical_utilization_quality": _quality(card["estimated"] or 0),
+        "effective_utilization_pct": effective,
+        "effective_utilization_quality": _quality(eff["estimated"] or 0)
+        if eff["rows"]
+        else Quality.ESTIMATED,
+        "methods": METHODS,
+    }
+
+
+def _three_figures_card_rows(period: Period, source: str | None, device_ids) -> dict:
+    return _card_rows(period, source).aggregate(
+        u_sum=Sum("util_sum"),
+        u_n=Sum("util_n"),
+        cards=Count("device", distinct=True, filter=Q(device_id__in=device_ids)),
+        estimated=Count("pk", filter=Q(quality=Quality.ESTIMATED)),
+    )
+
+
+def period_comparison(*, user, baseline: Period, current: Period, source: str | None = None) -> dict:
+    """Baseline window vs current window: each figure and the current ÷ baseline ratio (e.g. 31 % → 42 % = 1.35×)."""
+    require_staff(user)
+    before = three_figures(user=user, period=baseline, source=source)
+    after = three_figures(user=user, period=current, source=source)
+    out: dict[str, Any] = {"baseline": before, "current": after, "ratios": {}}
+    for name in ("allocation_ratio_pct", "physical_utilization_pct", "effective_utilization_pct"):
+        a, b = before[name], after[name]
+        out["ratios"][name] = round(b / a, 2) if a and b is not None else None
+    out["method"] = _(
+        "Each figure is computed over each window independently with the methods given; the ratio is "
+        "current ÷ baseline (seed 001 §4.1: physical utilization 31 % → 42 % = 1.35×). Rollups are averages "
+        "of the exporter's samples (10 s scrapes recommended: coarser ones flatten short peaks). A figure is "
+        "estimated when any row under it is."
+    )
+    return out
+
+
+def fragmentation(*, user) -> dict:
+    """Free capacity (now) that no compute template of the card's model — nor a whole card — can use."""
+    require_staff(user)
+    from apps.catalog.models import ComputeTemplate
+    from apps.catalog.selectors import coefficients_on
+
+    in_service = Device.objects.filter(health__in=[Device.Health.HEALTHY, Device.Health.DEGRADED]).order_by()
+    active = Allocation.objects.filter(released_at__isnull=True)
+    # A card no active allocation touches is wholly free, hence usable (a whole card fits): counted per
+    # model in SQL. Only the cards some allocation holds are read one by one (issue 20).
+    idle_by_model = dict(
+        in_service.exclude(pk__in=active.values("device_id"))
+        .values("device_model_id")
+        .annotate(cards=Count("pk"))
+        .values_list("device_model_id", "cards")
+    )
+    used = {
+        row["device_id"]: row
+        for row in active.filter(device__in=in_service)
+        .order_by()
+        .values("device_id")
+        .annotate(
+            mem=Sum("memory_mib"), milli=Sum("compute_milli"), whole=Max(Cast("whole_card", IntegerField()))
+        )
+        .filter(whole=0, milli__lt=1000)  # a whole card or a full share leaves nothing free
+    }
+    held = list(
+        in_service.filter(pk__in=list(used))
+        .select_related("device_model", "node")
+        .order_by("node__name", "index")
+    )
+    templates = defaultdict(list)
+    for t in ComputeTemplate.objects.filter(is_retired=False).values(
+        "device_model_id", "memory_mib", "compute_share"
+    ):
+        templates[t["device_model_id"]].append((t["memory_mib"], float(t["compute_share"]) * 10))
+    coefficients = coefficients_on(
+        {m for m in idle_by_model if m} | {d.device_model_id for d in held if d.device_model_id}
+    )
+    rows = []
+    free_cu = Decimal(0)
+    stranded_cu = Decimal(0)
+    for model_id, cards in idle_by_model.items():
+        coeff = coefficients.get(model_id)
+        if coeff is not None:
+            free_cu += coeff.quantize(Decimal("0.0001")) * cards
+    for d in held:
+        mem_used, milli_used = used[d.pk]["mem"] or 0, used[d.pk]["milli"] or 0
+        memory = d.memory_mib or (d.device_model.memory_mib if d.device_model_id else None) or 0
+        free_milli = max(0, 1000 - milli_used)
+        free_mem = max(0, memory - mem_used)
+        if free_milli == 0:
+            continue
+        coeff = coefficients.get(d.device_model_id)
+        cu = (coeff * Decimal(free_milli) / 1000).quantize(Decimal("0.0001")) if coeff is not None else None
+        fits = [t for t in templates.get(d.device_model_id, []) if t[0] <= free_mem and t[1] <= free_milli]
+        usable = bool(fits) or (free_milli == 1000 and not mem_used)
+        if cu is not None:
+            free_cu += cu
+            if not usable:
+                stranded_cu += cu
+        if not usable:
+            rows.append(
+                {
+                    "device_id": d.pk,
+                    "node": d.node.name,
+                    "index": d.index,
+                    "vendor": d.vendor,
+                    "model": d.model_label,
+                    "free_compute_milli": free_milli,
+                    "free_memory_mib": free_mem,
+                    "free_cu": str(cu) if cu is not None else None,
+                }
+            )
+    return {
+        "free_cu": str(free_cu),
+        "fragmented_cu": str(stranded_cu),
+        "fragmented_pct": _pct(float(stranded_cu), float(free_cu)),
+        "method": _(
+            "Per in-service card: free share = 1000‰ − active allocations; fragmented when no non-retired "
+            "compute template of its model fits the free memory and share, and the card is not wholly free. "
+            "CU = the model's coefficient × free share."
+        ),
+        "quality": Quality.EXACT,
+        "cards": rows,
+    }

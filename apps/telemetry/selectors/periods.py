@@ -1,0 +1,206 @@
+"""Report periods, scope checks and the row sets every report reads (card rollups, fleet rollups)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from django.db.models import (
+    DurationField,
+    ExpressionWrapper,
+    F,
+    Q,
+    QuerySet,
+    Sum,
+    Value,
+)
+from django.db.models.functions import Coalesce, Greatest, Least
+from django.utils import timezone
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
+
+from apps.accounts.selectors import is_platform_staff
+from apps.core.errors import PermissionDenied, ValidationFailed
+from apps.jobs.models import Allocation
+from apps.telemetry.models import DeviceRollup, FleetRollup, MetricSource, Quality
+from apps.telemetry.windows import HOUR_S, WINDOW_S, setting
+
+GROUPS = {
+    "vendor": "device__vendor",
+    "model": "model_label",
+    "pool": "pool_label",
+    "node": "device__node__name",
+    "cluster": "device__node__cluster__slug",
+}
+MAX_SPAN = timedelta(days=400)
+# The dates a report period may name: no telemetry predates 2000, and nothing is planned past 2100.
+PERIOD_MIN = datetime(2000, 1, 1, tzinfo=UTC)
+PERIOD_MAX = datetime(2100, 1, 1, tzinfo=UTC)
+METHODS = {
+    "allocation_ratio": gettext_lazy("Σ allocated share × time ÷ Σ card capacity × time (in-service cards)."),
+    "physical_utilization": gettext_lazy(
+        "Average card busy %: Σ utilization samples ÷ their count, whole-card rollups."
+    ),
+    "effective_utilization": gettext_lazy(
+        "Busy ÷ allocated: Σ card-busy % attributed to jobs ÷ Σ allocated share (≤ 100 %)."
+    ),
+}
+
+
+def require_staff(user, what: str = "Fleet-wide utilization reports are") -> None:
+    if not is_platform_staff(user):
+        raise PermissionDenied(f"{what} for platform staff only; members see their projects' utilization.")
+
+
+@dataclass(frozen=True)
+class Period:
+    start: datetime
+    end: datetime
+
+    @property
+    def seconds(self) -> float:
+        return (self.end - self.start).total_seconds()
+
+    @property
+    def resolution(self) -> int:
+        """5-minute rows up to two days, hourly rows beyond (and past the 5-minute retention)."""
+        five_kept = timezone.now() - timedelta(days=setting("TELEMETRY_ROLLUP_RETENTION_DAYS", 14))
+        if self.seconds > 2 * 86400 or self.start < five_kept:
+            return HOUR_S
+        return WINDOW_S
+
+
+def period_parse(start: Any, end: Any, *, default_hours: int = 24, prefix: str = "") -> Period:
+    """A period from ISO strings / datetimes; defaults to the last ``default_hours`` hours."""
+    from django.utils.dateparse import parse_datetime
+
+    def value(raw, name):
+        if raw in (None, ""):
+            return None
+        if isinstance(raw, datetime):
+            parsed = raw
+        else:
+            parsed = parse_datetime(str(raw))
+            if parsed is None:
+                raise ValidationFailed(
+                    f"{prefix}{name}: not an ISO date-time: {raw!r}.",
+                    details={f"{prefix}{name}": ["ISO 8601 date-time"]},
+                )
+        bounds = {"min": PERIOD_MIN.date().isoformat(), "max": PERIOD_MAX.date().isoformat()}
+        out_of_range = ValidationFailed(
+            _("%(field)s: out of range: %(value)s; a report period lies between %(min)s and %(max)s.")
+            % {"field": f"{prefix}{name}", "value": repr(raw)[:60], **bounds},
+            details={f"{prefix}{name}": [_("between %(min)s and %(max)s") % bounds]},
+        )
+        try:
+            if timezone.is_naive(parsed):
+                parsed = timezone.make_aware(parsed)
+            # In UTC: PostgreSQL refuses offsets beyond ±15:59 that ISO 8601 allows (found by fuzzing).
+            parsed = parsed.astimezone(UTC)
+        except (OverflowError, ValueError):
+            raise out_of_range from None
+        # Bounded before any arithmetic: end=0001-01-01 minus the default span was an OverflowError (500).
+        if not PERIOD_MIN <= parsed <= PERIOD_MAX:
+            raise out_of_range
+        return parsed
+
+    now = timezone.now()
+    end_v = value(end, "end") or now
+    start_v = value(start, "start") or end_v - timedelta(hours=default_hours)
+    if start_v >= end_v:
+        raise ValidationFailed(
+            f"{prefix}start must be before {prefix}end.", details={f"{prefix}start": ["before end"]}
+        )
+    if end_v - start_v > MAX_SPAN:
+        raise ValidationFailed(
+            "A report spans at most 400 days.", details={f"{prefix}start": ["span ≤ 400 days"]}
+        )
+    return Period(start_v, end_v)
+
+
+def _quality(estimated: int) -> str:
+    return Quality.ESTIMATED if estimated else Quality.EXACT
+
+
+def _pct(num: float, den: float) -> float | None:
+    return round(100.0 * num / den, 2) if den else None
+
+
+def rollup_list(*, user) -> QuerySet[DeviceRollup]:
+    require_staff(user, "Per-device rollups are")
+    return DeviceRollup.objects.select_related("device", "device__node")
+
+
+def metric_source_list(*, user) -> QuerySet[MetricSource]:
+    require_staff(user, "Metric sources are")
+    return MetricSource.objects.select_related("cluster")
+
+
+def _card_rows(period: Period, source: str | None = None) -> QuerySet[DeviceRollup]:
+    qs = DeviceRollup.objects.filter(
+        partition="",
+        resolution=period.resolution,
+        window_start__gte=period.start,
+        window_start__lt=period.end,
+    )
+    return qs.filter(source=source) if source else qs
+
+
+def _annotated(qs: QuerySet[DeviceRollup], *names: str) -> QuerySet[DeviceRollup]:
+    """The label annotations ``names`` only: each one joins the card's model or pool for every rollup
+    row of the period (issue 20)."""
+    labels = {
+        "model_label": Coalesce(F("device__device_model__name"), F("device__raw_model_name"), Value("?")),
+        "pool_label": Coalesce(F("device__node__pool__name"), Value("—")),
+    }
+    return qs.annotate(**{name: labels[name] for name in names})
+
+
+# The fleet rollups' columns for the report's groupings (pool, node and cluster through the node).
+FLEET_GROUPS = {
+    "vendor": "vendor",
+    "model": "model_label",
+    "pool": "pool_label",
+    "node": "node__name",
+    "cluster": "node__cluster__slug",
+}
+
+
+def _fleet_rows(period: Period, source: str | None) -> QuerySet[FleetRollup] | None:
+    """The period's fleet rollups (one row per node, vendor, model and window: written at ingest), or
+    None where they cannot give the card-level figures exactly: without a source filter and with two
+    sources in the period, one card may have a row from each, and a Σ of per-source card counts would
+    count it twice (the report then reads the card rollups)."""
+    qs = FleetRollup.objects.filter(
+        resolution=period.resolution, window_start__gte=period.start, window_start__lt=period.end
+    )
+    if source:
+        return qs.filter(source=source)
+    if len(qs.order_by().values_list("source", flat=True).distinct()[:2]) > 1:
+        return None
+    return qs
+
+
+def _allocation_seconds(period: Period, device_ids=None, project_ids=None) -> float:
+    qs = Allocation.objects.filter(started_at__lt=period.end).filter(
+        Q(released_at__isnull=True) | Q(released_at__gt=period.start)
+    )
+    if device_ids is not None:
+        qs = qs.filter(device_id__in=device_ids)
+    if project_ids is not None:
+        qs = qs.filter(job__project_id__in=project_ids)
+    # Σ overlap × share, summed in SQL per share (a few rows, not one per allocation: issue 20).
+    overlap = ExpressionWrapper(
+        Least(Coalesce("released_at", Value(period.end)), Value(period.end))
+        - Greatest("started_at", Value(period.start)),
+        output_field=DurationField(),
+    )
+    rows = (
+        qs.order_by()
+        .annotate(overlap=overlap)
+        .filter(overlap__gt=timedelta(0))
+        .values("compute_milli")
+        .annotate(held=Sum("overlap"))
+    )
+    return sum(row["held"].total_seconds() * row["compute_milli"] / 1000.0 for row in rows if row["held"])

@@ -1,0 +1,68 @@
+"""The scheduling cycle's decisions are pinned: a fixed-seed small fleet and queue (the shapes of
+``benchmarks/scheduling_cycle.py``), scheduled in batches, must give the same placements (job → node
+and cards), the same pending reasons and the same decision traces as the code before the cycle's
+persist path was made faster (issue 31 §2). The digest below was computed from that code; a change
+that moves any decision changes it, and must say so on purpose."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from apps.jobs.models import Allocation, Job
+from apps.scheduling import services
+from apps.scheduling.invariants import allocation_capacity_violations, project_cu_overruns
+from apps.scheduling.models import DecisionTrace
+
+pytestmark = pytest.mark.django_db
+
+# sha256 of ``_decisions()`` after the two cycles below, computed before the change
+DIGEST = "to-be-computed"
+
+
+def _bench():
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "scheduling_cycle.py"
+    spec = importlib.util.spec_from_file_location("scheduling_cycle_bench", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _decisions() -> list:
+    """Every job by name: state, reason, its cards (node, index, memory, compute, whole, replica) and its
+    last trace (outcome, explanation, queue position, steps, candidates, placement)."""
+    cards: dict[str, list] = {}
+    for row in Allocation.objects.filter(released_at__isnull=True).values_list(
+        "job__name", "node__name", "device__index", "memory_mib", "compute_milli", "whole_card", "replica"
+    ):
+        cards.setdefault(row[0], []).append(list(row[1:]))
+    traces = {
+        t.trace_id: [t.outcome, t.explanation, t.queue_position, t.steps, t.candidates, t.placement, t.policy]
+        for t in DecisionTrace.objects.all()
+    }
+    out = []
+    for name, state, reason, trace_id in Job.objects.order_by("name").values_list(
+        "name", "state", "state_reason", "last_trace_id"
+    ):
+        out.append([name, state, reason, sorted(cards.get(name, [])), traces.get(trace_id)])
+    return out
+
+
+def test_the_cycle_decides_as_before_on_a_fixed_seed():
+    bench = _bench()
+    models, templates, projects = bench.build_fleet(60)
+    bench.queue_jobs(models, templates, projects, random.Random(7), n_jobs=400)
+    first = services.scheduling_cycle_run(batch=64)
+    assert first.considered == 400 and first.placed > 0 and first.pending > 0
+    # a second cycle on the cached snapshot: more jobs arrive, some earlier ones are examined again
+    bench.queue_jobs(models, templates, projects, random.Random(8), n_jobs=120, prefix="k")
+    second = services.scheduling_cycle_run(batch=50)
+    assert second.considered > 0
+    assert not allocation_capacity_violations() and not project_cu_overruns()
+    text = json.dumps(_decisions(), sort_keys=True, default=str)
+    assert hashlib.sha256(text.encode()).hexdigest() == DIGEST
