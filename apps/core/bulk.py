@@ -96,7 +96,7 @@ def copy_create(objs: Sequence[models.Model]) -> int:
     for obj in objs:
         if type(obj) is not model:
             raise TypeError(f"copy_create: {type(obj).__name__} among {model.__name__} rows")
-    getters, sql = _plan(model)
+    getters, sql = _plan(model)  # type: ignore[arg-type]  # a model class is hashable
     # ``cursor.cursor``: the psycopg cursor under Django's wrapper
     with connection.cursor() as cursor, connection.wrap_database_errors, cursor.cursor.copy(sql) as copy:
         write = copy.write_row

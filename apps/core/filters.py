@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from datetime import UTC
+from typing import Any
 
 import django_filters
 from django.core.exceptions import ValidationError
@@ -70,6 +71,9 @@ def _out_of_int64(value) -> bool:
 class _Int64KeyMixin:
     """A model choice whose key is an integer column: a value beyond 64 bits is an invalid choice
     before any query runs."""
+
+    to_field_name: str | None
+    queryset: Any
 
     def _check_int64(self, values) -> None:
         key = self.to_field_name or "pk"

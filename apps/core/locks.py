@@ -39,6 +39,7 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
@@ -78,7 +79,7 @@ class AdvisoryLock(OwnerLock):
         super().__init__(name, holder=holder)
         self.using = using
         self.key = advisory_key(name)
-        self._conn = None
+        self._conn: Any = None
 
     def acquire(self) -> bool:
         if self.held:
@@ -160,7 +161,8 @@ class FileLock(OwnerLock):
         if not self.held:
             return
         fd, self._fd, self.held = self._fd, None, False
-        os.close(fd)  # closing the only descriptor of the open file releases the flock
+        if fd is not None:
+            os.close(fd)  # closing the only descriptor of the open file releases the flock
 
 
 def lock_directory(using: str = DEFAULT_DB_ALIAS) -> Path:

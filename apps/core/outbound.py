@@ -202,9 +202,10 @@ def resolve(host: str, port: int) -> tuple[tuple[int, tuple], ...]:
     for family, _type, _proto, _name, sockaddr in infos:
         if family not in (socket.AF_INET, socket.AF_INET6):
             continue
-        kind = refused_kind(sockaddr[0], allowed)
+        address = str(sockaddr[0])
+        kind = refused_kind(address, allowed)
         if kind is not None:
-            raise AddressRefused(host, kind, sockaddr[0])
+            raise AddressRefused(host, kind, address)
         if (family, sockaddr) not in addresses:
             addresses.append((family, sockaddr))
     if not addresses:
@@ -249,9 +250,10 @@ class _PinnedHTTPConnection(http.client.HTTPConnection):
     def __init__(self, target: Target, timeout: float) -> None:
         super().__init__(target.host, target.port, timeout=timeout)
         self.target = target
+        self._timeout_s = timeout
 
     def connect(self) -> None:
-        self.sock = _dial(self.target.addresses, self.timeout)
+        self.sock = _dial(self.target.addresses, self._timeout_s)
 
 
 class _PinnedHTTPSConnection(_PinnedHTTPConnection):
@@ -264,7 +266,7 @@ class _PinnedHTTPSConnection(_PinnedHTTPConnection):
         self.tls = ssl.create_default_context()
 
     def connect(self) -> None:
-        sock = _dial(self.target.addresses, self.timeout)
+        sock = _dial(self.target.addresses, self._timeout_s)
         try:
             self.sock = self.tls.wrap_socket(sock, server_hostname=self.target.host)
         except BaseException:

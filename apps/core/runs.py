@@ -29,7 +29,7 @@ from apps.core.models import BackgroundRun
 from apps.core.stored_text import stored
 from apps.core.validation import validate_and_save
 
-Status = BackgroundRun.Status
+Status: Any = BackgroundRun.Status
 PROGRESS_TTL_S = 24 * 3600
 BROKER_DOWN = stored("could not reach the task broker; the run is still queued")
 TIME_LIMIT_REACHED = stored("stopped: the run went past its time limit; start it again")

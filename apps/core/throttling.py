@@ -17,6 +17,7 @@ import logging
 import math
 import threading
 import time
+from typing import Any
 
 from django.core.cache import cache
 from django.core.cache.backends.locmem import LocMemCache
@@ -140,6 +141,8 @@ class FailSoftUserRateThrottle(UserRateThrottle):
     DRF's ``SimpleRateThrottle`` reads and writes ``self.cache`` (get + set) in ``allow_request``;
     an unreachable Redis would otherwise turn every throttled request into a 500.
     """
+
+    cache: Any
 
     def allow_request(self, request, view) -> bool:
         try:

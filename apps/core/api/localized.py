@@ -38,7 +38,7 @@ class LocalizedTextsMixin:
     localized_fields: tuple[str, ...] = ()
 
     def to_representation(self, instance):
-        data = super().to_representation(instance)
+        data = super().to_representation(instance)  # type: ignore[misc]  # mixed into a DRF serializer
         if (get_language() or "en").startswith("en"):
             return data  # the stored English as it is, byte for byte, for the programs that read it
         for name in self.localized_fields:
