@@ -47,6 +47,10 @@ from pathlib import Path
 import requests
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from apps.core import task_names  # noqa: E402 - plain constants, no Django needed
+
 USER, PASSWORD = "alice", "suanchi-demo"  # apps/demo/accounts.py
 PAGES = ["/", "/jobs/", "/quotas/", "/inventory/", "/inventory/nodes/", "/inventory/devices/", "/telemetry/"]
 PAGES += ["/billing/"]
@@ -58,11 +62,11 @@ API_LISTS = [
     "/api/catalog/device-models/",
 ]
 PROBES = [  # one beat task per queue (worker/celery.py BEAT, task_routes)
-    "worker.tasks.notify.deliveries_send_task",  # default
-    "worker.tasks.scheduling.scheduling_cycle_task",  # scheduler
-    "worker.tasks.push.push_clusters_task",  # push
-    "worker.tasks.inventory.node_staleness_check_task",  # ingest
-    "worker.tasks.billing.metering_task",  # billing
+    task_names.DELIVERIES_SEND,  # default
+    task_names.SCHEDULING_CYCLE,  # scheduler
+    task_names.PUSH_CLUSTERS,  # push
+    task_names.NODE_STALENESS_CHECK,  # ingest
+    task_names.METERING,  # billing
 ]
 ASSET = re.compile(r'(?:href|src)="(/static/[^"]+\.(?:css|js|svg|png|woff2?))"')
 JOB_LINK = re.compile(r'href="(/jobs/\d+/)"')
@@ -283,7 +287,6 @@ def main() -> int:
     os.environ.update(env)
     for name in ("DATABASE_URL", "CELERY_BROKER_URL", "REDIS_URL"):
         os.environ.pop(name, None)
-    sys.path.insert(0, str(ROOT))
     port = _free_port()
     base = f"http://127.0.0.1:{port}"
     serve = run_serve(env, port, work)

@@ -17,6 +17,7 @@ pytest_plugins = [
     "tests.fixtures.migration",
     "tests.fixtures.rollout",
     "tests.fixtures.telemetry",
+    "tests.fixtures.prometheus",
     "tests.fixtures.billing",
 ]
 

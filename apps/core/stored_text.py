@@ -5,7 +5,7 @@ worker at night is read in Chinese by one person and in English by another. Such
 a **registered message id** with parameters::
 
     MOVED = stored("moved to %(to)s (was %(was)s)")
-    DeviceEvent.objects.create(..., message=MOVED % {"to": target, "was": current})
+    device_event_create(..., message=MOVED % {"to": target, "was": current})
 
 The row keeps the English sentence (readable in the database, the API and old exports, and rows
 written before this existed still display). At display, ``localize(text)`` finds the registered id the

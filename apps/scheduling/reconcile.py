@@ -56,6 +56,7 @@ from apps.clusters.sync import outside_changes_take
 from apps.core.locks import try_lock
 from apps.core.stored_text import stored
 from apps.inventory.models import Cluster, Device, DeviceEvent, Node
+from apps.inventory.services.ledger.events import device_event_create
 from apps.jobs.models import ACTIVE_STATES, Allocation, Job, JobEvent, JobState
 from apps.jobs.services import job_event
 from apps.scheduling.faults import is_hardware_fault, job_hardware_fault
@@ -664,7 +665,7 @@ def _note_not_ready(cluster: Cluster, name: str, actor: Any) -> None:
     last = node.events.order_by("-created_at", "-id").values_list("kind", flat=True).first()
     if last == DeviceEvent.Kind.NOT_READY:
         return
-    DeviceEvent.objects.create(
+    device_event_create(
         node=node,
         kind=DeviceEvent.Kind.NOT_READY,
         severity=DeviceEvent.Severity.WARNING,

@@ -42,6 +42,7 @@ from typing import Any
 from apps.core.stored_text import stored
 from apps.core.templatetags.suanchi import DEVICE_KIND_BY_VENDOR
 from apps.inventory.models import Device, DeviceEvent
+from apps.inventory.services.ledger.events import device_events_create
 from apps.jobs.events import record_job_events
 from apps.jobs.models import Allocation, Job, JobEvent
 
@@ -198,7 +199,7 @@ def _moved(out: Readback, alloc: dict, old: dict, new: dict, actor_label: str) -
             )
         ]
     )
-    DeviceEvent.objects.bulk_create(
+    device_events_create(
         [
             DeviceEvent(
                 node_id=card["node_id"],
@@ -247,7 +248,7 @@ def _conflict(out: Readback, alloc: dict, old: dict, new: dict, holders: list[in
             for job_id in [alloc["job_id"], *holders]
         ]
     )
-    DeviceEvent.objects.bulk_create(
+    device_events_create(
         [
             DeviceEvent(
                 node_id=card["node_id"],

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.telemetry.test_prometheus import _get_json, stack  # noqa: F401 - the module-scoped fixture
+from tests.fixtures.prometheus import get_json
 
 ROOT = Path(__file__).resolve().parents[2]
 GRAFANA = ROOT / "platform" / "grafana"
@@ -109,7 +109,7 @@ def test_the_seed_panels_and_the_allocation_panel_are_there():
 
 
 def _query(url: str, expr: str) -> list[dict]:
-    data = _get_json(f"{url}/api/v1/query?query={urllib.parse.quote(expr)}")
+    data = get_json(f"{url}/api/v1/query?query={urllib.parse.quote(expr)}")
     assert data["status"] == "success", (expr, data)
     return data["data"]["result"]
 
@@ -126,7 +126,7 @@ def _answers(url: str, dashboard: dict, value: str | None = None) -> dict[str, l
         time.sleep(1)
 
 
-def test_every_panel_query_answers_from_the_real_prometheus(stack):  # noqa: F811
+def test_every_panel_query_answers_from_the_real_prometheus(stack):
     dashboard = _dashboard()
     url = stack["url"]
     results = _answers(url, dashboard)
@@ -137,7 +137,7 @@ def test_every_panel_query_answers_from_the_real_prometheus(stack):  # noqa: F81
         query = urllib.parse.urlencode(
             {"query": _expand(target["expr"], dashboard), "start": now - 60, "end": now, "step": 5}
         )
-        ranged = _get_json(f"{url}/api/v1/query_range?{query}")
+        ranged = get_json(f"{url}/api/v1/query_range?{query}")
         assert ranged["status"] == "success" and ranged["data"]["result"], target["expr"]
 
     def by_brand(expr_start: str) -> dict[str, float]:
@@ -172,11 +172,11 @@ def test_every_panel_query_answers_from_the_real_prometheus(stack):  # noqa: F81
     assert len(results[top]) <= 10
 
 
-def test_the_vendor_variable_lists_the_brands_and_filters_the_panels(stack):  # noqa: F811
+def test_the_vendor_variable_lists_the_brands_and_filters_the_panels(stack):
     dashboard = _dashboard()
     (variable,) = dashboard["templating"]["list"]
     metric, label = variable["query"]["query"].removeprefix("label_values(").removesuffix(")").split(", ")
-    values = _get_json(f"{stack['url']}/api/v1/label/{label}/values?match[]={urllib.parse.quote(metric)}")
+    values = get_json(f"{stack['url']}/api/v1/label/{label}/values?match[]={urllib.parse.quote(metric)}")
     assert set(values["data"]) == BRANDS
     results = _answers(stack["url"], dashboard, value="huawei")
     for expr, series in results.items():
@@ -184,8 +184,8 @@ def test_the_vendor_variable_lists_the_brands_and_filters_the_panels(stack):  # 
         assert {s["metric"].get("gpu_brand") for s in series} == {"huawei"}, expr
 
 
-def test_an_unknown_metric_would_be_caught(stack):  # noqa: F811
+def test_an_unknown_metric_would_be_caught(stack):
     # The check above means something: a panel on a metric nothing records returns no series.
     assert _query(stack["url"], "gpu_brand:gpu_allocation_made_up:avg") == []
     with pytest.raises(Exception, match="400"):
-        _get_json(f"{stack['url']}/api/v1/query?query={urllib.parse.quote('topk(10, ')}")
+        get_json(f"{stack['url']}/api/v1/query?query={urllib.parse.quote('topk(10, ')}")

@@ -7,18 +7,11 @@ The test FAILS (never skips) when /usr/bin/prometheus is missing: ``.ci/run`` in
 
 from __future__ import annotations
 
-import json
-import re
 import shutil
-import socket
 import subprocess
-import threading
 import time
-import urllib.request
 from datetime import timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from io import StringIO
-from pathlib import Path
 
 import pytest
 import yaml
@@ -27,140 +20,8 @@ from django.utils import timezone
 
 from apps.telemetry import ingest, metric_sources
 from apps.telemetry.models import DeviceRollup, MetricSource
-from tests.fixtures.telemetry import fixture_text
+from tests.fixtures.prometheus import PLATFORM, PROMTOOL, free_port, require_binary
 from worker.tasks.telemetry import telemetry_ingest_task
-
-ROOT = Path(__file__).resolve().parents[2]
-PROMETHEUS = "/usr/bin/prometheus"
-PROMTOOL = "/usr/bin/promtool"
-PLATFORM = ROOT / "platform" / "prometheus"
-WAIT_S = 60
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _require(binary: str) -> str:
-    if not Path(binary).exists():
-        pytest.fail(
-            f"{binary} is missing: install the Debian package 'prometheus' (apt-get install prometheus)."
-        )
-    return binary
-
-
-def exporter_page() -> str:
-    """The fixture pages as one exporter page. Comment lines go (two pages declare the same family's
-    # TYPE, which one page may not); Ascend's old explicit timestamps go so its samples land "now"."""
-    ascend = re.sub(r" \d{13}$", "", fixture_text("ascend.prom"), flags=re.M)
-    pages = [
-        fixture_text(n) for n in ("dcgm.prom", "dcgm_mig.prom", "amd.prom", "hygon.prom", "cambricon.prom")
-    ]
-    lines = [
-        line for page in [*pages, ascend] for line in page.splitlines() if line and not line.startswith("#")
-    ]
-    return "\n".join(lines) + "\n"
-
-
-class _Exporter(BaseHTTPRequestHandler):
-    page = b""
-
-    def do_GET(self):  # noqa: N802 - http.server API
-        if self.path != "/metrics":
-            self.send_error(404)
-            return
-        self.send_response(200)
-        self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-        self.send_header("Content-Length", str(len(self.page)))
-        self.end_headers()
-        self.wfile.write(self.page)
-
-    def log_message(self, *args):
-        pass
-
-
-def _get_json(url: str):
-    with urllib.request.urlopen(url, timeout=5) as response:  # noqa: S310 - local test server
-        return json.loads(response.read().decode())
-
-
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory):
-    binary = _require(PROMETHEUS)
-    tmp = tmp_path_factory.mktemp("prometheus")
-    _Exporter.page = exporter_page().encode()
-    exporter = ThreadingHTTPServer(("127.0.0.1", 0), _Exporter)
-    thread = threading.Thread(target=exporter.serve_forever, daemon=True)
-    thread.start()
-    exporter_url = f"http://127.0.0.1:{exporter.server_address[1]}/metrics"
-    port = _free_port()
-    shutil.copy(PLATFORM / "rules" / "suanchi-gpu.rules.yml", tmp / "rules.yml")
-    (tmp / "prometheus.yml").write_text(
-        yaml.safe_dump(
-            {
-                "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-                "rule_files": [str(tmp / "rules.yml")],
-                "scrape_configs": [
-                    {
-                        "job_name": "fixture-exporter",
-                        "static_configs": [{"targets": [f"127.0.0.1:{exporter.server_address[1]}"]}],
-                    }
-                ],
-            }
-        )
-    )
-    log = open(tmp / "prometheus.log", "w")  # noqa: SIM115 - closed in teardown
-    process = subprocess.Popen(  # noqa: S603 - fixed binary and arguments
-        [
-            binary,
-            f"--config.file={tmp / 'prometheus.yml'}",
-            f"--storage.tsdb.path={tmp / 'data'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--web.enable-lifecycle",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + WAIT_S
-        ready = False
-        while time.monotonic() < deadline and process.poll() is None:
-            try:
-                # Ready once the recording rule has produced every whole card (7) at least 3 times.
-                data = _get_json(
-                    f"{url}/api/v1/query?query=count_over_time(gpu%3Autilization%3Apercent%5B1m%5D)"
-                )
-                points = [int(float(r["value"][1])) for r in data["data"]["result"]]
-                if len(points) >= 7 and min(points) >= 3:
-                    ready = True
-                    break
-            except (OSError, ValueError, KeyError):
-                pass
-            time.sleep(0.5)
-        if not ready:
-            log.flush()
-            try:
-                targets = _get_json(f"{url}/api/v1/targets")["data"]["activeTargets"]
-            except (OSError, ValueError, KeyError) as exc:
-                targets = str(exc)
-            print("targets:", targets)
-            pytest.fail(
-                f"Prometheus did not scrape the test exporter within {WAIT_S} s:\n{(tmp / 'prometheus.log').read_text()[-3000:]}"
-            )
-        yield {"url": url, "exporter": exporter_url}
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=15)
-        exporter.shutdown()
-        exporter.server_close()
-        log.close()
 
 
 def _assert_fixture_values(devices, source: str) -> None:
@@ -266,7 +127,7 @@ def test_a_bad_query_or_an_unreachable_prometheus_is_reported(stack, ledger):
     with pytest.raises(PrometheusError, match="bad_data"):
         PrometheusClient(stack["url"]).query_range("sum(", start=time.time() - 60, end=time.time(), step=1)
     source = MetricSource.objects.create(
-        cluster=ledger["cluster"], name="down", url=f"http://127.0.0.1:{_free_port()}"
+        cluster=ledger["cluster"], name="down", url=f"http://127.0.0.1:{free_port()}"
     )
     assert ingest.source_ingest(source=source) is None
     source.refresh_from_db()
@@ -275,7 +136,7 @@ def test_a_bad_query_or_an_unreachable_prometheus_is_reported(stack, ledger):
 
 
 def test_platform_configs_load_in_promtool_and_the_rule_unit_tests_pass(tmp_path):
-    promtool = _require(PROMTOOL)
+    promtool = require_binary(PROMTOOL)
     done = subprocess.run(  # noqa: S603
         [promtool, "check", "rules", str(PLATFORM / "rules" / "suanchi-gpu.rules.yml")],
         capture_output=True,

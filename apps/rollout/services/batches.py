@@ -51,6 +51,7 @@ from apps.core.stored_text import localize
 from apps.core.validation import validate, validate_and_save
 from apps.inventory.models import Device, DeviceEvent, Node
 from apps.inventory.services.ledger import device_pool_status_set
+from apps.inventory.services.ledger.events import device_event_create
 from apps.notify.models import Event
 from apps.notify.services import notify
 from apps.rollout import selectors
@@ -304,7 +305,7 @@ def batch_soak_start(*, batch: GrayBatch, actor, now: datetime | None = None, re
         node_gray_mark(node=node, batch=batch, actor=actor)
     label = actor_fields(actor)["actor_label"][:150]
     for node, device, why in excluded:
-        DeviceEvent.objects.create(
+        device_event_create(
             node=node,
             device=device,
             kind=DeviceEvent.Kind.UPDATED,
@@ -580,7 +581,7 @@ def batch_rollback(*, batch: GrayBatch, actor, reason: str) -> GrayBatch:
             released.append(node.name)
             continue
         kept.append({"node": node.name, "reason": hold})
-        DeviceEvent.objects.create(
+        device_event_create(
             node=node,
             kind=DeviceEvent.Kind.QUARANTINE,
             severity=DeviceEvent.Severity.WARNING,

@@ -15,6 +15,7 @@ from apps.core.audit import actor_fields, change_record_create, snapshot
 from apps.core.errors import Conflict, InvalidTransition, ValidationFailed
 from apps.core.validation import validate_and_save
 from apps.inventory.models import Device, DeviceEvent, Node
+from apps.inventory.services.ledger.events import device_event_create
 from apps.rollout.models import (
     GrayBatch,
 )
@@ -114,7 +115,7 @@ def _in_service(node: Node) -> list[Device]:
 
 def _node_labels_record(node: Node, before: dict, actor, message: str) -> None:
     after = {"labels": node.labels, "taints": node.taints}
-    DeviceEvent.objects.create(
+    device_event_create(
         node=node,
         kind=DeviceEvent.Kind.UPDATED,
         message=message[:500],

@@ -16,6 +16,7 @@ from django.utils import timezone
 from apps.core.audit import actor_fields
 from apps.core.errors import ValidationFailed
 from apps.inventory.models import Cluster, DeviceEvent
+from apps.inventory.services.ledger.events import device_events_create
 from apps.jobs.models import Allocation
 from apps.telemetry.attribution import _attribute
 from apps.telemetry.health_events import _health_events
@@ -281,7 +282,7 @@ def _write(groups, windows, resolver, report: IngestReport, *, source, quality, 
     _rollups_upsert(rows)
     report.rollups_written += len(rows)
     if events:
-        DeviceEvent.objects.bulk_create(events)
+        device_events_create(events)
         report.events_raised += len(events)
         from apps.scheduling.faults import device_fault_events
 
