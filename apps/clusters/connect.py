@@ -29,6 +29,7 @@ from apps.clusters.tls import tls_failure, tls_lines
 from apps.core.audit import change_record_create
 from apps.core.conf import suanchi_setting
 from apps.core.errors import ValidationFailed
+from apps.core.validation import validate
 from apps.inventory.models import Cluster
 
 # (verb, API group, resource): what the pusher, reconcile and cluster sync do.
@@ -398,8 +399,6 @@ def cluster_save(
 ) -> Cluster:
     """Create or edit a Cluster's connection. An uploaded ``kubeconfig`` is checked, stored as a
     secret file and referenced by path. Model validation errors → ``ValidationFailed``."""
-    from django.core.exceptions import ValidationError
-
     creating = cluster is None
     cluster = cluster or Cluster()
     before = {} if creating else {f: getattr(cluster, f) for f in fields}
@@ -410,12 +409,7 @@ def cluster_save(
         cluster.kubeconfig_path = str(kubeconfig_secret_path(cluster.slug or ""))
         cluster.kubeconfig_upload_pending = True  # written below, once the row is valid
         cluster.in_cluster = False
-    try:
-        cluster.full_clean()
-    except ValidationError as e:
-        raise ValidationFailed(
-            "; ".join(f"{k}: {' '.join(v)}" for k, v in e.message_dict.items()), details=e.message_dict
-        ) from e
+    validate(cluster, what=f"cluster {cluster.name or cluster.slug}".strip())
     with transaction.atomic():
         cluster.save()
         change_record_create(

@@ -3,9 +3,9 @@
 
 A ``kubernetes`` cluster gets a :class:`~apps.clusters.backends.kubernetes.KubernetesBackend` (its
 kubeconfig, or the in-cluster service account). A ``simulated`` cluster gets the durable simulation
-whose state lives in the database (:mod:`apps.clusters.simulation`), shared by every process. A test
+whose state lives in the database (:mod:`apps.clusters.backends.simulated_durable`), shared by every process. A test
 that wants a cluster in memory builds a
-:class:`~apps.clusters.backends.simulated.SimulatedBackend` itself.
+:class:`~apps.clusters.backends.simulated_memory.SimulatedBackend` itself.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 from apps.clusters.backends.base import ClusterBackend
 from apps.clusters.backends.errors import PermanentBackendError
 from apps.clusters.backends.kubernetes import KubernetesBackend
-from apps.clusters.simulation import DurableSimulatedBackend
+from apps.clusters.backends.simulated_durable import DurableSimulatedBackend
 
 
 def backend_for(cluster, **kwargs) -> ClusterBackend:

@@ -30,6 +30,7 @@ from django.utils import timezone
 from apps.clusters.backends.errors import BackendError, TransientBackendError
 from apps.clusters.models import ClusterLoop
 from apps.core.audit import change_record_create
+from apps.core.validation import validate_and_save
 from apps.inventory.models import Cluster
 
 logger = logging.getLogger(__name__)
@@ -125,8 +126,7 @@ def loop_succeeded(
         row.consecutive_failures = 0
         row.next_attempt_at = None
         row.last_duration_ms = max(0, int((now - started_at).total_seconds() * 1000))
-        row.full_clean()
-        row.save()
+        validate_and_save(row, what=f"cluster loop {loop}")
         if was_failing and not _others_failing(row):
             logger.warning(
                 "cluster %s is reachable again (%s after %d failed pass(es))", cluster.slug, loop, failures
@@ -160,8 +160,7 @@ def loop_failed(
         row.consecutive_failures += 1
         row.next_attempt_at = now + dt.timedelta(seconds=backoff_seconds(row.consecutive_failures))
         row.last_duration_ms = max(0, int((now - started_at).total_seconds() * 1000))
-        row.full_clean()
-        row.save()
+        validate_and_save(row, what=f"cluster loop {loop}")
         if row.consecutive_failures == 1 and not _others_failing(row):
             logger.warning(
                 "cluster %s is unreachable (%s): %s; retried with backoff, its pushes are held",

@@ -48,6 +48,7 @@ from apps.core.audit import actor_fields, change_record_create
 from apps.core.errors import InvalidTransition, PermissionDenied, ValidationFailed
 from apps.core.stored_text import stored
 from apps.core.tasks import enqueue_on_commit
+from apps.core.validation import validate
 from apps.jobs.events import record_job_events
 from apps.jobs.models import (
     ACTIVE_STATES,
@@ -169,7 +170,7 @@ def job_submit(*, project: Project, actor, **fields: Any) -> Job:
     job = Job(project=project, submitted_by=actor if getattr(actor, "pk", None) else None, **fields)
     job.priority = PRIORITY_VALUES[job.priority_class]
     resource_requests.request_validate(job)  # field errors → ValidationFailed
-    job.full_clean()
+    validate(job, what="job")
     feasibility = resource_requests.request_feasible_anywhere(job)
     if not feasibility.ok:
         raise ValidationFailed(

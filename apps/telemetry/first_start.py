@@ -9,12 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from apps.core.audit import change_record_create
 from apps.core.conf import suanchi_setting
-from apps.core.errors import ValidationFailed
+from apps.core.validation import validate
 from apps.inventory.models import Cluster
 from apps.telemetry.models import MetricSource
 
@@ -29,12 +28,7 @@ def default_metric_source_ensure(*, actor: Any = "first-start") -> MetricSource 
     if cluster is None or cluster.metric_sources.exists():
         return None
     source = MetricSource(cluster=cluster, name="prometheus", kind=MetricSource.Kind.PROMETHEUS, url=url)
-    try:
-        source.full_clean()
-    except ValidationError as e:
-        raise ValidationFailed(
-            f"PROMETHEUS_URL={url!r}: {'; '.join(e.messages)}", details=e.message_dict
-        ) from e
+    validate(source, what=f"PROMETHEUS_URL={url!r}")
     with transaction.atomic():
         source.save()
         change_record_create(actor=actor, action="metric_source.create", obj=source, after={"url": url})

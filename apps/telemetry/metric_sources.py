@@ -11,6 +11,7 @@ from apps.core import task_names
 from apps.core.audit import change_record_create, snapshot
 from apps.core.errors import ApplicationError, ValidationFailed
 from apps.core.models import BackgroundRun
+from apps.core.validation import validate_and_save
 from apps.inventory.models import Cluster
 from apps.telemetry.ingest.front_doors import prometheus_ingest
 from apps.telemetry.models import MetricSource
@@ -39,8 +40,7 @@ def metric_source_create(
             step_seconds=step_seconds,
             enabled=enabled,
         )
-        source.full_clean()
-        source.save()
+        validate_and_save(source, what="metric source")
         change_record_create(
             actor=actor, action="telemetry.source.create", obj=source, after=snapshot(source, _SOURCE_FIELDS)
         )
@@ -56,8 +56,7 @@ def metric_source_update(*, actor: Any, source: MetricSource, **changes: Any) ->
         before = snapshot(source, _SOURCE_FIELDS)
         for key, value in changes.items():
             setattr(source, key, value)
-        source.full_clean()
-        source.save()
+        validate_and_save(source, what="metric source")
         change_record_create(
             actor=actor,
             action="telemetry.source.update",

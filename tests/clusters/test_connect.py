@@ -163,3 +163,16 @@ def test_test_connection_names_the_exporters_by_their_upstream_daemonset_names(s
     assert "MetaX mx-exporter runs as DaemonSet metax-monitor/metax-mx-exporter (1 of 1 ready)" in text
     assert "Enflame gcu-exporter runs as DaemonSet kube-system/gcu-exporter-daemonset (1 of 1 ready)" in text
     assert "Hygon HCU exporter runs as DaemonSet kube-system/hcu-exporter (1 of 1 ready)" in text
+
+
+def test_a_bad_field_names_the_field_and_its_problem(settings):
+    """Validation goes through apps.core.validation: one ValidationFailed (400) that names the row,
+    the field and Django's message for it (never a bare "Invalid input.")."""
+    with pytest.raises(ValidationFailed, match=r"^cluster Bad is invalid: slug: ") as caught:
+        cluster_save(fields={"name": "Bad", "slug": "no spaces allowed", "backend": "simulated"}, actor="ops")
+    assert set(caught.value.details) == {"slug"} and not Cluster.objects.filter(name="Bad").exists()
+    cluster = Cluster.objects.create(name="Default", slug="default", backend="simulated")
+    settings.SUANCHI = {**settings.SUANCHI, "PROMETHEUS_URL": "not a url"}
+    with pytest.raises(ValidationFailed, match=r"^PROMETHEUS_URL='not a url' is invalid: url: ") as caught:
+        default_metric_source_ensure()
+    assert set(caught.value.details) == {"url"} and not cluster.metric_sources.exists()

@@ -86,14 +86,18 @@ def test_a_check_beyond_the_model_refuses_before_the_save():
     assert department.name == "Research"
 
 
-@pytest.mark.parametrize("top", ["apps/core", "apps/accounts", "apps/quotas"])
-def test_services_validate_through_apps_core_validation_not_a_bare_full_clean(top):
+def test_services_validate_through_apps_core_validation_not_a_bare_full_clean():
     """ "Validate before save" has one path: ``apps.core.validation.validate`` (or ``validate_and_save``,
     ``model_update``), whose failure is one ValidationFailed; a bare ``full_clean()`` raised Django's
-    ValidationError, shown by the API as a bare "Invalid input."."""
+    ValidationError, shown by the API as a bare "Invalid input.". Every app keeps to it except
+    ``apps/billing``, which follows once its metering rework lands."""
     found = []
-    for path in sorted((ROOT / top).rglob("*.py")):
-        if path.name == "validation.py" or "migrations" in path.parts:
+    for path in sorted((ROOT / "apps").rglob("*.py")):
+        if (
+            path.name == "validation.py"
+            or "migrations" in path.parts
+            or path.is_relative_to(ROOT / "apps" / "billing")
+        ):
             continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "full_clean":

@@ -11,9 +11,9 @@ from kubernetes import config as k8s_config
 
 from apps.clusters.backends.errors import ImmutableFieldError, PermanentBackendError, TransientBackendError
 from apps.clusters.backends.kubernetes import KubernetesBackend
-from apps.clusters.backends.simulated import SimulatedBackend
+from apps.clusters.backends.simulated_durable import DurableSimulatedBackend
+from apps.clusters.backends.simulated_memory import SimulatedBackend
 from apps.clusters.connections import backend_for
-from apps.clusters.simulation import DurableSimulatedBackend
 from tests.kube.fake_apiserver import FakeApiServer, kubeconfig_for
 
 MANAGED = {"app.kubernetes.io/managed-by": "suanchi"}

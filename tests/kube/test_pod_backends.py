@@ -7,8 +7,8 @@ import pytest
 
 from apps.clusters.backends.errors import PermanentBackendError
 from apps.clusters.backends.kubernetes import KubernetesBackend
-from apps.clusters.backends.simulated import SimulatedBackend
-from apps.clusters.simulation import FaithfulSimulatedBackend
+from apps.clusters.backends.simulated_durable import FaithfulSimulatedBackend
+from apps.clusters.backends.simulated_memory import SimulatedBackend
 from tests.kube.fake_apiserver import kubeconfig_for
 
 NS = "proj-a"

@@ -334,29 +334,29 @@ def test_persistence_refuses_a_second_instance_on_the_same_start_slot(fleet, mem
 
 
 def test_the_simulator_models_mig_cards_and_leaves_plain_runs_alone():
-    from apps.scheduling.engine import simulate
+    from apps.scheduling.engine import trace_replay
 
-    nodes = [simulate.NodeSpec(f"n{i}", 64_000, 262_144, 4, "A100") for i in range(3)]
+    nodes = [trace_replay.NodeSpec(f"n{i}", 64_000, 262_144, 4, "A100") for i in range(3)]
     pods = [
-        simulate.PodSpec(f"p{i}", 2_000, 4_096, 1, milli)
+        trace_replay.PodSpec(f"p{i}", 2_000, 4_096, 1, milli)
         for i, milli in enumerate([100, 150, 300, 450, 500, 600, 1000, 250, 700, 140] * 3)
     ]
-    plain = simulate.run_once(nodes, pods, "bestfit", 42, frag=False)
-    again = simulate.run_once(nodes, pods, "bestfit", 42, frag=False, mig=None)
+    plain = trace_replay.run_once(nodes, pods, "bestfit", 42, frag=False)
+    again = trace_replay.run_once(nodes, pods, "bestfit", 42, frag=False, mig=None)
     assert {k: v for k, v in plain.items() if k != "seconds"} == {
         k: v for k, v in again.items() if k != "seconds"
     }
     assert "mig" not in plain
-    geometry = simulate.mig_geometry("A100-80GB")
+    geometry = trace_replay.mig_geometry("A100-80GB")
     # smallest profile covering the share: 100 -> 1g, 150 -> 2g (1/7 = 142.9 milli < 150), 450 -> 4g
-    assert [simulate.mig_profile_for(geometry, m) for m in (100, 150, 450, 1000)] == [
+    assert [trace_replay.mig_profile_for(geometry, m) for m in (100, 150, 450, 1000)] == [
         "1g.10gb",
         "2g.20gb",
         "4g.40gb",
         "7g.80gb",
     ]
-    mig_run = simulate.run_once(nodes, pods, "bestfit", 42, frag=False, mig="A100-80GB")
+    mig_run = trace_replay.run_once(nodes, pods, "bestfit", 42, frag=False, mig="A100-80GB")
     assert mig_run["mig"] == "A100-80GB" and mig_run["invariant_problems"] == 0
     assert mig_run["unallocated_at_100"] < 100.0 and mig_run["pods"] == plain["pods"]
     with pytest.raises(ValueError, match="unknown MIG geometry"):
-        simulate.mig_geometry("B300")
+        trace_replay.mig_geometry("B300")

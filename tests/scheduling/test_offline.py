@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from apps.scheduling.engine import offline, simulate
-from apps.scheduling.engine.simulate import NodeSpec, PodSpec
+from apps.scheduling.engine import offline, trace_replay
+from apps.scheduling.engine.trace_replay import NodeSpec, PodSpec
 
 
 def pod(name, num, milli, cpu=1000, mem=1024, models=()):
@@ -18,7 +18,7 @@ def test_sharing_pods_above_half_a_card_never_pair_on_one_card():
     lp = offline.lp_bound(nodes, pods)
     assert lp["status"] == "optimal"
     assert lp["allocated"] == pytest.approx(1200)  # the GPU-milli relaxation alone would say 1,800
-    packed = offline.hindsight(lambda: simulate.build_snapshot(nodes), pods, simulate.to_request)
+    packed = offline.hindsight(lambda: trace_replay.build_snapshot(nodes), pods, trace_replay.to_request)
     assert packed["allocated"] == 1200
 
 
@@ -26,7 +26,7 @@ def test_a_pod_asking_three_shared_cards_is_not_put_on_one():
     # 3 × 650 milli on a 2-card node: nothing fits (the pod needs three distinct cards)
     nodes = [NodeSpec("n", 32_000, 65_536, 2, "T4")]
     pods = [pod("p", 3, 650)]
-    packed = offline.hindsight(lambda: simulate.build_snapshot(nodes), pods, simulate.to_request)
+    packed = offline.hindsight(lambda: trace_replay.build_snapshot(nodes), pods, trace_replay.to_request)
     assert packed["allocated"] == 0
     assert offline.card_lp_bound(nodes, pods)["allocated"] == 0
     assert offline.lp_bound(nodes, pods)["allocated"] == 0
@@ -37,7 +37,7 @@ def test_multi_card_sharing_pods_hold_their_cards_through_the_repack():
     # must not push it onto one card
     nodes = [NodeSpec("n", 32_000, 65_536, 2, "T4")]
     pods = [pod("m", 2, 650)] + [pod(f"s{i}", 1, 300) for i in range(4)]
-    packed = offline.hindsight(lambda: simulate.build_snapshot(nodes), pods, simulate.to_request)
+    packed = offline.hindsight(lambda: trace_replay.build_snapshot(nodes), pods, trace_replay.to_request)
     assert packed["allocated"] == 1300 + 600  # one 300 per card beside the 650s, or 4 × 300 (1,200)
 
 
@@ -46,8 +46,8 @@ def test_card_count_check_sees_a_shared_multi_card_pod_on_one_card():
     from apps.scheduling.engine.decision import Placement
 
     nodes = [NodeSpec("n", 32_000, 65_536, 3, "T4")]
-    snap = simulate.build_snapshot(nodes)
-    req = simulate.to_request(pod("p", 3, 300), "p")
+    snap = trace_replay.build_snapshot(nodes)
+    req = trace_replay.to_request(pod("p", 3, 300), "p")
     node = snap.nodes[0]
     snap.apply(Placement("p", (assign.build_part(node, req, ((0,),), ""),)))  # one card, asks three
     assert snap.check_invariants() == []  # each card's load is fine ...
@@ -68,7 +68,7 @@ def test_model_cpu_and_memory_constraints_bound_the_lp():
     lp = offline.lp_bound(nodes, pods)
     # V100: 2,000; node a: 1 card for "t"; "cpu-heavy" only fits b, whose cards hold one V100 pod
     assert lp["allocated"] == pytest.approx(3000)
-    packed = offline.hindsight(lambda: simulate.build_snapshot(nodes), pods, simulate.to_request)
+    packed = offline.hindsight(lambda: trace_replay.build_snapshot(nodes), pods, trace_replay.to_request)
     assert packed["allocated"] <= lp["allocated"] + 1e-6
     assert packed["allocated"] == 3000
 
@@ -88,10 +88,10 @@ def test_references_order_and_gaps_on_a_small_trace(tmp_path):
         for i in range(40)
     ]
     (tmp_path / "p.csv").write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli\n" + "\n".join(rows) + "\n")
-    nodes = simulate.load_nodes(tmp_path / "n.csv")
-    pods = simulate.load_pods(tmp_path / "p.csv")
-    results = simulate.run_benchmark(nodes, pods, ["bestfit", "slotfrag"], [1, 2])
-    ref = simulate.offline_references(nodes, pods, [1, 2], results=results, time_limit=1.0)
+    nodes = trace_replay.load_nodes(tmp_path / "n.csv")
+    pods = trace_replay.load_pods(tmp_path / "p.csv")
+    results = trace_replay.run_benchmark(nodes, pods, ["bestfit", "slotfrag"], [1, 2])
+    ref = trace_replay.offline_references(nodes, pods, [1, 2], results=results, time_limit=1.0)
     for seed in ("1", "2"):
         r = ref["per_seed"][seed]
         assert r["bound"] <= r["hindsight"] + 1e-6  # nothing beats the bound

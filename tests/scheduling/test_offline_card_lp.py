@@ -11,8 +11,8 @@ from itertools import combinations
 
 import pytest
 
-from apps.scheduling.engine import offline, simulate
-from apps.scheduling.engine.simulate import NodeSpec, PodSpec
+from apps.scheduling.engine import offline, trace_replay
+from apps.scheduling.engine.trace_replay import NodeSpec, PodSpec
 
 
 def pod(name, num, milli, cpu=1000, mem=1024, models=()):
@@ -81,7 +81,7 @@ def test_bound_is_at_least_the_exact_optimum_which_is_at_least_hindsight(case):
     assert card["allocated"] >= opt - 1e-6
     assert card["allocated"] <= offline.lp_bound(nodes, pods)["allocated"] + 1e-6  # never looser
     packed = offline.hindsight(
-        lambda: simulate.build_snapshot(nodes), pods, simulate.to_request, time_limit=0.2
+        lambda: trace_replay.build_snapshot(nodes), pods, trace_replay.to_request, time_limit=0.2
     )
     assert packed["allocated"] <= opt
 
@@ -96,7 +96,7 @@ def test_multi_card_sharing_pods_take_distinct_cards_everywhere(case):
     assert offline.card_lp_bound(nodes, pods)["allocated"] >= opt - 1e-6
     assert offline.lp_bound(nodes, pods)["allocated"] >= opt - 1e-6
     packed = offline.hindsight(
-        lambda: simulate.build_snapshot(nodes), pods, simulate.to_request, time_limit=0.2
+        lambda: trace_replay.build_snapshot(nodes), pods, trace_replay.to_request, time_limit=0.2
     )
     assert packed["allocated"] <= opt
 
@@ -110,7 +110,7 @@ def test_bound_is_the_optimum_where_the_aggregated_lp_is_loose():
     card = offline.card_lp_bound(nodes, pods)
     assert card["allocated"] == pytest.approx(1750)
     assert exact_optimum(nodes, pods) == 1750
-    packed = offline.hindsight(lambda: simulate.build_snapshot(nodes), pods, simulate.to_request)
+    packed = offline.hindsight(lambda: trace_replay.build_snapshot(nodes), pods, trace_replay.to_request)
     # greedy packs the 810s first (1,620); the card re-pack swaps one for the two 470s left out
     assert packed["greedy_allocated"] == 1620
     assert packed["allocated"] == 1750
@@ -154,9 +154,9 @@ def test_offline_once_reports_the_card_bound_tighter_than_the_aggregate(tmp_path
     )
     rows = [f"p{i},2000,4096,1,{(810, 470, 650)[i % 3]}" for i in range(30)]
     (tmp_path / "p.csv").write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli\n" + "\n".join(rows) + "\n")
-    nodes = simulate.load_nodes(tmp_path / "n.csv")
-    pods = simulate.load_pods(tmp_path / "p.csv")
-    r = simulate.offline_once(nodes, pods, 1, time_limit=0.5)
+    nodes = trace_replay.load_nodes(tmp_path / "n.csv")
+    pods = trace_replay.load_pods(tmp_path / "p.csv")
+    r = trace_replay.offline_once(nodes, pods, 1, time_limit=0.5)
     # arrived: 8 × 470, 7 × 650, 4 × 810 on 12 cards. The aggregated LP only sees the 650s and 810s take
     # a card each (3.75 % idle); on cards nothing pairs with them here (470 + 650 > 1000), so the best is
     # 4 × (470, 470), 4 × 810 and 4 × 650: 9,600 of 12,000 milli (20 % idle)

@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from apps.scheduling.engine import node_bound, offline, simulate
-from apps.scheduling.engine.simulate import NodeSpec, PodSpec
+from apps.scheduling.engine import node_bound, offline, trace_replay
+from apps.scheduling.engine.trace_replay import NodeSpec, PodSpec
 
 TRACE = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "alibaba-gpu-trace-2023"
 
@@ -76,8 +76,8 @@ def exact_mip(nodes, pods) -> int:
 
 @cache
 def trace(name: str):
-    return simulate.load_nodes(TRACE / "openb_node_list_gpu_node.csv.gz"), [
-        p for p in simulate.load_pods(TRACE / f"openb_pod_list_{name}.csv.gz") if p.gpu
+    return trace_replay.load_nodes(TRACE / "openb_node_list_gpu_node.csv.gz"), [
+        p for p in trace_replay.load_pods(TRACE / f"openb_pod_list_{name}.csv.gz") if p.gpu
     ]
 
 
@@ -146,7 +146,10 @@ def test_node_bound_is_valid_and_tighter_on_trace_sampled_instances(family):
         assert node["allocated"] >= opt - 1e-6
         assert card >= opt - 1e-6
         packed = offline.hindsight(
-            lambda nodes=nodes: simulate.build_snapshot(nodes), pods, simulate.to_request, time_limit=0.2
+            lambda nodes=nodes: trace_replay.build_snapshot(nodes),
+            pods,
+            trace_replay.to_request,
+            time_limit=0.2,
         )
         assert packed["allocated"] <= opt
         gaps_node.append(min(node["allocated"], card) - opt)

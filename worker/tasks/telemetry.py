@@ -2,7 +2,7 @@ from celery import shared_task
 
 from apps.core import task_names
 from apps.telemetry import ingest, metric_sources, rollups
-from apps.telemetry.simulated import simulated_telemetry_emit
+from apps.telemetry.synthetic_samples import simulated_telemetry_emit
 from worker import time_limits
 
 

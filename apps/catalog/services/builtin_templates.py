@@ -6,7 +6,6 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any
 
-from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import IntegrityError, transaction
 from django.utils.text import slugify
 
@@ -24,8 +23,9 @@ from apps.catalog.partitions import (
 )
 from apps.catalog.services.templates import _AUDIT_FIELDS, TEMPLATE_FIELDS, _first_message
 from apps.catalog.upsert import synced_upsert
+from apps.core.errors import ValidationFailed
 from apps.core.stored_text import stored
-from apps.core.validation import validation_details
+from apps.core.validation import validate
 
 # Names and descriptions of the built-in templates: stored, shown in the reader's language
 # (ComputeTemplate.label, ``|localized``; apps.core.stored_text).
@@ -112,11 +112,11 @@ def _builtin_specs(model: DeviceModel) -> tuple[list[dict[str, Any]], list[str]]
 def _sync_save(template: ComputeTemplate, *, taken: str) -> str:
     """Clean and save a built-in template for the sync: "" when saved, else why it was skipped."""
     try:
-        template.full_clean(validate_unique=False, validate_constraints=False)
+        validate(template, what="compute template", validate_unique=False, validate_constraints=False)
         with transaction.atomic():
             template.save()
-    except DjangoValidationError as exc:
-        return _first_message(validation_details(exc))
+    except ValidationFailed as exc:
+        return _first_message(exc.details)
     except IntegrityError:
         return taken
     return ""

@@ -206,8 +206,7 @@ def catalog_sync(*, actor, path: str | Path | None = None) -> dict[str, int]:
             reason=SYNC_COEFFICIENT_REASON,
             created_by=created_by,
         )
-        coefficient.full_clean()
-        coefficient.save()
+        validate_and_save(coefficient, what="compute coefficient")
         change_record_create(
             actor=actor,
             action="compute_coefficient.set",

@@ -28,7 +28,7 @@ from apps.catalog.services.device_models import _actor_user, _save_or_conflict
 from apps.core.audit import change_record_create, snapshot
 from apps.core.errors import Conflict, ValidationFailed
 from apps.core.stored_text import localize
-from apps.core.validation import validation_details, validation_message
+from apps.core.validation import validate, validation_details, validation_message
 
 TEMPLATE_FIELDS = (
     "device_model",
@@ -165,9 +165,9 @@ def compute_template_build(
     # clean() covers every check constraint with a readable message; the name is unique per model.
     errors: dict[str, list[str]] = {}
     try:
-        template.full_clean(validate_constraints=False)
-    except DjangoValidationError as exc:
-        errors = validation_details(exc)
+        validate(template, what="compute template", validate_constraints=False)
+    except ValidationFailed as exc:
+        errors = exc.details
     if profile_name and profile is None:
         # An unknown profile is the one error: the fields it would have filled stay empty, and
         # "cannot be null" on each of them says nothing more (issue 29 §9).

@@ -11,7 +11,7 @@ field (``backend_for`` in :mod:`apps.clusters.connections`).
 - :mod:`~apps.clusters.backends.kubernetes`: :class:`KubernetesBackend`, a real cluster through the
   official ``kubernetes`` client (kubeconfig file per cluster, or the in-cluster service account);
   its list+watch views are in :mod:`~apps.clusters.backends.watch`.
-- :mod:`~apps.clusters.backends.simulated`: :class:`SimulatedBackend`, objects in memory and pods
+- :mod:`~apps.clusters.backends.simulated_memory`: :class:`SimulatedBackend`, objects in memory and pods
   that "run" for their expected duration, so everything above the interface (push, reconcile,
-  preemption) is shared; the durable one the demo runs is :mod:`apps.clusters.simulation`.
+  preemption) is shared; the durable one the demo runs is :mod:`apps.clusters.backends.simulated_durable`.
 """

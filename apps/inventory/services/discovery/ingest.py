@@ -10,6 +10,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from apps.core.audit import actor_fields, change_record_create
+from apps.core.validation import validate
 from apps.inventory.models import (
     AgentToken,
     Cluster,
@@ -148,7 +149,7 @@ def _ingest_locked(
     _write_devices(step)
     _write_links(step)
     if result.node_changed:
-        node.full_clean(validate_constraints=False)
+        validate(node, what=f"node {node.name}", validate_constraints=False)
     node.last_report_at = step.now
     node.save()
     _record_outcome(step, text=text, actor=actor, actor_label=actor_label)
@@ -325,7 +326,9 @@ def _update_device(step: _Ingest, p: ParsedDevice, device: Device, model, groups
     if not changes and health_change is None:
         result.unchanged += 1
         return
-    device.full_clean(validate_constraints=False)
+    validate(
+        device, what=f"device {device.vendor}#{device.index} on node {node.name}", validate_constraints=False
+    )
     device.save()
     if moved_from is not None:
         result.moved += 1

@@ -1,12 +1,12 @@
 """python manage.py simulate --nodes NODES.csv --pods PODS.csv --policy NAME[,NAME…] [--seeds 42-51] [--json OUT]
 
 Replays a GPU-sharing trace (Alibaba openb CSV format) through the scheduling engine; no database is
-used. The logic lives in ``apps.scheduling.engine.simulate`` so it can run without Django as well.
+used. The logic lives in ``apps.scheduling.engine.trace_replay`` so it can run without Django as well.
 """
 
 from django.core.management.base import BaseCommand, CommandError
 
-from apps.scheduling.engine import simulate
+from apps.scheduling.engine import trace_replay
 
 
 class _Plain:
@@ -26,14 +26,14 @@ class Command(BaseCommand):
     help = "Run the trace benchmark (unallocated GPU % at 100 % arrived, allocation curve) for policies."
 
     def add_arguments(self, parser):
-        simulate.add_arguments(parser)
+        trace_replay.add_arguments(parser)
 
     def handle(self, *args, **options):
         namespace = type("Args", (), {})()
         for key in ("nodes", "pods", "policy", "seeds", "json_out", "ratio", "jobs", "quiet", "tie_break"):
             setattr(namespace, key, options[key])
         try:
-            code = simulate.execute(namespace, _Plain(self.stdout))
+            code = trace_replay.execute(namespace, _Plain(self.stdout))
         except (OSError, ValueError) as exc:
             raise CommandError(str(exc)) from exc
         if code:

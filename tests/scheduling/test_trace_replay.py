@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from django.core.management import call_command
 
-from apps.scheduling.engine import simulate
+from apps.scheduling.engine import trace_replay
 from apps.scheduling.management.commands.simulate import Command
 
 NODES = """sn,cpu_milli,memory_mib,gpu,model
@@ -56,52 +56,52 @@ def trace(tmp_path: Path) -> dict[str, Path]:
 
 
 def test_loads_both_pod_csv_variants(trace):
-    five = simulate.load_pods(trace["pods5"])
-    full = simulate.load_pods(trace["full"])
+    five = trace_replay.load_pods(trace["pods5"])
+    full = trace_replay.load_pods(trace["full"])
     assert [p.gpu for p in five[:4]] == [500, 500, 2000, 0]
     assert five[0].models == frozenset()
     assert full[2].models == frozenset({"T4", "V100M16"})
     assert full[1].models == frozenset({"V100M16"})
-    nodes = simulate.load_nodes(trace["nodes"])
+    nodes = trace_replay.load_nodes(trace["nodes"])
     assert sum(n.gpus for n in nodes) == 13
-    req = simulate.to_request(full[2])
+    req = trace_replay.to_request(full[2])
     assert (
         req.groups[0].count == 2
         and req.groups[0].whole
         and req.groups[0].models == frozenset({"T4", "V100M16"})
     )
-    share = simulate.to_request(five[0])
+    share = trace_replay.to_request(five[0])
     assert not share.groups[0].whole and share.groups[0].compute == 500
 
 
 def test_workload_is_shuffled_and_inflated_to_130_percent_of_capacity(trace):
-    pods = simulate.load_pods(trace["pods5"])
+    pods = trace_replay.load_pods(trace["pods5"])
     capacity = 13 * 1000
-    order = simulate.workload(pods, 42, capacity)
+    order = trace_replay.workload(pods, 42, capacity)
     total = sum(p.gpu for p in order)
     assert total >= 1.3 * capacity
     assert total - order[-1].gpu < 1.3 * capacity  # stops as soon as 130 % is reached
     assert sorted(p.name for p in order[: len(pods)]) == sorted(p.name for p in pods)
-    assert order == simulate.workload(pods, 42, capacity)
-    assert order != simulate.workload(pods, 43, capacity)
+    assert order == trace_replay.workload(pods, 42, capacity)
+    assert order != trace_replay.workload(pods, 43, capacity)
 
 
 def test_model_constraints_are_respected(trace):
-    nodes = simulate.load_nodes(trace["nodes"])
-    pods = simulate.load_pods(trace["full"])
-    snap = simulate.build_snapshot(nodes)
+    nodes = trace_replay.load_nodes(trace["nodes"])
+    pods = trace_replay.load_pods(trace["full"])
+    snap = trace_replay.build_snapshot(nodes)
     from apps.scheduling.engine import Engine
 
     engine = Engine("bestfit", seed=1)
-    d = engine.place(snap, simulate.to_request(pods[4]))  # P100 only
+    d = engine.place(snap, trace_replay.to_request(pods[4]))  # P100 only
     assert d.placement.nodes == ("node-4",)
-    d = engine.place(snap, simulate.to_request(pods[1]))  # V100M16 only
+    d = engine.place(snap, trace_replay.to_request(pods[1]))  # V100M16 only
     assert d.placement.nodes[0] in ("node-2", "node-3")
 
 
 def test_main_prints_and_writes_the_json_shape(trace, capsys):
     out = trace["dir"] / "out.json"
-    code = simulate.main(
+    code = trace_replay.main(
         [
             "--nodes",
             str(trace["nodes"]),
@@ -139,25 +139,25 @@ def test_main_prints_and_writes_the_json_shape(trace, capsys):
 
 
 def test_full_variant_runs_too(trace):
-    nodes = simulate.load_nodes(trace["nodes"])
-    pods = simulate.load_pods(trace["full"])
-    results = simulate.run_benchmark(nodes, pods, ["fgd", "packing"], [5, 6])
+    nodes = trace_replay.load_nodes(trace["nodes"])
+    pods = trace_replay.load_pods(trace["full"])
+    results = trace_replay.run_benchmark(nodes, pods, ["fgd", "packing"], [5, 6])
     assert set(results) == {"fgd", "packing"}
     assert results["fgd"]["fragmentation_at_100"] is not None
 
 
 def test_a_run_is_deterministic_per_seed(trace):
-    nodes = simulate.load_nodes(trace["nodes"])
-    pods = simulate.load_pods(trace["pods5"])
+    nodes = trace_replay.load_nodes(trace["nodes"])
+    pods = trace_replay.load_pods(trace["pods5"])
     for policy in ("random", "slotfrag"):
-        a = simulate.run_once(nodes, pods, policy, 7)
-        b = simulate.run_once(nodes, pods, policy, 7)
+        a = trace_replay.run_once(nodes, pods, policy, 7)
+        b = trace_replay.run_once(nodes, pods, policy, 7)
         assert a["curve"] == b["curve"] and a["failed_pods"] == b["failed_pods"]
 
 
 def test_curve_points_average_the_pods_whose_arrival_rounds_there():
     records = [(99.4, 90.0), (99.6, 91.0), (100.2, 92.0), (100.4, 94.0), (102.0, 97.0), (106.0, 98.0)]
-    curve = simulate.curve_from_records(records, points=(100, 101, 102, 104))
+    curve = trace_replay.curve_from_records(records, points=(100, 101, 102, 104))
     assert curve[100] == pytest.approx((91.0 + 92.0 + 94.0) / 3)
     assert curve[101] == pytest.approx((91.0 + 92.0 + 94.0 + 97.0) / 4)  # empty bucket: the pods within ±1
     assert curve[102] == 97.0
@@ -173,11 +173,11 @@ def test_bestfit_is_never_worse_than_random_on_a_fragmentation_trap(tmp_path):
     pods += [f"half{i},1000,1024,1,500" for i in range(4)]
     pods += [f"pair{i},1000,1024,2,1000" for i in range(3)]
     (tmp_path / "p.csv").write_text("\n".join(pods) + "\n")
-    nodes = simulate.load_nodes(tmp_path / "n.csv")
-    trap = simulate.load_pods(tmp_path / "p.csv")
+    nodes = trace_replay.load_nodes(tmp_path / "n.csv")
+    trap = trace_replay.load_pods(tmp_path / "p.csv")
     for seed in range(10):
-        best = simulate.run_once(nodes, trap, "bestfit", seed)
-        rand = simulate.run_once(nodes, trap, "random", seed)
+        best = trace_replay.run_once(nodes, trap, "bestfit", seed)
+        rand = trace_replay.run_once(nodes, trap, "random", seed)
         assert best["unallocated_at_100"] <= rand["unallocated_at_100"] + 1e-9
 
 
@@ -205,7 +205,7 @@ def test_management_command_wraps_the_same_cli(trace):
 
 def test_unknown_policy_is_refused(trace, capsys):
     assert (
-        simulate.main(["--nodes", str(trace["nodes"]), "--pods", str(trace["pods5"]), "--policy", "nope"])
+        trace_replay.main(["--nodes", str(trace["nodes"]), "--pods", str(trace["pods5"]), "--policy", "nope"])
         == 2
     )
     assert "unknown policy" in capsys.readouterr().out
@@ -217,8 +217,8 @@ def test_all_variants_prints_gaps_and_the_margin_below_fgd(tmp_path, capsys):
     import gzip
     import importlib.util
 
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "simulate_openb.py"
-    spec = importlib.util.spec_from_file_location("simulate_openb", path)
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "openb_trace_replay.py"
+    spec = importlib.util.spec_from_file_location("openb_trace_replay", path)
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     (tmp_path / "openb_node_list_gpu_node.csv").write_text(

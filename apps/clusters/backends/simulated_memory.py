@@ -1,7 +1,7 @@
 """The simulated cluster, in memory: objects kept in a dict, pods "run" for their expected duration,
 so everything above the backend interface (push, reconcile, preemption) is shared with a real
 cluster. The durable one the demo runs (its state in the database) is
-:mod:`apps.clusters.simulation`."""
+:mod:`apps.clusters.backends.simulated_durable`."""
 
 from __future__ import annotations
 

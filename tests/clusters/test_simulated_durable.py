@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from apps.clusters.backends.simulated_durable import FaithfulSimulatedBackend
 from apps.clusters.connections import backend_for
-from apps.clusters.simulation import FaithfulSimulatedBackend
 from apps.inventory.models import Cluster, Node
 from apps.jobs.models import Allocation, JobEvent, JobState
 from apps.scheduling.faults import node_status_change

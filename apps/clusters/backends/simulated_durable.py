@@ -1,6 +1,6 @@
 """A simulated cluster whose state lives in the database (``SimulatedCluster``).
 
-The in-memory :class:`~apps.clusters.backends.simulated.SimulatedBackend` is per process; the demo runs a web
+The in-memory :class:`~apps.clusters.backends.simulated_memory.SimulatedBackend` is per process; the demo runs a web
 server, Celery workers and beat in several processes that must all see one cluster, and a restart
 must not make every running job look "deleted behind our back". Each call here loads the state under
 a row lock, moves the simulated clock to the wall clock (times ``SIMULATED_TIME_SCALE``, plus any
@@ -38,7 +38,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from apps.clusters.backends.base import POD_EVENT_LIMIT, ApplyResult, ClusterBackend, LogOptions
-from apps.clusters.backends.simulated import SimulatedBackend, owner_uid
+from apps.clusters.backends.simulated_memory import SimulatedBackend, owner_uid
 from apps.clusters.models import SimulatedCluster
 from apps.core.conf import suanchi_setting
 

@@ -4,9 +4,9 @@ Prints, per policy, the unallocated GPU % at arrived = 100 % (mean ± sd over se
 run, next to the figure the trace's authors published for the same method where one exists (labelled
 "published"), then the allocation curve. Figures only: nothing is asserted.
 
-    python benchmarks/simulate_openb.py [--seeds 42-51] [--policies a,b] [--jobs 1] [--json out.json]
+    python benchmarks/openb_trace_replay.py [--seeds 42-51] [--policies a,b] [--jobs 1] [--json out.json]
         [--variant default|no-models] [--no-offline] [--hindsight-seconds 5]
-    python benchmarks/simulate_openb.py --all-variants [--variants cpu250,gpushare100] [--trace-dir DIR]
+    python benchmarks/openb_trace_replay.py --all-variants [--variants cpu250,gpushare100] [--trace-dir DIR]
 
 Then the offline references for the same arrived workload at 100 % (``engine/offline.py``): the
 card-level LP bound no placement can beat (beside the looser aggregated LP) and the best packing found
@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from apps.scheduling.engine import simulate  # noqa: E402
+from apps.scheduling.engine import trace_replay  # noqa: E402
 from apps.scheduling.engine.policies import BEST, policy_names  # noqa: E402
 
 # Weng et al., USENIX ATC '23, default trace, arrived = 100 %, mean of 10 seeds (README of the trace).
@@ -71,10 +71,10 @@ PUBLISHED_FGD = {
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=simulate.parse_seeds, default=list(simulate.DEFAULT_SEEDS))
+    parser.add_argument("--seeds", type=trace_replay.parse_seeds, default=list(trace_replay.DEFAULT_SEEDS))
     parser.add_argument("--policies", default=",".join(policy_names()))
-    parser.add_argument("--nodes", default=str(simulate.DEFAULT_NODES))
-    parser.add_argument("--pods", default=str(simulate.DEFAULT_PODS))
+    parser.add_argument("--nodes", default=str(trace_replay.DEFAULT_NODES))
+    parser.add_argument("--pods", default=str(trace_replay.DEFAULT_PODS))
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--tie-break", dest="tie_break", choices=("order", "random"), default="order")
     parser.add_argument("--json", dest="json_out", default=None)
@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--bound-seconds",
         type=float,
-        default=simulate.BOUND_SECONDS,
+        default=trace_replay.BOUND_SECONDS,
         help="node-pattern LP per seed (0 = skip)",
     )
     parser.add_argument("--all-variants", dest="all_variants", action="store_true")
@@ -102,8 +102,8 @@ def main(argv: list[str] | None = None) -> int:
         return all_variants(args)
 
     policies = [p for p in args.policies.split(",") if p]
-    nodes = simulate.load_nodes(args.nodes)
-    pods = simulate.load_pods(args.pods)
+    nodes = trace_replay.load_nodes(args.nodes)
+    pods = trace_replay.load_pods(args.pods)
     if args.variant == "no-models":
         pods = [dataclasses.replace(p, models=frozenset()) for p in pods]
     print(
@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
 
-    results = simulate.run_benchmark(
+    results = trace_replay.run_benchmark(
         nodes, pods, policies, args.seeds, jobs=max(1, args.jobs), progress=progress, tie_break=args.tie_break
     )
     elapsed = time.perf_counter() - started
@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         if key not in results:
             print(f"{key:<10} {'(not run)':>18} {pub:>10.2f}  {label}")
     print()
-    print(simulate.format_report(results).split("\n\n", 1)[1])
+    print(trace_replay.format_report(results).split("\n\n", 1)[1])
     print()
     print(
         "Fragmentation at arrived = 100 % (paper's measure: idle GPU the 95 % most common shapes cannot use)"
@@ -152,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         ref = _offline(args, nodes, pods, results)
         print()
-        print(simulate.format_offline(ref))
+        print(trace_replay.format_offline(ref))
         for seed, r in ref["per_seed"].items():
             print(
                 f"  seed {seed}: bound {r['bound']:.2f} % (aggregate LP {r['bound_aggregate']:.2f} %, "
@@ -173,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _offline(args: argparse.Namespace, nodes, pods, results: dict) -> dict:
     """The offline references (bounds, hindsight) for the run's seeds, with the command line's limits."""
-    return simulate.offline_references(
+    return trace_replay.offline_references(
         nodes,
         pods,
         args.seeds,
@@ -237,14 +237,14 @@ def all_variants(args: argparse.Namespace) -> int:
     """Every published pod list with every policy asked for, then the table of :func:`variant_rows`."""
     trace_dir = Path(args.trace_dir)
     policies = [p for p in args.policies.split(",") if p]
-    nodes = simulate.load_nodes(_trace_file(trace_dir, "openb_node_list_gpu_node"))
+    nodes = trace_replay.load_nodes(_trace_file(trace_dir, "openb_node_list_gpu_node"))
     rows: list[dict] = []
     out: dict = {}
     started = time.perf_counter()
     for variant in [v for v in args.variants.split(",") if v]:
-        pods = simulate.load_pods(_trace_file(trace_dir, f"openb_pod_list_{variant}"))
+        pods = trace_replay.load_pods(_trace_file(trace_dir, f"openb_pod_list_{variant}"))
         t0 = time.perf_counter()
-        results = simulate.run_benchmark(
+        results = trace_replay.run_benchmark(
             nodes, pods, policies, args.seeds, jobs=max(1, args.jobs), tie_break=args.tie_break
         )
         ref = _offline(args, nodes, pods, results)

@@ -10,7 +10,7 @@ from django.utils import timezone
 from apps.jobs.models import Allocation, Job, JobState
 from apps.scheduling.services import scheduling_cycle_run
 from apps.telemetry.models import DeviceRollup, JobUtilization
-from apps.telemetry.simulated import simulated_telemetry_emit
+from apps.telemetry.synthetic_samples import simulated_telemetry_emit
 from tests.fixtures.jobs import submit_whole_cards
 
 pytestmark = pytest.mark.django_db
