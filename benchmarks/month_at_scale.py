@@ -255,14 +255,15 @@ def build_telemetry(rng: random.Random) -> int:
     from apps.jobs.models import Allocation
     from apps.telemetry.models import JobUtilization
 
+    # Read first: the connection cannot stream a server-side cursor while it COPYs.
+    allocations = list(
+        Allocation.objects.order_by().values_list(
+            "job_id", "device_id", "job__project_id", "compute_milli", "started_at", "released_at"
+        )
+    )
+
     def rows():
-        for job_id, device_id, project_id, milli, a, b in (
-            Allocation.objects.order_by()
-            .values_list(
-                "job_id", "device_id", "job__project_id", "compute_milli", "started_at", "released_at"
-            )
-            .iterator(chunk_size=20_000)
-        ):
+        for job_id, device_id, project_id, milli, a, b in allocations:
             window = a + timedelta(minutes=(-a.minute) % 5, seconds=-a.second, microseconds=-a.microsecond)
             while window < b:
                 busy = rng.random() * 100
@@ -300,7 +301,8 @@ def setup(scale: float) -> dict:
     allocations = build_allocations(rng, devices, projects, int(ALLOCATIONS * scale))
     rollups = build_telemetry(rng)
     # The nodes that left on the 21st: retired with their cards (the close counts no capacity for them).
-    left = {d[1] for d in devices if d[6] < max(x[6] for x in devices)}
+    month_end = max(d[6] for d in devices)
+    left = {d[1] for d in devices if d[6] < month_end}
     Node.objects.filter(pk__in=left).update(status="retired")
     Device.objects.filter(node_id__in=left).update(health="retired", pool_status="retired")
     from django.db import connection
@@ -459,6 +461,7 @@ def measure(scale: float) -> dict:
         bills=period.bills.count(),
         state=period.state,
         idle_cost=period.idle_cost,
+        billed=sum(b.total for b in period.bills.all()),
         problems=problems,
     )
     return figures
@@ -476,7 +479,7 @@ def report(label: str, f: dict) -> None:
     print(
         f"  month close         {f['close_s']:8.2f} s  {f['month_entries'] / f['close_s']:10.0f} entries/s  "
         f"(re-meter+sums {f['close_meter_s']:.2f} s, {f['bills']} bills {f['close_bills_s']:.2f} s, "
-        f"finalize {f['close_final_s']:.2f} s; {f['state']}, idle cost {f['idle_cost']})"
+        f"finalize {f['close_final_s']:.2f} s; {f['state']}, idle cost {f['idle_cost']}, billed {f['billed']})"
     )
     print(f"  re-metering         {f['remeter_s']:8.2f} s  (nothing new)")
     print(f"  metered and closed  {total:8.2f} s  {f['month_entries'] / total:10.0f} entries/s")

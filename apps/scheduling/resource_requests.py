@@ -292,15 +292,23 @@ def library_trace_step(decision, granted) -> None:
         decision.step("library", evidence["message"], **evidence["data"])
 
 
-def sharing_refused_nodes(groups: tuple[DeviceGroup, ...], vendors: set[str]) -> dict[str, str]:
+def sharing_refused_nodes(
+    groups: tuple[DeviceGroup, ...], vendors: set[str], memo: dict | None = None
+) -> dict[str, str]:
     """Node name → why a fraction of ``groups`` cannot be shared there: the NVIDIA cards of a cluster in
     ``dra`` mode whose driver's gate for the fraction's sharing strategy Test connection recorded off
-    (``apps.clusters.sharing.dra_gate_refusal``). Empty without such a fraction (no query then)."""
+    (``apps.clusters.sharing.dra_gate_refusal``). Empty without such a fraction (no query then).
+    ``memo``: the answers of one scheduling cycle, by the fractions' sharing strategies."""
     from apps.inventory.models import Cluster, Node
 
     isolations = sorted({str(g.isolation) for g in groups if not g.whole and not g.profile})
     if not isolations or (vendors and "nvidia" not in vendors):
         return {}
+    if memo is not None:
+        key = tuple(isolations)
+        if key not in memo:
+            memo[key] = sharing_refused_nodes(groups, vendors)
+        return memo[key]
     reasons: dict[int, str] = {}
     for cluster in Cluster.objects.filter(device_plugin_modes__nvidia="dra").only(
         "id", "device_plugin_modes", "last_check"
@@ -321,9 +329,10 @@ def sharing_refused_nodes(groups: tuple[DeviceGroup, ...], vendors: set[str]) ->
 
 
 def _request(
-    groups: tuple[DeviceGroup, ...], vendors: set[str], tol: tuple, base: dict, sharing_check: bool
+    groups: tuple[DeviceGroup, ...], vendors: set[str], tol: tuple, base: dict, sharing_check: bool | dict
 ) -> Request:
-    refused = sharing_refused_nodes(groups, set(vendors)) if sharing_check else {}
+    memo = sharing_check if isinstance(sharing_check, dict) else None
+    refused = sharing_refused_nodes(groups, set(vendors), memo) if sharing_check is not False else {}
     if refused:
         base = {**base, "precheck_failures": {**refused, **base["precheck_failures"]}}
     return Request(groups=groups, tolerations=tol, **base)
@@ -335,13 +344,14 @@ def job_requests(
     precheck_failures: dict[str, str] | None = None,
     catalog: list[DeviceModel] | None = None,
     coefficients: dict[int, Decimal] | None = None,
-    sharing_check: bool = True,
+    sharing_check: bool | dict = True,
 ) -> list[tuple[Request, Decimal | None]]:
     """The engine requests for a job: usually one; neutral compute-unit requests give one per shape.
 
     Each comes with the compute units per hour it would be granted (None when a coefficient is unknown).
     ``sharing_check``: nodes whose cluster cannot share a card the way a fraction needs (an NVIDIA DRA
     driver whose sharing gate is off: :func:`sharing_refused_nodes`) are excluded with the reason.
+    A dict for ``sharing_check`` keeps those answers for the caller's cycle (one query per strategy).
     """
     failures = dict(precheck_failures or {})
     for name in job.excluded_nodes or []:  # an earlier attempt failed there

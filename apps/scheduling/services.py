@@ -7,7 +7,6 @@ cycle); persistence re-checks every touched card's totals under row locks before
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import logging
 import time
@@ -53,7 +52,7 @@ from apps.scheduling.reclaim import (  # noqa: F401 - re-exported: the preemptio
     _reclaim,
 )
 from apps.scheduling.resource_requests import job_requests, library_trace_step
-from apps.scheduling.snapshot import cycle_snapshot, snapshot_cache
+from apps.scheduling.snapshot import cycle_snapshot, placement_cards, snapshot_cache
 
 # Texts stored in events, reasons and trace steps, shown in the reader's language (apps.core.stored_text).
 NO_MODEL = stored("no device model can provide this request")
@@ -82,12 +81,28 @@ def _queued():
 
 
 def queued_jobs(limit: int | None = None):
-    qs = (
-        _queued()
-        .select_related("project", "template__device_model", "device_model", "request_template")
-        .order_by("-priority", "created_at", "id")
-    )
+    """The queued jobs in queue order; their project, template (with its model), model and request
+    template are attached by ``_with_related`` (shared instances: a few rows, not one per job)."""
+    qs = _queued().order_by("-priority", "created_at", "id")
     return qs[:limit] if limit else qs
+
+
+def _with_related(jobs: list[Job]) -> list[Job]:
+    """Attach each job's few related rows, each read once for all the jobs (not joined per job)."""
+    fields = {"project": None, "template": None, "device_model": None, "request_template": None}
+    for name in fields:
+        field = Job._meta.get_field(name)
+        wanted = {getattr(j, field.attname) for j in jobs if not field.is_cached(j)} - {None}
+        qs = field.related_model.objects.all()
+        if name == "template":
+            qs = qs.select_related("device_model")
+        fields[name] = (field, qs.in_bulk(wanted) if wanted else {})
+    for job in jobs:
+        for field, rows in fields.values():
+            key = getattr(job, field.attname)
+            if key is not None and not field.is_cached(job):
+                setattr(job, field.name, rows[key])
+    return jobs
 
 
 # --------------------------------------------------------------------------------------------------
@@ -187,19 +202,6 @@ def _hint_keys(requests_) -> tuple:
             else:
                 keys.add(_RELEASE)
     return tuple(sorted(keys))
-
-
-def _placement_cards(snapshot: Snapshot, placement) -> set[tuple[str, str]]:
-    out = set()
-    for part in placement.parts:
-        node = snapshot.by_name.get(part.node)
-        if node is None:
-            continue
-        for a in part.devices:
-            with contextlib.suppress(KeyError):
-                dev = node.device(a.device_id)
-                out.add((dev.vendor, dev.model))
-    return out
 
 
 class _Epoch(float):
@@ -310,7 +312,7 @@ def scheduling_cycle_run(
                 qs = qs.filter(pk__in=examine)
             wanted = set(examine)
             loaded = {job.pk: job for job in qs if job.pk in wanted}
-        jobs = [loaded[pk] for pk in examine if pk in loaded]
+        jobs = _with_related([loaded[pk] for pk in examine if pk in loaded])
         result.considered = len(jobs)
         result.pending = result.parked
         if not jobs:
@@ -321,35 +323,7 @@ def scheduling_cycle_run(
             return result
         seq = hints.seq if hints is not None else 0
         engine = Engine(policy=policy or scheduler_policy() or BEST)
-        prechecks = Prechecks()
-        catalog = list(DeviceModel.objects.all())
-        coefficients = coefficients_on([m.pk for m in catalog])
-        outcomes: list[tuple[Job, Decision, Decimal | None, int]] = []
-        keys: dict[int, tuple] = {}
-        for job in jobs:
-            failures = prechecks.failures(job, job_vendors(job))
-            decision = None
-            cu = None
-            requests_ = job_requests(
-                job, precheck_failures=failures, catalog=catalog, coefficients=coefficients
-            )
-            refused = False
-            for request, granted in requests_:
-                decision, refused = place_or_refuse(engine, snapshot, request)
-                cu = granted
-                if refused:  # kept pending with the reason, not parked; the batch goes on
-                    if changes is not None:
-                        snapshot_cache().invalidate()  # next cycle reads the cards from the database
-                    break
-                if decision.placed:
-                    library_trace_step(decision, granted)  # profile requests: the deciding measurement
-                    break
-            if decision is None:  # no shape at all (e.g. no model with a coefficient): explain
-                decision = Decision(uuid.uuid4().hex, str(job.pk), engine.policy.name)
-                decision.explanation = NO_MODEL
-            elif not decision.placed and not refused:
-                keys[job.pk] = _hint_keys(requests_)
-            outcomes.append((job, decision, cu, positions[job.pk]))
+        outcomes, keys = _decide(jobs, engine=engine, snapshot=snapshot, changes=changes, positions=positions)
         result.engine_seconds = time.perf_counter() - started
 
         started = time.perf_counter()
@@ -376,10 +350,51 @@ def scheduling_cycle_run(
     return result
 
 
+def _decide(jobs: list[Job], *, engine: Engine, snapshot: Snapshot, changes, positions: dict[int, int]):
+    """The engine's decision for each job, in queue order, on the cycle's snapshot: the outcomes
+    ``(job, decision, compute units, queue position)`` and the queueing-hint keys of the jobs that did
+    not fit."""
+    prechecks = Prechecks()
+    catalog = list(DeviceModel.objects.all())
+    coefficients = coefficients_on([m.pk for m in catalog])
+    outcomes: list[tuple[Job, Decision, Decimal | None, int]] = []
+    keys: dict[int, tuple] = {}
+    sharing_memo: dict = {}  # the clusters' sharing gates, read once per cycle
+    for job in jobs:
+        failures = prechecks.failures(job, job_vendors(job))
+        decision = None
+        cu = None
+        requests_ = job_requests(
+            job,
+            precheck_failures=failures,
+            catalog=catalog,
+            coefficients=coefficients,
+            sharing_check=sharing_memo,
+        )
+        refused = False
+        for request, granted in requests_:
+            decision, refused = place_or_refuse(engine, snapshot, request)
+            cu = granted
+            if refused:  # kept pending with the reason, not parked; the batch goes on
+                if changes is not None:
+                    snapshot_cache().invalidate()  # next cycle reads the cards from the database
+                break
+            if decision.placed:
+                library_trace_step(decision, granted)  # profile requests: the deciding measurement
+                break
+        if decision is None:  # no shape at all (e.g. no model with a coefficient): explain
+            decision = Decision(uuid.uuid4().hex, str(job.pk), engine.policy.name)
+            decision.explanation = NO_MODEL
+        elif not decision.placed and not refused:
+            keys[job.pk] = _hint_keys(requests_)
+        outcomes.append((job, decision, cu, positions[job.pk]))
+    return outcomes, keys
+
+
 def _park(hints: UnschedulableQueue, outcomes, keys, *, seq: int, snapshot: Snapshot, result) -> None:
     """Park this cycle's jobs that stayed pending; placements dropped at persist time are events."""
     for placement in result.released_in_cycle:
-        for vendor, model in _placement_cards(snapshot, placement):
+        for vendor, model in placement_cards(snapshot, placement):
             hints.freed(vendor, model)
     if result.preempted:  # preemption released cards (the snapshot cache sees which next cycle)
         hints.event((_ANY,))

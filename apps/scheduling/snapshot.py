@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import defaultdict
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 
 from django.db import connection
 
@@ -506,6 +506,13 @@ class SnapshotCache:
         added = current.keys() - before.keys()
         gone = before.keys() - current.keys()
         touched = {current[pk][0] for pk in added} | {before[pk][0] for pk in gone}
+        # Rows this cache never saw come and go (a cycle's own rows deleted before the next diff):
+        # the snapshot's placements are compared with the jobs that hold rows, not only the ids.
+        held = {job for job, _device in current.values()}
+        stale = snap.placements.keys() - held
+        for job in stale:
+            changes.freed.update(placement_cards(snap, snap.placements[job]))
+        touched |= stale | (held - snap.placements.keys())
         gone_devices = {before[pk][1] for pk in gone}
         if gone_devices:
             for vendor, model_id, raw in Device.objects.filter(pk__in=gone_devices).values_list(
@@ -535,6 +542,20 @@ class SnapshotCache:
         expected = {job for job, _device in self.allocs.values()}
         if set(self.snapshot.placements) != expected:
             raise _Unaccounted("placements differ from the active allocations")
+
+
+def placement_cards(snapshot: Snapshot, placement: Placement) -> set[tuple[str, str]]:
+    """(vendor, model) of every card a placement holds on the snapshot's nodes."""
+    out = set()
+    for part in placement.parts:
+        node = snapshot.by_name.get(part.node)
+        if node is None:
+            continue
+        for a in part.devices:
+            with suppress(KeyError):
+                dev = node.device(a.device_id)
+                out.add((dev.vendor, dev.model))
+    return out
 
 
 class _Unaccounted(Exception):

@@ -89,15 +89,10 @@ def test_a_check_beyond_the_model_refuses_before_the_save():
 def test_services_validate_through_apps_core_validation_not_a_bare_full_clean():
     """ "Validate before save" has one path: ``apps.core.validation.validate`` (or ``validate_and_save``,
     ``model_update``), whose failure is one ValidationFailed; a bare ``full_clean()`` raised Django's
-    ValidationError, shown by the API as a bare "Invalid input.". Every app keeps to it except
-    ``apps/billing``, which follows once its metering rework lands."""
+    ValidationError, shown by the API as a bare "Invalid input.". Every app keeps to it."""
     found = []
     for path in sorted((ROOT / "apps").rglob("*.py")):
-        if (
-            path.name == "validation.py"
-            or "migrations" in path.parts
-            or path.is_relative_to(ROOT / "apps" / "billing")
-        ):
+        if path.name == "validation.py" or "migrations" in path.parts:
             continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "full_clean":

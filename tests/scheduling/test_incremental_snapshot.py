@@ -171,9 +171,10 @@ def test_a_card_removed_or_a_pool_changed_rebuilds(fleet, member_project, a100):
     assert changes.rebuilt and snapshot.by_name["gpu-01"].factor == 150
 
 
-def test_placements_the_database_does_not_hold_force_a_rebuild(fleet, member_project, a100):
-    """A placement left in the snapshot that no allocation backs (e.g. a persist that rolled back
-    without the cache noticing) is unaccounted for: the next refresh rebuilds."""
+def test_placements_the_database_does_not_hold_are_released(fleet, member_project, a100):
+    """A placement left in the snapshot that no allocation backs (a cycle's own rows released or
+    deleted before the next diff saw them, a persist that rolled back without the cache noticing) is
+    released by the next refresh, its cards freed, without a rebuild."""
     user, project = member_project
     job = _submit(project, user, a100, 1, "ghost")
     snapshot, _ = _refresh()
@@ -181,8 +182,8 @@ def test_placements_the_database_does_not_hold_force_a_rebuild(fleet, member_pro
     request = services.job_requests(Job.objects.get(pk=job.pk))[0][0]
     assert engine.place(snapshot, request, commit=True).placed  # in memory only
     snapshot, changes = _refresh()
-    assert changes.rebuilt and "differ" in changes.reason
-    assert str(job.pk) not in snapshot.placements
+    assert not changes.rebuilt and str(job.pk) in changes.released_jobs
+    assert str(job.pk) not in snapshot.placements and changes.freed
 
 
 def test_a_failed_cycle_drops_the_cache(fleet, member_project, a100, monkeypatch):

@@ -18,6 +18,7 @@ from apps.billing.models import (
 from apps.billing.services.months import current_month, default_currency, next_month
 from apps.core.audit import actor_fields, change_record_create, snapshot
 from apps.core.errors import ValidationFailed
+from apps.core.validation import validate_and_save
 
 
 def open_month_for_adjustment(after: date | None = None) -> date:
@@ -72,8 +73,7 @@ def adjustment_create(
         corrects_bill=corrects_bill,
         **{k: v for k, v in actor_fields(actor).items()},
     )
-    adjustment.full_clean()
-    adjustment.save()
+    validate_and_save(adjustment, what="adjustment")
     change_record_create(
         actor=actor,
         action="billing.adjustment_create",

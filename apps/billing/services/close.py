@@ -220,20 +220,31 @@ class _ProjectUsage:
     jobs: list[tuple] = field(default_factory=list)  # (job_id, cu_hours, amount)
 
 
-def _usage_by_project(month: date) -> dict[int, _ProjectUsage]:
+def _usage_by_project(month: date) -> tuple[dict[int, _ProjectUsage], dict[tuple, Decimal]]:
+    """Every project's usage of the month, and the CU-hours used per (device model, pool) for the idle
+    cost: two grouped reads of the month's entries (by resource and pool, by job)."""
     usage: dict[int, _ProjectUsage] = defaultdict(_ProjectUsage)
+    used_by_group: dict[tuple, Decimal] = defaultdict(Decimal)
+    resources: dict[tuple, list] = {}
     entries = UsageEntry.objects.filter(month=month).order_by()
-    for row in entries.values("project_id", "device_model_id", "template_id").annotate(
+    for row in entries.values("project_id", "device_model_id", "template_id", "pool_id").annotate(
         cu=Sum("cu_hours"), amount=Sum("amount"), n=Count("pk")
     ):
-        item = usage[row["project_id"]]
-        item.resources.append((row["device_model_id"], row["template_id"], row["cu"], row["amount"]))
-        item.cu_hours += row["cu"]
-        item.amount += row["amount"]
-        item.entries += row["n"]
+        used_by_group[(row["device_model_id"], row["pool_id"])] += row["cu"]
+        key = (row["project_id"], row["device_model_id"], row["template_id"])
+        summed = resources.setdefault(key, [Decimal(0), Decimal(0), 0])
+        summed[0] += row["cu"]
+        summed[1] += row["amount"]
+        summed[2] += row["n"]
+    for (project_id, model_id, template_id), (cu, amount, n) in resources.items():
+        item = usage[project_id]
+        item.resources.append((model_id, template_id, cu, amount))
+        item.cu_hours += cu
+        item.amount += amount
+        item.entries += n
     for row in entries.values("project_id", "job_id").annotate(cu=Sum("cu_hours"), amount=Sum("amount")):
         usage[row["project_id"]].jobs.append((row["job_id"], row["cu"], row["amount"]))
-    return usage
+    return usage, used_by_group
 
 
 # The idle line's label (stored; the bill page and files show it in the reader's language).
@@ -339,10 +350,19 @@ def _bill_build(
 
 
 def month_close_run(
-    *, period: BillingPeriod, actor, finalize: bool = True, progress: ProgressCallback | None = None
+    *,
+    period: BillingPeriod,
+    actor,
+    finalize: bool = True,
+    progress: ProgressCallback | None = None,
+    capacity_kept: bool = False,
 ) -> BillingPeriod:
     """Meter the month, build every project's bill (one transaction each, so progress shows), then
-    finalize them all and close the month in one transaction. A closed month is returned untouched."""
+    finalize them all and close the month in one transaction. A closed month is returned untouched.
+
+    Finalizing replays the month's capacity invariant (``_ensure_capacity_kept``) unless the caller
+    has just replayed it under the ledger lock (``capacity_kept``: ``month_close``, whose start did),
+    so one close replays a month of allocations once."""
     period = BillingPeriod.objects.get(pk=period.pk)
     if period.state == BillingPeriod.State.CLOSED:
         return period
@@ -362,7 +382,9 @@ def month_close_run(
         runs.run_start(run_id=period.close_run.pk, kind=MONTH_CLOSE_RUN_KIND, resume=True) or period.close_run
     )
     try:
-        return _month_close_build(period=period, actor=actor, finalize=finalize, progress=progress)
+        return _month_close_build(
+            period=period, actor=actor, finalize=finalize, progress=progress, capacity_kept=capacity_kept
+        )
     except Exception as exc:
         # The month stays closing (close_month resumes it); its run says why it stopped.
         runs.run_fail(
@@ -372,7 +394,7 @@ def month_close_run(
 
 
 def _month_close_build(
-    *, period: BillingPeriod, actor, finalize: bool, progress: ProgressCallback | None
+    *, period: BillingPeriod, actor, finalize: bool, progress: ProgressCallback | None, capacity_kept: bool
 ) -> BillingPeriod:
     start, end = month_bounds(period.month)
     _progress(period, message=METERING)
@@ -381,15 +403,7 @@ def _month_close_build(
         # Drafts from an earlier run are rebuilt (a finalized bill is never touched).
         BillLine.objects.filter(bill__period=period, bill__state=Bill.State.DRAFT).delete()
         Bill.objects.filter(period=period, state=Bill.State.DRAFT).delete()
-    usage = _usage_by_project(period.month)
-    used_by_group: dict[tuple, Decimal] = defaultdict(Decimal)
-    for row in (
-        UsageEntry.objects.filter(month=period.month)
-        .order_by()
-        .values("device_model_id", "pool_id")
-        .annotate(cu=Sum("cu_hours"))
-    ):
-        used_by_group[(row["device_model_id"], row["pool_id"])] += row["cu"]
+    usage, used_by_group = _usage_by_project(period.month)
     idle_cu, idle_cost = _idle(period, used_by_group)
     already = set(Bill.objects.filter(period=period).values_list("project_id", flat=True))
     adjusted = set(Adjustment.objects.filter(month=period.month).values_list("project_id", flat=True))
@@ -445,7 +459,8 @@ def _month_close_build(
         locked.idle_cost = idle_cost
         locked.platform_cost = platform_cost
         if finalize:
-            _ensure_capacity_kept(locked.month)
+            if not capacity_kept:
+                _ensure_capacity_kept(locked.month)
             now = timezone.now()
             _bills_finalize(Bill.objects.filter(period=locked, state=Bill.State.DRAFT), now=now)
             locked.state = BillingPeriod.State.CLOSED
@@ -480,7 +495,10 @@ def month_close(
     progress: ProgressCallback | None = None,
     now: datetime | None = None,
 ) -> BillingPeriod:
-    """Close a month end to end (the close_month command). Closing a closed month changes nothing."""
+    """Close a month end to end (the close_month command). Closing a closed month changes nothing.
+
+    The capacity invariant is replayed once, at the start (under the ledger lock, before anything
+    is written); finalizing does not replay it again."""
     with ledger_lock("close") as taken:
         if not taken:
             raise Conflict(
@@ -489,7 +507,9 @@ def month_close(
         period = month_close_start(month=month, actor=actor, idle_policy=idle_policy, now=now)
         if period.state == BillingPeriod.State.CLOSED:
             return period
-        return month_close_run(period=period, actor=actor, finalize=finalize, progress=progress)
+        return month_close_run(
+            period=period, actor=actor, finalize=finalize, progress=progress, capacity_kept=True
+        )
 
 
 # The billing worker's task that finishes a close, sent by name (worker/ sits above every app).

@@ -21,6 +21,7 @@ from apps.billing.services.months import default_currency
 from apps.core.audit import change_record_create, snapshot
 from apps.core.errors import Conflict, ValidationFailed
 from apps.core.formatting import format_datetime
+from apps.core.validation import validate
 
 RATE_CARD_FIELDS = [
     "name",
@@ -55,7 +56,7 @@ def rate_card_overlaps(card: RateCard) -> RateCard | None:
 
 
 def _rate_card_check(card: RateCard) -> None:
-    card.full_clean()
+    validate(card, what="rate card")
     clash = rate_card_overlaps(card)
     if clash is not None:
         until = format_datetime(clash.effective_to) if clash.effective_to else _("open-ended")
@@ -145,7 +146,7 @@ def rate_card_discount_set(*, card: RateCard, project: Project, percent: Decimal
     )
     before = None if discount.pk is None else {"percent": str(discount.percent)}
     discount.percent = percent
-    discount.full_clean()
+    validate(discount, what="discount")
     if not (Decimal(0) <= Decimal(percent) <= Decimal(100)):
         raise ValidationFailed(_("A discount is between 0 and 100 %."), details={"percent": ["0–100"]})
     discount.save()

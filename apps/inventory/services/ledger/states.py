@@ -1,7 +1,7 @@
 """Ledger (台账) state changes: node status, device cordon / pool status / retirement / edits.
 
 Every state change here locks its rows (``select_for_update``), re-reads the state inside the lock,
-validates with ``full_clean()`` and writes both a ``DeviceEvent`` (the ledger history operators read)
+validates through ``apps.core.validation`` and writes both a ``DeviceEvent`` (the ledger history operators read)
 and a ``core.ChangeRecord`` (the audit trail). Asking for the state a row is already in is a no-op
 and writes no event.
 """
