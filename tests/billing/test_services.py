@@ -6,7 +6,6 @@ from datetime import date
 from decimal import Decimal
 
 import pytest
-from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 
 from apps.billing import services
@@ -364,12 +363,13 @@ def test_overlapping_rate_cards_of_one_scope_are_refused(flat_rate, a100):
 
 
 def test_negative_prices_and_scope_mismatches_are_refused(a100):
-    with pytest.raises(ValidationError) as err:
+    with pytest.raises(ValidationFailed) as err:
         services.rate_card_create(
             actor="test", name="neg", price_per_cu_hour=Decimal("-1"), effective_from=date(2026, 1, 1)
         )
-    assert "price_per_cu_hour" in err.value.message_dict
-    with pytest.raises(ValidationError) as err:
+    assert err.value.message == "rate card is invalid: price_per_cu_hour: A price cannot be negative."
+    assert "price_per_cu_hour" in err.value.details
+    with pytest.raises(ValidationFailed) as err:
         services.rate_card_create(
             actor="test",
             name="x",
@@ -377,7 +377,7 @@ def test_negative_prices_and_scope_mismatches_are_refused(a100):
             price_per_cu_hour=Decimal("1"),
             effective_from=date(2026, 1, 1),
         )
-    assert "device_model" in err.value.message_dict
+    assert "device_model" in err.value.details and err.value.message.startswith("rate card is invalid:")
     assert not RateCard.objects.exists()
 
 
