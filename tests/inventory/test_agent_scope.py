@@ -16,6 +16,7 @@ from decimal import Decimal
 
 import pytest
 from django.core.management import call_command
+from django.db import transaction
 from django.urls import reverse
 
 from apps.catalog.models import ComputeCoefficient, DeviceModel
@@ -310,6 +311,17 @@ def test_staff_approve_a_pending_node_through_the_api_and_others_cannot(
     # Approving again changes nothing.
     assert api_client.post(url).status_code == 200
     assert ChangeRecord.objects.filter(action="node.approve").count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_approving_in_autocommit_takes_its_own_transaction(demo, staff_user):
+    """``node_approve`` locks the node row, so it opens its own transaction: called in autocommit, as
+    the API view calls it, it admits the node instead of failing (a 500 the API fuzzing found)."""
+    node = Node.objects.create(cluster=demo, name="gpu-01", pending_approval=True)
+    assert not transaction.get_connection().in_atomic_block
+    node_approve(node=node, actor=staff_user)
+    node.refresh_from_db()
+    assert not node.pending_approval
 
 
 def test_the_admin_approve_action_admits_pending_nodes(client, demo, staff_user):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.db import transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
@@ -21,6 +22,7 @@ from apps.inventory.services.discovery.common import (
 from apps.inventory.services.ledger.events import device_event_create
 
 
+@transaction.atomic
 def node_approve(*, node: Node, actor, via: str = VIA_STAFF) -> Node:
     """Admit a node pending approval: from now on it takes work. Idempotent (an approved node is
     returned unchanged, with no event). Staff call it (admin action, API); ``via`` says who
