@@ -9,7 +9,8 @@ compute units on Ascend). The same queue is scheduled twice from scratch:
 
 Prints jobs/s for both, the ratio, the engine's share of the time, and checks afterwards that no
 card is over-allocated and no project is over its quota. Figures only; nothing is asserted on time.
-``BENCH_BASELINE=0`` skips the baseline (slow at 10,000 nodes).
+``BENCH_BASELINE=0`` skips the baseline (slow at 10,000 nodes); ``BENCH_PROFILE=<path>`` profiles the
+production run with cProfile and prints the top 20 by cumulative time.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/suanchi_bench python benchmarks/scheduling_cycle.py
 """
@@ -234,7 +235,17 @@ def main() -> None:
     if os.environ.get("BENCH_BASELINE", "1") != "0":  # BENCH_BASELINE=0: only the production path
         base_s, base = run(batch=1)
         rows.append(("baseline (1 job / transaction)", base_s, base))
-    ours_s, ours = run(batch=200)
+    profile_to = os.environ.get("BENCH_PROFILE")  # a path: cProfile the production run, top 20 cumulative
+    if profile_to:
+        import cProfile
+        import pstats
+
+        profiler = cProfile.Profile()
+        ours_s, ours = profiler.runcall(run, 200)
+        profiler.dump_stats(profile_to)
+        pstats.Stats(profile_to).sort_stats("cumulative").print_stats(20)
+    else:
+        ours_s, ours = run(batch=200)
     rows.append(("suanchi (200 / batch)", ours_s, ours))
     bad = check_no_overallocation()
     for label, seconds, result in rows:

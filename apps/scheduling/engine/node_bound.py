@@ -158,10 +158,11 @@ class _NodeLP:
             if added:
                 lp_value, pi_m = self.master()
             pure = not added or best_pi is None
-            pi = pi_m if pure else 0.5 * best_pi + 0.5 * pi_m
+            pi = pi_m if pure else SMOOTHING * best_pi + (1.0 - SMOOTHING) * pi_m
         return max(best, lp_value), lp_value, rounds, converged
 
 
+SMOOTHING = 0.5  # Wentges' weight on the best-bound prices (0.8 tried on cpu250: inconclusive under load)
 EXACT_CARD_VARS = 240  # per-card slice variables up to which pricing packs each card exactly
 
 
