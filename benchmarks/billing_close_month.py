@@ -141,6 +141,7 @@ def allocations(
         rows.append(
             Allocation(
                 job=jobs[i % len(jobs)],
+                project_id=jobs[i % len(jobs)].project_id,
                 device=device,
                 node_id=device.node_id,
                 replica=i // len(jobs),

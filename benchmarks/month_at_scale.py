@@ -224,12 +224,14 @@ def build_allocations(rng: random.Random, devices, projects, count: int) -> int:
         batch_size=5000,
     )
     job_ids = [j.pk for j in jobs]
+    project_of = {j.pk: j.project_id for j in jobs}
     rows = []
     for i, (device, a, b, milli, preempted) in enumerate(plans):
         units = (device[3] * milli / 1000).quantize(Decimal("0.0001"))
         rows.append(
             (
                 job_ids[i % len(job_ids)],
+                project_of[job_ids[i % len(job_ids)]],
                 device[0],
                 device[1],
                 i // len(job_ids),
@@ -244,7 +246,7 @@ def build_allocations(rng: random.Random, devices, projects, count: int) -> int:
             )
         )
     given = (
-        "job_id", "device_id", "node_id", "replica", "whole_card", "memory_mib", "compute_milli",
+        "job_id", "project_id", "device_id", "node_id", "replica", "whole_card", "memory_mib", "compute_milli",
         "compute_units", "trace_id", "started_at", "released_at", "release_reason",
     )  # fmt: skip
     return _copy(Allocation, given, rows)

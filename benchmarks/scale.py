@@ -111,6 +111,7 @@ def _block_ascend(models, projects) -> int:
     rows = [
         Allocation(
             job=holder,
+            project_id=holder.project_id,
             device_id=pk,
             node_id=node_id,
             replica=i,  # one slot per card (the unique slot is job, device, replica, attempt)

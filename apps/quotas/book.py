@@ -167,11 +167,9 @@ def _summed_holdings(ctx: QuotaContext) -> list[admission.Holding]:
     """What the active allocations hold of each row, summed in SQL per project, card class and
     borrowed flag (one holding per row and kind, not per job)."""
     rows = (
-        Allocation.objects.filter(released_at__isnull=True, job__project_id__in=list(ctx.project_rows))
+        Allocation.objects.filter(released_at__isnull=True, project_id__in=list(ctx.project_rows))
         .order_by()
-        .values_list(
-            "job__project_id", "device__vendor", "device__device_model_id", "node__pool_id", "borrowed"
-        )
+        .values_list("project_id", "device__vendor", "device__device_model_id", "node__pool_id", "borrowed")
         .annotate(cu=Sum("compute_units"), memory=Sum("memory_mib"))
     )
     summed: dict[str, admission.Holding] = {}
@@ -194,10 +192,10 @@ def _summed_holdings(ctx: QuotaContext) -> list[admission.Holding]:
 
 def _holdings(ctx: QuotaContext) -> list[admission.Holding]:
     rows = Allocation.objects.filter(
-        released_at__isnull=True, job__project_id__in=list(ctx.project_rows)
+        released_at__isnull=True, project_id__in=list(ctx.project_rows)
     ).values_list(
         "job_id",
-        "job__project_id",
+        "project_id",
         "job__priority",
         "device__vendor",
         "device__device_model_id",

@@ -71,13 +71,13 @@ def decayed_usage(
     now = now or timezone.now()
     h = half_life if half_life is not None else half_life_hours()
     horizon = now - dt.timedelta(hours=max(h, 1.0) * 10)
-    allocations = Allocation.objects.filter(job__project_id__in=list(project_ids)).filter(
+    allocations = Allocation.objects.filter(project_id__in=list(project_ids)).filter(
         Q(released_at__isnull=True) | Q(released_at__gte=horizon)
     )
     k = math.log(2) / h if h > 0 else 0.0
     if connection.vendor == "postgresql":
         return _decayed_usage_sql(allocations, now=now, k=k)
-    rows = allocations.values_list("job__project_id", "compute_units", "started_at", "released_at")
+    rows = allocations.values_list("project_id", "compute_units", "started_at", "released_at")
     usage: dict[int, float] = defaultdict(float)
     for project_id, cu, started, released in rows:
         end_age = max((now - (released or now)).total_seconds() / 3600, 0.0)
@@ -112,10 +112,8 @@ def _decayed_usage_sql(allocations: QuerySet, *, now: dt.datetime, k: float) -> 
     cu = Cast("compute_units", FloatField())
     end_age, start_age = age_hours(Coalesce("released_at", Value(now))), age_hours(F("started_at"))
     term = cu * (start_age - end_age) if k == 0 else cu * (decay(end_age) - decay(start_age)) / Value(k)
-    rows = (
-        allocations.order_by().values("job__project_id").annotate(usage=Sum(term, output_field=FloatField()))
-    )
-    return {row["job__project_id"]: row["usage"] or 0.0 for row in rows}
+    rows = allocations.order_by().values("project_id").annotate(usage=Sum(term, output_field=FloatField()))
+    return {row["project_id"]: row["usage"] or 0.0 for row in rows}
 
 
 def fair_shares(project_ids, *, now: dt.datetime | None = None) -> dict[int, float]:
@@ -243,7 +241,7 @@ def usage_history(
     from apps.jobs.models import Allocation
 
     guarantee = sum((q.guaranteed_cu for q in Quota.objects.filter(project=project)), Decimal(0))
-    allocations = Allocation.objects.filter(job__project=project, started_at__lt=end).filter(
+    allocations = Allocation.objects.filter(project=project, started_at__lt=end).filter(
         Q(released_at__isnull=True) | Q(released_at__gt=start)
     )
     steps = []
@@ -304,7 +302,7 @@ def guarantee_share_used(*, project: Project, start: dt.datetime, end: dt.dateti
         output_field=DurationField(),
     )
     rows = (
-        Allocation.objects.filter(job__project=project, borrowed=False, started_at__lt=end)
+        Allocation.objects.filter(project=project, borrowed=False, started_at__lt=end)
         .filter(Q(released_at__isnull=True) | Q(released_at__gt=start))
         .order_by()
         .annotate(overlap=overlap)

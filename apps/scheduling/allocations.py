@@ -94,6 +94,7 @@ def allocation_row(
     compute = WHOLE if a.whole else a.compute
     return Allocation(
         job=job,
+        project_id=job.project_id,
         device_id=pk,
         node_id=caps[pk][2],
         replica=replica,

@@ -120,11 +120,14 @@ def _with_related(jobs: list[Job]) -> list[Job]:
 # model (or vendor) its requests name, any card freed when its requests name none or when it waited
 # on quota, and for every job a fleet or quota change (a node added, patched, uncordoned, a card's
 # health or pool changed, a quota or lending window edited). The events come from the snapshot
-# cache's diff against the database (snapshot.SnapshotCache), so they cover other processes too, and
-# from placements this cycle dropped at persist time. A parked job keeps its last explanation and
-# trace; it is re-examined (and its explanation refreshed) when it is woken, when its own row changes
-# (``updated_at``), and at least every UNSCHEDULABLE_FLUSH_S. The order of the jobs that are examined
-# is the same queue order as before (priority, fair share, age).
+# cache's diff against the database (snapshot.SnapshotCache), so they cover other processes too. A
+# placement dropped at persist time (render refused, quota, a lost race) is no such event: it frees
+# cards only the jobs examined after it in the same cycle saw as taken, and only those are left
+# unparked (``_woken_in_cycle``), so a job refused every cycle does not wake the backlog. A parked
+# job keeps its last explanation and trace; it is re-examined (and its explanation refreshed) when
+# it is woken, when its own row changes (``updated_at``), and at least every UNSCHEDULABLE_FLUSH_S.
+# The order of the jobs that are examined is the same queue order as before (priority, fair share,
+# age).
 
 UNSCHEDULABLE_FLUSH_S = 300.0  # kube-scheduler's podMaxInUnschedulablePodsDuration default
 _ANY = ("any",)
@@ -392,26 +395,54 @@ def _decide(jobs: list[Job], *, engine: Engine, snapshot: Snapshot, changes, pos
 
 
 def _park(hints: UnschedulableQueue, outcomes, keys, *, seq: int, snapshot: Snapshot, result) -> None:
-    """Park this cycle's jobs that stayed pending; placements dropped at persist time are events."""
-    for placement in result.released_in_cycle:
-        for vendor, model in placement_cards(snapshot, placement):
-            hints.freed(vendor, model)
+    """Park this cycle's jobs that stayed pending, except those a placement dropped at persist time
+    may have let fit (``_woken_in_cycle``): those are examined again next cycle."""
     if result.preempted:  # preemption released cards (the snapshot cache sees which next cycle)
         hints.event((_ANY,))
     by_pk = {job.pk: job for job, *_ in outcomes}
     placed = set(result.placed_job_ids)
     for pk in by_pk:
         hints.parked.pop(pk, None)
+    woken = _woken_in_cycle(outcomes, keys, snapshot=snapshot, dropped=result.released_in_cycle)
     for pk in result.pending_fit_ids:
-        if pk in placed or pk not in keys:
+        if pk in placed or pk not in keys or pk in woken:
             continue
         updated = result.reason_written_at.get(pk, by_pk[pk].updated_at)
         hints.park(pk, seq=seq, updated_at=_micros(updated), keys=keys[pk])
-    for pk in [*result.pending_quota_ids, *result.pending_error_ids]:
+    # A job held by quota is not parked: its headroom moves with every placement and release in its
+    # department (a lender's own jobs take back what it lent), events the fleet diff does not carry,
+    # so it is examined again each cycle (admission only, no placement search) and its reason stays
+    # current (the queue board's starved categories read it).
+    for pk in result.pending_error_ids:
         if pk in placed:
             continue
         updated = result.reason_written_at.get(pk, by_pk[pk].updated_at)
         hints.park(pk, seq=seq, updated_at=_micros(updated), keys=(_ANY, _RELEASE))
+
+
+def _woken_in_cycle(outcomes, keys, *, snapshot: Snapshot, dropped) -> set[int]:
+    """The jobs of this cycle that did not fit, examined after a placement that was then dropped at
+    persist time (render refused, quota, lost race, cancelled) on cards they could use.
+
+    The engine took those cards in queue order, so only the jobs decided after the placement saw
+    them as taken. It is no event for anyone else: not for the jobs parked in earlier cycles (the
+    placement did not exist when they were examined), nor for the dropped job itself, which stays
+    parked with its reason until its row, the fleet or quotas change, cards are really released, or
+    the flush interval passes. A fleet-wide event here re-examined the whole backlog every cycle."""
+    if not dropped:
+        return set()
+    order = {decision.request_id: i for i, (_job, decision, *_rest) in enumerate(outcomes)}
+    first: dict[tuple, int] = {}  # event key → the earliest queue index of a drop that freed it
+    for placement in dropped:
+        i = order.get(placement.request_id, -1)  # unknown: as if decided first (wakes more, never less)
+        for vendor, model in placement_cards(snapshot, placement):
+            for key in (("vendor", vendor), ("model", model), _RELEASE):
+                first[key] = min(first.get(key, i), i)
+    return {
+        job.pk
+        for i, (job, *_rest) in enumerate(outcomes)
+        if job.pk in keys and any(first.get(key, i) < i for key in keys[job.pk])
+    }
 
 
 def queue_position(job: Job) -> int | None:

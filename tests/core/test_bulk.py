@@ -93,6 +93,7 @@ def _fleet():
 def _allocation(job, device, node, replica):
     return Allocation(
         job=job,
+        project_id=job.project_id,
         device=device,
         node=node,
         replica=replica,

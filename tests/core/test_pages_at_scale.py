@@ -188,6 +188,7 @@ def _grow_jobs(k: int, n_jobs: int, now, *, models, projects, devices) -> list:
     allocations = Allocation.objects.bulk_create(
         Allocation(
             job=job,
+            project_id=job.project_id,
             device=device,
             node_id=device.node_id,
             whole_card=True,

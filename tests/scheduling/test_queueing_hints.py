@@ -8,7 +8,7 @@ from django.utils import timezone
 
 from apps.inventory.models import Device, Node
 from apps.jobs.models import QUEUED_STATES, Allocation, Job, JobState
-from apps.scheduling import services
+from apps.scheduling import persist, services
 from apps.scheduling.models import DecisionTrace
 from tests.fixtures.jobs import submit_whole_cards
 
@@ -116,7 +116,7 @@ def test_woken_jobs_keep_priority_order(full, a100):
 
 
 def test_an_event_on_the_jobs_model_wakes_it(full, a100):
-    """The event the cycle records when a placement is dropped at persist time (a lost race)."""
+    """The event the snapshot cache reports when cards of the job's model are released."""
     _user, _project, _busy, waiting, _npu = full
     hints = services.unschedulable_queue()
     seq = hints.seq
@@ -126,3 +126,38 @@ def test_an_event_on_the_jobs_model_wakes_it(full, a100):
     hints.freed("nvidia", a100.name)
     assert hints.seq == seq + 1
     assert hints.waiting(waiting.pk, stamp, 0.0) is False
+
+
+def test_a_placement_dropped_at_persist_wakes_only_the_jobs_examined_after_it(
+    fleet, member_project, a100, monkeypatch
+):
+    """A job placed by the engine whose objects are refused every cycle (e.g. Huawei fractions in the
+    plain device-plugin mode) gives its cards back at persist time. Only the jobs examined after it in
+    that cycle saw them taken; the parked backlog of the same model and the job itself stay parked
+    (before: every parked job was woken, every cycle; issue 31 §2)."""
+    user, project = member_project
+    _submit(project, user, a100, 4, "a1")
+    _submit(project, user, a100, 2, "a2")  # two A100 cards stay free
+    assert services.scheduling_cycle_run().placed == 2
+    backlog = [_submit(project, user, a100, 4, f"backlog{i}") for i in range(2)]
+    assert services.scheduling_cycle_run().placed == 0  # examined once, parked
+    refused = _submit(project, user, a100, 2, "refused")
+    late = _submit(project, user, a100, 2, "late")  # queued after it: it saw its cards taken
+    objects = persist._RenderContext.objects  # the persist step's renderer refuses this one job
+    monkeypatch.setattr(
+        persist._RenderContext,
+        "objects",
+        lambda self, job, rows: (
+            (None, "ValueError: no manifest") if job.pk == refused.pk else objects(self, job, rows)
+        ),
+    )
+    first = services.scheduling_cycle_run()
+    assert (first.considered, first.parked, first.placed) == (2, 2, 0)
+    assert first.pending_error_ids == [refused.pk] and first.pending_fit_ids == [late.pk]
+    second = services.scheduling_cycle_run()
+    assert (second.considered, second.parked) == (1, 3)  # the backlog and the refused job stay parked
+    assert second.placed_job_ids == [late.pk]  # re-examined: it gets the cards the refused job gave back
+    third = services.scheduling_cycle_run()
+    assert (third.considered, third.parked) == (0, 3)
+    assert {j.pk for j in backlog} | {refused.pk} <= set(services.unschedulable_queue().parked)
+    assert "could not be rendered" in Job.objects.get(pk=refused.pk).state_reason
