@@ -7,7 +7,6 @@ job-cost page is paginated."""
 from __future__ import annotations
 
 import datetime as dt
-import uuid
 from decimal import Decimal
 
 import pytest
@@ -23,6 +22,7 @@ from apps.jobs.models import Allocation, Job
 from apps.jobs.views import listing as job_views
 from apps.telemetry import views as telemetry_views
 from apps.telemetry.models import DeviceRollup
+from tests.fixtures.jobs import whole_card_allocation
 
 pytestmark = pytest.mark.django_db
 
@@ -146,18 +146,8 @@ def test_under_the_threshold_the_job_count_is_exact(client, staff_user, many_job
 
 
 def _allocate(job, device, **extra) -> Allocation:
-    return Allocation.objects.create(
-        job=job,
-        device=device,
-        node=device.node,
-        whole_card=True,
-        memory_mib=81920,
-        compute_milli=1000,
-        compute_units=Decimal(1),
-        trace_id=uuid.uuid4(),
-        started_at=timezone.now() - dt.timedelta(hours=2),
-        **extra,
-    )
+    started = timezone.now() - dt.timedelta(hours=2)
+    return whole_card_allocation(job, device, compute_units=Decimal(1), started_at=started, **extra)
 
 
 def test_the_allocation_admin_lists_only_the_chosen_node(client, staff_user, nodes, make_project):

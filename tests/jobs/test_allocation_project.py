@@ -4,30 +4,14 @@ without joining jobs (issue 31)."""
 
 from __future__ import annotations
 
-import uuid
-
 import pytest
-from django.utils import timezone
 
 from apps.inventory.models import Device
 from apps.jobs.models import Allocation
 from apps.scheduling import services
-from tests.fixtures.jobs import submit_whole_cards
+from tests.fixtures.jobs import submit_whole_cards, whole_card_allocation
 
 pytestmark = pytest.mark.django_db
-
-
-def _allocation(job, device) -> Allocation:
-    return Allocation.objects.create(
-        job=job,
-        device=device,
-        node=device.node,
-        whole_card=True,
-        memory_mib=81920,
-        compute_milli=1000,
-        trace_id=uuid.uuid4(),
-        started_at=timezone.now(),
-    )
 
 
 def test_the_scheduling_cycle_writes_the_jobs_project(fleet, member_project, a100):
@@ -41,6 +25,6 @@ def test_the_scheduling_cycle_writes_the_jobs_project(fleet, member_project, a10
 def test_save_fills_the_project_from_the_job(fleet, member_project, a100):
     user, project = member_project
     job = submit_whole_cards(project, user, a100, 1, name="b")
-    allocation = _allocation(job, Device.objects.filter(device_model=a100).first())
+    allocation = whole_card_allocation(job, Device.objects.filter(device_model=a100).first())
     allocation.refresh_from_db()
     assert allocation.project_id == project.pk

@@ -12,7 +12,7 @@ from apps.inventory.models import Device, Node
 from apps.jobs.models import Allocation, Job, JobState
 from apps.scheduling import services
 from apps.scheduling.snapshot import cycle_snapshot, fleet_snapshot, snapshot_cache
-from tests.fixtures.jobs import submit_whole_cards
+from tests.fixtures.jobs import submit_whole_cards, whole_card_allocation
 
 pytestmark = pytest.mark.django_db
 
@@ -45,18 +45,7 @@ def _refresh():
 
 def _foreign_allocation(job: Job, device: Device) -> Allocation:
     """What another scheduler process writes (this process's cache never saw it happen)."""
-    import uuid
-
-    return Allocation.objects.create(
-        job=job,
-        device=device,
-        node=device.node,
-        whole_card=True,
-        memory_mib=81920,
-        compute_milli=1000,
-        trace_id=uuid.uuid4(),
-        started_at=timezone.now(),
-    )
+    return whole_card_allocation(job, device)
 
 
 def test_refresh_without_changes_keeps_the_snapshot_and_matches_a_rebuild(fleet, member_project, a100):
