@@ -81,9 +81,9 @@ def trace(name: str):
     ]
 
 
-def sampled_instance(rng: random.Random, variant: str, cpu_div: int):
-    """1–2 trace nodes (cards capped at 4, CPU and memory scaled with them, CPU ÷ ``cpu_div``) and trace
-    pods drawn until they ask 1.2 × the cards."""
+def sampled_instance(rng: random.Random, variant: str, cpu_div: int, mem_div: int = 1):
+    """1–2 trace nodes (cards capped at 4, CPU and memory scaled with them, CPU ÷ ``cpu_div``, memory ÷
+    ``mem_div``) and trace pods drawn until they ask 1.2 × the cards."""
     all_nodes, all_pods = trace(variant)
     nodes = []
     for i in range(rng.randint(1, 2)):
@@ -93,7 +93,7 @@ def sampled_instance(rng: random.Random, variant: str, cpu_div: int):
             NodeSpec(
                 f"n{i}",
                 n.cpu_milli * cards // n.gpus // cpu_div,
-                n.memory_mib * cards // n.gpus,
+                n.memory_mib * cards // n.gpus // mem_div,
                 cards,
                 n.model,
             )
@@ -130,6 +130,8 @@ FAMILIES = [
     ("gpushare100", 1),
     ("gpuspec33", 2),
     ("multigpu50", 4),
+    ("cpu250", 3),  # CPU binds
+    ("gpushare100", 1, 8),  # memory binds
 ]
 
 
@@ -166,3 +168,78 @@ def test_stopped_column_generation_is_still_a_valid_bound():
         assert stopped["rounds"] <= 1  # one pricing round at the first master's duals (0: nothing fits)
         assert stopped["allocated"] >= opt - 1e-6
         assert stopped["allocated"] >= node_bound.node_lp_bound(nodes, pods)["allocated"] - 1e-6
+
+
+def test_memory_binding_node_is_bounded_exactly():
+    nodes = [NodeSpec("n", 64_000, 65_536, 2, "T4")]
+    pods = [PodSpec("a", 1000, 40_000, 1, 1000), PodSpec("b", 1000, 30_000, 1, 1000)]
+    assert offline.card_lp_bound(nodes, pods)["allocated"] > 1800  # the LP splits memory across the class
+    got = node_bound.node_lp_bound(nodes, pods)
+    assert got["status"] == "optimal" and got["allocated"] == pytest.approx(1000) == exact_mip(nodes, pods)
+
+
+@pytest.mark.parametrize(
+    "pods",
+    [
+        # a whole card beside three 300-milli slices on the other card: one node holds 7 pods worth 1,900
+        [PodSpec(f"s{i}", 1000, 1024, 1, 300) for i in range(6)] + [PodSpec("w", 1000, 1024, 1, 1000)],
+        # three pods of 2 × 300 milli share both cards: 1,800
+        [PodSpec(f"m{i}", 1000, 1024, 2, 300) for i in range(3)],
+    ],
+)
+def test_a_node_holds_more_sharing_pods_of_a_type_than_it_has_cards(pods):
+    # the pricing once capped a type at cards ÷ num pods per node, a bound below the optimum (1,800, 600)
+    nodes = [NodeSpec("n", 32_000, 65_536, 2, "T4")]
+    opt = exact_mip(nodes, pods)
+    assert opt == (1900 if len(pods) == 7 else 1800)
+    for limit in (0.0, 60.0):
+        assert node_bound.node_lp_bound(nodes, pods, time_limit=limit)["allocated"] >= opt - 1e-6
+    assert node_bound.node_lp_bound(nodes, pods)["allocated"] == pytest.approx(opt)
+
+
+def test_every_master_column_fits_its_node_so_the_master_value_is_a_point_of_the_lp():
+    rng = random.Random(11)
+    for _ in range(4):
+        nodes, pods = sampled_instance(rng, "gpushare100", 2)
+        types = offline._pod_types(pods)
+        classes = [(key, len(ns)) for key, ns in offline._node_classes(nodes)]
+        lp = node_bound._NodeLP(types, classes)
+        mix = offline.card_lp_bound(nodes, pods)["class_mix"]
+        for c, (ckey, size) in enumerate(classes):  # the card LP's pods first-fit, as node_lp_bound seeds
+            want = {t: int(x + 1e-6) for t, x in mix[c].items()}
+            for _room, _free, counts in node_bound.first_fit(ckey, types, want, size):
+                lp.add(c, counts)
+        bound, lp_value, _converged = lp.solve(float(sum(p.gpu for p in pods)), 1e18, 10.0)
+        assert lp_value <= bound + 1e-6
+        assert bound >= exact_mip(nodes, pods) - 1e-6
+        for c, counts in lp.columns:
+            node = next(n for n in nodes if (n.cpu_milli, n.memory_mib, n.gpus, n.model) == classes[c][0])
+            one = [PodSpec(f"p{t}.{i}", *types[t][0]) for t, q in counts.items() for i in range(q)]
+            assert exact_mip([node], one) == sum(p.gpu for p in one)  # all of them fit one node
+
+
+def test_greedy_packings_fit_and_prefer_what_the_prices_leave_worth():
+    # 96,000 mCPU, 8 cards: at prices that make the CPU-heavy pod worth little, the greedy fills the node
+    # with the light ones; whatever it returns fits (CPU, memory, cards)
+    ckey = (96_000, 393_216, 8, "G2")
+    types = [((32_000, 1024, 1, 1000, frozenset()), 10), ((4_000, 1024, 1, 500, frozenset()), 40)]
+    caps = {t: node_bound.alone_count(ckey, types[t]) for t in range(2)}
+    assert caps == {0: 3, 1: 16}
+    found = node_bound.greedy_patterns(ckey, types, caps, {0: 100.0, 1: 450.0})
+    best = max(found, key=lambda counts: 100.0 * counts.get(0, 0) + 450.0 * counts.get(1, 0))
+    assert best == {1: 16}
+    for counts in found:
+        assert sum(types[t][0][0] * q for t, q in counts.items()) <= 96_000
+        assert sum(types[t][0][2] * min(types[t][0][3], 1000) * q for t, q in counts.items()) <= 8000
+
+
+def test_stopped_at_the_card_lp_prices_the_bound_is_never_above_the_card_lp():
+    rng = random.Random(5)
+    for _ in range(4):
+        nodes, pods = sampled_instance(rng, "cpu250", 2)
+        card = offline.card_lp_bound(nodes, pods)
+        stopped = node_bound.node_lp_bound(
+            nodes, pods, time_limit=0.0, type_duals=card["type_duals"], class_mix=card["class_mix"]
+        )
+        assert exact_mip(nodes, pods) - 1e-6 <= stopped["allocated"] <= card["allocated"] + 1e-6
+        assert stopped["lp_value"] <= stopped["allocated"] + 1e-6

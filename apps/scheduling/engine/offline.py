@@ -197,6 +197,7 @@ def card_lp_bound(nodes: Sequence, pods: Sequence, *, time_limit: float = 60.0) 
         "pod_types": lp.n_t,
         "node_classes": lp.n_c,
         "type_duals": lp.type_duals,  # per pod type (``_pod_types`` order): prices for node_bound
+        "class_mix": lp.class_mix(),  # per node class, pods per type in the last LP: node_bound's seed
         "seconds": time.perf_counter() - t0,
     }
 
@@ -224,6 +225,8 @@ class _CardLP:
         self.obj: list[float] = []
         self.patterns: set[tuple] = set()
         self.type_duals: list[float] = [0.0] * n_t
+        self.pod_cols: list[tuple[int, int]] = []  # (type, class) of the first columns
+        self.x: Any = None  # the last LP's solution
         self._pod_columns(types, classes)
         for c, ms in enumerate(self.millis_of):
             for i, m in enumerate(ms):  # one value per card, as many as fit
@@ -261,6 +264,16 @@ class _CardLP:
                 # a sharing pod asks ``num`` slots of ``milli`` (on distinct cards, which the LP relaxes)
                 entries.append((base, num) if milli >= WHOLE else (self.slot_row[(c, milli)], num))
                 self.column(entries, float(num * milli))
+                self.pod_cols.append((t, c))
+
+    def class_mix(self) -> list[dict[int, float]]:
+        """Per node class, ``{type: pods}`` in the last LP solved (fractional)."""
+        mix: list[dict[int, float]] = [{} for _ in range(self.n_c)]
+        if self.x is not None:
+            for (t, c), x in zip(self.pod_cols, self.x, strict=False):
+                if x > 1e-9:
+                    mix[c][t] = float(x)
+        return mix
 
     def _bounds(self, types: list[tuple[tuple, int]], classes: list[tuple[tuple, list]]) -> Any:
         import numpy as np
@@ -289,7 +302,7 @@ class _CardLP:
             if res.status != 0:  # pragma: no cover - feasible (all zero) and bounded (type counts)
                 break
             rounds += 1
-            lp_value = -float(res.fun)
+            lp_value, self.x = -float(res.fun), res.x
             duals = np.maximum(-np.asarray(res.ineqlin.marginals), 0.0)
             self.type_duals = [float(x) for x in duals[:n_t]]
             dual_value = float(b @ duals)

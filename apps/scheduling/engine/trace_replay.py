@@ -427,7 +427,9 @@ def offline_once(
     lp = offline.card_lp_bound(nodes, arrived)
     node = None
     if bound_seconds > 0:
-        node = node_bound.node_lp_bound(nodes, arrived, time_limit=bound_seconds, type_duals=lp["type_duals"])
+        node = node_bound.node_lp_bound(
+            nodes, arrived, time_limit=bound_seconds, type_duals=lp["type_duals"], class_mix=lp["class_mix"]
+        )
     packed = offline.hindsight(lambda: build_snapshot(nodes), arrived, to_request, time_limit=time_limit)
     bounds = [x["allocated"] for x in (lp, aggregate, node) if x and x["allocated"] is not None]
     return {
@@ -437,6 +439,8 @@ def offline_once(
         "bound": 100.0 - min(bounds) * scale if bounds else None,
         "bound_card": 100.0 - lp["allocated"] * scale,
         "bound_node": 100.0 - node["allocated"] * scale if node else None,
+        # the restricted master's own packing (an LP point): what a bound of this kind could still reach
+        "bound_node_primal": 100.0 - node["lp_value"] * scale if node else None,
         "node_status": node["status"] if node else "skipped",
         "node_rounds": node["rounds"] if node else 0,
         "node_seconds": node["seconds"] if node else 0.0,
