@@ -4,7 +4,7 @@ Synthetic fleet: 250 nodes × 8 cards (A100 80GB SXM4, T4, Ascend 910B3, Hygon D
 coefficients), 50 projects, 100,000 released allocations of 1–6 hours spread over September 2026
 (whole cards and slices; some cross into October), rate cards per model plus a mid-month change.
 
-- suanchi: ``metering_run`` over the month (batched INSERT … ON CONFLICT DO NOTHING), then
+- suanchi: ``metering_run`` over the month (set-based: one INSERT … SELECT of every slice in SQL), then
   ``month_close`` (re-meters idempotently, builds 50 bills with grouped queries, idle cost spread,
   finalizes) — the production paths.
 - baseline: a naive per-row implementation measured in the same run on a subset (August, BENCH_SUBSET

@@ -38,3 +38,28 @@ def discounted_amount(*, cu_hours, price, discount_percent) -> Decimal:
     return (gross * (HUNDRED - Decimal(discount_percent)) / HUNDRED).quantize(
         ENTRY_AMOUNT_QUANTUM, rounding=ROUND_HALF_UP
     )
+
+
+# -- the same rules as SQL expressions, for metering's set-based path (issue 31 §3) -----------------
+# Each is exact in PostgreSQL numeric (no division that rounds before the final step), so a slice
+# metered in SQL carries the same figures as one metered by the functions above
+# (tests/billing/test_metering_sql.py compares them, ties included).
+
+
+def hours_sql(start: str, end: str) -> str:
+    """``apps.billing.services.months._hours(end - start)`` in SQL (two timestamptz expressions):
+    microseconds / 3,600,000,000 ROUND_HALF_UP to 6 places, in integer arithmetic."""
+    micro = f"((EXTRACT(EPOCH FROM {end}) - EXTRACT(EPOCH FROM {start})) * 1000000)::bigint"
+    return f"((({micro}) + 1800) / 3600 * 0.000001)"
+
+
+def cu_hours_sql(compute_units: str, hours: str) -> str:
+    """``cu_hours_of`` in SQL: PostgreSQL's round() on numeric is half away from zero (HALF_UP here,
+    the figures are never negative)."""
+    return f"round(({compute_units}) * ({hours}), 6)"
+
+
+def discounted_amount_sql(cu_hours: str, price: str, discount_percent: str) -> str:
+    """``discounted_amount`` in SQL: rounding x / 100 to 6 places is rounding x to 4 places, then / 100
+    (a multiplication by 0.01, exact), so no intermediate division rounds."""
+    return f"(round(({cu_hours}) * ({price}) * (100 - ({discount_percent})), 4) * 0.01)"

@@ -4,13 +4,17 @@ Slices are aligned to whole hours in the platform time zone (settings.SUANCHI["B
 Asia/Shanghai by default), so a slice never crosses a month boundary. Only finished hours are metered
 (the window ends at the last full hour), so a slice, once written, is final; re-metering the same window
 inserts nothing (unique (allocation, slice_start); allocations whose slices are all stored are left out
-by the query that reads them; the others' rows go in by COPY + INSERT … ON CONFLICT DO NOTHING). Entries
-keep 6 decimals (``apps.billing.pricing``).
+by the query that reads them; the others' rows go in with ON CONFLICT DO NOTHING). Entries keep 6
+decimals (``apps.billing.pricing``). A run is one transaction: it writes all its entries or none.
 
-Set-based (issue 31 §3): one statement lists the allocations still to meter; telemetry's measured
-CU-hours (the ``max`` basis) are one query per batch of allocations
-(``apps.telemetry.selectors.measured_cu_hours_by_hour``); rows of allocations new to the window are
-COPied straight into the ledger, in batches of 50,000.
+Set-based on PostgreSQL (issue 31 §3, ``_meter_in_sql``): one statement lists the allocations still to
+meter into a temporary table; prices come from ``RateBook`` once per (day, template, model, pool,
+project) the window holds; on the ``max`` basis, SQL finds the few allocation-hours whose measured
+figure may exceed the allocated one and telemetry computes exactly those
+(``apps.telemetry.selectors.measured_cu_hours_by_hour``); then one INSERT … SELECT cuts every slice
+(generate_series in the platform time zone) and writes the ledger, with the rounding rules' SQL forms
+(``apps.billing.pricing``). Other databases (the SQLite demo) meter slice by slice in Python
+(``_meter_in_python``), with the same results.
 """
 
 from __future__ import annotations
@@ -24,8 +28,8 @@ from functools import lru_cache
 from itertools import islice
 from zoneinfo import ZoneInfo
 
-from django.db import IntegrityError, connection, transaction
-from django.db.models import Count, Q
+from django.db import connection, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from apps.billing.models import (
@@ -34,7 +38,13 @@ from apps.billing.models import (
     UsageBasis,
     UsageEntry,
 )
-from apps.billing.pricing import cu_hours_of, discounted_amount
+from apps.billing.pricing import (
+    cu_hours_of,
+    cu_hours_sql,
+    discounted_amount,
+    discounted_amount_sql,
+    hours_sql,
+)
 from apps.billing.services.months import (
     _hours,
     default_currency,
@@ -50,6 +60,7 @@ from apps.core.errors import ValidationFailed
 from apps.core.locks import try_lock
 from apps.jobs.models import Allocation
 from apps.telemetry.selectors import measured_cu_hours_by_hour
+from apps.telemetry.windows import HOUR_S, WINDOW_S
 
 logger = logging.getLogger(__name__)
 
@@ -106,184 +117,17 @@ ENTRY_COLUMNS = (
     "late",
     "metered_at",
 )
-_LOAD_TABLE = "billing_usageentry_load"
-
-
-def _copy_rows(cursor, table: str, rows: list[tuple]) -> None:
-    """COPY ledger rows into ``table`` (in the caller's transaction). The transaction's commit does not
-    wait for the disk (synchronous_commit off): a crash can lose only the last batches, never corrupt
-    the ledger, and the next metering run writes them again (metering is idempotent)."""
-    cursor.execute("SET LOCAL synchronous_commit TO OFF")
-    with cursor.copy(f"COPY {table} ({', '.join(ENTRY_COLUMNS)}) FROM STDIN") as copy:
-        for row in rows:
-            copy.write_row(row)
-
-
-def _entries_insert(rows: list[tuple], *, batch_size: int) -> int:
-    """Insert ledger rows (tuples in ENTRY_COLUMNS order), skipping slices already there. Returns how
-    many were new. PostgreSQL: COPY into a session temp table, then one INSERT … SELECT … ON CONFLICT
-    DO NOTHING (the ORM's per-value preparation costs more than the database work at this volume);
-    other databases: bulk_create(ignore_conflicts=True) with a count."""
-    if connection.vendor != "postgresql":
-        before = UsageEntry.objects.count()
-        UsageEntry.objects.bulk_create(
-            [UsageEntry(**dict(zip(ENTRY_COLUMNS, row, strict=True))) for row in rows],
-            ignore_conflicts=True,
-            batch_size=batch_size,
-        )
-        return UsageEntry.objects.count() - before
-    columns = ", ".join(ENTRY_COLUMNS)
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(
-            f"CREATE TEMP TABLE IF NOT EXISTS {_LOAD_TABLE} AS "  # noqa: S608 - constant names
-            f"SELECT {columns} FROM {UsageEntry._meta.db_table} WITH NO DATA"
-        )
-        _copy_rows(cursor, _LOAD_TABLE, rows)
-        cursor.execute(
-            f"INSERT INTO {UsageEntry._meta.db_table} ({columns}) "  # noqa: S608 - constant names
-            f"SELECT {columns} FROM {_LOAD_TABLE} ORDER BY allocation_id, slice_start "
-            "ON CONFLICT (allocation_id, slice_start) DO NOTHING"
-        )
-        inserted = cursor.rowcount
-        cursor.execute(f"TRUNCATE {_LOAD_TABLE}")
-    return inserted
-
-
-def _entries_copy(rows: list[tuple], *, batch_size: int) -> int:
-    """Rows of allocations with no slice of the window in the ledger yet: COPY straight into it. A
-    slice that arrived meanwhile (a metering run not under the ledger lock) makes the COPY fail as a
-    whole; the batch then goes the ON CONFLICT way, so re-metering stays idempotent."""
-    if connection.vendor != "postgresql":
-        return _entries_insert(rows, batch_size=batch_size)
-    try:
-        with transaction.atomic(), connection.cursor() as cursor:
-            _copy_rows(cursor, UsageEntry._meta.db_table, rows)
-    except IntegrityError:
-        return _entries_insert(rows, batch_size=batch_size)
-    return len(rows)
-
-
-class _EntryWriter:
-    """Ledger rows buffered and written in big batches: rows of allocations new to the window by COPY,
-    the others (some slices stored already) by COPY + INSERT … ON CONFLICT DO NOTHING."""
-
-    def __init__(self, *, batch_size: int) -> None:
-        self.batch_size = batch_size
-        self.flush_at = max(batch_size, 50_000)
-        self.fresh: list[tuple] = []
-        self.rest: list[tuple] = []
-        self.inserted = 0
-
-    def add(self, row: tuple, *, fresh: bool) -> None:
-        (self.fresh if fresh else self.rest).append(row)
-        if len(self.fresh) + len(self.rest) >= self.flush_at:
-            self.flush()
-
-    def flush(self) -> None:
-        if self.fresh:
-            self.inserted += _entries_copy(self.fresh, batch_size=self.batch_size)
-            self.fresh = []
-        if self.rest:
-            self.inserted += _entries_insert(self.rest, batch_size=self.batch_size)
-            self.rest = []
-
-
-def _allocations_overlapping(start: datetime, end: datetime):
-    """The allocations that held cards in [start, end), as the tuples metering reads (lazy)."""
-    return (
-        Allocation.objects.filter(started_at__lt=end)
-        .filter(Q(released_at__isnull=True) | Q(released_at__gt=start))
-        .order_by("pk")
-        .values_list(
-            "pk",
-            "job_id",
-            "job__project_id",
-            "job__template_id",
-            "device__device_model_id",
-            "node__pool_id",
-            "compute_units",
-            "started_at",
-            "released_at",
-            "device_id",
-            "compute_milli",
-        )
-    )
-
-
-def _slices_stored(start: datetime, end: datetime) -> dict[int, int]:
-    """How many slices starting in [start, end) the ledger holds, per allocation."""
-    return dict(
-        UsageEntry.objects.filter(slice_start__gte=start, slice_start__lt=end)
-        .order_by()
-        .values("allocation_id")
-        .annotate(n=Count("pk"))
-        .values_list("allocation_id", "n")
-    )
-
-
-# The allocations of [start, end) with slices still missing, and one summary row (id NULL) with how
-# many allocations overlap the window and how many slices the complete ones hold. A slice count's
-# upper bound: the local hours from the hour holding ``lo`` to ``hi``; as many stored = complete.
-_TO_METER_SQL = """
-WITH w AS MATERIALIZED (
-    SELECT a.id, a.job_id, j.project_id, j.template_id, d.device_model_id, n.pool_id,
-           a.compute_units, a.started_at, a.released_at, a.device_id, a.compute_milli,
-           GREATEST(a.started_at, %(start)s) AS lo,
-           LEAST(COALESCE(a.released_at, %(end)s), %(end)s) AS hi
-    FROM scheduling_allocation a
-    JOIN jobs_job j ON j.id = a.job_id
-    JOIN inventory_device d ON d.id = a.device_id
-    JOIN inventory_node n ON n.id = a.node_id
-    WHERE a.started_at < %(end)s AND (a.released_at IS NULL OR a.released_at > %(start)s)
-), s AS (
-    SELECT allocation_id, COUNT(*) AS n FROM billing_usageentry
-    WHERE slice_start >= %(start)s AND slice_start < %(end)s GROUP BY allocation_id
-), x AS MATERIALIZED (
-    SELECT w.*, COALESCE(s.n, 0) AS stored,
-           CEIL(EXTRACT(EPOCH FROM (w.hi - date_trunc('hour', w.lo, %(tz)s))) / 3600)::bigint AS bound
-    FROM w LEFT JOIN s ON s.allocation_id = w.id
-)
-SELECT id, job_id, project_id, template_id, device_model_id, pool_id, compute_units, started_at,
-       released_at, device_id, compute_milli, stored
-FROM x WHERE hi > lo AND stored < bound
-UNION ALL
-SELECT NULL, COUNT(*), COALESCE(SUM(bound) FILTER (WHERE hi > lo AND stored >= bound), 0)::bigint,
-       NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
-FROM x
-ORDER BY 1 NULLS FIRST
-"""
-
-
-def _allocations_to_meter(start: datetime, end: datetime, *, tz: ZoneInfo, batch_size: int):
-    """(allocations overlapping [start, end), slices the complete ones hold, the rest as metering's
-    tuples + the slices each has stored already). An allocation whose slices in the window are all
-    in the ledger is left out without building its entries (re-metering a closed month is a read):
-    PostgreSQL counts and filters in one statement, other databases here."""
-    if connection.vendor != "postgresql":
-        existing = _slices_stored(start, end)
-        rows, overlapping, complete = [], 0, 0
-        for row in _allocations_overlapping(start, end).iterator(chunk_size=batch_size):
-            overlapping += 1
-            lo, hi = max(row[7], start), min(row[8], end) if row[8] is not None else end
-            bound = -(-(hi - floor_hour(lo)) // HOUR)
-            if hi > lo and existing.get(row[0], 0) >= bound:
-                complete += bound
-            elif hi > lo:
-                rows.append((*row, existing.get(row[0], 0)))
-        return overlapping, complete, iter(rows)
-    cursor = connection.chunked_cursor()  # server-side: a month's allocations stay in the database
-    cursor.execute(_TO_METER_SQL, {"start": start, "end": end, "tz": tz.key})
-    _none, overlapping, complete = cursor.fetchone()[:3]
-
-    def rest():
-        with cursor:
-            while chunk := cursor.fetchmany(batch_size):
-                yield from chunk
-
-    return overlapping, int(complete), rest()
-
 
 _hours_of = lru_cache(maxsize=8192)(_hours)  # slices repeat few lengths (mostly one hour)
+
+
+def slice_cu_hours(units, hours: Decimal, measured: Decimal | None) -> tuple[Decimal, str]:
+    """(CU-hours of one slice, the basis they count on): compute units × hours, or on the ``max`` basis
+    telemetry's attributed card-busy CU-hours when they are more (None: no window)."""
+    cu_hours = cu_hours_of(units, hours)
+    if measured is not None and measured > cu_hours:
+        return Decimal(measured).quantize(CU_HOURS_QUANTUM, rounding=ROUND_HALF_UP), str(UsageBasis.MAX)
+    return cu_hours, str(UsageBasis.ALLOCATED)
 
 
 def _hour_slices(lo: datetime, hi: datetime, tz: ZoneInfo):
@@ -299,56 +143,49 @@ def _hour_slices(lo: datetime, hi: datetime, tz: ZoneInfo):
         hour = nxt
 
 
+# -- slice by slice in Python (databases other than PostgreSQL) -------------------------------------
+
+
+def _allocations_overlapping(start: datetime, end: datetime):
+    """The allocations that held cards in [start, end), as the tuples metering reads (lazy)."""
+    return (
+        Allocation.objects.filter(started_at__lt=end)
+        .filter(Q(released_at__isnull=True) | Q(released_at__gt=start))
+        .order_by("pk")
+        .values_list(
+            "pk",
+            "job_id",
+            "project_id",
+            "job__template_id",
+            "device__device_model_id",
+            "node__pool_id",
+            "compute_units",
+            "started_at",
+            "released_at",
+            "device_id",
+            "compute_milli",
+        )
+    )
+
+
 class _Pricer:
     """A slice's ledger row: the billing month (late data goes to the next open month), CU-hours on the
-    basis, price and discount (``RateBook``) and amount (``apps.billing.pricing``). The rules' results
-    are memoized: a month repeats few distinct hours, prices and CU-hour figures."""
+    basis (``slice_cu_hours``), price and discount (``RateBook``) and amount (``apps.billing.pricing``)."""
 
-    def __init__(self, *, basis: str, closed: set[date], metered_at: datetime) -> None:
-        self.basis = basis
+    def __init__(self, *, closed: set[date], metered_at: datetime) -> None:
         self.closed = closed
         self.metered_at = metered_at
         self.rates = RateBook()
         self.currency = default_currency()
         self.touched: set[date] = set()
-        self.late = 0
-        self._months: dict[date, date] = {}
-        self._cu: dict[tuple, Decimal] = {}
-        self._amounts: dict[tuple, Decimal] = {}
-
-    def _billing_month(self, slice_month: date) -> date:
-        month = self._months.get(slice_month)
-        if month is None:
-            month = self._months[slice_month] = _billing_month(slice_month, self.closed)
-        return month
-
-    def _cu_hours(self, units, hours: Decimal, measured: Decimal | None) -> tuple[Decimal, str]:
-        """(CU-hours of one slice, the basis they count on): compute units × hours, or on the ``max``
-        basis telemetry's attributed card-busy CU-hours when they are more (None: no window)."""
-        key = (units, hours)
-        cu_hours = self._cu.get(key)
-        if cu_hours is None:
-            cu_hours = self._cu[key] = cu_hours_of(units, hours)
-        if measured is not None and measured > cu_hours:
-            return Decimal(measured).quantize(CU_HOURS_QUANTUM, rounding=ROUND_HALF_UP), str(UsageBasis.MAX)
-        return cu_hours, str(UsageBasis.ALLOCATED)
-
-    def _amount(self, cu_hours: Decimal, price: Decimal, discount: Decimal) -> Decimal:
-        key = (cu_hours, price, discount)
-        amount = self._amounts.get(key)
-        if amount is None:
-            amount = self._amounts[key] = discounted_amount(
-                cu_hours=cu_hours, price=price, discount_percent=discount
-            )
-        return amount
 
     def entries(self, row: tuple, lo: datetime, hi: datetime, tz: ZoneInfo, measured: dict):
         """The ledger rows (ENTRY_COLUMNS order) of allocation ``row`` over [lo, hi)."""
         pk, job_id, project_id, template_id, model_id, pool_id, units = row[:7]
         for hour, a, b, hours in _hour_slices(lo, hi, tz):
             slice_month = date(hour.year, hour.month, 1)
-            billing_month = self._billing_month(slice_month)
-            cu_hours, entry_basis = self._cu_hours(units, hours, measured.get((pk, hour)))
+            billing_month = _billing_month(slice_month, self.closed)
+            cu_hours, entry_basis = slice_cu_hours(units, hours, measured.get((pk, hour)))
             card, price, discount = self.rates.price(
                 day=hour.date(),
                 template_id=template_id,
@@ -357,8 +194,6 @@ class _Pricer:
                 project_id=project_id,
             )
             self.touched.add(billing_month)
-            late = billing_month != slice_month
-            self.late += late
             yield (
                 project_id,
                 job_id,
@@ -377,19 +212,278 @@ class _Pricer:
                 price,
                 discount,
                 card.currency if card else self.currency,
-                self._amount(cu_hours, price, discount),
-                late,
+                discounted_amount(cu_hours=cu_hours, price=price, discount_percent=discount),
+                billing_month != slice_month,
                 self.metered_at,
             )
 
 
-def _measured(todo: list[tuple], *, basis: str, tz: ZoneInfo) -> dict:
-    """Telemetry's CU-hours per (allocation, hour) of a batch, in one query (the ``max`` basis only)."""
-    if basis != UsageBasis.MAX or not todo:
-        return {}
-    return measured_cu_hours_by_hour(
-        [(row[0], row[1], row[9], row[6], row[10], lo, hi) for row, lo, hi, _fresh in todo], tz=tz.key
-    )
+def _meter_in_python(
+    start, end, *, basis, tz, closed, metered_at, batch_size
+) -> tuple[int, int, int, int | None, set]:
+    """(allocations overlapping, slices, entries written, late ones (None: not counted), billing months
+    touched), slice by slice;
+    slices already stored are skipped by the unique (allocation, slice_start)."""
+    pricer = _Pricer(closed=closed, metered_at=metered_at)
+    before = UsageEntry.objects.count()
+    overlapping = slices = 0
+    rows = _allocations_overlapping(start, end).iterator(chunk_size=batch_size)
+    while chunk := list(islice(rows, batch_size)):
+        overlapping += len(chunk)
+        todo = [(row, max(row[7], start), min(row[8], end) if row[8] is not None else end) for row in chunk]
+        todo = [(row, lo, hi) for row, lo, hi in todo if hi > lo]
+        measured = {}
+        if basis == UsageBasis.MAX:
+            measured = measured_cu_hours_by_hour(
+                [(r[0], r[1], r[9], r[6], r[10], lo, hi) for r, lo, hi in todo], tz=tz.key
+            )
+        entries = [
+            UsageEntry(**dict(zip(ENTRY_COLUMNS, entry, strict=True)))
+            for row, lo, hi in todo
+            for entry in pricer.entries(row, lo, hi, tz, measured)
+        ]
+        slices += len(entries)
+        UsageEntry.objects.bulk_create(entries, ignore_conflicts=True, batch_size=batch_size)
+    return overlapping, slices, UsageEntry.objects.count() - before, None, pricer.touched
+
+
+# -- set-based in PostgreSQL ----------------------------------------------------------------------
+
+_TODO_TABLE = """
+DROP TABLE IF EXISTS meter_todo, meter_slice, meter_price, meter_max;
+CREATE TEMP TABLE meter_todo (
+    id bigint, job_id bigint, project_id bigint, template_id bigint, device_model_id bigint,
+    pool_id bigint, compute_units numeric, device_id bigint, compute_milli integer,
+    lo timestamptz, hi timestamptz, stored bigint
+) ON COMMIT DROP;
+CREATE TEMP TABLE meter_price (
+    day date, template_id bigint, device_model_id bigint, pool_id bigint, project_id bigint,
+    rate_card_id bigint, unit_price numeric, discount_percent numeric, currency text
+) ON COMMIT DROP;
+CREATE TEMP TABLE meter_max (allocation_id bigint, hour timestamptz, cu_hours numeric) ON COMMIT DROP;
+CREATE TEMP TABLE meter_slice (
+    id bigint, hour timestamptz, a timestamptz, b timestamptz, hours numeric, day date, slice_month date
+) ON COMMIT DROP;
+"""
+
+# The allocations of [start, end) with slices still missing go into meter_todo; the statement returns
+# how many allocations overlap the window, how many slices the complete ones hold, and how many slices
+# the others hold already, and how many those others are. A slice count's upper bound: the local hours from the hour holding ``lo``
+# to ``hi``; as many stored = complete.
+_TODO_SQL = """
+WITH w AS MATERIALIZED (
+    SELECT a.id, a.job_id, a.project_id, j.template_id, d.device_model_id, n.pool_id,
+           a.compute_units, a.device_id, a.compute_milli,
+           GREATEST(a.started_at, %(start)s) AS lo,
+           LEAST(COALESCE(a.released_at, %(end)s), %(end)s) AS hi
+    FROM scheduling_allocation a
+    JOIN jobs_job j ON j.id = a.job_id
+    JOIN inventory_device d ON d.id = a.device_id
+    JOIN inventory_node n ON n.id = a.node_id
+    WHERE a.started_at < %(end)s AND (a.released_at IS NULL OR a.released_at > %(start)s)
+), s AS (
+    SELECT allocation_id, COUNT(*) AS n FROM billing_usageentry
+    WHERE slice_start >= %(start)s AND slice_start < %(end)s GROUP BY allocation_id
+), x AS MATERIALIZED (
+    SELECT w.*, COALESCE(s.n, 0) AS stored,
+           CEIL(EXTRACT(EPOCH FROM (w.hi - date_trunc('hour', w.lo, %(tz)s))) / 3600)::bigint AS bound
+    FROM w LEFT JOIN s ON s.allocation_id = w.id
+), todo AS (
+    INSERT INTO meter_todo
+    SELECT id, job_id, project_id, template_id, device_model_id, pool_id, compute_units, device_id,
+           compute_milli, lo, hi, stored
+    FROM x WHERE hi > lo AND stored < bound ORDER BY id
+    RETURNING stored
+)
+SELECT (SELECT COUNT(*) FROM x),
+       (SELECT COALESCE(SUM(bound) FILTER (WHERE hi > lo AND stored >= bound), 0) FROM x),
+       (SELECT COALESCE(SUM(stored), 0) FROM todo), (SELECT COUNT(*) FROM todo)
+"""
+
+# On the max basis: the allocations with an hour whose measured CU-hours may exceed the allocated ones.
+# Telemetry's figure is (busy points of the first source) × coefficient × WINDOW_S / 100 / HOUR_S,
+# rounded to 6 places; the busy points of every source, negatives as 0, bound it from above, and in
+# float8 the bound is off by far less than 1e-9. An hour whose bound is at most the allocated CU-hours
+# + 0.25e-6 therefore rounds to at most them and bills them: only the other allocations are computed
+# exactly, by telemetry's own function, in ``_measured_above``.
+_CANDIDATES_SQL = f"""
+SELECT DISTINCT id, job_id, device_id, compute_units, compute_milli, lo, hi FROM (
+    SELECT t.id, t.job_id, t.device_id, t.compute_units, t.compute_milli, t.lo, t.hi,
+           date_trunc('hour', u.window_start, %(tz)s) AS hour, SUM(GREATEST(u.busy_pct, 0)) AS busy
+    FROM meter_todo t
+    JOIN telemetry_jobutilization u
+      ON u.job_id = t.job_id AND u.device_id = t.device_id
+     AND u.window_start >= t.lo AND u.window_start < t.hi AND u.busy_pct IS NOT NULL
+    WHERE t.compute_milli > 0
+    GROUP BY 1, 2, 3, 4, 5, 6, 7, 8
+) f
+WHERE f.busy * f.compute_units::float8 * 1000 / f.compute_milli * {WINDOW_S / 100 / HOUR_S!r}
+      > {cu_hours_sql("f.compute_units", hours_sql("GREATEST(f.hour, f.lo)", "LEAST(f.hour + interval '1 hour', f.hi)"))}::float8
+        + 0.00000025
+"""  # noqa: S608 - constant fragments
+
+_SLICE_HOURS = hours_sql("GREATEST(g.hour, t.lo)", "LEAST(g.hour + interval '1 hour', t.hi)")
+# Every slice with time in it of the allocations to meter (hours cut in the platform time zone).
+_SLICES_SQL = f"""
+INSERT INTO meter_slice
+SELECT id, hour, a, b, hours, local::date, date_trunc('month', local)::date
+FROM (
+    SELECT t.id, g.hour, GREATEST(g.hour, t.lo) AS a, LEAST(g.hour + interval '1 hour', t.hi) AS b,
+           {_SLICE_HOURS} AS hours, (g.hour AT TIME ZONE %(tz)s) AS local
+    FROM meter_todo t
+    CROSS JOIN LATERAL generate_series(date_trunc('hour', t.lo, %(tz)s), t.hi, interval '1 hour') AS g(hour)
+    WHERE g.hour < t.hi
+) sl
+WHERE hours > 0
+"""  # noqa: S608 - constant fragments
+
+# The slices priced, into the ledger; returns (written, late, months). The planner's estimates of
+# these joins are poor (keys of four columns), and a nested loop over a month's slices is a disaster:
+# the statement runs with hash joins only.
+_INSERT_SQL = f"""
+WITH priced AS (
+    SELECT t.*, s.hour, s.a, s.b, s.hours, s.slice_month, bm.month, p.rate_card_id, p.unit_price,
+           p.discount_percent, p.currency, x.cu_hours IS NOT NULL AS measured,
+           COALESCE(x.cu_hours, {cu_hours_sql("t.compute_units", "s.hours")}) AS cu_hours
+    FROM meter_slice s
+    JOIN meter_todo t ON t.id = s.id
+    JOIN unnest(%(slice_months)s::date[], %(months)s::date[]) AS bm(slice_month, month)
+      ON bm.slice_month = s.slice_month
+    JOIN meter_price p
+      ON p.day = s.day AND p.template_id = COALESCE(t.template_id, 0)
+     AND p.device_model_id = COALESCE(t.device_model_id, 0) AND p.pool_id = COALESCE(t.pool_id, 0)
+     AND p.project_id = t.project_id
+    LEFT JOIN meter_max x ON x.allocation_id = s.id AND x.hour = s.hour
+), ins AS (
+    INSERT INTO billing_usageentry ({", ".join(ENTRY_COLUMNS)})
+    SELECT project_id, job_id, id, device_model_id, template_id, pool_id, month, a, b, hours,
+           compute_units, CASE WHEN measured THEN %(max)s ELSE %(allocated)s END, cu_hours,
+           rate_card_id, unit_price, discount_percent, currency,
+           {discounted_amount_sql("cu_hours", "unit_price", "discount_percent")},
+           month <> slice_month, %(now)s
+    FROM priced
+    ON CONFLICT (allocation_id, slice_start) DO NOTHING
+    RETURNING month, late
+)
+SELECT COUNT(*), COUNT(*) FILTER (WHERE late), COALESCE(array_agg(DISTINCT month), '{{}}') FROM ins
+"""  # noqa: S608 - constant fragments
+
+_PRICE_KEYS_SQL = """
+SELECT DISTINCT d::date, t.template_id, t.device_model_id, t.pool_id, t.project_id
+FROM meter_todo t
+CROSS JOIN LATERAL generate_series(
+    (t.lo AT TIME ZONE %(tz)s)::date::timestamp,
+    ((t.hi - interval '1 microsecond') AT TIME ZONE %(tz)s)::date::timestamp,
+    interval '1 day'
+) AS d
+"""
+
+
+def _copy(cursor, table: str, rows) -> None:
+    with cursor.copy(f"COPY {table} FROM STDIN") as copy:
+        for row in rows:
+            copy.write_row(row)
+
+
+def _prices(cursor, tz: ZoneInfo) -> None:
+    """meter_price: ``RateBook``'s answer (card, price, discount, currency) once per (day, template,
+    model, pool, project) the allocations to meter hold (a missing key is 0 there)."""
+    cursor.execute(_PRICE_KEYS_SQL, {"tz": tz.key})
+    keys = cursor.fetchall()
+    book, currency = RateBook(), default_currency()
+    rows = []
+    for day, template_id, model_id, pool_id, project_id in keys:
+        card, price, discount = book.price(
+            day=day, template_id=template_id, device_model_id=model_id, pool_id=pool_id, project_id=project_id
+        )
+        rows.append(
+            (
+                day,
+                template_id or 0,
+                model_id or 0,
+                pool_id or 0,
+                project_id,
+                card.pk if card else None,
+                price,
+                discount,
+                card.currency if card else currency,
+            )
+        )
+    _copy(cursor, "meter_price", rows)
+
+
+# Above this many rollups per allocation to meter, the candidates are probed in the rollups' index
+# (the hourly run over 72 hours); below, one hash join over the table reads them (a month at once).
+PROBE_ROLLUPS_PER_ALLOCATION = 50
+
+
+def _measured_above(cursor, tz: ZoneInfo, batch_size: int, todo: int) -> None:
+    """meter_max: the slices (allocation, hour) billed on telemetry's figure (``slice_cu_hours``), with
+    it; telemetry computes the figures of the candidate allocations only, a batch per query."""
+    cursor.execute("SELECT reltuples FROM pg_class WHERE oid = 'telemetry_jobutilization'::regclass")
+    rollups = cursor.fetchone()[0]
+    probe = rollups > todo * PROBE_ROLLUPS_PER_ALLOCATION
+    cursor.execute("SET LOCAL enable_nestloop = " + ("on" if probe else "off"))
+    cursor.execute(_CANDIDATES_SQL, {"tz": tz.key})
+    candidates = sorted(cursor.fetchall())
+    cursor.execute("RESET enable_nestloop")
+    for i in range(0, len(candidates), batch_size):
+        batch = candidates[i : i + batch_size]
+        measured = measured_cu_hours_by_hour(batch, tz=tz.key)
+        spans = {row[0]: row for row in batch}
+        rows = []
+        for (pk, hour), figure in measured.items():
+            units, lo, hi = spans[pk][3], spans[pk][5], spans[pk][6]
+            hours = _hours_of(min(hour + HOUR, hi) - max(hour, lo))
+            if hours > 0:
+                cu_hours, basis = slice_cu_hours(units, hours, figure)
+                if basis == UsageBasis.MAX:
+                    rows.append((pk, hour, cu_hours))
+        _copy(cursor, "meter_max", rows)
+
+
+def _months(start: datetime, end: datetime, tz: ZoneInfo, closed: set[date]) -> tuple[list, list]:
+    """(slice months of the window, the billing month each counts in)."""
+    first, last = start.astimezone(tz), (end - timedelta(microseconds=1)).astimezone(tz)
+    month, slice_months = date(first.year, first.month, 1), []
+    while month <= date(last.year, last.month, 1):
+        slice_months.append(month)
+        month = next_month(month)
+    return slice_months, [_billing_month(m, closed) for m in slice_months]
+
+
+def _meter_in_sql(
+    start, end, *, basis, tz, closed, metered_at, batch_size
+) -> tuple[int, int, int, int | None, set]:
+    """(allocations overlapping, slices, entries written, late ones (None: not counted), billing months
+    touched), set-based."""
+    with connection.cursor() as cursor:
+        cursor.execute(_TODO_TABLE)
+        cursor.execute(_TODO_SQL, {"start": start, "end": end, "tz": tz.key})
+        overlapping, complete, stored, todo = cursor.fetchone()
+        if not todo:  # re-metering a metered window: a read
+            return overlapping, int(complete), 0, 0, set()
+        cursor.execute("ANALYZE meter_todo")
+        _prices(cursor, tz)
+        if basis == UsageBasis.MAX:
+            _measured_above(cursor, tz, batch_size, todo)
+        cursor.execute(_SLICES_SQL, {"tz": tz.key})
+        cursor.execute("ANALYZE meter_slice; ANALYZE meter_price; ANALYZE meter_max")
+        cursor.execute("SET LOCAL enable_nestloop = off; SET LOCAL jit = off")
+        slice_months, months = _months(start, end, tz, closed)
+        cursor.execute(
+            _INSERT_SQL,
+            {
+                "slice_months": slice_months,
+                "months": months,
+                "max": str(UsageBasis.MAX),
+                "allocated": str(UsageBasis.ALLOCATED),
+                "now": metered_at,
+            },
+        )
+        created, late, touched = cursor.fetchone()
+        cursor.execute("RESET enable_nestloop; RESET jit")
+    return overlapping, int(complete) + int(stored) + created, created, late, set(touched)
 
 
 def metering_run(
@@ -401,14 +495,11 @@ def metering_run(
     batch_size: int = 5000,
     now: datetime | None = None,
 ) -> MeteringResult:
-    """Meter every allocation overlapping [start, end) into hourly ledger entries.
+    """Meter every allocation overlapping [start, end) into hourly ledger entries, in one transaction.
 
     ``end`` is capped at the last full hour (never meters time still running); ``start`` defaults to
     ``end`` − settings.SUANCHI["BILLING_METERING_LOOKBACK_HOURS"] (72). Idempotent. A slice whose
-    month is already closed is booked into the next open month (late data).
-
-    Set-based: allocations are read in batches of ``batch_size``; on the ``max`` basis each batch's
-    telemetry is one query; entries go in by COPY (``_EntryWriter``)."""
+    month is already closed is booked into the next open month (late data)."""
     now = now or timezone.now()
     limit = floor_hour(now)
     end = limit if end is None else min(floor_hour(end), limit)
@@ -420,38 +511,35 @@ def metering_run(
     basis = basis or default_usage_basis()
     if basis not in UsageBasis.values:
         raise ValidationFailed(f"Unknown usage basis {basis!r}.", details={"basis": UsageBasis.values})
-    closed = set(
-        BillingPeriod.objects.filter(state=BillingPeriod.State.CLOSED).values_list("month", flat=True)
-    )
-    pricer = _Pricer(basis=basis, closed=closed, metered_at=timezone.now())
-    tz = platform_tz()
-    late_before = UsageEntry.objects.filter(late=True).count()
-    writer = _EntryWriter(batch_size=batch_size)
-    overlapping, complete, rows = _allocations_to_meter(start, end, tz=tz, batch_size=batch_size)
-    result.allocations, result.slices = overlapping, complete
-    while chunk := list(islice(rows, batch_size)):
-        todo = []
-        for row in chunk:
-            started, released = row[7], row[8]
-            todo.append(
-                (row, max(started, start), min(released, end) if released is not None else end, row[11] == 0)
-            )
-        measured = _measured(todo, basis=basis, tz=tz)
-        for row, lo, hi, fresh in todo:
-            for entry in pricer.entries(row, lo, hi, tz, measured):
-                writer.add(entry, fresh=fresh)
-                result.slices += 1
-    writer.flush()
-    for month in pricer.touched - closed:
-        BillingPeriod.objects.get_or_create(
-            month=month, defaults={"idle_policy": default_idle_policy(), "currency": default_currency()}
+    meter = _meter_in_sql if connection.vendor == "postgresql" else _meter_in_python
+    with transaction.atomic():
+        closed = set(
+            BillingPeriod.objects.filter(state=BillingPeriod.State.CLOSED).values_list("month", flat=True)
         )
-    result.created = writer.inserted
-    if pricer.late:
-        result.late = UsageEntry.objects.filter(late=True).count() - late_before
+        late_before = UsageEntry.objects.filter(late=True).count() if meter is _meter_in_python else 0
+        result.allocations, result.slices, result.created, late, touched = meter(
+            start,
+            end,
+            basis=basis,
+            tz=platform_tz(),
+            closed=closed,
+            metered_at=timezone.now(),
+            batch_size=batch_size,
+        )
+        _ensure_periods(touched - closed)
+        if late is None and result.created:
+            late = UsageEntry.objects.filter(late=True).count() - late_before
+        result.late = late or 0
     if result.created:
         logger.info("metering %s", result.as_dict())
     return result
+
+
+def _ensure_periods(months: set[date]) -> None:
+    for month in sorted(months):
+        BillingPeriod.objects.get_or_create(
+            month=month, defaults={"idle_policy": default_idle_policy(), "currency": default_currency()}
+        )
 
 
 @contextmanager
