@@ -39,9 +39,11 @@ from apps.quotas.services import placement_admit
 from apps.scheduling.allocations import (
     allocation_compute_units,
     allocation_row,
+    among,
     claim_placement,
     device_usage,
-    locked_device_caps,
+    locked_devices,
+    unsaved,
 )
 from apps.scheduling.engine.model import WHOLE, Decision, Snapshot
 from apps.scheduling.models import DecisionTrace
@@ -123,9 +125,7 @@ class _Batch:
         """The job stays pending with a new reason: its trace, a PENDING event, the reason to write."""
         self.traces.append(trace)
         self.events.append(
-            JobEvent(
-                job=job, kind=JobEvent.Kind.PENDING, message=message[:1000], actor_label=self.label, data=data
-            )
+            _event(job, kind=JobEvent.Kind.PENDING, message=message[:1000], actor_label=self.label, data=data)
         )
         self.pending_updates[job.pk] = (message[:500], trace.trace_id)
 
@@ -146,7 +146,7 @@ def _lock_and_read(outcomes, actor) -> _Batch:
     locked = {
         pk: (state, attempt)
         for pk, state, attempt in Job.objects.select_for_update()
-        .filter(pk__in=job_ids)
+        .filter(among("pk", job_ids))
         .order_by("pk")
         .values_list("pk", "state", "attempt")
     }
@@ -157,7 +157,7 @@ def _lock_and_read(outcomes, actor) -> _Batch:
     device_ids = sorted(
         {int(a.device_id) for _j, d, _c, _p in placed for part in d.placement.parts for a in part.devices}
     )
-    caps = locked_device_caps(device_ids)
+    caps, devices = locked_devices(device_ids)
     # Every lock is ours: read the quota holdings and the device totals now (a release that committed
     # while we waited is seen), and only then stamp the time. An allocation must not start before the
     # reads that admitted it: stamped before the lock waits, started_at fell before the released_at of
@@ -175,7 +175,7 @@ def _lock_and_read(outcomes, actor) -> _Batch:
         usage=usage,
         now=now,
         coefficients=coefficients,
-        render=_RenderContext(device_ids, caps),
+        render=_RenderContext(devices),
     )
 
 
@@ -230,7 +230,7 @@ def _persist_outcome(
             caps=batch.caps,
             replica=replica,
             coefficients=batch.coefficients,
-            trace_id=decision.trace_id,
+            trace_id=trace.trace_id,
             now=batch.now,
         )
         for replica, pk, a in rows
@@ -261,8 +261,8 @@ def _persist_outcome(
     batch.scheduled_ids.append(job.pk)
     nodes = ", ".join(decision.placement.nodes)
     batch.events.append(
-        JobEvent(
-            job=job,
+        _event(
+            job,
             kind=JobEvent.Kind.STATE,
             from_state=state,
             to_state=JobState.SCHEDULED,
@@ -385,21 +385,42 @@ def _update_queued(values: dict[int, tuple], columns: tuple[str, ...], **fixed) 
         cursor.execute(sql, params)
 
 
-class _RenderContext:
-    """The cards, nodes and clusters of one persist batch, read in three queries, for rendering each
-    placed job's objects (``apps.clusters.outbox.push_objects``) before anything is written."""
+def _event(job: Job, **values) -> JobEvent:
+    """``JobEvent(job=job, **values)``, built by position (``unsaved``): one per job of the cycle."""
+    event = unsaved(JobEvent, job_id=job.pk, **values)
+    _EVENT_JOB.set_cached_value(event, job)
+    return event
 
-    def __init__(self, device_ids: list[int], caps: dict[int, tuple]) -> None:
-        # The cards' JSON columns are not rendered; the few clusters are read once, not joined per node.
-        self.devices = (
-            Device.objects.defer("partitions", "mig_profiles").in_bulk(device_ids) if device_ids else {}
-        )
+
+_EVENT_JOB = JobEvent._meta.get_field("job")
+_DEVICE = Allocation._meta.get_field("device")
+_NODE = Allocation._meta.get_field("node")
+_MODEL = Device._meta.get_field("device_model")
+_NODE_COLUMNS = tuple(
+    f.attname for f in Node._meta.concrete_fields if f.attname in ("id", "name", "cluster_id")
+)
+
+
+class _RenderContext:
+    """The cards (as locked), nodes and clusters of one persist batch, for rendering each placed job's
+    objects (``apps.clusters.outbox.push_objects``) before anything is written."""
+
+    def __init__(self, devices: dict[int, Device]) -> None:
+        # The cards as locked (``locked_devices``); the few clusters are read once, not joined per node.
+        self.devices = devices
         # Their few catalog models, read once and shared (the Ascend renderer reads them per job else).
         models = DeviceModel.objects.in_bulk({d.device_model_id for d in self.devices.values()} - {None})
         for device in self.devices.values():
             if device.device_model_id:
-                device.device_model = models[device.device_model_id]
-        self.nodes = Node.objects.in_bulk({c[2] for c in caps.values()}) if caps else {}
+                _MODEL.set_cached_value(device, models[device.device_model_id])
+        # Rendering reads a node's name (and cluster), read with the cards: a node is loaded as
+        # ``only("name", "cluster_id")`` would load it (any other column is read if it is ever used).
+        self.nodes: dict[int, Node] = {}
+        for d in devices.values():
+            if d.node_id not in self.nodes:
+                row = {"id": d.node_id, "name": d.cap_node_name, "cluster_id": d.cap_cluster}
+                values = [row[name] for name in _NODE_COLUMNS]  # from_db: in the model's field order
+                self.nodes[d.node_id] = Node.from_db(d._state.db, _NODE_COLUMNS, values)
         clusters = Cluster.objects.in_bulk({n.cluster_id for n in self.nodes.values()})
         for node in self.nodes.values():
             node.cluster = clusters[node.cluster_id]
@@ -409,9 +430,9 @@ class _RenderContext:
         rendered."""
         from apps.clusters.outbox import push_objects
 
-        for allocation in allocations:
-            allocation.device = self.devices[allocation.device_id]
-            allocation.node = self.nodes[allocation.node_id]
+        for allocation in allocations:  # the related caches, set as the descriptors would
+            _DEVICE.set_cached_value(allocation, self.devices[allocation.device_id])
+            _NODE.set_cached_value(allocation, self.nodes[allocation.node_id])
         cluster = allocations[0].node.cluster
         try:
             return (job, cluster, push_objects(job, allocations, cluster)), ""
@@ -426,9 +447,10 @@ class _RenderContext:
 
 def _trace(job: Job, decision: Decision, *, cycle_id, position: int) -> DecisionTrace:
     data = decision.to_dict(rejections=False)  # per-node reasons are O(nodes); not stored
-    return DecisionTrace(
+    return unsaved(
+        DecisionTrace,
         trace_id=uuid.UUID(decision.trace_id),
-        job=job,
+        job_id=job.pk,
         cycle_id=cycle_id,
         policy=decision.policy,
         outcome=DecisionTrace.Outcome.PLACED if decision.placed else DecisionTrace.Outcome.PENDING,
