@@ -4,7 +4,7 @@ The dataset is written into a PostgreSQL database of its own: two device models,
 quotas, jobs in every state, an active allocation per running job (bulk_create), then the history
 tables a fleet of that size has (``build_history``, plain INSERT … SELECT): two events per job, one
 device event per node and per four cards, ten hourly usage entries per allocation, a year of bills,
-half an hour of 5-minute rollups per card (and the fleet rollups ingest would write beside them) and
+half an hour of 5-minute rollups per card (and the fleet rollups and card summaries ingest would write beside them) and
 the running jobs' utilization. ``--no-build`` migrates the existing dataset first. Each page is requested
 REPEAT times through Django's test client (the whole stack: middleware, view, template or
 serializer) as a platform administrator, and the pages a project member opens also as a member of
@@ -265,6 +265,7 @@ def build_history() -> None:
         for resolution in (WINDOW_S, HOUR_S):
             fleet_rollups_rebuild(resolution=resolution)
         cursor.execute("ANALYZE telemetry_fleetrollup")
+        cursor.execute("ANALYZE telemetry_cardsummary")  # rebuilt with the fleet rollups
 
 
 def ensure_users():

@@ -401,7 +401,7 @@ def project_cu_intervals(*, start: datetime | None = None, end: datetime | None 
             compute_units=cu,
         )
         for pk, project_id, began, released, cu in rows.values_list(
-            "pk", "job__project_id", "started_at", "released_at", "compute_units"
+            "pk", "project_id", "started_at", "released_at", "compute_units"
         ).iterator(chunk_size=5000)
     ]
 

@@ -62,16 +62,16 @@ def _device_params(device: Device) -> dict[str, Any]:
 def _scoped_devices(rule: AlertRule, *, allocated_only: bool) -> dict[int, tuple[Device, list[Project]]]:
     """Cards in the rule's scope → (card, projects holding it). ``allocated_only``: only cards with an
     active allocation (of the rule's project, when it has one)."""
-    allocations = Allocation.objects.filter(released_at__isnull=True).select_related("job__project")
+    allocations = Allocation.objects.filter(released_at__isnull=True).select_related("project")
     if rule.project_id:
-        allocations = allocations.filter(job__project_id=rule.project_id)
+        allocations = allocations.filter(project_id=rule.project_id)
     if rule.cluster_id:
         allocations = allocations.filter(node__cluster_id=rule.cluster_id)
     holders: dict[int, list[Project]] = {}
     for allocation in allocations:
         projects = holders.setdefault(allocation.device_id, [])
-        if allocation.job.project not in projects:
-            projects.append(allocation.job.project)
+        if allocation.project not in projects:
+            projects.append(allocation.project)
     devices = Device.objects.select_related("node").exclude(health=Device.Health.RETIRED)
     if allocated_only or rule.project_id:
         devices = devices.filter(pk__in=list(holders))

@@ -28,7 +28,7 @@ def _labelled(row: DeviceRollup, alloc: dict) -> bool:
     """The row is exact data whose exporter pod label names this allocation's job (in its namespace)."""
     if row.quality != Quality.EXACT:
         return False
-    spaces = (alloc["job__project__namespace"], alloc["job__project__slug"])
+    spaces = (alloc["project__namespace"], alloc["project__slug"])
     return any(job == alloc["job_id"] and ns in spaces for ns, job in _pod_jobs(row))
 
 
@@ -81,9 +81,9 @@ def _allocations_by_device(device_ids: list[int], start: datetime, end: datetime
             "partition_profile",
             "started_at",
             "released_at",
-            "job__project_id",
-            "job__project__namespace",
-            "job__project__slug",
+            "project_id",
+            "project__namespace",
+            "project__slug",
         )
     )
     by_device: dict[int, list[dict]] = defaultdict(list)
@@ -120,7 +120,7 @@ def _job_row(
         share=min(share, 1.0),
         busy_pct=busy,
         mem_used_avg_mib=mem,
-        project_id_snapshot=a["job__project_id"],
+        project_id_snapshot=a["project_id"],
     )
 
 

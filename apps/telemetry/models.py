@@ -238,3 +238,39 @@ class FleetRollup(models.Model):
 
     def __str__(self) -> str:
         return f"node {self.node_id} {self.vendor}/{self.model_label} @ {self.window_start:%Y-%m-%d %H:%M}"
+
+
+class CardSummary(models.Model):
+    """Σ of one card's whole-card rollups of one source over a bucket: an hour of 5-minute rows, a day
+    (UTC) of hourly rows (``SUMMARY_SPANS``).
+
+    The per-card period summary of the fleet report (issue 31): the idle cards and the cards with
+    telemetry of a period read the buckets that lie wholly inside it from here (one row per card and
+    hour, not twelve) and only the period's ragged edges from the rollups. Rebuilt with the fleet
+    rollups (``rollups.card_summaries_rebuild``), from the device rollups, so it is exact and idempotent.
+    """
+
+    resolution = models.PositiveIntegerField(choices=Resolution.choices)  # of the rollups summed
+    bucket_start = models.DateTimeField()
+    source = models.CharField(max_length=200)
+    device = models.ForeignKey(Device, on_delete=models.CASCADE, related_name="+")
+    row_count = models.PositiveIntegerField()
+    estimated = models.PositiveIntegerField()  # of which estimated
+    util_sum = models.FloatField()
+    util_n = models.BigIntegerField()
+    util_max = models.FloatField(null=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["resolution", "bucket_start", "source", "device"], name="telemetry_cardsummary_unique"
+            ),
+        ]
+        verbose_name = _("card summary")
+
+    def __str__(self) -> str:
+        return f"device {self.device_id} @ {self.bucket_start:%Y-%m-%d %H:%M} ({self.resolution}s rows)"
+
+
+# The bucket a card summary spans, by the resolution of the rollups it sums.
+SUMMARY_SPANS = {Resolution.FIVE_MINUTES: 3600, Resolution.HOUR: 86400}

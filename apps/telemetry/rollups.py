@@ -16,7 +16,14 @@ from typing import TYPE_CHECKING, Any
 from django.utils import timezone
 
 from apps.telemetry.attribution import _attribute
-from apps.telemetry.models import DeviceRollup, FleetRollup, JobUtilization, Quality
+from apps.telemetry.models import (
+    SUMMARY_SPANS,
+    CardSummary,
+    DeviceRollup,
+    FleetRollup,
+    JobUtilization,
+    Quality,
+)
 from apps.telemetry.samples import Sample
 from apps.telemetry.windows import HOUR_S, WINDOW_S, _dt, setting
 
@@ -406,6 +413,19 @@ def _rebuild_hours(
     report.attributions_written += _attribute(rows, device_ids, start, end, source=source)
 
 
+def _rebuild_filters(table: str, resolution: int, source: str | None) -> tuple[str, list, str, list]:
+    """A rebuild's DELETE of ``table``'s rows of a resolution (and source), and the matching filter of
+    the whole-card rollups ``r`` it recomputes them from: (delete, its params, where, its params)."""
+    delete, delete_params = f"DELETE FROM {table} WHERE resolution = %s", [resolution]  # noqa: S608
+    where, params = "r.partition = '' AND r.resolution = %s", [resolution]
+    if source is not None:
+        delete += " AND source = %s"
+        delete_params.append(source)
+        where += " AND r.source = %s"
+        params.append(source)
+    return delete, delete_params, where, params
+
+
 def _fleet_rollup_sql(vendor: str, resolution: int, source, windows, node_ids) -> list[tuple[str, list]]:
     """DELETE then INSERT … SELECT of the fleet rollups of the given windows and nodes (None: all)."""
     table, rollups = FleetRollup._meta.db_table, DeviceRollup._meta.db_table
@@ -416,13 +436,7 @@ def _fleet_rollup_sql(vendor: str, resolution: int, source, windows, node_ids) -
             return f" AND {column} = ANY(%s)", [values]
         return f" AND {column} IN ({', '.join(['%s'] * len(values))})", values
 
-    delete, delete_params = f"DELETE FROM {table} WHERE resolution = %s", [resolution]  # noqa: S608
-    where, params = "r.partition = '' AND r.resolution = %s", [resolution]
-    if source is not None:
-        delete += " AND source = %s"
-        delete_params.append(source)
-        where += " AND r.source = %s"
-        params.append(source)
+    delete, delete_params, where, params = _rebuild_filters(table, resolution, source)
     for column, inner, values in (
         ("window_start", "r.window_start", windows),
         ("node_id", "d.node_id", node_ids),
@@ -450,16 +464,62 @@ def _fleet_rollup_sql(vendor: str, resolution: int, source, windows, node_ids) -
 def fleet_rollups_rebuild(*, resolution: int, source: str | None = None, windows=None, node_ids=None) -> None:
     """Recompute the fleet rollups (Σ per node, vendor and model of its whole-card rollups) of the given
     windows and nodes from the device rollups: exact and idempotent (a window ingested twice gives the
-    same rows). Called by ingest inside its transaction; ``None`` = every window / node (backfill)."""
+    same rows). Called by ingest inside its transaction; ``None`` = every window / node (backfill).
+    The per-card period summaries of the buckets these windows fall in are rebuilt with them."""
     from django.db import connection
 
     if windows is not None and not windows or node_ids is not None and not node_ids:
         return
+    card_summaries_rebuild(resolution=resolution, source=source, windows=windows, node_ids=node_ids)
     if windows is not None:  # raw SQL: the backend's own datetime form (SQLite stores naive UTC text)
         windows = [connection.ops.adapt_datetimefield_value(w) for w in windows]
     with connection.cursor() as cursor:
         for sql, params in _fleet_rollup_sql(connection.vendor, resolution, source, windows, node_ids):
             cursor.execute(sql, params)
+
+
+def _bucket_sql(vendor: str, span: int) -> str:
+    """The start of the UTC bucket of ``span`` seconds a rollup's window lies in, in SQL."""
+    if vendor == "postgresql":
+        return f"to_timestamp(floor(extract(epoch FROM r.window_start) / {span}) * {span})"
+    return f"datetime(CAST(strftime('%%s', r.window_start) AS INTEGER) / {span} * {span}, 'unixepoch')"
+
+
+def card_summaries_rebuild(
+    *, resolution: int, source: str | None = None, windows=None, node_ids=None
+) -> None:
+    """Recompute the card summaries (``CardSummary``: Σ per card, source and bucket of its whole-card
+    rollups) of the buckets from the first to the last of those ``windows`` fall in, for the cards of
+    ``node_ids``, from the device rollups (``None``: every bucket / card). Exact and idempotent."""
+    from django.db import connection
+
+    span = SUMMARY_SPANS[resolution]
+    table, rollups = CardSummary._meta.db_table, DeviceRollup._meta.db_table
+    delete, delete_params, where, params = _rebuild_filters(table, resolution, source)
+    if windows is not None:
+        stamps = [w.timestamp() for w in windows]
+        first, last = min(stamps) // span * span, max(stamps) // span * span
+        low, high = (connection.ops.adapt_datetimefield_value(_dt(t)) for t in (first, last + span))
+        delete += " AND bucket_start >= %s AND bucket_start < %s"
+        delete_params += [low, high]
+        where += " AND r.window_start >= %s AND r.window_start < %s"
+        params += [low, high]
+    if node_ids is not None:
+        nodes = f"(SELECT id FROM inventory_device WHERE node_id IN ({', '.join(['%s'] * len(node_ids))}))"  # noqa: S608
+        delete += f" AND device_id IN {nodes}"
+        delete_params += list(node_ids)
+        where += f" AND r.device_id IN {nodes}"
+        params += list(node_ids)
+    bucket = _bucket_sql(connection.vendor, span)
+    insert = (
+        f"INSERT INTO {table} (resolution, bucket_start, source, device_id, row_count, estimated, util_sum, "  # noqa: S608
+        f"util_n, util_max) SELECT r.resolution, {bucket}, r.source, r.device_id, COUNT(*), "
+        "SUM(CASE WHEN r.quality = 'estimated' THEN 1 ELSE 0 END), SUM(r.util_sum), SUM(r.util_n), "
+        f"MAX(r.util_max) FROM {rollups} r WHERE {where} GROUP BY r.resolution, {bucket}, r.source, r.device_id"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(delete, delete_params)
+        cursor.execute(insert, params)
 
 
 def rollups_purge(*, now: datetime | None = None) -> dict[str, int]:
@@ -472,4 +532,7 @@ def rollups_purge(*, now: datetime | None = None) -> dict[str, int]:
     jobs, _ = JobUtilization.objects.filter(window_start__lt=hour_cut).delete()
     FleetRollup.objects.filter(resolution=WINDOW_S, window_start__lt=five_cut).delete()
     FleetRollup.objects.filter(resolution=HOUR_S, window_start__lt=hour_cut).delete()
+    # A bucket that starts before the cut is never wholly inside a period the report reads these for.
+    CardSummary.objects.filter(resolution=WINDOW_S, bucket_start__lt=five_cut).delete()
+    CardSummary.objects.filter(resolution=HOUR_S, bucket_start__lt=hour_cut).delete()
     return {"five_minute": five, "hourly": hourly, "job_utilization": jobs}

@@ -275,9 +275,9 @@ def _held(rows: dict[int, ProjectRow], ids: list[int], active) -> None:
         row.has_quota = True
         row.guarantee += g
     for pk, running, borrowed in (
-        active.filter(job__project_id__in=ids)
+        active.filter(project_id__in=ids)
         .order_by()
-        .values_list("job__project_id")
+        .values_list("project_id")
         .annotate(
             cu=Coalesce(Sum("compute_units"), ZERO),
             b=Coalesce(Sum("compute_units", filter=Q(borrowed=True)), ZERO),

@@ -9,16 +9,13 @@ from typing import Any
 
 from django.db.models import (
     Count,
-    Exists,
     ExpressionWrapper,
     F,
     FloatField,
     IntegerField,
     Max,
-    OuterRef,
     Q,
     QuerySet,
-    Subquery,
     Sum,
     Value,
 )
@@ -36,6 +33,8 @@ from apps.telemetry.selectors.periods import (
     Period,
     _allocation_seconds,
     _annotated,
+    _card_period_rows,
+    _card_period_sql,
     _card_rows,
     _fleet_rows,
     _pct,
@@ -109,18 +108,7 @@ def top_nodes(*, user, period: Period, limit: int = 10, source: str | None = Non
     fleet = _fleet_rows(period, source)
     if fleet is None:
         return _top_nodes_from_cards(period, limit, source)
-    rows = list(
-        fleet.values("node_id", "node__name", "node__cluster__slug")
-        .annotate(
-            u_sum=Sum("util_sum"),
-            u_n=Sum("util_n"),
-            peak=Max("util_max"),
-            estimated=Sum("estimated"),
-        )
-        .filter(u_n__gt=0)
-        .annotate(busy=ExpressionWrapper(F("u_sum") / F("u_n"), output_field=FloatField()))
-        .order_by("-busy", "node__name")[:limit]
-    )
+    rows = _top_fleet_nodes(fleet, limit)
     # Distinct cards over the period, for the chosen nodes only (a card has a row in many windows).
     cards = dict(
         _card_rows(period, source)
@@ -144,6 +132,39 @@ def top_nodes(*, user, period: Period, limit: int = 10, source: str | None = Non
     ]
     out.sort(key=lambda r: (-r["utilization_pct"], r["node"]))
     return out[:limit]
+
+
+def _summed_rows(sql: str, params: list, names: tuple[str, ...]) -> list[dict]:
+    """The rows of a raw query as dicts by ``names``; ``u_n`` and ``estimated`` as ints (PostgreSQL's
+    Σ of a bigint is a numeric)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        rows = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+    for r in rows:
+        r["u_n"], r["estimated"] = int(r["u_n"]), int(r["estimated"])
+    return rows
+
+
+def _top_fleet_nodes(fleet: QuerySet, limit: int) -> list[dict]:
+    """The busiest nodes of the fleet rollups: summed per node first, then only the nodes joined with
+    their names (the busiest first, then by name), not every row of the period (issue 31)."""
+
+    per_node = (
+        fleet.order_by()
+        .values("node_id")
+        .annotate(u_sum=Sum("util_sum"), u_n=Sum("util_n"), peak=Max("util_max"), estimated=Sum("estimated"))
+        .filter(u_n__gt=0)
+    )
+    inner, params = per_node.query.sql_with_params()
+    sql = (
+        "SELECT f.node_id, n.name, c.slug, f.u_sum, f.u_n, f.peak, f.estimated "  # noqa: S608 (constants)
+        f"FROM ({inner}) f JOIN inventory_node n ON n.id = f.node_id JOIN inventory_cluster c ON c.id = n.cluster_id "
+        "ORDER BY f.u_sum / f.u_n DESC, n.name LIMIT %s"
+    )
+    names = ("node_id", "node__name", "node__cluster__slug", "u_sum", "u_n", "peak", "estimated")
+    return _summed_rows(sql, [*params, limit], names)
 
 
 def _top_nodes_from_cards(period: Period, limit: int, source: str | None) -> list[dict]:
@@ -178,33 +199,33 @@ def _top_nodes_from_cards(period: Period, limit: int, source: str | None) -> lis
     return out[:limit]
 
 
-def _idle_rows(period: Period, threshold_pct: float | None, source: str | None) -> QuerySet:
+def _idle_rows(
+    period: Period, threshold_pct: float | None, source: str | None, limit: int | None
+) -> list[dict]:
+    """The idle cards of the period, in node and index order: per card, its rollups summed (the card
+    summaries of the whole buckets, the rollups of the edges: ``_card_period_sql``), kept where some
+    window has a busy % and none exceeds the threshold; then only those cards joined (issue 31)."""
+
     threshold = setting("TELEMETRY_IDLE_UTIL_PCT", 5.0) if threshold_pct is None else threshold_pct
-    # The cards first, without joins: some window at or under the threshold and none above it (what the
-    # HAVING below says, decided on the rollups alone); only their rows are then joined and grouped.
-    low = _card_rows(period, source).filter(util_max__lte=threshold).values("device_id")
-    busy = _card_rows(period, source).filter(device_id=OuterRef("pk"), util_max__gt=threshold)
-    cards = Device.objects.filter(pk__in=low).filter(~Exists(busy)).values("pk")
-    return (
-        _annotated(_card_rows(period, source).filter(device_id__in=cards), "model_label")
-        .values(
-            "device_id",
-            "device__node__name",
-            "device__vendor",
-            "device__index",
-            "model_label",
-            "device__uuid",
-        )
-        .annotate(
-            u_sum=Sum("util_sum"),
-            u_n=Sum("util_n"),
-            peak=Max("util_max"),
-            estimated=Count("pk", filter=Q(quality=Quality.ESTIMATED)),
-        )
-        .filter(u_n__gt=0, peak__lte=threshold)
-        .exclude(device__health=Device.Health.RETIRED)  # out of service: not idle capacity (issue 21)
-        .order_by("device__node__name", "device__index")
+    # The candidates first: cards with some row at or under the threshold (a few, unlike the cards of
+    # the fleet); only their rows are summed.
+    low, low_params = _card_period_rows(period, source, "util_max <= %s", (threshold,))
+    candidates = f"device_id IN (SELECT device_id FROM ({low}) low)"  # noqa: S608 (constants)
+    cards, params = _card_period_sql(period, source, candidates, low_params)
+    sql = (
+        "SELECT c.device_id, n.name, d.vendor, d.\"index\", COALESCE(m.name, d.raw_model_name, '?'), d.uuid, "  # noqa: S608
+        f"c.u_sum, c.u_n, c.peak, c.estimated FROM ({cards}) c "
+        "JOIN inventory_device d ON d.id = c.device_id JOIN inventory_node n ON n.id = d.node_id "
+        "LEFT JOIN catalog_devicemodel m ON m.id = d.device_model_id "
+        # Retired: out of service, not idle capacity (issue 21).
+        'WHERE c.u_n > 0 AND c.peak <= %s AND d.health <> %s ORDER BY n.name, d."index"'
     )
+    params += [threshold, Device.Health.RETIRED]
+    if limit is not None:
+        sql += " LIMIT %s"
+        params.append(limit)
+    names = ("device_id", "node", "vendor", "index", "model", "uuid", "u_sum", "u_n", "peak", "estimated")
+    return _summed_rows(sql, params, names)
 
 
 def idle_cards(
@@ -219,8 +240,7 @@ def idle_cards(
     they were allocated meanwhile (allocated and idle = capacity held for nothing); the first ``limit``
     of them (node, index order) when given (the fleet page; its CSV export lists them all)."""
     require_staff(user)
-    rows = _idle_rows(period, threshold_pct, source)
-    rows = list(rows if limit is None else rows[:limit])
+    rows = _idle_rows(period, threshold_pct, source, limit)
     allocated = set(
         Allocation.objects.filter(device_id__in=[r["device_id"] for r in rows], started_at__lt=period.end)
         .filter(Q(released_at__isnull=True) | Q(released_at__gt=period.start))
@@ -229,11 +249,11 @@ def idle_cards(
     return [
         {
             "device_id": r["device_id"],
-            "node": r["device__node__name"],
-            "vendor": r["device__vendor"],
-            "index": r["device__index"],
-            "model": r["model_label"],
-            "uuid": r["device__uuid"],
+            "node": r["node"],
+            "vendor": r["vendor"],
+            "index": r["index"],
+            "model": r["model"],
+            "uuid": r["uuid"],
             "utilization_pct": round(r["u_sum"] / r["u_n"], 2),
             "peak_pct": r["peak"],
             "allocated": r["device_id"] in allocated,
@@ -250,22 +270,12 @@ def three_figures(*, user, period: Period, source: str | None = None) -> dict:
     device_ids = devices.order_by().values("pk")  # a subquery: no list of every card id (issue 20)
     card_count = devices.count()
     capacity_s = card_count * period.seconds
-    allocated_s = _allocation_seconds(period, device_ids=device_ids)
+    out_of_service = Device.objects.filter(health__in=[Device.Health.RETIRED, Device.Health.LOST]).order_by()
+    allocated_s = _allocation_seconds(period, excluded_device_ids=out_of_service.values("pk"))
     fleet = _fleet_rows(period, source)
     if fleet is not None:
         card = fleet.aggregate(u_sum=Sum("util_sum"), u_n=Sum("util_n"), estimated=Sum("estimated"))
-        # Of the cards counted above (in service): a retired card's old rows made "55 / 54" (issue 21).
-        # One index probe per in-service card (its first row in the period), not a pass over every
-        # row of the period: a LIMIT 1 subquery, which PostgreSQL does not turn into a hash semi-join,
-        # in the rollups' unique key order (device, partition, resolution, window: the probe starts
-        # at the period, however long the retention).
-        first_row = (
-            _card_rows(period, source)
-            .filter(device_id=OuterRef("pk"))
-            .order_by("partition", "resolution", "window_start")
-            .values("pk")[:1]
-        )
-        card["cards"] = devices.annotate(seen=Subquery(first_row)).filter(seen__isnull=False).count()
+        card["cards"] = _cards_seen(period, source)
     else:
         card = _three_figures_card_rows(period, source, device_ids)
     ju = JobUtilization.objects.filter(window_start__gte=period.start, window_start__lt=period.end)
@@ -295,6 +305,22 @@ def three_figures(*, user, period: Period, source: str | None = None) -> dict:
         else Quality.ESTIMATED,
         "methods": METHODS,
     }
+
+
+def _cards_seen(period: Period, source: str | None) -> int:
+    """The in-service cards with a rollup in the period (a retired card's old rows made "55 / 54":
+    issue 21), from the card summaries of the whole buckets and the rollups of the edges."""
+    from django.db import connection
+
+    rows, params = _card_period_rows(period, source)
+    # Out of service: a few cards, excluded by id (no join of every card's row with its card).
+    sql = (
+        f"SELECT COUNT(DISTINCT x.device_id) FROM ({rows}) x WHERE x.device_id NOT IN "  # noqa: S608
+        f"(SELECT id FROM {Device._meta.db_table} WHERE health IN (%s, %s))"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [*params, Device.Health.RETIRED, Device.Health.LOST])
+        return cursor.fetchone()[0]
 
 
 def _three_figures_card_rows(period: Period, source: str | None, device_ids) -> dict:
@@ -331,6 +357,8 @@ def fragmentation(*, user) -> dict:
     from apps.catalog.selectors import coefficients_on
 
     in_service = Device.objects.filter(health__in=[Device.Health.HEALTHY, Device.Health.DEGRADED]).order_by()
+    # The other two states: a few cards, excluded by id rather than every allocation joined with its card.
+    out_of_service = Device.objects.filter(health__in=[Device.Health.LOST, Device.Health.RETIRED]).order_by()
     active = Allocation.objects.filter(released_at__isnull=True)
     # A card no active allocation touches is wholly free, hence usable (a whole card fits): counted per
     # model in SQL. Only the cards some allocation holds are read one by one (issue 20).
@@ -342,7 +370,7 @@ def fragmentation(*, user) -> dict:
     )
     used = {
         row["device_id"]: row
-        for row in active.filter(device__in=in_service)
+        for row in active.exclude(device_id__in=out_of_service.values("pk"))
         .order_by()
         .values("device_id")
         .annotate(

@@ -23,8 +23,8 @@ from django.utils.translation import gettext_lazy
 from apps.accounts.selectors import is_platform_staff
 from apps.core.errors import PermissionDenied, ValidationFailed
 from apps.jobs.models import Allocation
-from apps.telemetry.models import DeviceRollup, FleetRollup, MetricSource, Quality
-from apps.telemetry.windows import HOUR_S, WINDOW_S, setting
+from apps.telemetry.models import SUMMARY_SPANS, CardSummary, DeviceRollup, FleetRollup, MetricSource, Quality
+from apps.telemetry.windows import HOUR_S, WINDOW_S, _dt, setting
 
 GROUPS = {
     "vendor": "device__vendor",
@@ -182,14 +182,16 @@ def _fleet_rows(period: Period, source: str | None) -> QuerySet[FleetRollup] | N
     return qs
 
 
-def _allocation_seconds(period: Period, device_ids=None, project_ids=None) -> float:
+def _allocation_seconds(period: Period, device_ids=None, project_ids=None, excluded_device_ids=None) -> float:
     qs = Allocation.objects.filter(started_at__lt=period.end).filter(
         Q(released_at__isnull=True) | Q(released_at__gt=period.start)
     )
     if device_ids is not None:
         qs = qs.filter(device_id__in=device_ids)
+    if excluded_device_ids is not None:  # a few cards (out of service): NOT IN, not a join with every card
+        qs = qs.exclude(device_id__in=excluded_device_ids)
     if project_ids is not None:
-        qs = qs.filter(job__project_id__in=project_ids)
+        qs = qs.filter(project_id__in=project_ids)
     # Σ overlap × share, summed in SQL per share (a few rows, not one per allocation: issue 20).
     overlap = ExpressionWrapper(
         Least(Coalesce("released_at", Value(period.end)), Value(period.end))
@@ -204,3 +206,63 @@ def _allocation_seconds(period: Period, device_ids=None, project_ids=None) -> fl
         .annotate(held=Sum("overlap"))
     )
     return sum(row["held"].total_seconds() * row["compute_milli"] / 1000.0 for row in rows if row["held"])
+
+
+def _card_period_rows(
+    period: Period, source: str | None, where: str = "", extra: tuple = ()
+) -> tuple[str, list]:
+    """The period's whole-card rows as ``device_id, util_sum, util_n, util_max, estimated``, as SQL and
+    its parameters: the buckets wholly inside the period from the card summaries (an hour per row for
+    5-minute rollups, a day for hourly ones), only the ragged edges from the rollups (issue 31). Their
+    sums, counts and maximum per card are those of the rollups alone. ``where``: a condition more on
+    both (its parameters ``extra``)."""
+    from django.db import connection
+
+    resolution, span = period.resolution, SUMMARY_SPANS[period.resolution]
+    start, end = period.start.timestamp(), period.end.timestamp()
+    first, last = -(-start // span) * span, end // span * span  # the whole buckets: [first, last)
+    at = connection.ops.adapt_datetimefield_value
+    more = f" AND {where}" if where else ""
+    raw_where, params = "partition = '' AND resolution = %s", [resolution]
+    summary_where, summary_params = "resolution = %s", [resolution]
+    if source:
+        raw_where += " AND source = %s"
+        params.append(source)
+        summary_where += " AND source = %s"
+        summary_params.append(source)
+    if first < last:
+        raw_where += (
+            " AND (window_start >= %s AND window_start < %s OR window_start >= %s AND window_start < %s)"
+        )
+        params += [at(period.start), at(_dt(first)), at(_dt(last)), at(period.end)]
+    else:
+        raw_where += " AND window_start >= %s AND window_start < %s"
+        params += [at(period.start), at(period.end)]
+    sql = (
+        "SELECT device_id, util_sum, util_n, util_max, "  # noqa: S608 (constants)
+        f"CASE WHEN quality = 'estimated' THEN 1 ELSE 0 END AS estimated FROM {DeviceRollup._meta.db_table} "
+        f"WHERE {raw_where}{more}"
+    )
+    params += extra
+    if first < last:
+        summary_where += " AND bucket_start >= %s AND bucket_start < %s"
+        summary_params += [at(_dt(first)), at(_dt(last)), *extra]
+        sql += (
+            " UNION ALL SELECT device_id, util_sum, util_n, util_max, estimated "  # noqa: S608 (constants)
+            f"FROM {CardSummary._meta.db_table} WHERE {summary_where}{more}"
+        )
+        params += summary_params
+    return sql, params
+
+
+def _card_period_sql(
+    period: Period, source: str | None, where: str = "", extra: tuple = ()
+) -> tuple[str, list]:
+    """Per card of the period (``_card_period_rows``), its whole-card rollups summed: ``device_id,
+    u_sum, u_n, peak, estimated``, one row per card."""
+    rows, params = _card_period_rows(period, source, where, extra)
+    sql = (
+        "SELECT x.device_id, SUM(x.util_sum) AS u_sum, SUM(x.util_n) AS u_n, MAX(x.util_max) AS peak, "  # noqa: S608
+        f"SUM(x.estimated) AS estimated FROM ({rows}) x GROUP BY x.device_id"
+    )
+    return sql, params
