@@ -31,7 +31,7 @@ from django.utils import timezone
 from apps.clusters.manifests import HOSTNAME_LABEL, namespace_manifest, node_patch, workload_objects
 from apps.clusters.models import PushAction
 from apps.core import task_names
-from apps.core.bulk import copy_create
+from apps.core.bulk import among, copy_create, unsaved
 from apps.core.tasks import enqueue_on_commit
 from apps.jobs.models import Job
 
@@ -51,12 +51,19 @@ def object_stream(cluster: Any, kind: str, namespace: str, name: str) -> str:
     return f"{cluster.pk}:{kind}:{namespace}/{name}"
 
 
+_JOB = PushAction._meta.get_field("job")
+_CLUSTER = PushAction._meta.get_field("cluster")
+
+
 def _action(job: Job, cluster: Any, obj: dict, seq: int, now: dt.datetime) -> PushAction:
+    """``PushAction(job=job, cluster=cluster, …)``, built by position (``unsaved``): a scheduling
+    cycle builds one per object of every placed job."""
     meta = obj.get("metadata") or {}
-    return PushAction(
-        job=job,
+    action = unsaved(
+        PushAction,
+        job_id=job.pk,
         stream=job_stream(job.pk),
-        cluster=cluster,
+        cluster_id=cluster.pk,
         attempt=job.attempt,
         seq=seq,
         verb=PushAction.Verb.APPLY,
@@ -66,6 +73,9 @@ def _action(job: Job, cluster: Any, obj: dict, seq: int, now: dt.datetime) -> Pu
         name=meta["name"],
         next_attempt_at=now,
     )
+    _JOB.set_cached_value(action, job)  # the related caches, as ``job=job, cluster=cluster`` set them
+    _CLUSTER.set_cached_value(action, cluster)
+    return action
 
 
 def push_objects(
@@ -98,7 +108,7 @@ def push_actions_enqueue_rendered(items: Sequence[tuple[Job, Any, Sequence[dict]
     now = timezone.now()
     next_seq = {
         (row["job_id"], row["attempt"]): row["top"] + 1
-        for row in PushAction.objects.filter(stream__in=[job_stream(job.pk) for job, _c, _o in items])
+        for row in PushAction.objects.filter(among("stream", [job_stream(job.pk) for job, _c, _o in items]))
         .values("job_id", "attempt")
         .annotate(top=Max("seq"))
     }

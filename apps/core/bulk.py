@@ -11,6 +11,9 @@ auto-incremented primary key is left to the database and **not** set on the inst
 where the caller does not read the new keys. Constraints are checked as for any insert: a violation
 raises ``IntegrityError`` and the transaction is rolled back by its caller. No signals are sent (as
 with ``bulk_create``).
+
+Two helpers for the same hot paths: ``among`` filters a column by many values with one array
+parameter (``= ANY(%s)``) instead of ``__in``, and ``unsaved`` builds a model instance by position.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from functools import cache
 from json import dumps
 
 from django.db import connection, models
+from django.db.models import F, Lookup, Q
 
 # Below this many rows a COPY round trip gains nothing over one INSERT.
 _MIN_ROWS = 20
@@ -103,3 +107,51 @@ def copy_create(objs: Sequence[models.Model]) -> int:
         for obj in objs:
             write(_row(obj, getters))
     return len(objs)
+
+
+class _AnyOf(Lookup):
+    """``column = ANY(%s)``: the values travel as one array parameter. With ``__in`` Django's
+    client-side binding quoted every value in Python: reading a persist batch's 430 cards took 50 ms
+    that way, 16 ms this way (10,000-node cycle, issue 31)."""
+
+    lookup_name = "any_of"
+    prepare_rhs = False
+
+    def get_prep_lookup(self):
+        return list(self.rhs)
+
+    def as_sql(self, compiler, connection):
+        lhs, params = self.process_lhs(compiler, connection)
+        return f"{lhs} = ANY(%s)", [*params, self.rhs]
+
+
+def among(field: str, values) -> Q | Lookup:
+    """A filter ``field`` in ``values``: one array parameter on PostgreSQL, ``__in`` elsewhere."""
+    values = list(values)
+    if connection.vendor != "postgresql":  # the SQLite demo
+        return Q(**{f"{field}__in": values})
+    return _AnyOf(F(field), values)
+
+
+@cache
+def _layout(model) -> tuple[dict[str, int], tuple, tuple]:
+    fields = model._meta.concrete_fields
+    index = {f.attname: i for i, f in enumerate(fields)}
+    constant = tuple(None if callable(f.default) else f.get_default() for f in fields)
+    computed = tuple((i, f) for i, f in enumerate(fields) if callable(f.default))
+    return index, constant, computed
+
+
+def unsaved(model, **values):
+    """``model(**values)`` (values by attname: ``job_id``, not ``job``), built by position: Django's
+    keyword path cost twice as much per instance, and a cycle builds one per allocation and trace.
+    Related caches are not set: a caller that holds the related instances sets them
+    (``field.set_cached_value``)."""
+    index, constant, computed = _layout(model)
+    row = list(constant)
+    for name, value in values.items():
+        row[index[name]] = value
+    for i, f in computed:
+        if f.attname not in values:
+            row[i] = f.get_default()
+    return model(*row)

@@ -12,13 +12,13 @@ from __future__ import annotations
 import uuid
 from collections import defaultdict
 from decimal import Decimal
-from functools import cache
 
-from django.db import connection, transaction
-from django.db.models import F, Lookup, Q
+from django.db import transaction
+from django.db.models import F
 from django.utils import timezone
 
 from apps.core.audit import actor_fields
+from apps.core.bulk import among, unsaved
 from apps.core.stored_text import stored
 from apps.inventory.models import Device
 from apps.jobs.events import record_job_events
@@ -34,52 +34,6 @@ def allocation_compute_units(coefficient: Decimal | None, compute_milli: int) ->
     if coefficient is None:
         return Decimal(0)
     return (coefficient * Decimal(compute_milli) / Decimal(WHOLE)).quantize(CU_QUANTUM)
-
-
-class _AnyOf(Lookup):
-    """``column = ANY(%s)``: the ids travel as one array parameter. With ``__in`` Django's client-side
-    binding quoted every id in Python: reading a persist batch's 430 cards took 50 ms that way, 16 ms
-    this way (10,000-node cycle, issue 31)."""
-
-    lookup_name = "any_of"
-    prepare_rhs = False
-
-    def get_prep_lookup(self):
-        return list(self.rhs)
-
-    def as_sql(self, compiler, connection):
-        lhs, params = self.process_lhs(compiler, connection)
-        return f"{lhs} = ANY(%s)", [*params, self.rhs]
-
-
-def among(field: str, values) -> Q | Lookup:
-    """A filter ``field`` in ``values``: one array parameter on PostgreSQL, ``__in`` elsewhere."""
-    values = list(values)
-    if connection.vendor != "postgresql":  # the SQLite demo
-        return Q(**{f"{field}__in": values})
-    return _AnyOf(F(field), values)
-
-
-@cache
-def _layout(model) -> tuple[dict[str, int], tuple, tuple]:
-    fields = model._meta.concrete_fields
-    index = {f.attname: i for i, f in enumerate(fields)}
-    constant = tuple(None if callable(f.default) else f.get_default() for f in fields)
-    computed = tuple((i, f) for i, f in enumerate(fields) if callable(f.default))
-    return index, constant, computed
-
-
-def unsaved(model, **values):
-    """``model(**values)`` (values by attname: ``job_id``, not ``job``), built by position: Django's
-    keyword path cost twice as much per instance, and a cycle builds one per allocation and trace."""
-    index, constant, computed = _layout(model)
-    row = list(constant)
-    for name, value in values.items():
-        row[index[name]] = value
-    for i, f in computed:
-        if f.attname not in values:
-            row[i] = f.get_default()
-    return model(*row)
 
 
 def device_usage(device_ids: list[int]) -> dict[int, list[int]]:

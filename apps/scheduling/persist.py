@@ -26,7 +26,7 @@ from django.utils import timezone
 from apps.catalog.models import DeviceModel
 from apps.catalog.selectors import coefficients_on
 from apps.core.audit import actor_fields
-from apps.core.bulk import copy_create
+from apps.core.bulk import among, copy_create, unsaved
 from apps.core.errors import ValidationFailed
 from apps.core.stored_text import stored
 from apps.inventory.models import Cluster, Device, Node
@@ -39,11 +39,9 @@ from apps.quotas.services import placement_admit
 from apps.scheduling.allocations import (
     allocation_compute_units,
     allocation_row,
-    among,
     claim_placement,
     device_usage,
     locked_devices,
-    unsaved,
 )
 from apps.scheduling.engine.model import WHOLE, Decision, Snapshot
 from apps.scheduling.models import DecisionTrace

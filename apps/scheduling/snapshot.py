@@ -14,10 +14,10 @@ from django.db.models.functions import Cast
 
 from apps.catalog.mig import device_geometry
 from apps.clusters.models import ClusterPreference
+from apps.core.bulk import among
 from apps.core.process_state import register_reset
 from apps.inventory.models import Device, Node, Pool
 from apps.jobs.models import Allocation
-from apps.scheduling.allocations import among
 from apps.scheduling.engine.model import WHOLE, CapacityError, Placement, Snapshot
 
 # Vendor device kinds, for cards whose model the catalog does not know.

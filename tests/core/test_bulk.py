@@ -1,4 +1,5 @@
-"""apps.core.bulk.copy_create: the rows COPY writes are the rows bulk_create writes; violations roll back."""
+"""apps.core.bulk: the rows COPY writes (copy_create) are the rows bulk_create writes; violations roll
+back. ``among`` selects what ``__in`` selects; ``unsaved`` builds what the model's constructor builds."""
 
 from __future__ import annotations
 
@@ -6,11 +7,11 @@ import uuid
 from decimal import Decimal
 
 import pytest
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from apps.catalog.models import DeviceModel
-from apps.core.bulk import copy_create
+from apps.core.bulk import among, copy_create, unsaved
 from apps.inventory.models import Cluster, Device, Node, Pool
 from apps.jobs.models import Allocation, Job, JobEvent
 
@@ -124,3 +125,33 @@ def test_mixed_models_are_refused(job):
     with pytest.raises(TypeError, match="among JobEvent rows"):
         copy_create(rows)
     assert not JobEvent.objects.filter(message__startswith="D").exists()
+
+
+@pytest.mark.parametrize("field", ["pk", "index", "uuid"])  # an int key, an int column, a text column
+def test_among_selects_what_in_selects(field):
+    devices, _node = _fleet()
+    values = [getattr(d, "pk" if field == "pk" else field) for d in devices[3:20:2]]
+    values += [-1] if field != "uuid" else ["GPU-none", "GPU-'quoted' \\ 中文"]  # match nothing
+    query = Device.objects.filter(among(field, values))
+    sql = str(query.query)
+    assert ("= ANY(" in sql) == (connection.vendor == "postgresql")
+    got = sorted(query.values_list("pk", flat=True))
+    assert got == sorted(Device.objects.filter(**{f"{field}__in": values}).values_list("pk", flat=True))
+    assert got == sorted(d.pk for d in devices[3:20:2])
+    assert not Device.objects.filter(among(field, [])).exists()
+    assert Device.objects.exclude(among(field, values)).count() == N - len(got)
+
+
+def test_unsaved_builds_what_the_constructor_builds(job):
+    now = timezone.now()
+    values = {"job_id": job.pk, "kind": JobEvent.Kind.STATE, "message": "m", "data": {"a": 1}}
+    built, plain = unsaved(JobEvent, **values), JobEvent(**values)
+    fields = [f.attname for f in JobEvent._meta.concrete_fields]
+    assert [getattr(built, f) for f in fields] == [getattr(plain, f) for f in fields]
+    assert built._state.adding and built.pk is None
+    # a callable default is called per instance (no shared dict), as the constructor does
+    event = unsaved(JobEvent, job_id=job.pk, kind=JobEvent.Kind.STATE, message="m")
+    other = unsaved(JobEvent, job_id=job.pk, kind=JobEvent.Kind.STATE, message="m")
+    assert event.data == JobEvent(job=job).data and event.data is not other.data
+    assert copy_create([event]) == 1
+    assert JobEvent.objects.get(message="m").created_at >= now
