@@ -268,6 +268,18 @@ def build_history() -> None:
         cursor.execute("ANALYZE telemetry_cardsummary")  # rebuilt with the fleet rollups
 
 
+def vacuum() -> None:
+    """VACUUM (ANALYZE) the fresh dataset, as autovacuum would on a live database before anyone looks:
+    without it no query answers from an index alone (the visibility map is empty) and a queued-jobs scan
+    reads every heap page of a 1,000,000-job table. Outside a transaction, as VACUUM must be."""
+    from django.db import connection
+
+    started = time.perf_counter()
+    with connection.cursor() as cursor:
+        cursor.execute("VACUUM (ANALYZE)")
+    print(f"vacuumed in {time.perf_counter() - started:.0f}s")
+
+
 def ensure_users():
     """The platform administrator and a member of one project (pages as a member sees them)."""
     from django.contrib.auth import get_user_model
@@ -346,6 +358,7 @@ def main(argv: list[str] | None = None) -> int:
         started = time.perf_counter()
         build_history()
         print(f"history tables written in {time.perf_counter() - started:.0f}s")
+        vacuum()
     clients = {}
     for role, user in ensure_users().items():
         clients[role] = Client()
