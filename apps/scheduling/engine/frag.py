@@ -143,7 +143,7 @@ class FragModel:
         self.strand_mem = strand_mem if strand_mem[0] > 0 and strand_mem[1] > 0 else (0.0, 0.0)
         self.key_memory = use_memory or self.strand_mem[0] > 0
         self.shapes = list(shapes)
-        self._memo: dict[tuple, float] = {}
+        self._memo: dict[tuple, tuple[float, float]] = {}  # key -> (slots or FGD, stranded)
         self._allowed: dict[tuple, tuple] = {}
         self._nodes: dict[int, tuple[int, list[DevState], tuple, float]] = {}
         self._snap_id = 0
@@ -285,14 +285,15 @@ class FragModel:
 
     # ---- the measures --------------------------------------------------------------------------
 
-    def value(self, key: tuple) -> float:
+    def value(self, key: tuple, strand: bool = True) -> float:
+        """The measure of one node state; ``strand=False`` leaves the stranded compute out."""
         v = self._memo.get(key)
         if v is None:
-            v = self._fgd(key) if self.mode == "fgd" else self._slots(key)
+            v = (self._fgd(key), 0.0) if self.mode == "fgd" else (self._slots(key), self._stranded(key))
             if len(self._memo) > 2_000_000:
                 self._memo.clear()
             self._memo[key] = v
-        return v
+        return v[0] + v[1] if strand else v[0]
 
     def _fgd(self, key: tuple) -> float:
         hw, cpu_free, _mem, devs = key
@@ -366,16 +367,18 @@ class FragModel:
                 usable = s * unit
                 if usable < total:
                     frag += w * (total - usable)
-        weight, ratio = self.strand_cpu
-        if weight:
-            stranded = total - cpu_free / ratio
-            if stranded > 0:
-                frag += weight * stranded
-        weight, ratio = self.strand_mem
-        if weight:
-            stranded = total - mem_free / ratio
-            if stranded > 0:
-                frag += weight * stranded
+        return frag
+
+    def _stranded(self, key: tuple) -> float:
+        """The weighted idle compute the node's free CPU (memory) cannot feed at the workload's ratio."""
+        _hw, cpu_free, mem_free, devs = key
+        total = sum(d[1] for d in devs)
+        frag = 0.0
+        for (weight, ratio), free in ((self.strand_cpu, cpu_free), (self.strand_mem, mem_free)):
+            if weight:
+                stranded = total - free / ratio
+                if stranded > 0:
+                    frag += weight * stranded
         return frag
 
     # ---- cluster level (the simulator's optional fragmentation metric) -------------------------

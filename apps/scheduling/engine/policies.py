@@ -187,7 +187,10 @@ class _FragmentationPolicy(Policy):
             self.strand_cpu_weight = strand_cpu_weight
         if strand_mem_weight is not None:
             self.strand_mem_weight = strand_mem_weight
-        self._ratio_sums = [0, 0, 0]  # CPU, memory, compute of the accelerator requests seen
+        # CPU, memory, compute of the accelerator requests seen; CPU of the requests without one
+        self._ratio_sums = [0, 0, 0, 0]
+        self._fleet_cpu_per_compute = 0.0  # the fleet's CPU per milli-card (``bind``)
+        self.scarce_cpu = False  # ``cpu_scarce()`` when the model was last built or bound
         self._seen: list[Shape] = []
         self._snapshot: Snapshot | None = None
         self._fixed = False
@@ -208,9 +211,19 @@ class _FragmentationPolicy(Policy):
             sums[0] += req.cpu_milli
             sums[1] += req.memory_mib
             sums[2] += compute
+        else:
+            self._ratio_sums[3] += req.cpu_milli
+
+    def cpu_scarce(self) -> bool:
+        """Whether the workload asks for at least as much CPU per milli-card (its CPU-only requests
+        included) as the fleet has: CPU then binds before the accelerators do."""
+        cpu, _mem, compute, cpu_only = self._ratio_sums
+        fleet = self._fleet_cpu_per_compute
+        return bool(compute and fleet) and (cpu + cpu_only) / compute >= fleet
 
     def _model(self, typical: Sequence[tuple[Shape, float]]) -> FragModel:
-        cpu, mem, compute = self._ratio_sums
+        cpu, mem, compute, _cpu_only = self._ratio_sums
+        self.scarce_cpu = self.cpu_scarce()
         return FragModel(
             typical,
             self.mode,
@@ -229,12 +242,18 @@ class _FragmentationPolicy(Policy):
 
     def bind(self, snapshot):
         self._snapshot = snapshot
+        cards = sum(1 for n in snapshot.nodes for d in n.devices if d.healthy and d.schedulable)
+        cpu = sum(n.cpu_milli for n in snapshot.nodes)
+        self._fleet_cpu_per_compute = cpu / (cards * WHOLE) if cards else 0.0
+        if self.scarce_cpu != self.cpu_scarce():  # cached scores of CPU-only requests go stale
+            self.scarce_cpu = not self.scarce_cpu
+            self.version += 1
         if self.supply_weighting and self.model.set_supply(snapshot, self.capability_weighting):
             self.version += 1
 
     def set_workload(self, requests):
         requests = list(requests)
-        self._ratio_sums = [0, 0, 0]
+        self._ratio_sums = [0, 0, 0, 0]
         for req in requests:
             self._count_ratio(req)
         self._fixed = True
@@ -252,11 +271,14 @@ class _FragmentationPolicy(Policy):
             self._rebuild(self._seen)
 
     def deltas(
-        self, snapshot: Snapshot, node: NodeState, req: Request, opts: Sequence[Option]
+        self, snapshot: Snapshot, node: NodeState, req: Request, opts: Sequence[Option], strand: bool = True
     ) -> tuple[list[float], int]:
-        """Growth of the fragmentation measure for each option, and the node's idle compute."""
+        """Growth of the fragmentation measure for each option, and the node's idle compute
+        (``strand=False``: without the stranded compute)."""
         model = self.model
-        devs, _key, before = model.node_states(snapshot, node)
+        devs, key, before = model.node_states(snapshot, node)
+        if not strand:
+            before = model.value(key, strand=False)
         idle = sum(d[1] for d in devs)
         cpu_after = node.cpu_milli - node.cpu_used - req.cpu_milli
         mem_after = node.memory_mib - node.mem_used - req.memory_mib
@@ -271,7 +293,7 @@ class _FragmentationPolicy(Policy):
                     after[i] = after_state(
                         node.devices[i], devs[i][0], factor, g.whole, g.compute, g.memory_mib, g.isolation
                     )
-            out.append(model.value(model.key(hw, cpu_after, mem_after, after)) - before)
+            out.append(model.value(model.key(hw, cpu_after, mem_after, after), strand) - before)
         return out, idle
 
 
@@ -307,7 +329,10 @@ class SlotFragPolicy(_FragmentationPolicy):
       cards whose type and node size can serve it at all — so the few nodes that can take the largest
       pods (or one vendor's pods) are kept for them;
     * **stranded compute** — the idle compute the node's free CPU could not feed at the workload's
-      average CPU per card (weight 4): cards left behind an exhausted CPU, whatever comes next.
+      average CPU per card (weight 4): cards left behind an exhausted CPU, whatever comes next. It
+      assumes the free CPU is there for accelerator pods; where the workload asks for at least as much
+      CPU per card as the fleet has (``cpu_scarce``: CPU-only pods compete for it), it is left out and
+      the slot measure alone decides (the trace's cpu250 variant: 6.38 → 5.66 % unallocated).
 
     Deltas are exact (no rounding into points); ties go to the node with the least idle compute (fill
     used nodes first), then the least free CPU.
@@ -323,7 +348,7 @@ class SlotFragPolicy(_FragmentationPolicy):
     strand_mem_weight = 0.0
 
     def score(self, snapshot, node, req, opts, rng):
-        deltas, idle = self.deltas(snapshot, node, req, opts)
+        deltas, idle = self.deltas(snapshot, node, req, opts, not self.scarce_cpu)
         best_i = 0
         if len(deltas) > 1:
             best_i = min(range(len(deltas)), key=lambda k: (round(deltas[k], 6), k))
