@@ -151,23 +151,25 @@ def queue_positions(job_ids, *, among: QuerySet[Job] | None = None) -> dict[int,
 
     Ranked in SQL (``ROW_NUMBER() OVER (ORDER BY …)``, the projects' fair shares as a CASE) and only the
     wanted rows come back: a queue of 20,000 jobs is not loaded and sorted in Python for a page of 50
-    (issue 20)."""
+    (issue 20). One job (the board, a job's page) is counted instead: 1 + the queued jobs before it,
+    which spares sorting the whole queue (issue 31)."""
     wanted = sorted(set(job_ids))
     if not wanted:
         return {}
     queued = (Job.objects.all() if among is None else among).filter(state__in=QUEUED_STATES).order_by()
-    order = [F("priority").desc()]
+    share = None
     if quotas_configured():
         # Every project's share (a small table) rather than a DISTINCT over the queue; a project
         # without recent usage has share 0.0, the CASE's default.
         shares = fair_shares(Project.objects.values_list("pk", flat=True))
-        order.append(
-            Case(
-                *(When(project_id=pk, then=Value(share)) for pk, share in sorted(shares.items()) if share),
-                default=Value(0.0),
-                output_field=FloatField(),
-            ).asc()
+        share = Case(
+            *(When(project_id=pk, then=Value(f)) for pk, f in sorted(shares.items()) if f),
+            default=Value(0.0),
+            output_field=FloatField(),
         )
+    if len(wanted) == 1:
+        return _position_by_count(queued, wanted[0], share)
+    order = [F("priority").desc(), *([share.asc()] if share is not None else [])]
     order += [F("created_at").asc(), F("pk").asc()]
     ranked = queued.annotate(position=Window(RowNumber(), order_by=order)).values_list("pk", "position")
     try:
@@ -179,6 +181,22 @@ def queue_positions(job_ids, *, among: QuerySet[Job] | None = None) -> dict[int,
         # Filtered outside the window: a WHERE on the annotated query would rank the wanted rows only.
         cursor.execute(f"SELECT * FROM ({sql}) ranked WHERE ranked.pk IN ({marks})", (*params, *wanted))  # noqa: S608
         return {pk: position for pk, position in cursor.fetchall()}
+
+
+def _position_by_count(queued: QuerySet[Job], pk: int, share) -> dict[int, int]:
+    """``queue_positions`` of one job: 1 + the jobs of ``queued`` strictly before it in the same order
+    (priority desc, ``share`` asc when given, created_at, id), or {} when it is not among them."""
+    if share is not None:
+        queued = queued.annotate(share=share)
+    fields = ("priority", "created_at", *(("share",) if share is not None else ()))
+    mine = queued.filter(pk=pk).values(*fields).first()
+    if mine is None:
+        return {}
+    ahead = Q(created_at=mine["created_at"], pk__lt=pk) | Q(created_at__lt=mine["created_at"])
+    if share is not None:
+        ahead = Q(share__lt=mine["share"]) | Q(share=mine["share"]) & ahead
+    before = Q(priority__gt=mine["priority"]) | Q(priority=mine["priority"]) & ahead
+    return {pk: queued.filter(before).count() + 1}
 
 
 # --------------------------------------------------------------------------------------------------

@@ -27,7 +27,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from decimal import Decimal
 
-from django.db.models import Count, Q, Sum
+from django.db.models import Count, OuterRef, Q, Subquery, Sum
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
@@ -233,11 +233,24 @@ def queue_board(*, user, department: str | None = None, now: dt.datetime | None 
     _held(rows, ids, active)
     groups = _starved(rows, ids, staff=staff, visible=visible_slugs)
     quotas_on = quotas_configured()
+    waiting = {pk for pk, row in rows.items() if row.queued_jobs}  # counted by ``_starved``
+    heads = queue_heads(waiting)  # only projects with queued jobs: an idle one's LIMIT 1 reads the queue
+    first = Job.objects.in_bulk(list(heads.values()))
+    for project_id, pk in heads.items():
+        rows[project_id].first_queued = first[pk]
+    if quotas_on and staff and department:  # staff see every project in rows, but for a department filter
+        waiting = set(
+            Job.objects.filter(state__in=QUEUED_STATES)
+            .order_by()
+            .values_list("project_id", flat=True)
+            .distinct()
+        )
     if quotas_on:
         _flows(rows, projects, now=now, staff=staff, visible=visible_slugs)
     ranks = _fair_share(
         rows,
         ids,
+        waiting=waiting,
         now=now,
         quotas_on=quotas_on,
         staff=staff,
@@ -294,8 +307,7 @@ def _held(rows: dict[int, ProjectRow], ids: list[int], active) -> None:
 
 
 def _starved(rows: dict[int, ProjectRow], ids: list[int], *, staff: bool, visible: set[str]) -> dict:
-    """The queued jobs per project and category (the starved groups, with up to LIST_LIMIT jobs each),
-    and each project's first queued job."""
+    """The queued jobs per project and category (the starved groups, with up to LIST_LIMIT jobs each)."""
     # Queued jobs, grouped by project and reason in SQL (a handful of distinct reasons, not one row
     # per job); each distinct reason is classified once.
     queued = Job.objects.filter(project_id__in=ids, state__in=QUEUED_STATES)
@@ -342,17 +354,34 @@ def _starved(rows: dict[int, ProjectRow], ids: list[int], *, staff: bool, visibl
                     requested_cu=job.requested_cu,
                 )
             )
-    first = {}
-    # The first queued job per project; no DISTINCT ON, which only PostgreSQL has (the demo runs on
-    # SQLite): the ids in queue order first, then those jobs.
-    for project_id, pk in queued.order_by("project_id", "-priority", "created_at", "pk").values_list(
-        "project_id", "pk"
-    ):
-        first.setdefault(project_id, pk)
-    jobs_by_pk = queued.in_bulk(list(first.values()))
-    for project_id, pk in first.items():
-        rows[project_id].first_queued = jobs_by_pk[pk]
     return groups
+
+
+def queue_heads(project_ids) -> dict[int, int]:
+    """The id of each project's first queued job in queue order (priority, high first, then age, then
+    id), for the projects that have one. One LIMIT 1 subquery per project and queued state, which
+    PostgreSQL answers from ``jobs_job_queue_idx`` (state, -priority, created_at) in a few index rows
+    rather than by reading every queued job (issue 31); the first of the states' heads wins."""
+    order = ("-priority", "created_at", "pk")
+    heads = {
+        f"s{i}": Subquery(
+            Job.objects.filter(project_id=OuterRef("pk"), state=state).order_by(*order).values("pk")[:1]
+        )
+        for i, state in enumerate(QUEUED_STATES)
+    }
+    found = list(
+        Project.objects.filter(pk__in=project_ids).order_by().annotate(**heads).values_list("pk", *heads)
+    )
+    candidates = Job.objects.filter(pk__in=[pk for _p, *pks in found for pk in pks if pk is not None])
+    key = {
+        pk: (-priority, created, pk)
+        for pk, priority, created in candidates.values_list("pk", "priority", "created_at")
+    }
+    return {
+        project_id: min((pk for pk in pks if pk is not None), key=key.__getitem__)
+        for project_id, *pks in found
+        if any(pk is not None for pk in pks)
+    }
 
 
 def _flows(rows: dict[int, ProjectRow], projects, *, now, staff: bool, visible: set[str]) -> None:
@@ -388,6 +417,7 @@ def _fair_share(
     rows: dict[int, ProjectRow],
     ids: list[int],
     *,
+    waiting: set[int],
     now,
     quotas_on: bool,
     staff: bool,
@@ -395,9 +425,10 @@ def _fair_share(
     total_running,
 ) -> dict[int, tuple[int, int]]:
     """Fair share: the scheduler's factor, and guarantee ÷ all guarantees; use ÷ all use. Returns the
-    platform-wide ranks of the factors (staff only, see ``Board.lower_factor_count``)."""
+    platform-wide ranks of the factors among the ``waiting`` projects (staff only, see
+    ``Board.lower_factor_count``). Each project's factor is its own: one ``fair_shares`` call serves both."""
     usage = decayed_usage(ids, now=now) if ids else {}
-    factors = fair_shares(ids, now=now) if ids else {}
+    factors = fair_shares(set(ids) | waiting, now=now) if ids else {}
     for row in rows.values():
         row.decayed_usage = usage.get(row.project.pk, 0.0)
         row.factor = factors.get(row.project.pk) if quotas_on else None
@@ -405,13 +436,7 @@ def _fair_share(
         row.use_pct = _pct(row.running_cu, total_running)
     ranks: dict[int, tuple[int, int]] = {}
     if quotas_on and ids and staff:  # the platform-wide ranking is for staff (see explain_share)
-        waiting = set(
-            Job.objects.filter(state__in=QUEUED_STATES)
-            .order_by()
-            .values_list("project_id", flat=True)
-            .distinct()
-        )
-        all_factors = fair_shares(waiting, now=now) if waiting else {}
+        all_factors = {pk: factors[pk] for pk in waiting}
         for row in rows.values():
             mine = row.factor or 0.0
             lower = sum(1 for pk, f in all_factors.items() if pk != row.project.pk and f < mine)
@@ -425,10 +450,14 @@ def _preemptions(rows: dict[int, ProjectRow], ids: list[int], *, now, staff: boo
     events = JobEvent.objects.filter(
         kind=JobEvent.Kind.PREEMPTED, created_at__gte=since, job__project_id__in=ids
     )
-    for pk, n in events.order_by().values_list("job__project_id").annotate(n=Count("pk")):
-        rows[pk].preempted = n
+    # One scan of the events (``kind`` has no index): each one's project, newest first; counted here.
+    found = list(events.order_by("-created_at", "-pk").values_list("pk", "job__project_id"))
+    for _pk, project_id in found:
+        rows[project_id].preempted += 1
+    latest = [pk for pk, _project_id in found[:PREEMPTION_LIST_LIMIT]]
+    by_pk = JobEvent.objects.select_related("job__project").in_bulk(latest)
     preemptions = []
-    for event in events.select_related("job__project").order_by("-created_at", "-pk")[:PREEMPTION_LIST_LIMIT]:
+    for event in (by_pk[pk] for pk in latest):
         cause, _by = preemption_cause(event.message)
         preemptions.append(
             Preemption(
