@@ -220,7 +220,7 @@ class _NodeLP:
                 self.greedy_rounds += 1
                 lp_value, pi_m, mu_m = self.master()
             pure = not improving or best_pi is None
-            pi = pi_m if pure else SMOOTHING * best_pi + (1.0 - SMOOTHING) * pi_m
+            pi = pi_m if pure or best_pi is None else SMOOTHING * best_pi + (1.0 - SMOOTHING) * pi_m
         return max(best, lp_value), lp_value, False
 
 
