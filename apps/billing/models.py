@@ -246,24 +246,30 @@ class BillingPeriod(models.Model):
         return self._close_progress()["percent"]
 
 
+# A usage entry's key copied from its allocation's rows (see UsageEntry).
+_COPIED_KEY = {"on_delete": models.PROTECT, "related_name": "usage_entries", "db_constraint": False}
+
+
 class UsageEntry(models.Model):
     """One allocation over one hourly slice (append-only). ``month`` is the billing month the entry
     counts in: the slice's month, or the next open month when the slice's month was already closed
     (late data)."""
 
-    project = models.ForeignKey(Project, on_delete=models.PROTECT, related_name="usage_entries")
-    job = models.ForeignKey(Job, on_delete=models.PROTECT, related_name="usage_entries")
-    allocation = models.ForeignKey(Allocation, on_delete=models.PROTECT, related_name="usage_entries")
-    device_model = models.ForeignKey(
-        DeviceModel, null=True, blank=True, on_delete=models.PROTECT, related_name="usage_entries"
+    # project, job, device_model, template and pool are copies of what the allocation's own rows hold
+    # (Allocation.project/job, the job's template, the device's model, the node's pool), read in the same
+    # transaction that writes the entry (apps.billing.services.metering), and allocation keeps its database
+    # foreign key: the five keep no constraint of their own, whose checks were most of the ledger's write
+    # cost (issue 31 §3). on_delete=PROTECT still guards ORM deletes. allocation and project have no
+    # index of their own: one_per_slice and billing_entry_proj_slice_idx lead with them.
+    project = models.ForeignKey(Project, db_index=False, **_COPIED_KEY)
+    job = models.ForeignKey(Job, **_COPIED_KEY)
+    allocation = models.ForeignKey(
+        Allocation, on_delete=models.PROTECT, related_name="usage_entries", db_index=False
     )
-    template = models.ForeignKey(
-        ComputeTemplate, null=True, blank=True, on_delete=models.PROTECT, related_name="usage_entries"
-    )
-    pool = models.ForeignKey(
-        Pool, null=True, blank=True, on_delete=models.PROTECT, related_name="usage_entries"
-    )
-    month = models.DateField(db_index=True)
+    device_model = models.ForeignKey(DeviceModel, null=True, blank=True, **_COPIED_KEY)
+    template = models.ForeignKey(ComputeTemplate, null=True, blank=True, **_COPIED_KEY)
+    pool = models.ForeignKey(Pool, null=True, blank=True, **_COPIED_KEY)
+    month = models.DateField()  # billing_entry_month_proj_idx leads with it
     slice_start = models.DateTimeField()
     slice_end = models.DateTimeField()
     hours = models.DecimalField(max_digits=10, decimal_places=6)

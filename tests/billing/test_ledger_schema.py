@@ -1,0 +1,41 @@
+"""The ledger's write cost (issue 31 §3): a usage entry's database foreign keys are only the allocation
+and the rate card (its other keys are copies of the allocation's rows, written in the same transaction),
+no index of it is covered by another's leading columns, and PROTECT still guards ORM deletes."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+from django.db.models import ProtectedError
+
+from apps.billing.models import UsageEntry
+from apps.catalog.models import DeviceModel
+
+TABLE = UsageEntry._meta.db_table
+
+
+def _constraints() -> dict:
+    with connection.cursor() as cursor:
+        return connection.introspection.get_constraints(cursor, TABLE)
+
+
+def test_only_the_allocation_and_the_rate_card_are_foreign_keys_in_the_database(db):
+    keys = {tuple(c["columns"]) for c in _constraints().values() if c["foreign_key"]}
+    assert keys == {("allocation_id",), ("rate_card_id",)}
+
+
+def test_no_index_is_a_prefix_of_another(db):
+    indexed = [tuple(c["columns"]) for c in _constraints().values() if c["index"] or c["unique"]]
+    covered = {a for a in indexed for b in indexed if a != b and len(a) < len(b) and b[: len(a)] == a}
+    assert covered == set()
+    assert ("allocation_id", "slice_start") in indexed and ("month", "project_id") in indexed
+
+
+def test_protect_still_refuses_deleting_what_an_entry_names(closed_september):
+    entry = UsageEntry.objects.exclude(device_model=None).first()
+    with pytest.raises(ProtectedError) as refused:
+        DeviceModel.objects.get(pk=entry.device_model_id).delete()
+    assert entry in refused.value.protected_objects
+    with pytest.raises(ProtectedError) as refused:
+        entry.project.delete()
+    assert entry in refused.value.protected_objects
