@@ -23,6 +23,7 @@ first for a smaller fleet (BENCH_SMALL_SHARE of every size, default 1/10) so the
 
 from __future__ import annotations
 
+import argparse
 import os
 import random
 import time
@@ -491,6 +492,10 @@ def report(label: str, f: dict) -> None:
 
 
 def main() -> None:
+    # Sizes come from BENCH_* (above); --help prints them and runs nothing.
+    argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    ).parse_args()
     ensure_database()
     django.setup()
     from django.core.management import call_command
