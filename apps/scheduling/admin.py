@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 
 from django.contrib import admin
+from django.contrib.admin.views.main import ChangeList
 from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 
@@ -82,6 +83,27 @@ class NodeFilter(admin.SimpleListFilter):
         return queryset
 
 
+class _AllocationChangeList(ChangeList):
+    """The list reads only the columns it shows and the names the related rows print as: the jobs,
+    nodes and cards joined for 100 rows otherwise bring every JSON column along (env, labels, taints,
+    partitions …), decoded and thrown away (issue 31: the list at 1,000,000 allocations)."""
+
+    def get_queryset(self, request, exclude_parameters=None):
+        return (
+            super()
+            .get_queryset(request, exclude_parameters)
+            .only(
+                *AllocationAdmin.list_display,
+                "job__name",
+                "job__project__slug",
+                "node__name",
+                "device__vendor",
+                "device__index",
+                "device__node__name",
+            )
+        )
+
+
 @admin.register(Allocation)
 class AllocationAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = (
@@ -109,6 +131,9 @@ class AllocationAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_select_related = ("job__project", "node", "device__node")  # Device.__str__ reads its node
     date_hierarchy = "started_at"
     ordering = ("-started_at", "-id")
+
+    def get_changelist(self, request, **kwargs):
+        return _AllocationChangeList
 
 
 @admin.register(DecisionTrace)
