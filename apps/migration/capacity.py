@@ -19,13 +19,14 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from decimal import Decimal
 
 from django.db.models import Count, Q, Sum
 from django.utils.translation import gettext as _
 
+from apps.catalog.models import Isolation
 from apps.inventory.models import Device, Node
 from apps.jobs.models import Allocation, Job
+from apps.scheduling.engine.share import overcommit_pct, share_fits
 
 
 @dataclass
@@ -60,25 +61,45 @@ class Shortfall:
         }
 
 
-def _shape(job: Job) -> list[tuple[int | None, int | None, bool, int, int]]:
-    """One replica's cards as (model id, pool id, whole, memory MiB, compute ‰): from the job's live
-    allocations (what it really holds), else from its request."""
+def _shape(job: Job) -> list[tuple[int | None, int | None, bool, int, int, str]]:
+    """One replica's cards as (model id, pool id, whole, memory MiB, compute ‰, isolation): from the
+    job's live allocations (what it really holds), else from its request."""
     rows = list(
         Allocation.objects.filter(job=job, attempt=job.attempt, released_at__isnull=True)
         .order_by("replica", "device_id")
         .values_list(
-            "replica", "device__device_model_id", "node__pool_id", "whole_card", "memory_mib", "compute_milli"
+            "replica",
+            "device__device_model_id",
+            "node__pool_id",
+            "whole_card",
+            "memory_mib",
+            "compute_milli",
+            "isolation",
         )
     )
     if rows:
         first = rows[0][0]
-        return [(m, p, w, mem, milli) for r, m, p, w, mem, milli in rows if r == first]
+        return [(m, p, w, mem, milli, iso) for r, m, p, w, mem, milli, iso in rows if r == first]
     model = job.device_model or (job.template.device_model if job.template_id else None)
     whole = job.request_kind == Job.RequestKind.WHOLE_CARDS
     memory = job.template.memory_mib if job.template_id else (job.memory_mib or 0)
     milli = int(job.template.compute_share * 10) if job.template_id else 1000
-    card = (model.pk if model else None, None, whole, memory, 1000 if whole else milli)
+    isolation = job.template.isolation if job.template_id else Isolation.HARD
+    card = (model.pk if model else None, None, whole, memory, 1000 if whole else milli, isolation)
     return [card] * max(1, job.count or 1)
+
+
+def _slice_fits(
+    use: dict, *, memory_mib: int, capacity_mib: int, milli: int, shared: bool, factor: int
+) -> bool:
+    """Whether one more slice fits a card already holding ``use`` (memory never overcommitted; the
+    compute by the share-fit rule, whose one home is ``apps.scheduling.engine.share``)."""
+    if capacity_mib - (use["mem"] or 0) < memory_mib:
+        return False
+    hard, shared_milli = use["hard"] or 0, use["shared"] or 0
+    if shared:
+        return share_fits(hard, shared_milli + milli, factor)
+    return share_fits(hard + milli, shared_milli, factor)
 
 
 def track_shortfall(*, job: Job, wanted: int, reached: int) -> Shortfall:
@@ -89,6 +110,7 @@ def track_shortfall(*, job: Job, wanted: int, reached: int) -> Shortfall:
     whole = any(c[2] for c in cards)
     memory = max(c[3] for c in cards)
     milli = max(c[4] for c in cards)
+    shared = any(c[5] == Isolation.SHARED for c in cards)
     devices = (
         Device.objects.filter(device_model_id__in=model_ids)
         .exclude(health=Device.Health.RETIRED)
@@ -105,7 +127,8 @@ def track_shortfall(*, job: Job, wanted: int, reached: int) -> Shortfall:
         .values("device_id")
         .annotate(
             mem=Sum("memory_mib"),
-            milli=Sum("compute_milli"),
+            hard=Sum("compute_milli", filter=Q(isolation=Isolation.HARD)),
+            shared=Sum("compute_milli", filter=Q(isolation=Isolation.SHARED)),
             whole=Count("pk", filter=Q(whole_card=True)),
             rows=Count("pk"),
             releasing=Count("pk", filter=Q(releasing_since__isnull=False)),
@@ -119,7 +142,7 @@ def track_shortfall(*, job: Job, wanted: int, reached: int) -> Shortfall:
         node = device.node
         use = usage.get(device.pk)
         capacity = device.memory_mib or (device.device_model.memory_mib if device.device_model_id else 0) or 0
-        overcommit = node.pool.overcommit_factor if node.pool_id else Decimal("1")
+        factor = overcommit_pct(node.pool.overcommit_factor if node.pool_id else None)
         if device.health == Device.Health.LOST:
             held["lost"] += 1
         elif device.health == Device.Health.DEGRADED:
@@ -139,8 +162,9 @@ def track_shortfall(*, job: Job, wanted: int, reached: int) -> Shortfall:
         elif use and (
             whole
             or use["whole"]
-            or capacity - (use["mem"] or 0) < memory
-            or Decimal(1000) * overcommit - (use["milli"] or 0) < milli
+            or not _slice_fits(
+                use, memory_mib=memory, capacity_mib=capacity, milli=milli, shared=shared, factor=factor
+            )
         ):
             # A job let go of it but its pods may still run (apps.scheduling.releasing): held until
             # the cluster confirms they are gone.

@@ -64,3 +64,35 @@ def test_a_refused_rollback_names_model_pool_needed_free_and_the_quarantined_nod
     service.refresh_from_db()
     assert service.target_weight == 100
     assert Allocation.objects.filter(released_at__isnull=True).count() == before
+
+
+@pytest.mark.parametrize(
+    ("mine", "other", "free_then_busy"),
+    [
+        # A hard slice may not use the overcommit headroom: 500 hard beside 900 shared is 1,650 of 1,500.
+        ("hard", "shared", (2, 1)),
+        # A shared slice may: but beside 700 hard, 500 more shared is 1,550 of 1,500.
+        ("shared", "hard", (2, 1)),
+    ],
+)
+def test_a_slice_counts_a_card_free_only_when_the_share_fit_rule_lets_it_in(mine, other, free_then_busy):
+    """The shortfall counts free cards by the scheduler's own share-fit rule (hard slices never use
+    the pool's overcommit; memory never overcommitted), not by the card's total compute × factor."""
+    from apps.migration.capacity import track_shortfall
+    from tests.fixtures.factories.inventory import DeviceFactory, NodeFactory, PoolFactory
+    from tests.fixtures.factories.jobs import AllocationFactory, JobFactory
+
+    pool = PoolFactory(overcommit_factor="1.50")
+    node = NodeFactory(pool=pool, cluster=pool.cluster)
+    own, crowded, empty = (DeviceFactory(node=node) for _ in range(3))
+    crowded.device_model = empty.device_model = own.device_model
+    crowded.save(update_fields=["device_model"])
+    empty.save(update_fields=["device_model"])
+    job = JobFactory(state="running")
+    AllocationFactory(job=job, device=own, compute_milli=500, isolation=mine)
+    AllocationFactory(device=crowded, compute_milli=900 if other == "shared" else 700, isolation=other)
+
+    short = track_shortfall(job=job, wanted=2, reached=1)
+
+    assert (short.free, short.held["busy"]) == free_then_busy
+    assert short.total == 3 and not short.whole and short.compute_milli == 500

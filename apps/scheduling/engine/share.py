@@ -19,6 +19,8 @@ engine's inner loops stay cheap.
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 WHOLE = 1000  # compute milli of one whole card
 
 
@@ -39,3 +41,9 @@ def free_hard(hard: int, shared: int, factor: int) -> int:
 
     The largest ``c`` with ``share_fits(hard + c, shared, factor)``."""
     return WHOLE - hard + (-shared * 100) // factor  # floor(-x) = -ceil(x)
+
+
+def overcommit_pct(overcommit_factor) -> int:
+    """A pool's overcommit factor (a decimal, 1.00 … 1.50; none or 0 read as 1) as the whole percent
+    ``factor`` the functions above take."""
+    return int(Decimal(overcommit_factor or 1) * 100)
