@@ -4,8 +4,8 @@ The dataset is written into a PostgreSQL database of its own: two device models,
 quotas, jobs in every state, an active allocation per running job (bulk_create), then the history
 tables a fleet of that size has (``build_history``, plain INSERT … SELECT): two events per job, one
 device event per node and per four cards, ten hourly usage entries per allocation, a year of bills,
-half an hour of 5-minute rollups per card (and the fleet rollups and card summaries ingest would write beside them) and
-the running jobs' utilization. ``--no-build`` migrates the existing dataset first. Each page is requested
+half an hour of 5-minute rollups per card (and the fleet rollups, fleet totals and card summaries ingest would write beside them) and
+the running jobs' utilization (and the job summaries attribution writes beside it). ``--no-build`` migrates the existing dataset first. Each page is requested
 REPEAT times through Django's test client (the whole stack: middleware, view, template or
 serializer) as a platform administrator, and the pages a project member opens also as a member of
 one project; prints p50 / p95 in ms and the number of SQL queries. The goal (issue 20) is p95 under
@@ -49,8 +49,9 @@ PAGES = [
     ("quotas overview", "/quotas/", "admin"),
     ("quotas overview (member)", "/quotas/", "member"),
     ("queue board", "/quotas/board/", "admin"),
-    ("home dashboard", "/", "admin"),
-    ("home dashboard (member)", "/", "member"),
+    # "/" redirects (302) to the fleet overview (apps.core.views.home): the page a user lands on.
+    ("home dashboard", "/inventory/", "admin"),
+    ("home dashboard (member)", "/inventory/", "member"),
     ("allocations (admin list)", "/admin/jobs/allocation/", "admin"),
     ("bills page", "/billing/", "admin"),
     ("job costs page", "/billing/jobs/", "admin"),
@@ -256,7 +257,7 @@ HISTORY_SQL = [
 def build_history() -> None:
     from django.db import connection, transaction
 
-    from apps.telemetry.services import HOUR_S, WINDOW_S, fleet_rollups_rebuild
+    from apps.telemetry.services import HOUR_S, WINDOW_S, fleet_rollups_rebuild, job_summaries_rebuild
 
     with transaction.atomic(), connection.cursor() as cursor:
         for sql in HISTORY_SQL:
@@ -266,6 +267,9 @@ def build_history() -> None:
             fleet_rollups_rebuild(resolution=resolution)
         cursor.execute("ANALYZE telemetry_fleetrollup")
         cursor.execute("ANALYZE telemetry_cardsummary")  # rebuilt with the fleet rollups
+        cursor.execute("ANALYZE telemetry_fleettotal")  # and so are the fleet totals
+        job_summaries_rebuild()  # what attribution writes beside the job utilization rows
+        cursor.execute("ANALYZE telemetry_jobsummary")
 
 
 def vacuum() -> None:

@@ -397,7 +397,16 @@ class Device(BaseModel):
                 name="inventory_device_unrecognized_has_no_model",
             ),
         ]
-        indexes = [models.Index(fields=["pci_bus_id"], name="inventory_device_pci_idx")]
+        indexes = [
+            models.Index(fields=["pci_bus_id"], name="inventory_device_pci_idx"),
+            # The in-service cards per model, read from the index alone (the fleet report's free
+            # capacity: the cards no active allocation holds, issue 31).
+            models.Index(
+                fields=["device_model", "id"],
+                condition=Q(health__in=["healthy", "degraded"]),
+                name="inventory_device_serving_idx",
+            ),
+        ]
         verbose_name = _("device")
 
     def __str__(self) -> str:

@@ -9,8 +9,8 @@ from datetime import datetime
 from django.db.models import Q
 
 from apps.jobs.models import Allocation
-from apps.telemetry.models import DeviceRollup, JobUtilization, Quality
-from apps.telemetry.windows import WINDOW_S
+from apps.telemetry.models import DeviceRollup, JobSummary, JobUtilization, Quality
+from apps.telemetry.windows import HOUR_S, WINDOW_S, _bucket_sql, _dt
 
 _POD_JOB = re.compile(r"^suanchi-(\d+)(?:-a\d+)?(?:-|$)")
 
@@ -45,7 +45,17 @@ def _attribute(
     Partition rows (MIG / vNPU instances): an instance whose pod label names a job holding an allocation
     of that profile is exact for that job; the unlabelled instances' average busy % is given, estimated,
     to the allocations of the profile not claimed by a labelled instance.
+
+    The job summaries of the hours the rows fall in are rebuilt after them (``job_summaries_rebuild``).
     """
+    written = _attribution_write(rows, device_ids, start, end, source=source)
+    job_summaries_rebuild(source=source, start=start, end=end)
+    return written
+
+
+def _attribution_write(
+    rows: list[DeviceRollup], device_ids: list[int], start: datetime, end: datetime, *, source: str
+) -> int:
     JobUtilization.objects.filter(
         source=source, device_id__in=device_ids, window_start__gte=start, window_start__lt=end
     ).delete()
@@ -181,3 +191,38 @@ def _one_row_per_job(out: list[JobUtilization]) -> list[JobUtilization]:
         if ju.quality == Quality.ESTIMATED:
             prev.quality = Quality.ESTIMATED
     return list(merged.values())
+
+
+def job_summaries_rebuild(
+    *, source: str | None = None, start: datetime | None = None, end: datetime | None = None
+) -> None:
+    """Recompute the job summaries (``JobSummary``: Σ per hour (UTC), source and project of the job
+    utilization rows) of the hours ``[start, end)`` touches, of ``source``, from ``JobUtilization``
+    (``None``: every hour / source). Exact and idempotent."""
+    from django.db import connection
+
+    table, rows = JobSummary._meta.db_table, JobUtilization._meta.db_table
+    delete, delete_params = f"DELETE FROM {table} WHERE 1 = 1", []  # noqa: S608 (constants)
+    where, params = "1 = 1", []
+    if source is not None:
+        delete += " AND source = %s"
+        delete_params.append(source)
+        where += " AND r.source = %s"
+        params.append(source)
+    if start is not None and end is not None:
+        first, last = start.timestamp() // HOUR_S * HOUR_S, -(-end.timestamp() // HOUR_S) * HOUR_S
+        low, high = (connection.ops.adapt_datetimefield_value(_dt(t)) for t in (first, last))
+        delete += " AND bucket_start >= %s AND bucket_start < %s"
+        delete_params += [low, high]
+        where += " AND r.window_start >= %s AND r.window_start < %s"
+        params += [low, high]
+    bucket = _bucket_sql(connection.vendor, HOUR_S)
+    insert = (
+        f"INSERT INTO {table} (bucket_start, source, project_id_snapshot, row_count, estimated, busy_sum, "  # noqa: S608
+        f"share_sum) SELECT {bucket}, r.source, r.project_id_snapshot, COUNT(*), "
+        "SUM(CASE WHEN r.quality = 'estimated' THEN 1 ELSE 0 END), COALESCE(SUM(r.busy_pct), 0), SUM(r.share) "
+        f"FROM {rows} r WHERE {where} GROUP BY {bucket}, r.source, r.project_id_snapshot"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(delete, delete_params)
+        cursor.execute(insert, params)

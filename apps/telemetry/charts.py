@@ -11,31 +11,39 @@ from apps.inventory.charts import FONT_FAMILY, _plain, figure_html  # noqa: F401
 FIGURE_COLORS = ("#3b6ea5", "#2f855a", "#d69e2e")
 
 
-def _layout(fig: go.Figure, *, y_title: str, height: int = 360, y_max: float | None = 100) -> go.Figure:
-    fig.update_layout(
-        height=height,
-        margin={"l": 56, "r": 16, "t": 32, "b": 48},
-        paper_bgcolor="rgba(0,0,0,0)",
-        plot_bgcolor="rgba(0,0,0,0)",
-        font={"family": FONT_FAMILY, "size": 12, "color": "#1f2933"},
-        legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "xanchor": "left", "x": 0},
-        xaxis={"title": None, "gridcolor": "#e4e7eb"},
-        yaxis={
-            "title": {"text": y_title},
-            "gridcolor": "#e4e7eb",
-            "rangemode": "tozero",
-            **({"range": [0, y_max]} if y_max else {}),
+def _figure(
+    traces: list, *, y_title: str, height: int = 360, y_max: float | None = 100, **layout
+) -> go.Figure:
+    """A figure of ``traces`` in the pages' common layout (and ``layout`` more). Built whole, in one
+    constructor: plotly validates a layout given at once some six times faster than through
+    ``update_layout`` (issue 31: the fleet page's two charts took 30–80 ms)."""
+    return go.Figure(
+        data=traces,
+        layout={
+            **layout,
+            "height": height,
+            "margin": {"l": 56, "r": 16, "t": 32, "b": 48},
+            "paper_bgcolor": "rgba(0,0,0,0)",
+            "plot_bgcolor": "rgba(0,0,0,0)",
+            "font": {"family": FONT_FAMILY, "size": 12, "color": "#1f2933"},
+            "legend": {"orientation": "h", "yanchor": "bottom", "y": 1.02, "xanchor": "left", "x": 0},
+            "xaxis": {"gridcolor": "#e4e7eb"},
+            "yaxis": {
+                "title": {"text": y_title},
+                "gridcolor": "#e4e7eb",
+                "rangemode": "tozero",
+                **({"range": [0, y_max]} if y_max else {}),
+            },
         },
     )
-    return fig
 
 
 def utilization_figure(series: list[dict]) -> go.Figure:
     """One line per group: average card busy % per window; estimated points are hollow markers."""
-    fig = go.Figure()
+    traces = []
     for s in series:
         points = s["points"]
-        fig.add_trace(
+        traces.append(
             go.Scatter(
                 name=_plain(s["group"]),
                 x=[p["window_start"] for p in points],
@@ -50,7 +58,7 @@ def utilization_figure(series: list[dict]) -> go.Figure:
                 "<extra></extra>",
             )
         )
-    return _layout(fig, y_title=_("Card busy (%)"))
+    return _figure(traces, y_title=_("Card busy (%)"))
 
 
 def figures_figure(figures: dict) -> go.Figure:
@@ -59,36 +67,32 @@ def figures_figure(figures: dict) -> go.Figure:
     keys = ("allocation_ratio", "physical_utilization", "effective_utilization")
     values = [figures[f"{k}_pct"] for k in keys]
     qualities = [figures[f"{k}_quality"] for k in keys]
-    fig = go.Figure(
-        go.Bar(
-            x=names,
-            y=[v if v is not None else 0 for v in values],
-            marker_color=list(FIGURE_COLORS),
-            text=[f"{v:.1f} %" if v is not None else "—" for v in values],
-            textposition="outside",
-            customdata=qualities,
-            hovertemplate="%{x}: <b>%{y:.1f} %</b> (%{customdata})<extra></extra>",
-        )
+    bars = go.Bar(
+        x=names,
+        y=[v if v is not None else 0 for v in values],
+        marker_color=list(FIGURE_COLORS),
+        text=[f"{v:.1f} %" if v is not None else "—" for v in values],
+        textposition="outside",
+        customdata=qualities,
+        hovertemplate="%{x}: <b>%{y:.1f} %</b> (%{customdata})<extra></extra>",
     )
-    return _layout(fig, y_title="%", height=320, y_max=110)
+    return _figure([bars], y_title="%", height=320, y_max=110)
 
 
 def curve_figure(points: list[dict], *, name: str) -> go.Figure:
-    fig = go.Figure(
-        go.Scatter(
-            name=_plain(name),
-            x=[p["window_start"] for p in points],
-            y=[p["utilization_pct"] for p in points],
-            mode="lines+markers",
-            marker={
-                "symbol": ["circle-open" if p["quality"] == "estimated" else "circle" for p in points],
-                "size": 5,
-            },
-            customdata=[[p["allocated_cards"], p["quality"]] for p in points],
-            hovertemplate="%{x}<br><b>%{y:.1f} %</b> of %{customdata[0]} allocated cards (%{customdata[1]})<extra></extra>",
-        )
+    line = go.Scatter(
+        name=_plain(name),
+        x=[p["window_start"] for p in points],
+        y=[p["utilization_pct"] for p in points],
+        mode="lines+markers",
+        marker={
+            "symbol": ["circle-open" if p["quality"] == "estimated" else "circle" for p in points],
+            "size": 5,
+        },
+        customdata=[[p["allocated_cards"], p["quality"]] for p in points],
+        hovertemplate="%{x}<br><b>%{y:.1f} %</b> of %{customdata[0]} allocated cards (%{customdata[1]})<extra></extra>",
     )
-    return _layout(fig, y_title=_("Busy ÷ allocated (%)"))
+    return _figure([line], y_title=_("Busy ÷ allocated (%)"))
 
 
 # The job page's per-card curves (issue 21): metric -> (title, y axis range top or None).
@@ -113,12 +117,12 @@ def card_metric_titles() -> dict[str, str]:
 def _card_lines_figure(lines: list[dict], metric: str, *, height: int, marker_size: int) -> go.Figure | None:
     """One line per card (or partition) of ``lines`` for ``metric``; None when no line has a value.
     Points from estimated windows are hollow markers; a gap (no window) stays a gap."""
-    fig = go.Figure()
+    traces = []
     for i, line in enumerate(lines):
         points = [p for p in line["points"] if p[metric] is not None]
         if not points:
             continue
-        fig.add_trace(
+        traces.append(
             go.Scatter(
                 name=_plain(line["label"]),
                 x=[p["window_start"] for p in points],
@@ -133,10 +137,15 @@ def _card_lines_figure(lines: list[dict], metric: str, *, height: int, marker_si
                 hovertemplate="%{x}<br>%{fullData.name}: <b>%{y}</b> (%{customdata})<extra></extra>",
             )
         )
-    if not fig.data:
+    if not traces:
         return None
-    fig.update_layout(showlegend=True)
-    return _layout(fig, y_title=card_metric_titles()[metric], height=height, y_max=CARD_METRIC_AXES[metric])
+    return _figure(
+        traces,
+        y_title=card_metric_titles()[metric],
+        height=height,
+        y_max=CARD_METRIC_AXES[metric],
+        showlegend=True,
+    )
 
 
 def card_metric_figure(cards: list[dict], metric: str) -> go.Figure | None:
@@ -161,7 +170,7 @@ def history_errors_figure(lines: list[dict], counters: list[str], label) -> go.F
     gives no counter. A window with no increase is a zero bar (the counter was read)."""
     if not counters:
         return None
-    fig = go.Figure()
+    traces = []
     for i, name in enumerate(counters):
         totals: dict = {}
         for line in lines:
@@ -171,7 +180,7 @@ def history_errors_figure(lines: list[dict], counters: list[str], label) -> go.F
         if not totals:
             continue
         times = sorted(totals)
-        fig.add_trace(
+        traces.append(
             go.Bar(
                 name=_plain(label(name)),
                 x=times,
@@ -180,9 +189,15 @@ def history_errors_figure(lines: list[dict], counters: list[str], label) -> go.F
                 hovertemplate="%{x}<br>%{fullData.name}: <b>+%{y}</b><extra></extra>",
             )
         )
-    if not fig.data:
+    if not traces:
         return None
-    fig.update_layout(showlegend=True, barmode="group")
-    top = max((max(trace.y) for trace in fig.data if trace.y), default=0)
+    top = max((max(trace.y) for trace in traces if trace.y), default=0)
     # All-zero bars would get an axis of −1…1 (issue 29 §3's soak chart): 0…1 instead.
-    return _layout(fig, y_title=_("Increase per window"), height=260, y_max=None if top > 0 else 1)
+    return _figure(
+        traces,
+        y_title=_("Increase per window"),
+        height=260,
+        y_max=None if top > 0 else 1,
+        showlegend=True,
+        barmode="group",
+    )

@@ -197,13 +197,28 @@ class JobUtilization(models.Model):
                 condition=Q(quality__in=["exact", "estimated"]), name="telemetry_jobutilization_quality_valid"
             ),
         ]
+        # The period's rows (the edges a report reads beside the job summaries; their rebuild).
+        indexes = [models.Index(fields=["window_start", "source"], name="telemetry_jobutil_window_idx")]
         verbose_name = _("job utilization")
 
     def __str__(self) -> str:
         return f"job {self.job_id} on device {self.device_id} @ {self.window_start:%Y-%m-%d %H:%M}"
 
 
-class FleetRollup(models.Model):
+class UtilizationSums(models.Model):
+    """The sums a fleet rollup and a card summary both keep of the whole-card rollups they add up: how
+    many of those rows were estimated, Σ and count of utilization samples, the peak."""
+
+    estimated = models.PositiveIntegerField()  # rows of which estimated
+    util_sum = models.FloatField()
+    util_n = models.BigIntegerField()
+    util_max = models.FloatField(null=True)
+
+    class Meta:
+        abstract = True
+
+
+class FleetRollup(UtilizationSums):
     """Σ of one node's whole-card rollups (one vendor and model of card) over one window, from one source.
 
     Written at ingest time, in the transaction that writes the device rollups, by recomputing the
@@ -221,10 +236,6 @@ class FleetRollup(models.Model):
     # Device.model_label as the report computed it: the catalogue model's name, else the raw name, else "?".
     model_label = models.CharField(max_length=200)
     cards = models.PositiveIntegerField()  # whole-card rows (one per card: the key includes the source)
-    estimated = models.PositiveIntegerField()  # of which estimated
-    util_sum = models.FloatField()
-    util_n = models.BigIntegerField()
-    util_max = models.FloatField(null=True)
 
     class Meta:
         constraints = [
@@ -240,7 +251,33 @@ class FleetRollup(models.Model):
         return f"node {self.node_id} {self.vendor}/{self.model_label} @ {self.window_start:%Y-%m-%d %H:%M}"
 
 
-class CardSummary(models.Model):
+class FleetTotal(UtilizationSums):
+    """Σ of the fleet rollups of one window and source per vendor and model of card: the whole fleet's
+    rows of a window, a handful instead of one per node (issue 31). The fleet report's series by vendor
+    or model and its physical utilization read these; rebuilt with the fleet rollups of the window
+    (``rollups.fleet_totals_rebuild``), so exact and idempotent."""
+
+    resolution = models.PositiveIntegerField(choices=Resolution.choices)
+    window_start = models.DateTimeField()
+    source = models.CharField(max_length=200)
+    vendor = models.CharField(max_length=20)
+    model_label = models.CharField(max_length=200)
+    cards = models.PositiveIntegerField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["resolution", "window_start", "source", "vendor", "model_label"],
+                name="telemetry_fleettotal_unique",
+            ),
+        ]
+        verbose_name = _("fleet total")
+
+    def __str__(self) -> str:
+        return f"{self.vendor}/{self.model_label} @ {self.window_start:%Y-%m-%d %H:%M} ({self.resolution}s)"
+
+
+class CardSummary(UtilizationSums):
     """Σ of one card's whole-card rollups of one source over a bucket: an hour of 5-minute rows, a day
     (UTC) of hourly rows (``SUMMARY_SPANS``).
 
@@ -255,10 +292,6 @@ class CardSummary(models.Model):
     source = models.CharField(max_length=200)
     device = models.ForeignKey(Device, on_delete=models.CASCADE, related_name="+")
     row_count = models.PositiveIntegerField()
-    estimated = models.PositiveIntegerField()  # of which estimated
-    util_sum = models.FloatField()
-    util_n = models.BigIntegerField()
-    util_max = models.FloatField(null=True)
 
     class Meta:
         constraints = [
@@ -270,6 +303,35 @@ class CardSummary(models.Model):
 
     def __str__(self) -> str:
         return f"device {self.device_id} @ {self.bucket_start:%Y-%m-%d %H:%M} ({self.resolution}s rows)"
+
+
+class JobSummary(models.Model):
+    """Σ of the job utilization rows of one project (as attributed) and source over an hour (UTC).
+
+    The effective utilization of the fleet report and the members' project figures (issue 31) read the
+    hours that lie wholly inside a period from here (a row per project and hour, not one per job, card
+    and window) and only the period's ragged edges from ``JobUtilization``. Rebuilt by the attribution
+    that writes those rows (``attribution.job_summaries_rebuild``), so it is exact and idempotent.
+    """
+
+    bucket_start = models.DateTimeField()
+    source = models.CharField(max_length=200)
+    project_id_snapshot = models.PositiveIntegerField()
+    row_count = models.PositiveIntegerField()
+    estimated = models.PositiveIntegerField()  # rows of which estimated
+    busy_sum = models.FloatField()  # Σ busy_pct (rows without one count 0)
+    share_sum = models.FloatField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["bucket_start", "source", "project_id_snapshot"], name="telemetry_jobsummary_unique"
+            ),
+        ]
+        verbose_name = _("job utilization summary")
+
+    def __str__(self) -> str:
+        return f"project {self.project_id_snapshot} @ {self.bucket_start:%Y-%m-%d %H:%M} ({self.source})"
 
 
 # The bucket a card summary spans, by the resolution of the rollups it sums.

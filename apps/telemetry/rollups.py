@@ -21,11 +21,13 @@ from apps.telemetry.models import (
     CardSummary,
     DeviceRollup,
     FleetRollup,
+    FleetTotal,
+    JobSummary,
     JobUtilization,
     Quality,
 )
 from apps.telemetry.samples import Sample
-from apps.telemetry.windows import HOUR_S, WINDOW_S, _dt, setting
+from apps.telemetry.windows import HOUR_S, WINDOW_S, _bucket_sql, _dt, setting
 
 if TYPE_CHECKING:
     from apps.telemetry.ingest.report import IngestReport
@@ -476,13 +478,40 @@ def fleet_rollups_rebuild(*, resolution: int, source: str | None = None, windows
     with connection.cursor() as cursor:
         for sql, params in _fleet_rollup_sql(connection.vendor, resolution, source, windows, node_ids):
             cursor.execute(sql, params)
+    fleet_totals_rebuild(resolution=resolution, source=source, windows=windows)
 
 
-def _bucket_sql(vendor: str, span: int) -> str:
-    """The start of the UTC bucket of ``span`` seconds a rollup's window lies in, in SQL."""
-    if vendor == "postgresql":
-        return f"to_timestamp(floor(extract(epoch FROM r.window_start) / {span}) * {span})"
-    return f"datetime(CAST(strftime('%%s', r.window_start) AS INTEGER) / {span} * {span}, 'unixepoch')"
+def fleet_totals_rebuild(*, resolution: int, source: str | None = None, windows=None) -> None:
+    """Recompute the fleet totals (``FleetTotal``: Σ per window, source, vendor and model of the fleet
+    rollups) of the given windows (in the backend's datetime form; ``None``: every window) from the
+    fleet rollups. Exact and idempotent."""
+    from django.db import connection
+
+    table, fleet = FleetTotal._meta.db_table, FleetRollup._meta.db_table
+    delete, params = f"DELETE FROM {table} WHERE resolution = %s", [resolution]  # noqa: S608 (constants)
+    where = "resolution = %s"
+    if source is not None:
+        delete += " AND source = %s"
+        where += " AND source = %s"
+        params.append(source)
+    if windows is not None:
+        windows = list(windows)
+        if connection.vendor == "postgresql":
+            among, extra = " AND window_start = ANY(%s)", [windows]
+        else:
+            among, extra = f" AND window_start IN ({', '.join(['%s'] * len(windows))})", windows
+        delete += among
+        where += among
+        params += extra
+    insert = (
+        f"INSERT INTO {table} (resolution, window_start, source, vendor, model_label, cards, estimated, "  # noqa: S608
+        "util_sum, util_n, util_max) SELECT resolution, window_start, source, vendor, model_label, SUM(cards), "
+        f"SUM(estimated), SUM(util_sum), SUM(util_n), MAX(util_max) FROM {fleet} WHERE {where} "
+        "GROUP BY resolution, window_start, source, vendor, model_label"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(delete, params)
+        cursor.execute(insert, params)
 
 
 def card_summaries_rebuild(
@@ -530,8 +559,11 @@ def rollups_purge(*, now: datetime | None = None) -> dict[str, int]:
     five, _ = DeviceRollup.objects.filter(resolution=WINDOW_S, window_start__lt=five_cut).delete()
     hourly, _ = DeviceRollup.objects.filter(resolution=HOUR_S, window_start__lt=hour_cut).delete()
     jobs, _ = JobUtilization.objects.filter(window_start__lt=hour_cut).delete()
+    JobSummary.objects.filter(bucket_start__lt=hour_cut).delete()
     FleetRollup.objects.filter(resolution=WINDOW_S, window_start__lt=five_cut).delete()
     FleetRollup.objects.filter(resolution=HOUR_S, window_start__lt=hour_cut).delete()
+    FleetTotal.objects.filter(resolution=WINDOW_S, window_start__lt=five_cut).delete()
+    FleetTotal.objects.filter(resolution=HOUR_S, window_start__lt=hour_cut).delete()
     # A bucket that starts before the cut is never wholly inside a period the report reads these for.
     CardSummary.objects.filter(resolution=WINDOW_S, bucket_start__lt=five_cut).delete()
     CardSummary.objects.filter(resolution=HOUR_S, bucket_start__lt=hour_cut).delete()

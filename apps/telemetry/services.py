@@ -5,6 +5,7 @@ The code lives by topic: ``apps.telemetry.ingest`` (samples → rollups, the fro
 ``apps.telemetry.metric_sources`` and ``apps.telemetry.windows``. New code imports from there.
 """
 
+from apps.telemetry.attribution import job_summaries_rebuild
 from apps.telemetry.health_events import _health_events
 from apps.telemetry.ingest import (
     DeviceResolver,
@@ -41,6 +42,7 @@ __all__ = [
     "backfill_request",
     "backfill_run",
     "fleet_rollups_rebuild",
+    "job_summaries_rebuild",
     "metric_source_create",
     "metric_source_delete",
     "metric_source_update",

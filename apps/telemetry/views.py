@@ -51,10 +51,10 @@ def dashboard(request: HttpRequest) -> HttpResponse:
     user = request.user
     if not is_platform_staff(user):
         period = selectors.period_parse(None, None, default_hours=24 * 7)
-        projects = []
-        for project in selectors.visible_projects(user=user):
-            report = selectors.project_utilization(user=user, pk=project.pk, period=period)
-            projects.append({"project": project, "report": report})
+        projects = [
+            {"project": project, "report": report}
+            for project, report in selectors.project_summaries(user=user, period=period)
+        ]
         return render(request, "telemetry/projects.html", {"projects": projects, "period": period})
     form = FleetReportForm(request.GET)
     period, error = _period(form)

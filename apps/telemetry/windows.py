@@ -29,3 +29,10 @@ def _when(ts: float) -> str:
         return _dt(ts).isoformat()
     except (OverflowError, OSError, ValueError):
         return f"{ts:g} s since the epoch"
+
+
+def _bucket_sql(vendor: str, span: int) -> str:
+    """The start of the UTC bucket of ``span`` seconds the window of a row ``r`` lies in, in SQL."""
+    if vendor == "postgresql":
+        return f"to_timestamp(floor(extract(epoch FROM r.window_start) / {span}) * {span})"
+    return f"datetime(CAST(strftime('%%s', r.window_start) AS INTEGER) / {span} * {span}, 'unixepoch')"

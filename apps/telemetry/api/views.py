@@ -6,6 +6,7 @@ visibility (404 for what a user cannot see). Every report answers JSON, or CSV w
 
 from __future__ import annotations
 
+from django.utils.translation import gettext as _
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, status, viewsets
@@ -164,7 +165,7 @@ class ReportViewSet(viewsets.ViewSet):
             threshold = float(raw) if raw not in (None, "") else None
         except ValueError:
             raise ValidationFailed(
-                "threshold must be a number (percent).", details={"threshold": ["number"]}
+                _("threshold must be a number (percent)."), details={"threshold": ["number"]}
             ) from None
         report = selectors.idle_cards(
             user=request.user,

@@ -38,6 +38,7 @@ from apps.telemetry.selectors.jobs import (
     measured_cu_hours,
     measured_cu_hours_by_hour,
     project_for_user,
+    project_summaries,
     project_utilization,
     visible_projects,
 )
@@ -78,6 +79,7 @@ __all__ = [
     "period_comparison",
     "period_parse",
     "project_for_user",
+    "project_summaries",
     "project_utilization",
     "require_staff",
     "rollup_list",

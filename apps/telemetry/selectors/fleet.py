@@ -17,19 +17,19 @@ from django.db.models import (
     Q,
     QuerySet,
     Sum,
-    Value,
 )
-from django.db.models.functions import Cast, Coalesce
+from django.db.models.functions import Cast
 from django.utils.translation import gettext as _
 
 from apps.core.errors import ValidationFailed
-from apps.inventory.models import Device
+from apps.inventory.models import Device, Pool
 from apps.jobs.models import Allocation
-from apps.telemetry.models import JobUtilization, Quality
+from apps.telemetry.models import Quality
 from apps.telemetry.selectors.periods import (
     FLEET_GROUPS,
     GROUPS,
     METHODS,
+    TOTAL_GROUPS,
     Period,
     _allocation_seconds,
     _annotated,
@@ -37,6 +37,8 @@ from apps.telemetry.selectors.periods import (
     _card_period_sql,
     _card_rows,
     _fleet_rows,
+    _fleet_totals,
+    _job_totals,
     _pct,
     _quality,
     require_staff,
@@ -48,20 +50,26 @@ def fleet_utilization(*, user, period: Period, group_by: str = "vendor", source:
     """Average card busy % per window and group (vendor / model / pool / node / cluster)."""
     require_staff(user)
     if group_by not in GROUPS:
-        raise ValidationFailed(f"Unknown grouping {group_by!r}.", details={"group_by": list(GROUPS)})
+        raise ValidationFailed(
+            _("Unknown grouping %(name)s.") % {"name": repr(group_by)[:60]},
+            details={"group_by": list(GROUPS)},
+        )
     fleet = _fleet_rows(period, source)
     if fleet is not None:
         key = FLEET_GROUPS[group_by]
-        if key == "pool_label":
-            fleet = fleet.annotate(pool_label=Coalesce(F("node__pool__name"), Value("—")))
+        if key in TOTAL_GROUPS:  # the fleet's rows of a window summed at ingest
+            fleet = _fleet_totals(period, source)
         # Σ over the nodes' rows of each window: a card has one row per window and source.
-        rows = (
-            fleet.values("window_start", key)
-            .annotate(
-                u_sum=Sum("util_sum"), u_n=Sum("util_n"), cards=Sum("cards"), estimated=Sum("estimated")
-            )
-            .order_by("window_start", key)
-        )
+        sums = {
+            "u_sum": Sum("util_sum"),
+            "u_n": Sum("util_n"),
+            "cards": Sum("cards"),
+            "estimated": Sum("estimated"),
+        }
+        if key == "pool_label":
+            rows = _by_pool_name(fleet.values("window_start", "node__pool_id").annotate(**sums).order_by())
+        else:
+            rows = fleet.values("window_start", key).annotate(**sums).order_by("window_start", key)
     else:
         key = GROUPS[group_by]
         rows = _fleet_utilization_card_rows(period, source, key)
@@ -85,6 +93,29 @@ def fleet_utilization(*, user, period: Period, group_by: str = "vendor", source:
         "method": METHODS["physical_utilization"],
         "series": [{"group": g, "points": pts} for g, pts in sorted(series.items())],
     }
+
+
+def _by_pool_name(rows) -> list[dict]:
+    """Rows summed per window and pool id, summed again per pool name ("—": no pool), in window and
+    name order: the nodes' pool ids joined, not their pools' names to every row (issue 31)."""
+    names = dict(Pool.objects.values_list("pk", "name"))
+    merged: dict[tuple, dict] = {}
+    for r in rows:
+        label = names.get(r["node__pool_id"], "—")
+        into = merged.setdefault(
+            (r["window_start"], label),
+            {
+                "window_start": r["window_start"],
+                "pool_label": label,
+                "u_sum": 0.0,
+                "u_n": 0,
+                "cards": 0,
+                "estimated": 0,
+            },
+        )
+        for name in ("u_sum", "u_n", "cards", "estimated"):
+            into[name] += r[name]
+    return [merged[k] for k in sorted(merged)]
 
 
 def _fleet_utilization_card_rows(period: Period, source: str | None, key: str) -> QuerySet:
@@ -158,13 +189,16 @@ def _top_fleet_nodes(fleet: QuerySet, limit: int) -> list[dict]:
         .filter(u_n__gt=0)
     )
     inner, params = per_node.query.sql_with_params()
+    # The busiest ``limit`` nodes and those as busy as the last of them (WITH TIES), and only these
+    # joined with their names for the tie-break: not every node of the fleet joined and sorted.
     sql = (
         "SELECT f.node_id, n.name, c.slug, f.u_sum, f.u_n, f.peak, f.estimated "  # noqa: S608 (constants)
-        f"FROM ({inner}) f JOIN inventory_node n ON n.id = f.node_id JOIN inventory_cluster c ON c.id = n.cluster_id "
+        f"FROM (SELECT * FROM ({inner}) b ORDER BY b.u_sum / b.u_n DESC FETCH FIRST %s ROWS WITH TIES) f "
+        "JOIN inventory_node n ON n.id = f.node_id JOIN inventory_cluster c ON c.id = n.cluster_id "
         "ORDER BY f.u_sum / f.u_n DESC, n.name LIMIT %s"
     )
     names = ("node_id", "node__name", "node__cluster__slug", "u_sum", "u_n", "peak", "estimated")
-    return _summed_rows(sql, [*params, limit], names)
+    return _summed_rows(sql, [*params, limit, limit], names)
 
 
 def _top_nodes_from_cards(period: Period, limit: int, source: str | None) -> list[dict]:
@@ -272,21 +306,14 @@ def three_figures(*, user, period: Period, source: str | None = None) -> dict:
     capacity_s = card_count * period.seconds
     out_of_service = Device.objects.filter(health__in=[Device.Health.RETIRED, Device.Health.LOST]).order_by()
     allocated_s = _allocation_seconds(period, excluded_device_ids=out_of_service.values("pk"))
-    fleet = _fleet_rows(period, source)
-    if fleet is not None:
-        card = fleet.aggregate(u_sum=Sum("util_sum"), u_n=Sum("util_n"), estimated=Sum("estimated"))
+    if _fleet_rows(period, source) is not None:
+        card = _fleet_totals(period, source).aggregate(
+            u_sum=Sum("util_sum"), u_n=Sum("util_n"), estimated=Sum("estimated")
+        )
         card["cards"] = _cards_seen(period, source)
     else:
         card = _three_figures_card_rows(period, source, device_ids)
-    ju = JobUtilization.objects.filter(window_start__gte=period.start, window_start__lt=period.end)
-    if source:
-        ju = ju.filter(source=source)
-    eff = ju.aggregate(
-        busy=Sum("busy_pct"),
-        share=Sum("share"),
-        estimated=Count("pk", filter=Q(quality=Quality.ESTIMATED)),
-        rows=Count("pk"),
-    )
+    eff = _job_totals(period, source=source)
     effective = None
     if eff["share"]:
         effective = round(min(100.0, (eff["busy"] or 0.0) / eff["share"]), 2)
@@ -368,15 +395,18 @@ def fragmentation(*, user) -> dict:
         .annotate(cards=Count("pk"))
         .values_list("device_model_id", "cards")
     )
+    # The cards some shared allocation holds (a few; not every active allocation summed per card: issue
+    # 31), then all their active allocations summed: a whole card or a full share leaves nothing free.
+    shared = active.filter(whole_card=False).exclude(device_id__in=out_of_service.values("pk"))
     used = {
         row["device_id"]: row
-        for row in active.exclude(device_id__in=out_of_service.values("pk"))
+        for row in active.filter(device_id__in=set(shared.order_by().values_list("device_id", flat=True)))
         .order_by()
         .values("device_id")
         .annotate(
             mem=Sum("memory_mib"), milli=Sum("compute_milli"), whole=Max(Cast("whole_card", IntegerField()))
         )
-        .filter(whole=0, milli__lt=1000)  # a whole card or a full share leaves nothing free
+        .filter(whole=0, milli__lt=1000)
     }
     held = list(
         in_service.filter(pk__in=list(used))

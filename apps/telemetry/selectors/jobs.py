@@ -19,7 +19,14 @@ from apps.accounts.selectors import is_platform_staff, user_project_ids
 from apps.core.errors import NotFound
 from apps.jobs.models import Allocation, Job
 from apps.telemetry.models import DeviceRollup, JobUtilization, Quality
-from apps.telemetry.selectors.periods import METHODS, Period, _allocation_seconds, _quality
+from apps.telemetry.selectors.periods import (
+    METHODS,
+    Period,
+    _allocation_seconds,
+    _job_sums,
+    _job_totals,
+    _quality,
+)
 from apps.telemetry.windows import HOUR_S, WINDOW_S
 
 
@@ -67,12 +74,11 @@ def _curve(qs: QuerySet[JobUtilization]) -> list[dict]:
 
 
 def _summary(qs: QuerySet[JobUtilization]) -> dict:
-    agg = qs.aggregate(
-        busy=Sum("busy_pct"),
-        share=Sum("share"),
-        rows=Count("pk"),
-        estimated=Count("pk", filter=Q(quality=Quality.ESTIMATED)),
-    )
+    return _summary_of(_job_sums(qs))
+
+
+def _summary_of(agg: dict) -> dict:
+    """Utilization, card hours and quality of Σ busy %, Σ share, rows and estimated rows."""
     return {
         "utilization_pct": round(min(100.0, (agg["busy"] or 0.0) / agg["share"]), 2)
         if agg["share"]
@@ -98,6 +104,24 @@ def job_utilization(*, user, pk: int, period: Period | None = None) -> dict:
     }
 
 
+def _project_summary(project, period: Period) -> dict:
+    return {
+        "project": project.pk,
+        "slug": project.slug,
+        "start": period.start.isoformat(),
+        "end": period.end.isoformat(),
+        **_summary_of(_job_totals(period, project_id=project.pk)),
+        "allocated_card_hours": round(_allocation_seconds(period, project_ids=[project.pk]) / 3600, 3),
+        "method": METHODS["effective_utilization"],
+    }
+
+
+def project_summaries(*, user, period: Period) -> list[tuple]:
+    """(project, its utilization summary) for each project the user sees: the figures of
+    ``project_utilization`` without its curve and job list (the members' telemetry page)."""
+    return [(project, _project_summary(project, period)) for project in visible_projects(user=user)]
+
+
 def project_utilization(*, user, pk: int, period: Period) -> dict:
     project = project_for_user(user=user, pk=pk)
     qs = JobUtilization.objects.filter(
@@ -113,13 +137,7 @@ def project_utilization(*, user, pk: int, period: Period) -> dict:
         .order_by("job_id")
     )
     return {
-        "project": project.pk,
-        "slug": project.slug,
-        "start": period.start.isoformat(),
-        "end": period.end.isoformat(),
-        **_summary(qs),
-        "allocated_card_hours": round(_allocation_seconds(period, project_ids=[project.pk]) / 3600, 3),
-        "method": METHODS["effective_utilization"],
+        **_project_summary(project, period),
         "points": _curve(qs),
         "jobs": [
             {
