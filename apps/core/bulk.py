@@ -24,6 +24,11 @@ from json import dumps
 
 from django.db import connection, models
 from django.db.models import F, Lookup, Q
+from django.db.models.base import ModelState
+from django.db.models.fields.related_descriptors import ForeignKeyDeferredAttribute
+from django.db.models.query_utils import DeferredAttribute
+from django.db.models.signals import post_init, pre_init
+from django.utils import timezone
 
 # Below this many rows a COPY round trip gains nothing over one INSERT.
 _MIN_ROWS = 20
@@ -45,6 +50,9 @@ _PLAIN = (
 )
 
 
+_VALUE, _JSON, _NOW, _PREP = range(4)  # how ``_row`` writes one field
+
+
 @cache
 def _plan(model) -> tuple[list, str]:
     fields = [
@@ -56,34 +64,36 @@ def _plan(model) -> tuple[list, str]:
     ]
     getters = []
     for f in fields:
+        auto_now = getattr(f, "auto_now", False) or getattr(f, "auto_now_add", False)
         if f.is_relation:
-            getters.append((f.attname, None))
+            getters.append((_VALUE, f.attname, f))
         elif isinstance(f, models.JSONField):
-            getters.append((f.attname, f))
-        elif (
-            isinstance(f, _PLAIN)
-            and not getattr(f, "auto_now", False)
-            and not getattr(f, "auto_now_add", False)
-        ):
-            getters.append((f.attname, None))
+            getters.append((_JSON, f.attname, f))
+        elif auto_now and type(f) is models.DateTimeField:
+            getters.append((_NOW, f.attname, f))
+        elif isinstance(f, _PLAIN) and not auto_now:
+            getters.append((_VALUE, f.attname, f))
         else:
-            getters.append((None, f))
+            getters.append((_PREP, f.attname, f))
     columns = ", ".join(connection.ops.quote_name(f.column) for f in fields)
     return getters, f"COPY {connection.ops.quote_name(model._meta.db_table)} ({columns}) FROM STDIN"  # noqa: S608
 
 
-def _row(obj, getters) -> list:
+def _row(obj, getters, now) -> list:
     out = []
-    for attname, field in getters:
-        if field is None:
+    for how, attname, field in getters:
+        if how == _VALUE:
             out.append(getattr(obj, attname))
-        elif attname is not None:  # JSON: the text the server parses into jsonb
+        elif how == _JSON:  # the text the server parses into jsonb
             value = getattr(obj, attname)
             out.append(
                 dumps(value, cls=field.encoder)
                 if value is not None
                 else field.get_db_prep_save(value, connection)
             )
+        elif how == _NOW:  # auto_now / auto_now_add: set on the instance, as ``pre_save`` would
+            setattr(obj, attname, now)
+            out.append(now)
         else:
             out.append(field.get_db_prep_save(field.pre_save(obj, add=True), connection))
     return out
@@ -102,10 +112,13 @@ def copy_create(objs: Sequence[models.Model]) -> int:
             raise TypeError(f"copy_create: {type(obj).__name__} among {model.__name__} rows")
     getters, sql = _plan(model)  # type: ignore[arg-type]  # a model class is hashable
     # ``cursor.cursor``: the psycopg cursor under Django's wrapper
+    # One timestamp for the auto_now columns of every row (``pre_save`` read the clock once per
+    # field and row, and prepared each value: a tenth of writing a cycle's rows).
+    now = timezone.now()
     with connection.cursor() as cursor, connection.wrap_database_errors, cursor.cursor.copy(sql) as copy:
         write = copy.write_row
         for obj in objs:
-            write(_row(obj, getters))
+            write(_row(obj, getters, now))
     return len(objs)
 
 
@@ -134,24 +147,39 @@ def among(field: str, values) -> Q | Lookup:
 
 
 @cache
-def _layout(model) -> tuple[dict[str, int], tuple, tuple]:
+def _layout(model) -> tuple[dict[str, int], tuple, tuple, tuple[str, ...] | None]:
     fields = model._meta.concrete_fields
     index = {f.attname: i for i, f in enumerate(fields)}
     constant = tuple(None if callable(f.default) else f.get_default() for f in fields)
     computed = tuple((i, f) for i, f in enumerate(fields) if callable(f.default))
-    return index, constant, computed
+    # The attnames when every one of them is a plain attribute on the instance (the descriptors
+    # Django sets for ordinary columns and foreign-key ids only store into ``__dict__``): then an
+    # instance can be filled without ``Model.__init__`` (``unsaved``); None when some field has a
+    # descriptor of its own (files, custom fields).
+    plain = all(type(model.__dict__.get(f.attname)) in _PLAIN_DESCRIPTORS for f in fields)
+    return index, constant, computed, tuple(index) if plain else None
+
+
+_PLAIN_DESCRIPTORS = (DeferredAttribute, ForeignKeyDeferredAttribute)
 
 
 def unsaved(model, **values):
     """``model(**values)`` (values by attname: ``job_id``, not ``job``), built by position: Django's
     keyword path cost twice as much per instance, and a cycle builds one per allocation and trace.
-    Related caches are not set: a caller that holds the related instances sets them
-    (``field.set_cached_value``)."""
-    index, constant, computed = _layout(model)
+    Where nothing listens to ``pre_init`` / ``post_init`` and every column is a plain attribute, the
+    instance is filled as ``Model.__init__`` would fill it, without its per-field loop (a third of
+    building the 30,000 rows of a 10,000-node cycle). Related caches are not set: a caller that
+    holds the related instances sets them (``field.set_cached_value``)."""
+    index, constant, computed, attnames = _layout(model)
     row = list(constant)
     for name, value in values.items():
         row[index[name]] = value
     for i, f in computed:
         if f.attname not in values:
             row[i] = f.get_default()
-    return model(*row)
+    if attnames is None or pre_init.receivers or post_init.receivers or model._meta.abstract:
+        return model(*row)
+    obj = model.__new__(model)
+    obj._state = ModelState()
+    obj.__dict__.update(zip(attnames, row, strict=True))
+    return obj

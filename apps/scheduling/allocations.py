@@ -60,17 +60,32 @@ def locked_device_caps(device_ids: list[int]) -> dict[int, tuple]:
     return locked_devices(device_ids)[0]
 
 
+_UNREAD_DEVICE_COLUMNS = (
+    "partitions",
+    "mig_profiles",
+    "created_at",
+    "updated_at",
+    "last_seen_at",
+    "serial",
+    "firmware_version",
+    "health_reason",
+    "cordon_reason",
+)
+
+
 def locked_devices(device_ids: list[int]) -> tuple[dict[int, tuple], dict[int, Device]]:
-    """``locked_device_caps``, and the locked rows themselves as ``Device`` instances (their JSON
-    columns ``partitions`` and ``mig_profiles`` left unread; their node's name and cluster id as
-    ``cap_node_name`` and ``cap_cluster``), in the same query: the cycle renders its placed jobs'
-    manifests from them (``persist``), which cost a second read of every card and node."""
+    """``locked_device_caps``, and the locked rows themselves as ``Device`` instances (the columns no
+    renderer reads left unread: the JSON ``partitions`` and ``mig_profiles``, timestamps, free
+    texts; their node's name and cluster id as ``cap_node_name`` and ``cap_cluster``), in the same
+    query: the cycle renders its placed jobs' manifests from them (``persist``), which cost a second
+    read of every card and node."""
     if not device_ids:
         return {}, {}
     rows = (
         Device.objects.select_for_update(of=("self",))
         .filter(among("pk", device_ids))
-        .defer("partitions", "mig_profiles")
+        # columns no renderer reads (JSON, timestamps parsed per card, free texts) stay unread
+        .defer(*_UNREAD_DEVICE_COLUMNS)
         .annotate(
             cap_model_memory=F("device_model__memory_mib"),
             cap_factor=F("node__pool__overcommit_factor"),

@@ -136,6 +136,7 @@ def _persist(outcomes, *, snapshot: Snapshot, cycle_id, actor, result: CycleResu
             batch, job, decision, cu, position, snapshot=snapshot, cycle_id=cycle_id, result=result
         )
     _write_batch(batch, result)
+    batch.render.log_refusals()
 
 
 def _lock_and_read(outcomes, actor) -> _Batch:
@@ -422,6 +423,13 @@ class _RenderContext:
         clusters = Cluster.objects.in_bulk({n.cluster_id for n in self.nodes.values()})
         for node in self.nodes.values():
             node.cluster = clusters[node.cluster_id]
+        self.refused: dict[str, list[int]] = {}  # why → the jobs whose objects a renderer refused
+
+    def log_refusals(self) -> None:
+        """One warning per reason for the batch's refused jobs (a line per job was a tenth of a
+        10,000-node cycle's persist where a cluster's mode refused a common shape)."""
+        for why, jobs in self.refused.items():
+            logger.warning("%d job(s) %s: their objects could not be rendered: %s", len(jobs), jobs, why)
 
     def objects(self, job: Job, allocations: list[Allocation]) -> tuple[tuple | None, str]:
         """``((job, cluster, objects), "")``, or ``(None, why)`` when the job's objects cannot be
@@ -436,7 +444,7 @@ class _RenderContext:
             return (job, cluster, push_objects(job, allocations, cluster)), ""
         except ValidationFailed as exc:  # a refusal with its reason (a shape the plugin mode cannot take)
             # No traceback: formatting one per refused job was a tenth of a 10,000-node cycle's persist.
-            logger.warning("job %s: its objects could not be rendered: %s", job.pk, exc)
+            self.refused.setdefault(str(exc), []).append(job.pk)  # logged per batch (``log_refusals``)
             return None, f"{type(exc).__name__}: {exc}"
         except Exception as exc:  # one job's rendering must not stop the cycle for every other job
             logger.exception("job %s: its objects could not be rendered", job.pk)

@@ -155,3 +155,33 @@ def test_unsaved_builds_what_the_constructor_builds(job):
     assert event.data == JobEvent(job=job).data and event.data is not other.data
     assert copy_create([event]) == 1
     assert JobEvent.objects.get(message="m").created_at >= now
+
+
+def test_unsaved_goes_through_the_constructor_when_init_is_listened_to(job):
+    from django.db.models.signals import post_init
+
+    seen = []
+
+    def listener(sender, instance, **kwargs):
+        seen.append(instance)
+
+    post_init.connect(listener, sender=JobEvent)
+    try:
+        event = unsaved(JobEvent, job_id=job.pk, kind=JobEvent.Kind.STATE, message="heard")
+    finally:
+        post_init.disconnect(listener, sender=JobEvent)
+    assert seen == [event]
+    quiet = unsaved(JobEvent, job_id=job.pk, kind=JobEvent.Kind.STATE, message="quiet")
+    assert seen == [event]  # no listener: filled without the constructor, the same values
+    fields = [f.attname for f in JobEvent._meta.concrete_fields if f.attname != "message"]
+    assert [getattr(quiet, f) for f in fields] == [getattr(event, f) for f in fields]
+
+
+def test_copy_stamps_one_time_on_every_row_and_instance(job):
+    before = timezone.now()
+    events = _events(job, "T")
+    assert copy_create(events) == N
+    stamps = {e.created_at for e in events}
+    assert len(stamps) == 1 and stamps.pop() >= before  # set on the instances, as save() does
+    stored = set(JobEvent.objects.filter(message__startswith="T").values_list("created_at", flat=True))
+    assert stored == {events[0].created_at}
