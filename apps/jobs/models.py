@@ -201,12 +201,18 @@ class Job(BaseModel):
             models.Index(fields=["priority", "created_at"], name="jobs_job_priority_sort_idx"),
             # The queue ranking (apps.quotas.selectors.queue_positions, the job list's "#" column): the
             # queued jobs in scheduling order with their project, read from the index alone once the
-            # table is vacuumed, instead of every heap page of a 1,000,000-job table (issue 31).
+            # table is vacuumed, instead of every heap page of a 1,000,000-job table (issue 31). The
+            # queue board's count per project and pending reason, with the CU asked
+            # (apps.scheduling.board.figures._starved), reads it alone too.
             models.Index(
                 fields=["-priority", "created_at", "id"],
-                include=["project"],
+                include=["project", "state_reason", "requested_cu"],
                 condition=Q(state__in=QUEUED_STATES),
                 name="jobs_job_queued_rank_idx",
+            ),
+            # The running jobs per project (the queue board): the active jobs only, a small index.
+            models.Index(
+                fields=["project"], condition=Q(state__in=ACTIVE_STATES), name="jobs_job_active_project_idx"
             ),
         ]
         constraints = [
@@ -275,6 +281,13 @@ class JobEvent(models.Model):
 
     class Meta:
         ordering = ["created_at", "id"]
+        indexes = [
+            # The queue board's preemptions of the last day: the few preempted events, not a range of
+            # every event of the day on ``created_at`` (two per job; issue 31).
+            models.Index(
+                fields=["created_at"], condition=Q(kind="preempted"), name="jobs_jobevent_preempted_idx"
+            ),
+        ]
         verbose_name = _("job event")
 
     def __str__(self) -> str:

@@ -165,13 +165,29 @@ def class_capacity(classes: set[str], *, on: dt.date) -> dict[str, Decimal | Non
 
 def _summed_holdings(ctx: QuotaContext) -> list[admission.Holding]:
     """What the active allocations hold of each row, summed in SQL per project, card class and
-    borrowed flag (one holding per row and kind, not per job)."""
-    rows = (
-        Allocation.objects.filter(released_at__isnull=True, project_id__in=list(ctx.project_rows))
-        .order_by()
-        .values_list("project_id", "device__vendor", "device__device_model_id", "node__pool_id", "borrowed")
-        .annotate(cu=Sum("compute_units"), memory=Sum("memory_mib"))
-    )
+    borrowed flag (one holding per row and kind, not per job).
+
+    A project whose only quota row is of class "any" holds that row whatever the card
+    (``row_for`` ends every card's classes with "any"): its allocations are summed per project without
+    joining cards and nodes, the join a fleet of 100,000 cards made cost most (issue 31)."""
+    active = Allocation.objects.filter(released_at__isnull=True).order_by()
+    any_only = [pk for pk, rows in ctx.project_rows.items() if set(rows) == {"any"}]
+    others = [pk for pk in ctx.project_rows if pk not in set(any_only)]
+    sums = {"cu": Sum("compute_units"), "memory": Sum("memory_mib")}
+    rows = [
+        (project_id, "", None, None, borrowed, cu, memory)
+        for project_id, borrowed, cu, memory in active.filter(project_id__in=any_only)
+        .values_list("project_id", "borrowed")
+        .annotate(**sums)
+    ]
+    if others:
+        rows += (
+            active.filter(project_id__in=others)
+            .values_list(
+                "project_id", "device__vendor", "device__device_model_id", "node__pool_id", "borrowed"
+            )
+            .annotate(**sums)
+        )
     summed: dict[str, admission.Holding] = {}
     for project_id, vendor, model_id, pool_id, borrowed, cu, memory in rows:
         key = ctx.row_for(project_id, device_classes(vendor, model_id, pool_id))

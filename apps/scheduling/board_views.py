@@ -77,7 +77,7 @@ def board(request: HttpRequest) -> HttpResponse:
         position = None
         if row.first_queued is not None:
             if data.staff:
-                position = queue_positions([row.first_queued.pk]).get(row.first_queued.pk)
+                position = queue_positions([row.first_queued.pk], shares=data.shares).get(row.first_queued.pk)
             else:
                 position = eta.visible_queue_positions(user, [row.first_queued]).get(row.first_queued.pk)
         why = queue_board.explain_share(data, row, position=position)

@@ -105,3 +105,62 @@ def test_the_boards_heads_and_staff_ranks_with_and_without_a_department_filter(
         assert research.lower_factor_count(row) == full.lower_factor_count(full.row(row.project.slug))
         assert row.first_queued == full.row(row.project.slug).first_queued
     assert full.lower_factor_count(full.row("vision")) == (3, 4)  # nlp, speech, ops at 0; of 4 waiting
+
+
+def test_counted_positions_of_any_page_match_the_sorted_queue(
+    fleet, research, make_project, make_job, make_allocation, staff_user
+):
+    """``queue_positions`` counts (higher priority; same priority and a lower share; same share and
+    older) instead of ranking the queue: on a queue with three priorities, projects of distinct and of
+    equal shares, a project without a quota and ties in submission time, every page of ids (and every
+    reader's ``among``) gets the places of the whole queue sorted by ``fair_share_order``."""
+    import random
+
+    rng = random.Random(31)
+    projects = [make_project(f"p{i}", department=research) for i in range(5)]
+    for project in projects[:4]:
+        quota(staff_user, project=project, resource_class="vendor", vendor="nvidia", guaranteed_cu=2)
+    now = timezone.now()
+    devices = list(Device.objects.order_by("pk")[:3])
+    # p0 and p1 have used the same card-hours (equal shares above 0), p2 more; p3, p4 none (0).
+    for project, device, hours in (
+        (projects[0], devices[0], 2),
+        (projects[1], devices[1], 2),
+        (projects[2], devices[2], 5),
+    ):
+        make_allocation(
+            make_job(project), device, now - dt.timedelta(hours=hours), now - dt.timedelta(hours=1)
+        )
+    base = now - dt.timedelta(hours=3)
+    for i in range(60):
+        job = JobFactory(
+            project=rng.choice(projects),
+            name=f"q{i}",
+            image="x:1",
+            state=rng.choice(["pending", "pending", "admitted", "running", "cancelled"]),
+            priority=rng.choice([100, 500, 800]),
+        )
+        Job.objects.filter(pk=job.pk).update(created_at=base + dt.timedelta(minutes=rng.randrange(8)))
+    shares = fair_shares([p.pk for p in projects])
+    assert shares[projects[0].pk] == shares[projects[1].pk] > 0 and shares[projects[3].pk] == 0
+    assert shares[projects[2].pk] > shares[projects[0].pk]
+    queued = list(Job.objects.filter(state__in=QUEUED_STATES))
+    order = [j.pk for j in fair_share_order(queued)]
+    expected = {pk: i for i, pk in enumerate(order, start=1)}
+    everyone = [j.pk for j in Job.objects.order_by("pk")]  # running and cancelled ones get no place
+    assert queue_positions(everyone) == expected
+    for _ in range(10):
+        page = rng.sample(everyone, 12)
+        assert queue_positions(page) == {pk: expected[pk] for pk in page if pk in expected}
+    among = Job.objects.filter(project__in=projects[1:3])
+    seen = [pk for pk in order if Job.objects.get(pk=pk).project_id in {projects[1].pk, projects[2].pk}]
+    assert queue_positions(everyone, among=among) == {pk: i for i, pk in enumerate(seen, start=1)}
+    # shares given (the board's) are taken when they name every waiting project, else all are read now
+    assert queue_positions(everyone, shares={projects[0].pk: shares[projects[0].pk]}) == expected
+    flipped = {**shares, projects[3].pk: 1e9}  # p3's jobs go last within each priority
+    tail = [pk for pk in everyone if pk in expected]
+    by_hand = sorted(
+        (Job.objects.get(pk=pk) for pk in tail),
+        key=lambda j: (-j.priority, flipped[j.project_id], j.created_at, j.pk),
+    )
+    assert queue_positions(everyone, shares=flipped) == {j.pk: i for i, j in enumerate(by_hand, start=1)}

@@ -50,8 +50,17 @@ BULK_CANCEL_MAX = 200
 
 
 def _paginate(request: HttpRequest, qs) -> Page:
-    # Estimated count over the whole unfiltered job table (issue 20); exact whenever filtered.
-    return EstimatedCountPaginator(qs, PAGE_SIZE).get_page(request.GET.get("page"))
+    """The page of ``qs`` asked for. Estimated count over the whole unfiltered job table (issue 20);
+    exact whenever filtered. The page's ids are found first (one index read, however deep the page)
+    and only those rows are read with their related rows: an OFFSET over the full query joined the
+    project, template, model and submitter of every row it skipped (page 100: 4,950 of them)."""
+    page = EstimatedCountPaginator(qs.values_list("pk", flat=True), PAGE_SIZE).get_page(
+        request.GET.get("page")
+    )
+    ids = list(page.object_list)
+    rows = qs.order_by().in_bulk(ids)
+    page.object_list = [rows[pk] for pk in ids if pk in rows]
+    return page
 
 
 def _query_without_page(request: HttpRequest) -> str:

@@ -39,7 +39,7 @@ from apps.jobs.models import ACTIVE_STATES, QUEUED_STATES, Allocation, Job, JobE
 from apps.quotas import admission
 from apps.quotas.book import class_capacity, quota_context
 from apps.quotas.models import Quota
-from apps.quotas.selectors import decayed_usage, fair_shares, half_life_hours, quotas_configured
+from apps.quotas.selectors import fair_shares_and_usage, half_life_hours, quotas_configured
 from apps.scheduling.board.classify import (
     CATEGORIES,
     CATEGORY_HELP,
@@ -194,6 +194,9 @@ class Board:
     now: dt.datetime
     totals: Figures = field(default_factory=Figures)
     queue_ranks: dict[int, tuple[int, int]] = field(default_factory=dict)  # see ``lower_factor_count``
+    # The fair shares the board read (``fair_shares``: its projects and every one with waiting jobs
+    # staff rank), for a queue position counted at once (``queue_positions(shares=…)``).
+    shares: dict[int, float] = field(default_factory=dict)
 
     def row(self, slug: str) -> ProjectRow | None:
         return next((r for r in self.rows if r.project.slug == slug), None)
@@ -225,12 +228,9 @@ def queue_board(*, user, department: str | None = None, now: dt.datetime | None 
     total_guarantee = Quota.objects.filter(project__isnull=False).aggregate(
         s=Coalesce(Sum("guaranteed_cu"), ZERO)
     )["s"]
-    active = Allocation.objects.filter(released_at__isnull=True)
-    total_running = active.aggregate(s=Coalesce(Sum("compute_units"), ZERO))["s"]
-    capacity = class_capacity({"any"}, on=timezone.localdate(now)).get("any")
 
     rows = {p.pk: ProjectRow(project=p) for p in projects}
-    _held(rows, ids, active)
+    total_running = _held(rows, ids)
     groups = _starved(rows, ids, staff=staff, visible=visible_slugs)
     quotas_on = quotas_configured()
     waiting = {pk for pk, row in rows.items() if row.queued_jobs}  # counted by ``_starved``
@@ -245,8 +245,14 @@ def queue_board(*, user, department: str | None = None, now: dt.datetime | None 
             .values_list("project_id", flat=True)
             .distinct()
         )
-    if quotas_on:
-        _flows(rows, projects, now=now, staff=staff, visible=visible_slugs)
+    book_capacity = _flows(rows, projects, now=now, staff=staff, visible=visible_slugs) if quotas_on else {}
+    # The fleet's CU: the book's own figure when a quota row is of class "any" (the same sum, not
+    # counted twice), else counted here.
+    if "any" in book_capacity:
+        capacity = book_capacity["any"]
+    else:
+        capacity = class_capacity({"any"}, on=timezone.localdate(now)).get("any")
+    shares: dict[int, float] = {}
     ranks = _fair_share(
         rows,
         ids,
@@ -256,6 +262,7 @@ def queue_board(*, user, department: str | None = None, now: dt.datetime | None 
         staff=staff,
         total_guarantee=total_guarantee,
         total_running=total_running,
+        shares=shares,
     )
     preemptions = _preemptions(rows, ids, now=now, staff=staff, visible=visible_slugs)
     departments, totals = _departments(
@@ -275,11 +282,13 @@ def queue_board(*, user, department: str | None = None, now: dt.datetime | None 
         now=now,
         totals=totals,
         queue_ranks=ranks,
+        shares=shares,
     )
 
 
-def _held(rows: dict[int, ProjectRow], ids: list[int], active) -> None:
-    """Per project: its guarantee (and weight), the CU it runs and borrows, its active jobs."""
+def _held(rows: dict[int, ProjectRow], ids: list[int]) -> Decimal:
+    """Per project: its guarantee (and weight), the CU it runs and borrows, its active jobs. Returns the
+    CU all active allocations hold: the sum of every project's (one pass over them, not two)."""
     for pk, g, w in Quota.objects.filter(project_id__in=ids).values_list(
         "project_id", "guaranteed_cu", "over_quota_weight"
     ):
@@ -287,8 +296,9 @@ def _held(rows: dict[int, ProjectRow], ids: list[int], active) -> None:
         row.weight = max(row.weight, w) if row.has_quota else w
         row.has_quota = True
         row.guarantee += g
+    total = ZERO
     for pk, running, borrowed in (
-        active.filter(project_id__in=ids)
+        Allocation.objects.filter(released_at__isnull=True)
         .order_by()
         .values_list("project_id")
         .annotate(
@@ -296,14 +306,17 @@ def _held(rows: dict[int, ProjectRow], ids: list[int], active) -> None:
             b=Coalesce(Sum("compute_units", filter=Q(borrowed=True)), ZERO),
         )
     ):
-        rows[pk].running_cu, rows[pk].borrowed_cu = running, borrowed
-    for pk, n in (
+        total += running
+        if pk in rows:
+            rows[pk].running_cu, rows[pk].borrowed_cu = running, borrowed
+    for pk, n in (  # COUNT(*): from ``jobs_job_active_project_idx`` alone, which has no id
         Job.objects.filter(project_id__in=ids, state__in=ACTIVE_STATES)
         .order_by()
         .values_list("project_id")
-        .annotate(n=Count("pk"))
+        .annotate(n=Count("*"))
     ):
         rows[pk].running_jobs = n
+    return total
 
 
 def _starved(rows: dict[int, ProjectRow], ids: list[int], *, staff: bool, visible: set[str]) -> dict:
@@ -384,8 +397,9 @@ def queue_heads(project_ids) -> dict[int, int]:
     }
 
 
-def _flows(rows: dict[int, ProjectRow], projects, *, now, staff: bool, visible: set[str]) -> None:
-    """Borrowing flows (who lends to whom), each other side named as the reader may see it."""
+def _flows(rows: dict[int, ProjectRow], projects, *, now, staff: bool, visible: set[str]) -> dict:
+    """Borrowing flows (who lends to whom), each other side named as the reader may see it. Returns the
+    book's capacity per resource class."""
     slug_to_pk = {p.slug: p.pk for p in projects}
     book = quota_context(now=now, per_job=False).book
     for cls in sorted(book.by_class):
@@ -411,6 +425,7 @@ def _flows(rows: dict[int, ProjectRow], projects, *, now, staff: bool, visible: 
     for row in rows.values():
         row.lent_to = _merged(row.lent_to)
         row.borrowed_from = _merged(row.borrowed_from)
+    return book.capacity
 
 
 def _fair_share(
@@ -423,12 +438,14 @@ def _fair_share(
     staff: bool,
     total_guarantee,
     total_running,
+    shares: dict[int, float],
 ) -> dict[int, tuple[int, int]]:
     """Fair share: the scheduler's factor, and guarantee ÷ all guarantees; use ÷ all use. Returns the
     platform-wide ranks of the factors among the ``waiting`` projects (staff only, see
-    ``Board.lower_factor_count``). Each project's factor is its own: one ``fair_shares`` call serves both."""
-    usage = decayed_usage(ids, now=now) if ids else {}
-    factors = fair_shares(set(ids) | waiting, now=now) if ids else {}
+    ``Board.lower_factor_count``). Each project's factor is its own: one ``fair_shares`` call serves both
+    (and the decayed usage it read), and ``shares`` receives them all (``Board.shares``)."""
+    factors, usage = fair_shares_and_usage(set(ids) | waiting, now=now) if ids else ({}, {})
+    shares.update(factors)
     for row in rows.values():
         row.decayed_usage = usage.get(row.project.pk, 0.0)
         row.factor = factors.get(row.project.pk) if quotas_on else None
