@@ -7,7 +7,7 @@ from django.db.models import F, Q
 from django.utils.translation import gettext_lazy as _
 
 from apps.core.models import BaseModel
-from apps.inventory.models import Cluster, Device
+from apps.inventory.models import Cluster, Device, Node
 from apps.jobs.models import Job
 
 
@@ -277,7 +277,19 @@ class FleetTotal(UtilizationSums):
         return f"{self.vendor}/{self.model_label} @ {self.window_start:%Y-%m-%d %H:%M} ({self.resolution}s)"
 
 
-class CardSummary(UtilizationSums):
+class BucketSums(UtilizationSums):
+    """The sums of one source's rollups of one resolution over a bucket (``SUMMARY_SPANS``: an hour of
+    5-minute rows, a day (UTC) of hourly rows), per card or per node."""
+
+    resolution = models.PositiveIntegerField(choices=Resolution.choices)  # of the rollups summed
+    bucket_start = models.DateTimeField()
+    source = models.CharField(max_length=200)
+
+    class Meta:
+        abstract = True
+
+
+class CardSummary(BucketSums):
     """Σ of one card's whole-card rollups of one source over a bucket: an hour of 5-minute rows, a day
     (UTC) of hourly rows (``SUMMARY_SPANS``).
 
@@ -287,9 +299,6 @@ class CardSummary(UtilizationSums):
     rollups (``rollups.card_summaries_rebuild``), from the device rollups, so it is exact and idempotent.
     """
 
-    resolution = models.PositiveIntegerField(choices=Resolution.choices)  # of the rollups summed
-    bucket_start = models.DateTimeField()
-    source = models.CharField(max_length=200)
     device = models.ForeignKey(Device, on_delete=models.CASCADE, related_name="+")
     row_count = models.PositiveIntegerField()
 
@@ -303,6 +312,26 @@ class CardSummary(UtilizationSums):
 
     def __str__(self) -> str:
         return f"device {self.device_id} @ {self.bucket_start:%Y-%m-%d %H:%M} ({self.resolution}s rows)"
+
+
+class NodeSummary(BucketSums):
+    """Σ of one node's fleet rollups of one source over a bucket (``SUMMARY_SPANS``): the busiest nodes
+    of the fleet report read the buckets wholly inside the period from these, a row per node, and only
+    the ragged edges from the fleet rollups (issue 31). Rebuilt with the fleet rollups
+    (``rollups.node_summaries_rebuild``), so exact and idempotent."""
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="+")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["resolution", "bucket_start", "source", "node"], name="telemetry_nodesummary_unique"
+            ),
+        ]
+        verbose_name = _("node summary")
+
+    def __str__(self) -> str:
+        return f"node {self.node_id} @ {self.bucket_start:%Y-%m-%d %H:%M} ({self.resolution}s rows)"
 
 
 class JobSummary(models.Model):

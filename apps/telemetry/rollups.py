@@ -24,6 +24,7 @@ from apps.telemetry.models import (
     FleetTotal,
     JobSummary,
     JobUtilization,
+    NodeSummary,
     Quality,
 )
 from apps.telemetry.samples import Sample
@@ -473,11 +474,13 @@ def fleet_rollups_rebuild(*, resolution: int, source: str | None = None, windows
     if windows is not None and not windows or node_ids is not None and not node_ids:
         return
     card_summaries_rebuild(resolution=resolution, source=source, windows=windows, node_ids=node_ids)
+    stamps = windows
     if windows is not None:  # raw SQL: the backend's own datetime form (SQLite stores naive UTC text)
         windows = [connection.ops.adapt_datetimefield_value(w) for w in windows]
     with connection.cursor() as cursor:
         for sql, params in _fleet_rollup_sql(connection.vendor, resolution, source, windows, node_ids):
             cursor.execute(sql, params)
+    node_summaries_rebuild(resolution=resolution, source=source, windows=stamps, node_ids=node_ids)
     fleet_totals_rebuild(resolution=resolution, source=source, windows=windows)
 
 
@@ -526,9 +529,7 @@ def card_summaries_rebuild(
     table, rollups = CardSummary._meta.db_table, DeviceRollup._meta.db_table
     delete, delete_params, where, params = _rebuild_filters(table, resolution, source)
     if windows is not None:
-        stamps = [w.timestamp() for w in windows]
-        first, last = min(stamps) // span * span, max(stamps) // span * span
-        low, high = (connection.ops.adapt_datetimefield_value(_dt(t)) for t in (first, last + span))
+        low, high = _buckets_of(windows, span)
         delete += " AND bucket_start >= %s AND bucket_start < %s"
         delete_params += [low, high]
         where += " AND r.window_start >= %s AND r.window_start < %s"
@@ -551,6 +552,54 @@ def card_summaries_rebuild(
         cursor.execute(insert, params)
 
 
+def _buckets_of(windows, span: int) -> tuple[Any, Any]:
+    """From the start of the bucket of ``span`` seconds the first of ``windows`` (datetimes) falls in
+    to the end of the last one's, in the backend's datetime form."""
+    from django.db import connection
+
+    stamps = [w.timestamp() for w in windows]
+    first, last = min(stamps) // span * span, max(stamps) // span * span
+    return tuple(connection.ops.adapt_datetimefield_value(_dt(t)) for t in (first, last + span))
+
+
+def node_summaries_rebuild(
+    *, resolution: int, source: str | None = None, windows=None, node_ids=None
+) -> None:
+    """Recompute the node summaries (``NodeSummary``: Σ per node, source and bucket of its fleet
+    rollups) of the buckets ``windows`` (datetimes) fall in, for ``node_ids``, from the fleet rollups
+    (``None``: every bucket / node). Exact and idempotent."""
+    from django.db import connection
+
+    span = SUMMARY_SPANS[resolution]
+    table, fleet = NodeSummary._meta.db_table, FleetRollup._meta.db_table
+    # The same conditions on the summaries (bucket_start) and on the fleet rollups (r.window_start).
+    conditions, params = [("resolution = %s", "r.resolution = %s")], [resolution]
+    if source is not None:
+        conditions.append(("source = %s", "r.source = %s"))
+        params.append(source)
+    if windows is not None:
+        conditions.append(
+            ("bucket_start >= %s AND bucket_start < %s", "r.window_start >= %s AND r.window_start < %s")
+        )
+        params += list(_buckets_of(windows, span))
+    if node_ids is not None:
+        among = f"node_id IN ({', '.join(['%s'] * len(node_ids))})"
+        conditions.append((among, f"r.{among}"))
+        params += list(node_ids)
+    where = " AND ".join(inner for _, inner in conditions)
+    delete = f"DELETE FROM {table} WHERE {' AND '.join(own for own, _ in conditions)}"  # noqa: S608 (constants)
+    bucket = _bucket_sql(connection.vendor, span)
+    insert = (
+        f"INSERT INTO {table} (resolution, bucket_start, source, node_id, estimated, util_sum, util_n, "  # noqa: S608
+        f"util_max) SELECT r.resolution, {bucket}, r.source, r.node_id, SUM(r.estimated), SUM(r.util_sum), "
+        f"SUM(r.util_n), MAX(r.util_max) FROM {fleet} r WHERE {where} "
+        f"GROUP BY r.resolution, {bucket}, r.source, r.node_id"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(delete, params)
+        cursor.execute(insert, params)
+
+
 def rollups_purge(*, now: datetime | None = None) -> dict[str, int]:
     """Drop 5-minute rows past their retention, hourly rows and job utilization past theirs."""
     now = now or timezone.now()
@@ -567,4 +616,6 @@ def rollups_purge(*, now: datetime | None = None) -> dict[str, int]:
     # A bucket that starts before the cut is never wholly inside a period the report reads these for.
     CardSummary.objects.filter(resolution=WINDOW_S, bucket_start__lt=five_cut).delete()
     CardSummary.objects.filter(resolution=HOUR_S, bucket_start__lt=hour_cut).delete()
+    NodeSummary.objects.filter(resolution=WINDOW_S, bucket_start__lt=five_cut).delete()
+    NodeSummary.objects.filter(resolution=HOUR_S, bucket_start__lt=hour_cut).delete()
     return {"five_minute": five, "hourly": hourly, "job_utilization": jobs}

@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from apps.inventory.models import Device
 from apps.telemetry import ingest, rollups, selectors, windows
-from apps.telemetry.models import CardSummary, Quality
+from apps.telemetry.models import CardSummary, FleetTotal, Quality
 from apps.telemetry.samples import Sample
 from apps.telemetry.selectors.periods import _card_period_sql, _card_rows
 from tests.telemetry import test_fleet_rollups
@@ -123,6 +123,10 @@ def test_the_report_reads_the_whole_hours_from_the_summaries(mixed):
     CardSummary.objects.filter(device=idle_card, resolution=windows.WINDOW_S).update(util_max=50.0)
     assert selectors.idle_cards(user=user, period=period) == []
     CardSummary.objects.filter(resolution=windows.WINDOW_S).delete()
+    # Where the fleet totals show every in-service card in one window, the count is taken from them
+    # (test_cards_seen); without them, it is counted from the summaries.
+    assert selectors.three_figures(user=user, period=period)["cards_with_telemetry"] == 6
+    FleetTotal.objects.all().delete()
     assert selectors.three_figures(user=user, period=period)["cards_with_telemetry"] == 0
 
 

@@ -39,6 +39,7 @@ from apps.telemetry.selectors.periods import (
     _fleet_rows,
     _fleet_totals,
     _job_totals,
+    _node_period_rows,
     _pct,
     _quality,
     require_staff,
@@ -139,7 +140,7 @@ def top_nodes(*, user, period: Period, limit: int = 10, source: str | None = Non
     fleet = _fleet_rows(period, source)
     if fleet is None:
         return _top_nodes_from_cards(period, limit, source)
-    rows = _top_fleet_nodes(fleet, limit)
+    rows = _top_fleet_nodes(period, source, limit)
     # Distinct cards over the period, for the chosen nodes only (a card has a row in many windows).
     cards = dict(
         _card_rows(period, source)
@@ -178,22 +179,18 @@ def _summed_rows(sql: str, params: list, names: tuple[str, ...]) -> list[dict]:
     return rows
 
 
-def _top_fleet_nodes(fleet: QuerySet, limit: int) -> list[dict]:
-    """The busiest nodes of the fleet rollups: summed per node first, then only the nodes joined with
-    their names (the busiest first, then by name), not every row of the period (issue 31)."""
-
-    per_node = (
-        fleet.order_by()
-        .values("node_id")
-        .annotate(u_sum=Sum("util_sum"), u_n=Sum("util_n"), peak=Max("util_max"), estimated=Sum("estimated"))
-        .filter(u_n__gt=0)
-    )
-    inner, params = per_node.query.sql_with_params()
+def _top_fleet_nodes(period: Period, source: str | None, limit: int) -> list[dict]:
+    """The busiest nodes of the fleet rollups (their whole buckets from the node summaries): summed
+    per node first, then only the nodes joined with their names (the busiest first, then by name),
+    not every row of the period (issue 31)."""
+    rows, params = _node_period_rows(period, source)
     # The busiest ``limit`` nodes and those as busy as the last of them (WITH TIES), and only these
     # joined with their names for the tie-break: not every node of the fleet joined and sorted.
     sql = (
-        "SELECT f.node_id, n.name, c.slug, f.u_sum, f.u_n, f.peak, f.estimated "  # noqa: S608 (constants)
-        f"FROM (SELECT * FROM ({inner}) b ORDER BY b.u_sum / b.u_n DESC FETCH FIRST %s ROWS WITH TIES) f "
+        "SELECT f.node_id, n.name, c.slug, f.u_sum, f.u_n, f.peak, f.estimated FROM ("  # noqa: S608 (constants)
+        "SELECT y.node_id, SUM(y.util_sum) AS u_sum, SUM(y.util_n) AS u_n, MAX(y.util_max) AS peak, "
+        f"SUM(y.estimated) AS estimated FROM ({rows}) y GROUP BY y.node_id HAVING SUM(y.util_n) > 0 "
+        "ORDER BY SUM(y.util_sum) / SUM(y.util_n) DESC FETCH FIRST %s ROWS WITH TIES) f "
         "JOIN inventory_node n ON n.id = f.node_id JOIN inventory_cluster c ON c.id = n.cluster_id "
         "ORDER BY f.u_sum / f.u_n DESC, n.name LIMIT %s"
     )
@@ -310,7 +307,7 @@ def three_figures(*, user, period: Period, source: str | None = None) -> dict:
         card = _fleet_totals(period, source).aggregate(
             u_sum=Sum("util_sum"), u_n=Sum("util_n"), estimated=Sum("estimated")
         )
-        card["cards"] = _cards_seen(period, source)
+        card["cards"] = _cards_seen(period, source, card_count, out_of_service)
     else:
         card = _three_figures_card_rows(period, source, device_ids)
     eff = _job_totals(period, source=source)
@@ -334,9 +331,25 @@ def three_figures(*, user, period: Period, source: str | None = None) -> dict:
     }
 
 
-def _cards_seen(period: Period, source: str | None) -> int:
+def _cards_seen(period: Period, source: str | None, card_count: int, out_of_service: QuerySet) -> int:
     """The in-service cards with a rollup in the period (a retired card's old rows made "55 / 54":
-    issue 21), from the card summaries of the whole buckets and the rollups of the edges."""
+    issue 21), from the card summaries of the whole buckets and the rollups of the edges; to be read
+    only where ``_fleet_rows`` gives rows (one source).
+
+    Where every in-service card reported in one window (a fleet whose exporters all answer), that is
+    all ``card_count`` of them, read from the fleet totals: a window's totals count its cards (one
+    row per card and window of one source), of which at most the out-of-service ones are not in
+    service, and no more than ``card_count`` cards are. Only otherwise are the cards' rows of the
+    period counted one by one (issue 31: a DISTINCT over a row per card)."""
+    per_window = _fleet_totals(period, source).order_by().values("window_start").annotate(n=Sum("cards"))
+    busiest = max((row["n"] for row in per_window), default=0)
+    if card_count and busiest - out_of_service.count() >= card_count:
+        return card_count
+    return _cards_counted(period, source)
+
+
+def _cards_counted(period: Period, source: str | None) -> int:
+    """``_cards_seen`` counted from the cards' rows of the period."""
     from django.db import connection
 
     rows, params = _card_period_rows(period, source)

@@ -33,6 +33,7 @@ from apps.telemetry.models import (
     JobSummary,
     JobUtilization,
     MetricSource,
+    NodeSummary,
     Quality,
 )
 from apps.telemetry.windows import HOUR_S, WINDOW_S, _dt, setting
@@ -318,13 +319,47 @@ def _card_period_rows(
     5-minute rollups, a day for hourly ones), only the ragged edges from the rollups (issue 31). Their
     sums, counts and maximum per card are those of the rollups alone. ``where``: a condition more on
     both (its parameters ``extra``)."""
+    return _period_rows(
+        period,
+        source,
+        key="device_id",
+        rows=(DeviceRollup, "partition = '' AND ", "CASE WHEN quality = 'estimated' THEN 1 ELSE 0 END"),
+        summaries=CardSummary,
+        where=where,
+        extra=extra,
+    )
+
+
+def _node_period_rows(period: Period, source: str | None) -> tuple[str, list]:
+    """The period's fleet rows as ``node_id, util_sum, util_n, util_max, estimated`` (SQL, parameters):
+    the buckets wholly inside the period from the node summaries, only the ragged edges from the fleet
+    rollups (issue 31); per node, the sums, counts and maximum of the fleet rollups alone."""
+    return _period_rows(
+        period, source, key="node_id", rows=(FleetRollup, "", "estimated"), summaries=NodeSummary
+    )
+
+
+def _period_rows(
+    period: Period,
+    source: str | None,
+    *,
+    key: str,
+    rows: tuple,
+    summaries,
+    where: str = "",
+    extra: tuple = (),
+) -> tuple[str, list]:
+    """``key, util_sum, util_n, util_max, estimated`` of the period: the ragged edges from the ``rows``
+    (model, a condition of their own ending in AND, their estimated count in SQL), the buckets wholly
+    inside the period from the ``summaries`` of those rows."""
     from django.db import connection
 
+    model, own, estimated = rows
     resolution, span = period.resolution, SUMMARY_SPANS[period.resolution]
     first, last = _whole_buckets(period, span)
     at = connection.ops.adapt_datetimefield_value
     more = f" AND {where}" if where else ""
-    raw_where, params = "partition = '' AND resolution = %s", [resolution]
+    raw_where, params = f"{own}resolution = %s", [resolution]
     summary_where, summary_params = "resolution = %s", [resolution]
     if source:
         raw_where += " AND source = %s"
@@ -340,17 +375,16 @@ def _card_period_rows(
         raw_where += " AND window_start >= %s AND window_start < %s"
         params += [at(period.start), at(period.end)]
     sql = (
-        "SELECT device_id, util_sum, util_n, util_max, "  # noqa: S608 (constants)
-        f"CASE WHEN quality = 'estimated' THEN 1 ELSE 0 END AS estimated FROM {DeviceRollup._meta.db_table} "
-        f"WHERE {raw_where}{more}"
+        f"SELECT {key}, util_sum, util_n, util_max, "  # noqa: S608 (constants)
+        f"{estimated} AS estimated FROM {model._meta.db_table} WHERE {raw_where}{more}"
     )
     params += extra
     if first < last:
         summary_where += " AND bucket_start >= %s AND bucket_start < %s"
         summary_params += [at(_dt(first)), at(_dt(last)), *extra]
         sql += (
-            " UNION ALL SELECT device_id, util_sum, util_n, util_max, estimated "  # noqa: S608 (constants)
-            f"FROM {CardSummary._meta.db_table} WHERE {summary_where}{more}"
+            f" UNION ALL SELECT {key}, util_sum, util_n, util_max, estimated "  # noqa: S608 (constants)
+            f"FROM {summaries._meta.db_table} WHERE {summary_where}{more}"
         )
         params += summary_params
     return sql, params
