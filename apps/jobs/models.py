@@ -157,7 +157,9 @@ class Job(BaseModel):
     priority_class = models.CharField(
         _("priority"), max_length=10, choices=PriorityClass.choices, default=PriorityClass.NORMAL
     )
-    priority = models.PositiveIntegerField(default=PRIORITY_VALUES["normal"], db_index=True)
+    # No index of its own: (priority, created_at) below leads with it (issue 31: each index is one more
+    # entry for every state change of a job, and a cycle changes thousands).
+    priority = models.PositiveIntegerField(default=PRIORITY_VALUES["normal"])
     expected_duration_s = models.PositiveIntegerField(_("expected duration (s)"), null=True, blank=True)
     checkpoint_dir = models.CharField(_("checkpoint directory"), max_length=300, blank=True)
     max_retries = models.PositiveSmallIntegerField(
@@ -173,7 +175,8 @@ class Job(BaseModel):
     # The fault runbook entry the last failure points at (apps/scheduling/data/runbook.yaml).
     failure_class = models.CharField(max_length=40, blank=True)
 
-    state = models.CharField(max_length=12, choices=JobState.choices, default=JobState.PENDING, db_index=True)
+    # Indexed by (state, id) and (state, priority, created_at) below, not on its own (see priority).
+    state = models.CharField(max_length=12, choices=JobState.choices, default=JobState.PENDING)
     state_reason = models.CharField(max_length=500, blank=True)
     state_changed_at = models.DateTimeField(null=True, blank=True)
     submitted_by = models.ForeignKey(
