@@ -257,15 +257,17 @@ class UsageEntry(models.Model):
 
     # project, job, device_model, template and pool are copies of what the allocation's own rows hold
     # (Allocation.project/job, the job's template, the device's model, the node's pool), read in the same
-    # transaction that writes the entry (apps.billing.services.metering), and allocation keeps its database
-    # foreign key: the five keep no constraint of their own, whose checks were most of the ledger's write
-    # cost (issue 31 §3). on_delete=PROTECT still guards ORM deletes. allocation and project have no
-    # index of their own: one_per_slice and billing_entry_proj_slice_idx lead with them.
+    # transaction that writes the entry (apps.billing.services.metering): the five keep no constraint of
+    # their own, whose checks were most of the ledger's write cost (issue 31 §3). allocation has none
+    # either (migration 0008): metering reads the allocation in the transaction that writes its entries,
+    # allocations are never deleted (Job → Allocation and Allocation → entries are PROTECT), and the
+    # check (a row lock on each of a month's million allocations at commit) was a third of a month's
+    # metering. on_delete=PROTECT still guards ORM deletes; only rate_card keeps a database foreign key.
+    # allocation and project have no index of their own: one_per_slice and billing_entry_proj_slice_idx
+    # lead with them.
     project = models.ForeignKey(Project, db_index=False, **_COPIED_KEY)
     job = models.ForeignKey(Job, **_COPIED_KEY)
-    allocation = models.ForeignKey(
-        Allocation, on_delete=models.PROTECT, related_name="usage_entries", db_index=False
-    )
+    allocation = models.ForeignKey(Allocation, db_index=False, **_COPIED_KEY)
     device_model = models.ForeignKey(DeviceModel, null=True, blank=True, **_COPIED_KEY)
     template = models.ForeignKey(ComputeTemplate, null=True, blank=True, **_COPIED_KEY)
     pool = models.ForeignKey(Pool, null=True, blank=True, **_COPIED_KEY)
@@ -481,3 +483,82 @@ class Adjustment(models.Model):
 
 def month_start(value: date) -> date:
     return value.replace(day=1)
+
+
+class _CostSums(models.Model):
+    """The ledger's sums over one key of a cost summary (its project's amount, CU-hours and entries)."""
+
+    project = models.ForeignKey(Project, db_index=False, **_COPIED_KEY | {"related_name": "+"})
+    amount = models.DecimalField(max_digits=24, decimal_places=6, default=Decimal(0))
+    cu_hours = models.DecimalField(max_digits=24, decimal_places=6, default=Decimal(0))
+    entries = models.BigIntegerField(default=0)
+
+    class Meta:
+        abstract = True
+
+
+class JobCostSummary(_CostSums):
+    """The ledger summed per job, billing month and project (issue 31 §3): what the job-cost page of a
+    month reads instead of aggregating every entry; ``JobCostTotal`` sums it over the months (the
+    job-cost page of every month), ``ProjectCostSummary`` over the jobs (the bills page's cost per month).
+
+    Kept in the database, exactly, by the ledger itself (migration 0007): on PostgreSQL a statement
+    trigger adds the rows each INSERT or COPY into ``billing_usageentry`` really wrote (its transition
+    table: slices skipped by ON CONFLICT DO NOTHING are not in it), grouped per key, upserted in the
+    same transaction (a failed metering run rolls it back with its entries); TRUNCATE of the ledger
+    empties all three. On SQLite (the demo) a row trigger does the same per entry. The ledger is
+    append-only (UPDATE and DELETE are refused), so inserts are the only changes there are to follow.
+    Adjustments are per project and month, never per job: they are not part of it (nor of the page
+    before it)."""
+
+    job = models.ForeignKey(Job, db_index=False, **_COPIED_KEY | {"related_name": "cost_summaries"})
+    month = models.DateField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["job", "month", "project"], name="billing_jobcost_one_per_key"),
+        ]
+        indexes = [
+            # A month's page in the page's order (dearest first), without sorting the month's jobs.
+            models.Index(fields=["month", "-amount", "job"], name="billing_jobcost_month_amt_idx"),
+        ]
+        verbose_name = _("job cost summary")
+        verbose_name_plural = _("job cost summaries")
+
+    def __str__(self) -> str:
+        return f"job {self.job_id} {self.month:%Y-%m}: {self.amount}"
+
+
+class JobCostTotal(_CostSums):
+    """``JobCostSummary`` summed over the months, per job and project: the job-cost page of every month
+    (its default), kept by the same triggers."""
+
+    job = models.ForeignKey(Job, db_index=False, **_COPIED_KEY | {"related_name": "cost_totals"})
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["job", "project"], name="billing_jobcosttotal_one_per_key"),
+        ]
+        indexes = [models.Index(fields=["-amount", "job"], name="billing_jobcosttotal_amt_idx")]
+        verbose_name = _("job cost total")
+        verbose_name_plural = _("job cost totals")
+
+    def __str__(self) -> str:
+        return f"job {self.job_id}: {self.amount}"
+
+
+class ProjectCostSummary(_CostSums):
+    """``JobCostSummary`` summed over the jobs, per billing month and project: the bills page's cost per
+    month, kept by the same triggers."""
+
+    month = models.DateField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["month", "project"], name="billing_projectcost_one_per_key"),
+        ]
+        verbose_name = _("project cost summary")
+        verbose_name_plural = _("project cost summaries")
+
+    def __str__(self) -> str:
+        return f"project {self.project_id} {self.month:%Y-%m}: {self.amount}"

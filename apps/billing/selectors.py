@@ -6,11 +6,20 @@ from collections import defaultdict
 from datetime import date
 from decimal import Decimal
 
-from django.db.models import Count, QuerySet, Sum
+from django.db.models import Count, F, QuerySet
 
 from apps.accounts.models import Project
 from apps.accounts.selectors import is_platform_staff, user_project_ids
-from apps.billing.models import Adjustment, Bill, BillingPeriod, RateCard, UsageEntry
+from apps.billing.models import (
+    Adjustment,
+    Bill,
+    BillingPeriod,
+    JobCostSummary,
+    JobCostTotal,
+    ProjectCostSummary,
+    RateCard,
+    UsageEntry,
+)
 from apps.billing.pricing import to_cents
 from apps.jobs.models import Job
 
@@ -74,15 +83,24 @@ def period_list() -> QuerySet[BillingPeriod]:
     )
 
 
+def _job_costs(model, *, user, month: date | None = None, project_ids: set[int] | None = None) -> QuerySet:
+    """The ledger's sums the user may see: per (job, billing month, project) (``JobCostSummary``), per
+    (job, project) over every month (``JobCostTotal``) or per (billing month, project)
+    (``ProjectCostSummary``), kept equal to the entries by the ledger's triggers: a row per job and
+    month, or per project and month, instead of one per allocation-hour."""
+    rows = _scoped(model.objects.all(), user)
+    if month is not None:
+        rows = rows.filter(month=month)
+    if project_ids is not None:
+        rows = rows.filter(project_id__in=project_ids)
+    return rows.order_by()
+
+
 def cost_by_month(*, user, project_ids: set[int] | None = None) -> list[dict]:
     """Per month and project: usage amount (ledger, open months included) and billed total."""
-    entries = usage_entry_list(user=user)
-    if project_ids is not None:
-        entries = entries.filter(project_id__in=project_ids)
     rows = (
-        entries.order_by()
-        .values("month", "project_id", "project__name")
-        .annotate(amount=Sum("amount"), cu_hours=Sum("cu_hours"))
+        _job_costs(ProjectCostSummary, user=user, project_ids=project_ids)
+        .values("month", "project_id", "project__name", "amount", "cu_hours")
         .order_by("month", "project__name")
     )
     return [
@@ -98,17 +116,14 @@ def cost_by_month(*, user, project_ids: set[int] | None = None) -> list[dict]:
 
 
 def cost_by_job_rows(*, user, month: date | None = None, project_ids: set[int] | None = None) -> QuerySet:
-    """The per-job sums as a query (a page slices it: a month has a row per job that ran)."""
-    entries = usage_entry_list(user=user)
-    if month is not None:
-        entries = entries.filter(month=month)
-    if project_ids is not None:
-        entries = entries.filter(project_id__in=project_ids)
-    # Grouped on the entry's own columns (no join per entry); the names are read for the page's rows.
+    """The per-job sums as a query, dearest first (a page slices it: a month has a row per job that
+    ran); ``slices`` counts the job's entries. Read from the per-job summary in the page's order (its
+    index), not grouped from the ledger."""
     return (
-        entries.order_by()
-        .values("job_id", "project_id")
-        .annotate(amount=Sum("amount"), cu_hours=Sum("cu_hours"), slices=Count("pk"))
+        _job_costs(
+            JobCostTotal if month is None else JobCostSummary, user=user, month=month, project_ids=project_ids
+        )
+        .values("job_id", "project_id", "amount", "cu_hours", slices=F("entries"))
         .order_by("-amount", "job_id")
     )
 
@@ -116,18 +131,12 @@ def cost_by_job_rows(*, user, month: date | None = None, project_ids: set[int] |
 def cost_by_job_page(
     *, user, month: date | None = None, number: int = 1, per_page: int = 50
 ) -> tuple[list[dict], int]:
-    """Page ``number`` of ``cost_by_job_rows`` and the number of rows of all pages, in one aggregate
-    query (``COUNT(*) OVER ()`` is computed over the groups before LIMIT / OFFSET): the page used to
-    aggregate the period's ledger twice, once to count and once for the page (issue 20). A page past
-    the end comes back empty with its count (a second query: the page asked for is then not served)."""
-    from django.db.models import Window
-
+    """Page ``number`` of ``cost_by_job_rows`` and the number of rows of all pages: two reads of the
+    summary (the page from its index in the page's order, the count); the page used to aggregate the
+    period's ledger (issue 20, issue 31 §3). A page past the end comes back empty with its count."""
     qs = cost_by_job_rows(user=user, month=month)
     offset = (number - 1) * per_page
-    rows = list(qs.annotate(total=Window(Count("*")))[offset : offset + per_page])
-    if rows:
-        return rows, rows[0]["total"]
-    return [], qs.count() if number > 1 else 0
+    return list(qs[offset : offset + per_page]), qs.count()
 
 
 def cost_by_job(

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
 
-from apps.scheduling.engine.share import share_fits
+from apps.scheduling.engine.share import WHOLE, share_fits
 
 HARD = "hard"
 SHARED = "shared"
@@ -191,18 +191,27 @@ def allocation_capacity_violations(
 ) -> list[CapacityViolation]:
     """Check the stored allocations that overlap ``[start, end)`` (all of history when both are None),
     clipped to the window, plus ``extra`` intervals (planned rows not yet written)."""
+    from django.db import connection
     from django.db.models import Q
 
     from apps.inventory.models import Device
     from apps.jobs.models import Allocation
 
+    extra = list(extra)
+    if device_ids is not None:
+        device_ids = list(device_ids)
+    if connection.vendor == "postgresql" and not extra:
+        # One pass in SQL finds the cards that ever went over; only theirs are replayed here.
+        device_ids = _devices_over_capacity(start=start, end=end, device_ids=device_ids)
+        if not device_ids:
+            return []
     rows = Allocation.objects.order_by()
     if end is not None:
         rows = rows.filter(started_at__lt=end)
     if start is not None:
         rows = rows.filter(Q(released_at__isnull=True) | Q(released_at__gt=start))
     if device_ids is not None:
-        rows = rows.filter(device_id__in=list(device_ids))
+        rows = rows.filter(device_id__in=device_ids)
     intervals: list[AllocationInterval] = []
     for pk, device_id, job_id, began, released, memory, compute, isolation, whole in rows.values_list(
         "pk",
@@ -248,6 +257,75 @@ def allocation_capacity_violations(
             label=f"{node_name}#{vendor}{index}",
         )
     return capacity_violations(intervals, limits)
+
+
+# The sweep of ``_device_sweep`` as one statement (PostgreSQL): every start and end event of the
+# window's allocations (clipped as there; one released the moment it started holds nothing), running
+# totals per card in the same order (time, ends before starts, allocation), and the cards where some
+# event leaves them over what ``_exceeded`` allows (``share_fits``: hard × F + shared × 100 ≤ 1000 × F).
+_OVER_CAPACITY_SQL = f"""
+WITH a AS MATERIALIZED (
+    SELECT id, device_id, memory_mib, compute_milli, whole_card, isolation = %(shared)s AS shared,
+           CASE WHEN %(start)s::timestamptz IS NULL THEN started_at
+                ELSE GREATEST(started_at, %(start)s::timestamptz) END AS lo,
+           CASE WHEN %(end)s::timestamptz IS NULL THEN released_at
+                ELSE LEAST(COALESCE(released_at, %(end)s::timestamptz), %(end)s::timestamptz) END AS hi
+    FROM scheduling_allocation
+    WHERE (%(end)s::timestamptz IS NULL OR started_at < %(end)s::timestamptz)
+      AND (%(start)s::timestamptz IS NULL OR released_at IS NULL OR released_at > %(start)s::timestamptz)
+      AND (%(all)s OR device_id = ANY(%(devices)s))
+), ev AS (
+    SELECT device_id, lo AS at, 1 AS kind, id, 1 AS sign, memory_mib, compute_milli, whole_card, shared
+    FROM a WHERE hi IS NULL OR hi > lo
+    UNION ALL
+    SELECT device_id, hi, 0, id, -1, memory_mib, compute_milli, whole_card, shared
+    FROM a WHERE hi > lo
+), run AS (
+    SELECT device_id,
+           SUM(sign) OVER w AS active,
+           SUM(sign * memory_mib) OVER w AS memory,
+           SUM(CASE WHEN whole_card THEN sign ELSE 0 END) OVER w AS whole,
+           SUM(CASE WHEN NOT whole_card AND shared THEN sign * compute_milli ELSE 0 END) OVER w AS shared,
+           SUM(CASE WHEN NOT whole_card AND NOT shared THEN sign * compute_milli ELSE 0 END) OVER w AS hard
+    FROM ev
+    WINDOW w AS (PARTITION BY device_id ORDER BY at, kind, id ROWS UNBOUNDED PRECEDING)
+), limits AS (
+    SELECT d.id, COALESCE(NULLIF(m.memory_mib, 0), NULLIF(d.memory_mib, 0), 0) AS memory_mib,
+           FLOOR(COALESCE(NULLIF(p.overcommit_factor, 0), 1) * 100) AS factor
+    FROM inventory_device d
+    JOIN inventory_node n ON n.id = d.node_id
+    LEFT JOIN catalog_devicemodel m ON m.id = d.device_model_id
+    LEFT JOIN inventory_pool p ON p.id = n.pool_id
+)
+SELECT DISTINCT r.device_id
+FROM run r LEFT JOIN limits l ON l.id = r.device_id
+WHERE (r.whole > 0 AND r.active > 1)
+   OR (COALESCE(l.memory_mib, 0) > 0 AND r.memory > l.memory_mib)
+   OR r.hard * COALESCE(l.factor, 100) + r.shared * 100 > {WHOLE} * COALESCE(l.factor, 100)
+ORDER BY 1
+"""  # noqa: S608 - a constant fragment
+
+
+def _devices_over_capacity(
+    *, start: datetime | None, end: datetime | None, device_ids: list[int] | None
+) -> list[int]:
+    """The cards whose allocations overlapping ``[start, end)`` go over their capacity at some instant
+    (the sweep in SQL, ``_OVER_CAPACITY_SQL``), in id order."""
+    from django.db import connection, transaction
+
+    params = {
+        "start": start,
+        "end": end,
+        "shared": SHARED,
+        "all": device_ids is None,
+        "devices": device_ids or [],
+    }
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SET LOCAL work_mem = '256MB'")  # the month's events sort in memory
+        cursor.execute(_OVER_CAPACITY_SQL, params)
+        found = [row[0] for row in cursor.fetchall()]
+        cursor.execute("RESET work_mem")
+    return found
 
 
 def _clip_end(released: datetime | None, end: datetime | None) -> datetime | None:

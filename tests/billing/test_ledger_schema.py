@@ -1,6 +1,7 @@
-"""The ledger's write cost (issue 31 §3): a usage entry's database foreign keys are only the allocation
-and the rate card (its other keys are copies of the allocation's rows, written in the same transaction),
-no index of it is covered by another's leading columns, and PROTECT still guards ORM deletes."""
+"""The ledger's write cost (issue 31 §3): a usage entry's only database foreign key is the rate card (its
+other keys are copies of the allocation's rows, or the allocation itself, read in the transaction that
+writes the entry), no index of it is covered by another's leading columns, and PROTECT still guards ORM
+deletes."""
 
 from __future__ import annotations
 
@@ -19,9 +20,9 @@ def _constraints() -> dict:
         return connection.introspection.get_constraints(cursor, TABLE)
 
 
-def test_only_the_allocation_and_the_rate_card_are_foreign_keys_in_the_database(db):
+def test_only_the_rate_card_is_a_foreign_key_in_the_database(db):
     keys = {tuple(c["columns"]) for c in _constraints().values() if c["foreign_key"]}
-    assert keys == {("allocation_id",), ("rate_card_id",)}
+    assert keys == {("rate_card_id",)}
 
 
 def test_no_index_is_a_prefix_of_another(db):
@@ -38,4 +39,7 @@ def test_protect_still_refuses_deleting_what_an_entry_names(closed_september):
     assert entry in refused.value.protected_objects
     with pytest.raises(ProtectedError) as refused:
         entry.project.delete()
+    assert entry in refused.value.protected_objects
+    with pytest.raises(ProtectedError) as refused:
+        entry.allocation.delete()
     assert entry in refused.value.protected_objects

@@ -185,11 +185,14 @@ def _idle(period: BillingPeriod, used_by_group: dict[tuple, Decimal]) -> tuple[D
     devices = (
         Device.objects.exclude(health=Device.Health.RETIRED)
         .filter(created_at__lt=end, device_model__isnull=False)
-        .values_list("device_model_id", "node__pool_id", "created_at")
+        .values("device_model_id", "node__pool_id", "created_at")
+        .annotate(n=Count("pk"))
+        .values_list("device_model_id", "node__pool_id", "created_at", "n")
+        .order_by()
     )
     capacity_hours: dict[tuple, Decimal] = defaultdict(Decimal)
-    for model_id, pool_id, created in devices.iterator(chunk_size=5000):
-        capacity_hours[(model_id, pool_id)] += _hours(end - max(start, created))
+    for model_id, pool_id, created, n in devices.iterator(chunk_size=5000):  # cards registered together
+        capacity_hours[(model_id, pool_id)] += _hours(end - max(start, created)) * n
     if not capacity_hours:
         return Decimal(0), Decimal(0)
     coefficients = coefficients_on({m for m, _p in capacity_hours}, period.month)

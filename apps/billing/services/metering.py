@@ -250,20 +250,16 @@ def _meter_in_python(
 # -- set-based in PostgreSQL ----------------------------------------------------------------------
 
 _TODO_TABLE = """
-DROP TABLE IF EXISTS meter_todo, meter_slice, meter_price, meter_max;
+DROP TABLE IF EXISTS meter_todo, meter_price, meter_max;
 CREATE TEMP TABLE meter_todo (
     id bigint, job_id bigint, project_id bigint, template_id bigint, device_model_id bigint,
     pool_id bigint, compute_units numeric, device_id bigint, compute_milli integer,
-    lo timestamptz, hi timestamptz, stored bigint
+    lo timestamptz, hi timestamptz, stored bigint, combo integer
 ) ON COMMIT DROP;
 CREATE TEMP TABLE meter_price (
-    day date, template_id bigint, device_model_id bigint, pool_id bigint, project_id bigint,
-    rate_card_id bigint, unit_price numeric, discount_percent numeric, currency text
+    combo integer, day date, rate_card_id bigint, unit_price numeric, discount_percent numeric, currency text
 ) ON COMMIT DROP;
 CREATE TEMP TABLE meter_max (allocation_id bigint, hour timestamptz, cu_hours numeric) ON COMMIT DROP;
-CREATE TEMP TABLE meter_slice (
-    id bigint, hour timestamptz, a timestamptz, b timestamptz, hours numeric, day date, slice_month date
-) ON COMMIT DROP;
 """
 
 # The allocations of [start, end) with slices still missing go into meter_todo; the statement returns
@@ -291,7 +287,8 @@ WITH w AS MATERIALIZED (
 ), todo AS (
     INSERT INTO meter_todo
     SELECT id, job_id, project_id, template_id, device_model_id, pool_id, compute_units, device_id,
-           compute_milli, lo, hi, stored
+           compute_milli, lo, hi, stored,
+           dense_rank() OVER (ORDER BY project_id, template_id, device_model_id, pool_id)
     FROM x WHERE hi > lo AND stored < bound ORDER BY id
     RETURNING stored
 )
@@ -323,37 +320,31 @@ WHERE f.busy * f.compute_units::float8 * 1000 / f.compute_milli * {WINDOW_S / 10
 """  # noqa: S608 - constant fragments
 
 _SLICE_HOURS = hours_sql("GREATEST(g.hour, t.lo)", "LEAST(g.hour + interval '1 hour', t.hi)")
-# Every slice with time in it of the allocations to meter (hours cut in the platform time zone).
-_SLICES_SQL = f"""
-INSERT INTO meter_slice
-SELECT id, hour, a, b, hours, local::date, date_trunc('month', local)::date
-FROM (
-    SELECT t.id, g.hour, GREATEST(g.hour, t.lo) AS a, LEAST(g.hour + interval '1 hour', t.hi) AS b,
-           {_SLICE_HOURS} AS hours, (g.hour AT TIME ZONE %(tz)s) AS local
-    FROM meter_todo t
-    CROSS JOIN LATERAL generate_series(date_trunc('hour', t.lo, %(tz)s), t.hi, interval '1 hour') AS g(hour)
-    WHERE g.hour < t.hi
-) sl
-WHERE hours > 0
-"""  # noqa: S608 - constant fragments
 
-# The slices priced, into the ledger; returns (written, late, months). The planner's estimates of
-# these joins are poor (keys of four columns), and a nested loop over a month's slices is a disaster:
-# the statement runs with hash joins only.
+# Every slice with time in it of the allocations to meter (hours cut in the platform time zone: the
+# series of their whole hours, clipped), priced, into the ledger; returns (written, late, months). The
+# slices are cut inline (no table of them is written and read back), and the joins run in the order
+# written (join_collapse_limit = 1), each a hash on the small side: slice → allocation's price that day
+# (meter_price) → billing month → measured figure (meter_max). The planner's estimates of these keys
+# are poor, and a nested loop or a join of every allocation with every day's price first is a disaster.
 _INSERT_SQL = f"""
 WITH priced AS (
-    SELECT t.*, s.hour, s.a, s.b, s.hours, s.slice_month, bm.month, p.rate_card_id, p.unit_price,
+    SELECT t.*, sl.hour, sl.a, sl.b, sl.hours, sl.slice_month,
+           (%(months)s::date[])[array_position(%(slice_months)s::date[], sl.slice_month)] AS month,
+           p.rate_card_id, p.unit_price,
            p.discount_percent, p.currency, x.cu_hours IS NOT NULL AS measured,
-           COALESCE(x.cu_hours, {cu_hours_sql("t.compute_units", "s.hours")}) AS cu_hours
-    FROM meter_slice s
-    JOIN meter_todo t ON t.id = s.id
-    JOIN unnest(%(slice_months)s::date[], %(months)s::date[]) AS bm(slice_month, month)
-      ON bm.slice_month = s.slice_month
-    JOIN meter_price p
-      ON p.day = s.day AND p.template_id = COALESCE(t.template_id, 0)
-     AND p.device_model_id = COALESCE(t.device_model_id, 0) AND p.pool_id = COALESCE(t.pool_id, 0)
-     AND p.project_id = t.project_id
-    LEFT JOIN meter_max x ON x.allocation_id = s.id AND x.hour = s.hour
+           COALESCE(x.cu_hours, {cu_hours_sql("t.compute_units", "sl.hours")}) AS cu_hours
+    FROM meter_todo t
+    CROSS JOIN LATERAL (
+        SELECT g.hour, GREATEST(g.hour, t.lo) AS a, LEAST(g.hour + interval '1 hour', t.hi) AS b,
+               {_SLICE_HOURS} AS hours, (g.hour AT TIME ZONE %(tz)s)::date AS day,
+               date_trunc('month', g.hour AT TIME ZONE %(tz)s)::date AS slice_month
+        FROM generate_series(date_trunc('hour', t.lo, %(tz)s), t.hi, interval '1 hour') AS g(hour)
+        WHERE g.hour < t.hi
+    ) sl
+    JOIN meter_price p ON p.combo = t.combo AND p.day = sl.day
+    LEFT JOIN meter_max x ON x.allocation_id = t.id AND x.hour = sl.hour
+    WHERE sl.hours > 0
 ), ins AS (
     INSERT INTO billing_usageentry ({", ".join(ENTRY_COLUMNS)})
     SELECT project_id, job_id, id, device_model_id, template_id, pool_id, month, a, b, hours,
@@ -367,9 +358,14 @@ WITH priced AS (
 )
 SELECT COUNT(*), COUNT(*) FILTER (WHERE late), COALESCE(array_agg(DISTINCT month), '{{}}') FROM ins
 """  # noqa: S608 - constant fragments
+# The insert's planner settings (SET LOCAL: the metering transaction's only).
+_INSERT_SETTINGS = (
+    "SET LOCAL enable_nestloop = off; SET LOCAL enable_mergejoin = off; SET LOCAL join_collapse_limit = 1;"
+    " SET LOCAL jit = off"
+)
 
 _PRICE_KEYS_SQL = """
-SELECT DISTINCT d::date, t.template_id, t.device_model_id, t.pool_id, t.project_id
+SELECT DISTINCT d::date, t.combo, t.template_id, t.device_model_id, t.pool_id, t.project_id
 FROM meter_todo t
 CROSS JOIN LATERAL generate_series(
     (t.lo AT TIME ZONE %(tz)s)::date::timestamp,
@@ -387,22 +383,20 @@ def _copy(cursor, table: str, rows) -> None:
 
 def _prices(cursor, tz: ZoneInfo) -> None:
     """meter_price: ``RateBook``'s answer (card, price, discount, currency) once per (day, template,
-    model, pool, project) the allocations to meter hold (a missing key is 0 there)."""
+    model, pool, project) the allocations to meter hold, keyed by (combo, day): ``combo`` numbers the
+    (project, template, model, pool) of an allocation in meter_todo, one key the insert joins on."""
     cursor.execute(_PRICE_KEYS_SQL, {"tz": tz.key})
     keys = cursor.fetchall()
     book, currency = RateBook(), default_currency()
     rows = []
-    for day, template_id, model_id, pool_id, project_id in keys:
+    for day, combo, template_id, model_id, pool_id, project_id in keys:
         card, price, discount = book.price(
             day=day, template_id=template_id, device_model_id=model_id, pool_id=pool_id, project_id=project_id
         )
         rows.append(
             (
+                combo,
                 day,
-                template_id or 0,
-                model_id or 0,
-                pool_id or 0,
-                project_id,
                 card.pk if card else None,
                 price,
                 discount,
@@ -459,21 +453,24 @@ def _meter_in_sql(
     touched), set-based."""
     with connection.cursor() as cursor:
         cursor.execute(_TODO_TABLE)
+        # A month's allocations, rollups and prices hash in memory (the default 4 MB spills them to disk).
+        cursor.execute("SET LOCAL work_mem = '256MB'")
         cursor.execute(_TODO_SQL, {"start": start, "end": end, "tz": tz.key})
         overlapping, complete, stored, todo = cursor.fetchone()
         if not todo:  # re-metering a metered window: a read
+            cursor.execute("RESET work_mem")
             return overlapping, int(complete), 0, 0, set()
         cursor.execute("ANALYZE meter_todo")
         _prices(cursor, tz)
         if basis == UsageBasis.MAX:
             _measured_above(cursor, tz, batch_size, todo)
-        cursor.execute(_SLICES_SQL, {"tz": tz.key})
-        cursor.execute("ANALYZE meter_slice; ANALYZE meter_price; ANALYZE meter_max")
-        cursor.execute("SET LOCAL enable_nestloop = off; SET LOCAL jit = off")
+        cursor.execute("ANALYZE meter_price; ANALYZE meter_max")
+        cursor.execute(_INSERT_SETTINGS)
         slice_months, months = _months(start, end, tz, closed)
         cursor.execute(
             _INSERT_SQL,
             {
+                "tz": tz.key,
                 "slice_months": slice_months,
                 "months": months,
                 "max": str(UsageBasis.MAX),
@@ -482,7 +479,9 @@ def _meter_in_sql(
             },
         )
         created, late, touched = cursor.fetchone()
-        cursor.execute("RESET enable_nestloop; RESET jit")
+        cursor.execute(
+            "RESET enable_nestloop; RESET enable_mergejoin; RESET join_collapse_limit; RESET jit; RESET work_mem"
+        )
     return overlapping, int(complete) + int(stored) + created, created, late, set(touched)
 
 
