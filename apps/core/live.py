@@ -21,7 +21,8 @@ import hashlib
 import re
 
 from django.http import HttpRequest, JsonResponse
-from django.template.loader import render_to_string
+from django.template.context import make_context
+from django.template.loader import get_template, render_to_string
 from django.utils.safestring import mark_safe
 from django.utils.translation import gettext as _
 
@@ -46,6 +47,23 @@ def render_section(request: HttpRequest, template: str, context: dict) -> dict:
     """``{"version", "html"}`` of one section: ``template`` rendered with ``context`` for ``request``."""
     html = render_to_string(template, context, request=request)
     return {"version": section_version(html), "html": html}
+
+
+def render_sections(request: HttpRequest, template: str, contexts: list[dict]) -> list[dict]:
+    """``render_section`` for many contexts of one template (a list's rows) in one pass: the template
+    looked up and the request's context processors run once, each row rendered in its own pushed
+    scope with its own render state (``{% cycle %}``, blocks), as ``render_to_string`` renders it."""
+    found = get_template(template)
+    compiled = found.template
+    context = make_context({}, request, autoescape=compiled.engine.autoescape)
+    out = []
+    with context.bind_template(compiled):
+        context.template_name = compiled.name
+        for extra in contexts:
+            with context.push(extra):
+                html = compiled.render(context)
+            out.append({"version": section_version(html), "html": html})
+    return out
 
 
 def page_section(section: dict) -> dict:

@@ -406,6 +406,13 @@ class Device(BaseModel):
                 condition=Q(health__in=["healthy", "degraded"]),
                 name="inventory_device_serving_idx",
             ),
+            # The in-service cards per node, vendor and model, counted from the index alone (the
+            # quota book's capacity per class: a few rows per node, then joined to the nodes).
+            models.Index(
+                fields=["node", "vendor", "device_model"],
+                condition=Q(health__in=["healthy", "degraded"]),
+                name="inventory_device_capacity_idx",
+            ),
         ]
         verbose_name = _("device")
 

@@ -121,7 +121,9 @@ def job_rows(request: HttpRequest, jobs: list[Job]) -> list[Job]:
         job.can_cancel = job.state not in FINAL_STATES and (
             staff or roles.get(job.project_id) in CANCEL_ROLES
         )
-        job.live_row = live_sections.render_section(request, "jobs/_job_row.html", {"job": job})
+    rows = live_sections.render_sections(request, "jobs/_job_row.html", [{"job": job} for job in jobs])
+    for job, row in zip(jobs, rows, strict=True):
+        job.live_row = row
     return jobs
 
 
