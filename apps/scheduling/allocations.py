@@ -24,7 +24,7 @@ from apps.inventory.models import Device
 from apps.jobs.events import record_job_events
 from apps.jobs.models import Allocation, Job, JobEvent
 from apps.scheduling.engine.model import WHOLE, Decision
-from apps.scheduling.engine.share import share_fits
+from apps.scheduling.engine.share import overcommit_pct, share_fits
 
 CU_QUANTUM = Decimal("0.0001")
 
@@ -98,7 +98,7 @@ def locked_devices(device_ids: list[int]) -> tuple[dict[int, tuple], dict[int, D
     caps, devices = {}, {}
     for d in rows:
         memory = d.cap_model_memory or d.memory_mib or 0
-        factor = int((d.cap_factor or 1) * 100)
+        factor = overcommit_pct(d.cap_factor)
         caps[d.pk] = (memory, factor, d.node_id, d.device_model_id, d.vendor, d.cap_pool)
         devices[d.pk] = d
     return caps, devices

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
 
-from apps.scheduling.engine.share import WHOLE, share_fits
+from apps.scheduling.engine.share import WHOLE, overcommit_pct, share_fits
 
 HARD = "hard"
 SHARED = "shared"
@@ -253,7 +253,7 @@ def allocation_capacity_violations(
     ):
         limits[pk] = DeviceLimits(
             memory_mib=int(model_memory or memory or 0),
-            overcommit_pct=int(Decimal(factor or 1) * 100),
+            overcommit_pct=overcommit_pct(factor),
             label=f"{node_name}#{vendor}{index}",
         )
     return capacity_violations(intervals, limits)
@@ -291,7 +291,7 @@ WITH a AS MATERIALIZED (
     WINDOW w AS (PARTITION BY device_id ORDER BY at, kind, id ROWS UNBOUNDED PRECEDING)
 ), limits AS (
     SELECT d.id, COALESCE(NULLIF(m.memory_mib, 0), NULLIF(d.memory_mib, 0), 0) AS memory_mib,
-           FLOOR(COALESCE(NULLIF(p.overcommit_factor, 0), 1) * 100) AS factor
+           FLOOR(COALESCE(NULLIF(p.overcommit_factor, 0), 1) * 100) AS factor  -- engine.share.overcommit_pct
     FROM inventory_device d
     JOIN inventory_node n ON n.id = d.node_id
     LEFT JOIN catalog_devicemodel m ON m.id = d.device_model_id
