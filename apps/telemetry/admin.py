@@ -1,7 +1,14 @@
+from collections import defaultdict
+from datetime import timedelta
+
 from django.contrib import admin, messages
+from django.db.models import Max, Min
 from django.utils.translation import gettext_lazy as _
 
 from apps.telemetry.models import DeviceRollup, JobUtilization, MetricSource
+from apps.telemetry.windows import WINDOW_S
+
+WINDOW = timedelta(seconds=WINDOW_S)  # a job utilization row's window
 
 
 @admin.register(MetricSource)
@@ -74,6 +81,26 @@ class DeviceRollupAdmin(admin.ModelAdmin):
     def has_change_permission(self, request, obj=None):
         return False
 
+    def delete_model(self, request, obj):
+        self.delete_queryset(request, DeviceRollup.objects.filter(pk=obj.pk))
+
+    def delete_queryset(self, request, queryset):
+        """The rollups, then the fleet rollups, totals and card and node summaries of their windows
+        summed again from those left (the report reads those)."""
+        from apps.telemetry.rollups import fleet_rollups_rebuild
+
+        touched = defaultdict(lambda: (set(), set()))
+        for resolution, source, window, node_id in queryset.values_list(
+            "resolution", "source", "window_start", "device__node_id"
+        ).distinct():
+            touched[(resolution, source)][0].add(window)
+            touched[(resolution, source)][1].add(node_id)
+        super().delete_queryset(request, queryset)
+        for (resolution, source), (windows, node_ids) in touched.items():
+            fleet_rollups_rebuild(
+                resolution=resolution, source=source, windows=sorted(windows), node_ids=sorted(node_ids)
+            )
+
 
 @admin.register(JobUtilization)
 class JobUtilizationAdmin(admin.ModelAdmin):
@@ -86,3 +113,19 @@ class JobUtilizationAdmin(admin.ModelAdmin):
 
     def has_change_permission(self, request, obj=None):
         return False
+
+    def delete_model(self, request, obj):
+        self.delete_queryset(request, JobUtilization.objects.filter(pk=obj.pk))
+
+    def delete_queryset(self, request, queryset):
+        """The rows, then the job summaries of their hours summed again from those left (the report
+        reads those)."""
+        from apps.telemetry.attribution import job_summaries_rebuild
+
+        spans = (
+            queryset.order_by().values("source").annotate(first=Min("window_start"), last=Max("window_start"))
+        )
+        spans = list(spans)
+        super().delete_queryset(request, queryset)
+        for span in spans:
+            job_summaries_rebuild(source=span["source"], start=span["first"], end=span["last"] + WINDOW)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.utils import timezone
 
-from apps.telemetry.attribution import _attribute
+from apps.telemetry.attribution import _attribute, job_summaries_rebuild
 from apps.telemetry.models import (
     SUMMARY_SPANS,
     CardSummary,
@@ -613,9 +613,15 @@ def rollups_purge(*, now: datetime | None = None) -> dict[str, int]:
     FleetRollup.objects.filter(resolution=HOUR_S, window_start__lt=hour_cut).delete()
     FleetTotal.objects.filter(resolution=WINDOW_S, window_start__lt=five_cut).delete()
     FleetTotal.objects.filter(resolution=HOUR_S, window_start__lt=hour_cut).delete()
-    # A bucket that starts before the cut is never wholly inside a period the report reads these for.
+    # A 5-minute summary's bucket that starts before its cut is never wholly inside a period the report
+    # reads these for (that period reads the hourly rows).
     CardSummary.objects.filter(resolution=WINDOW_S, bucket_start__lt=five_cut).delete()
     CardSummary.objects.filter(resolution=HOUR_S, bucket_start__lt=hour_cut).delete()
     NodeSummary.objects.filter(resolution=WINDOW_S, bucket_start__lt=five_cut).delete()
     NodeSummary.objects.filter(resolution=HOUR_S, bucket_start__lt=hour_cut).delete()
+    # The hour and the day the hourly cut falls inside keep the rows from the cut on, which a period
+    # of whole hours or days reads from their summaries: summed again from the rows left.
+    job_summaries_rebuild(start=hour_cut, end=hour_cut)
+    card_summaries_rebuild(resolution=HOUR_S, windows=[hour_cut])
+    node_summaries_rebuild(resolution=HOUR_S, windows=[hour_cut])
     return {"five_minute": five, "hourly": hourly, "job_utilization": jobs}

@@ -8,13 +8,8 @@ ledger."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import textwrap
 from datetime import date
 from decimal import Decimal
-from pathlib import Path
 
 import pytest
 from django.db import connection
@@ -31,9 +26,9 @@ from apps.billing.models import (
 from apps.billing.pricing import to_cents
 from apps.billing.services import metering
 from tests.fixtures.billing import local
+from tests.fixtures.sqlite_demo import run_on_sqlite_demo
 
 pytestmark = pytest.mark.django_db
-ROOT = Path(__file__).resolve().parents[2]
 AUG, SEP, OCT = date(2026, 8, 1), date(2026, 9, 1), date(2026, 10, 1)
 NOW = local(2026, 10, 2, 12, 30)
 
@@ -190,13 +185,7 @@ SQLITE_SCRIPT = """
     from datetime import date, datetime
     from decimal import Decimal
     from zoneinfo import ZoneInfo
-    import django
-    django.setup()
-    from django.core.management import call_command
-    from django.db import connection
     from django.db.models import Count, Sum
-    assert connection.vendor == "sqlite", connection.vendor
-    call_command("migrate", verbosity=0)
     from apps.accounts.models import Department, Project
     from apps.billing import services
     from apps.billing.models import JobCostSummary, JobCostTotal, ProjectCostSummary, UsageEntry
@@ -239,19 +228,7 @@ SQLITE_SCRIPT = """
 
 
 def test_the_sqlite_demo_keeps_the_summary_too(tmp_path):
-    env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL"}}
-    env.update(DJANGO_SETTINGS_MODULE="config.settings.local", SUANCHI_VAR_DIR=str(tmp_path))
-    done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(SQLITE_SCRIPT)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    runs = json.loads(done.stdout.strip().splitlines()[-1])
+    runs = json.loads(run_on_sqlite_demo(SQLITE_SCRIPT, tmp_path).strip().splitlines()[-1])
     for run in runs:
         assert run["summary"] == run["ledger"] and run["totals"] == run["ledger_totals"]
         assert run["months"] == run["ledger_months"]

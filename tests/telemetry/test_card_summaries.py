@@ -4,21 +4,18 @@ whole buckets of a period from them and the edges from the rollups, and give wha
 
 from __future__ import annotations
 
-import importlib
 from datetime import timedelta
 
 import pytest
 from django.db import connection
 from django.db.models import Count, Max, Q, Sum
-from django.utils import timezone
 
 from apps.inventory.models import Device
-from apps.telemetry import ingest, rollups, selectors, windows
+from apps.telemetry import rollups, selectors, windows
 from apps.telemetry.models import CardSummary, FleetTotal, Quality
-from apps.telemetry.samples import Sample
 from apps.telemetry.selectors.periods import _card_period_sql, _card_rows
-from tests.telemetry import test_fleet_rollups
-from tests.telemetry.test_fleet_rollups import _periods, _samples, _util
+from tests.telemetry import _summary_checks, test_fleet_rollups
+from tests.telemetry.test_fleet_rollups import _periods
 
 mixed = test_fleet_rollups.mixed  # the fleet rollups' scene (a fixture)
 
@@ -131,34 +128,21 @@ def test_the_report_reads_the_whole_hours_from_the_summaries(mixed):
 
 
 def test_ingest_again_changes_nothing_and_a_late_sample_rebuilds_its_card_only(mixed):
-    before = _summary_table()
-    last = mixed["end"] - timedelta(minutes=5)
-    again = [s for s in _samples(mixed["exact"], mixed["start"], mixed["end"], _util) if s.at >= last]
-    ingest.samples_ingest(samples=again, source="t", scrape_interval_s=30)
-    assert _summary_table() == before
-    card = mixed["devices"]["gpu-02/0"]
-    late = [Sample(at=mixed["end"] + timedelta(seconds=5), device_id=card.pk, utilization_pct=99.0)]
-    ingest.samples_ingest(samples=late, source="t", scrape_interval_s=30)
-    changed = {(r[0], r[3]) for r in set(_summary_table()) ^ set(before)}
-    assert changed == {(windows.WINDOW_S, card.pk), (windows.HOUR_S, card.pk)}
+    _summary_checks.ingest_again_then_a_late_sample(mixed, _summary_table, key=lambda card: card.pk)
 
 
 def test_the_migration_backfill_and_a_rebuild_give_the_rows_ingest_wrote(mixed):
-    written = _summary_table()
-    assert written
-    migration = importlib.import_module("apps.telemetry.migrations.0006_card_summary")
-    with connection.schema_editor() as editor:
-        migration.backfill(None, editor)
-    assert _summary_table() == written
-    CardSummary.objects.all().delete()
-    for resolution in (windows.WINDOW_S, windows.HOUR_S):
-        rollups.card_summaries_rebuild(resolution=resolution)
-    assert _summary_table() == written
+    _summary_checks.backfill_and_rebuild(
+        _summary_table,
+        CardSummary,
+        "apps.telemetry.migrations.0006_card_summary",
+        rollups.card_summaries_rebuild,
+    )
 
 
 def test_purge_drops_summaries_past_retention(mixed):
-    rollups.rollups_purge(now=timezone.now() + timedelta(days=20))
-    assert not CardSummary.objects.filter(resolution=windows.WINDOW_S).exists()
-    assert CardSummary.objects.filter(resolution=windows.HOUR_S).exists()
-    rollups.rollups_purge(now=timezone.now() + timedelta(days=500))
-    assert not CardSummary.objects.exists()
+    _summary_checks.purge_past_retention(CardSummary)
+
+
+def test_purge_inside_a_day_keeps_that_day_equal_to_its_rollups(mixed):
+    _summary_checks.purge_inside_a_day(mixed, _per_card_from_rollups, _per_card_from_summaries, _same)

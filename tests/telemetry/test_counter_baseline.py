@@ -6,20 +6,15 @@ rows. The second test runs the demo's way: SQLite under a temporary ``var/``, in
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import textwrap
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
 
 from apps.telemetry import ingest
 from apps.telemetry.models import DeviceRollup
 from apps.telemetry.samples import Sample
+from tests.fixtures.sqlite_demo import run_on_sqlite_demo
 
-ROOT = Path(__file__).resolve().parents[2]
 NOW = datetime(2026, 11, 29, 8, 0, tzinfo=UTC)
 W0 = datetime(2026, 11, 29, 7, 0, tzinfo=UTC)
 
@@ -62,13 +57,7 @@ def test_each_card_and_partition_continues_from_its_own_latest_earlier_window(le
 
 
 DEMO_SCRIPT = """
-    import django
-    django.setup()
     from datetime import UTC, datetime, timedelta
-    from django.core.management import call_command
-    from django.db import connection
-    assert connection.vendor == "sqlite", connection.vendor
-    call_command("migrate", verbosity=0)
     from apps.inventory.models import Cluster, Device, Node, Pool
     from apps.telemetry.ingest import samples_ingest
     from apps.telemetry.models import DeviceRollup
@@ -90,15 +79,5 @@ DEMO_SCRIPT = """
 
 
 def test_counter_ingestion_runs_on_the_sqlite_demo(tmp_path):
-    env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL"}}
-    env.update(DJANGO_SETTINGS_MODULE="config.settings.local", SUANCHI_VAR_DIR=str(tmp_path))
-    done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(DEMO_SCRIPT)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
-    assert "deltas {'ecc_dbe': 4.0}" in done.stdout, done.stdout[-2000:]
+    stdout = run_on_sqlite_demo(DEMO_SCRIPT, tmp_path)
+    assert "deltas {'ecc_dbe': 4.0}" in stdout, stdout[-2000:]

@@ -9,6 +9,7 @@ import importlib
 from datetime import timedelta
 
 import pytest
+from django.contrib import admin
 from django.db import connection
 from django.utils import timezone
 
@@ -159,3 +160,34 @@ def test_purge_drops_summaries_past_retention(scene):
     assert JobSummary.objects.exists()
     rollups.rollups_purge(now=timezone.now() + timedelta(days=500))
     assert not JobSummary.objects.exists() and not JobUtilization.objects.exists()
+
+
+def test_purge_in_the_middle_of_an_hour_keeps_that_hour_equal_to_its_rows(scene):
+    """The retention cut falls inside an hour: the rows after it stay, and so must their sum in that
+    hour's summary (the report reads the hour whole from it)."""
+    hour = scene["end"].replace(minute=0) - timedelta(hours=1)  # an hour wholly inside the scene
+    cut = hour + timedelta(minutes=30)
+    rollups.rollups_purge(now=cut + timedelta(days=400))  # TELEMETRY_HOURLY_RETENTION_DAYS' default
+    period = selectors.period_parse(hour, hour + timedelta(hours=1))
+    reference = _from_rows(period)
+    assert reference["rows"]  # the rows from the cut on are kept
+    _same(_job_totals(period), reference)
+
+
+def test_rows_deleted_in_the_admin_leave_the_summaries_equal_to_the_rows(scene, rf):
+    """The admin may delete job utilization rows (one, or a selection): the hours they were in are
+    summed again, or the report would read what is gone."""
+    rows_admin, request = admin.site._registry[JobUtilization], rf.post("/")
+    request.user = scene["staff"]
+    hour = scene["end"].replace(minute=0) - timedelta(hours=1)
+    period = selectors.period_parse(hour, hour + timedelta(hours=1))
+    rows_admin.delete_queryset(
+        request,
+        JobUtilization.objects.filter(window_start__gte=hour, window_start__lt=hour + timedelta(minutes=30)),
+    )
+    rows_admin.delete_model(
+        request, JobUtilization.objects.filter(window_start__gte=hour, source="u").first()
+    )
+    reference = _from_rows(period)
+    assert reference["rows"]
+    _same(_job_totals(period), reference)

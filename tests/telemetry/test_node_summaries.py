@@ -4,18 +4,14 @@ buckets of a period from them and the edges from the fleet rollups, and give wha
 
 from __future__ import annotations
 
-import importlib
 from datetime import timedelta
 
-from django.db import connection
-from django.utils import timezone
+from django.contrib import admin
 
-from apps.telemetry import ingest, rollups, selectors, windows
-from apps.telemetry.models import NodeSummary
-from apps.telemetry.samples import Sample
-from tests.telemetry import test_fleet_rollups
+from apps.telemetry import rollups, selectors, windows
+from apps.telemetry.models import DeviceRollup, NodeSummary
+from tests.telemetry import _summary_checks, test_fleet_rollups
 from tests.telemetry.test_card_summaries import _periods_with_edges
-from tests.telemetry.test_fleet_rollups import _samples, _util
 
 mixed = test_fleet_rollups.mixed  # the fleet rollups' scene (a fixture)
 
@@ -56,29 +52,16 @@ def test_the_report_reads_the_whole_hours_from_the_summaries(mixed):
 
 
 def test_ingest_again_changes_nothing_and_a_late_sample_rebuilds_its_node_only(mixed):
-    before = _summary_table()
-    last = mixed["end"] - timedelta(minutes=5)
-    again = [s for s in _samples(mixed["exact"], mixed["start"], mixed["end"], _util) if s.at >= last]
-    ingest.samples_ingest(samples=again, source="t", scrape_interval_s=30)
-    assert _summary_table() == before
-    card = mixed["devices"]["gpu-02/0"]
-    late = [Sample(at=mixed["end"] + timedelta(seconds=5), device_id=card.pk, utilization_pct=99.0)]
-    ingest.samples_ingest(samples=late, source="t", scrape_interval_s=30)
-    changed = {(r[0], r[3]) for r in set(_summary_table()) ^ set(before)}
-    assert changed == {(windows.WINDOW_S, card.node_id), (windows.HOUR_S, card.node_id)}
+    _summary_checks.ingest_again_then_a_late_sample(mixed, _summary_table, key=lambda card: card.node_id)
 
 
 def test_the_migration_backfill_and_a_rebuild_give_the_rows_ingest_wrote(mixed):
-    written = _summary_table()
-    assert written
-    migration = importlib.import_module("apps.telemetry.migrations.0008_node_summary")
-    with connection.schema_editor() as editor:
-        migration.backfill(None, editor)
-    assert _summary_table() == written
-    NodeSummary.objects.all().delete()
-    for resolution in (windows.WINDOW_S, windows.HOUR_S):
-        rollups.node_summaries_rebuild(resolution=resolution)
-    assert _summary_table() == written
+    written = _summary_checks.backfill_and_rebuild(
+        _summary_table,
+        NodeSummary,
+        "apps.telemetry.migrations.0008_node_summary",
+        rollups.node_summaries_rebuild,
+    )
     NodeSummary.objects.all().delete()
     last = mixed["end"] - timedelta(minutes=5)  # the last window with rows: only its hour is rebuilt
     rollups.node_summaries_rebuild(resolution=windows.WINDOW_S, source="t", windows=[last])
@@ -87,8 +70,36 @@ def test_the_migration_backfill_and_a_rebuild_give_the_rows_ingest_wrote(mixed):
 
 
 def test_purge_drops_summaries_past_retention(mixed):
-    rollups.rollups_purge(now=timezone.now() + timedelta(days=20))
-    assert not NodeSummary.objects.filter(resolution=windows.WINDOW_S).exists()
-    assert NodeSummary.objects.filter(resolution=windows.HOUR_S).exists()
-    rollups.rollups_purge(now=timezone.now() + timedelta(days=500))
-    assert not NodeSummary.objects.exists()
+    _summary_checks.purge_past_retention(NodeSummary)
+
+
+def test_purge_inside_a_day_keeps_that_day_equal_to_its_fleet_rollups(mixed, monkeypatch):
+    user = mixed["staff"]
+
+    def from_cards(period):  # the card rollups' way (the reference of the first test)
+        with monkeypatch.context() as patched:
+            patched.setattr(selectors.fleet, "_fleet_rows", lambda period, source: None)
+            return _top(user, period)
+
+    def same(reference, top):
+        assert top == reference
+
+    _summary_checks.purge_inside_a_day(mixed, from_cards, lambda period: _top(user, period), same)
+
+
+def test_rollups_deleted_in_the_admin_leave_the_summaries_equal_to_the_rollups(mixed, monkeypatch, rf):
+    """The admin may delete device rollups (one, or a selection): the fleet rollups, totals and node
+    and card summaries of their windows are rebuilt, or the report would read what is gone."""
+    rollup_admin, request = admin.site._registry[DeviceRollup], rf.post("/")
+    request.user = mixed["staff"]
+    hour = mixed["end"].replace(minute=0) - timedelta(hours=1)
+    busiest = _top(mixed["staff"], selectors.period_parse(hour, hour + timedelta(hours=1)))[0]
+    rollups_of = DeviceRollup.objects.filter(device__node_id=busiest["node_id"], window_start__gte=hour)
+    rollup_admin.delete_queryset(request, rollups_of.filter(window_start__lt=hour + timedelta(minutes=40)))
+    rollup_admin.delete_model(request, rollups_of.filter(resolution=windows.HOUR_S).first())
+    periods = _periods_with_edges(mixed)
+    new = [(_top(mixed["staff"], p), selectors.three_figures(user=mixed["staff"], period=p)) for p in periods]
+    monkeypatch.setattr(selectors.fleet, "_fleet_rows", lambda period, source: None)  # the card rollups' way
+    assert [
+        (_top(mixed["staff"], p), selectors.three_figures(user=mixed["staff"], period=p)) for p in periods
+    ] == new

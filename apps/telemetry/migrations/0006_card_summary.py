@@ -6,9 +6,10 @@ from django.db import migrations, models
 # The backfill: every card summary from the device rollups already stored (the statement of
 # rollups.card_summaries_rebuild, written out here so that later changes there do not change history):
 # an hour of 5-minute rows, a day (UTC) of hourly rows per card and source.
+# ``%%s``: the schema editor passes parameters (none), so its SQLite cursor reads ``%s`` as one.
 BUCKET = {
     "postgresql": "to_timestamp(floor(extract(epoch FROM r.window_start) / {span}) * {span})",
-    "sqlite": "datetime(CAST(strftime('%s', r.window_start) AS INTEGER) / {span} * {span}, 'unixepoch')",
+    "sqlite": "datetime(CAST(strftime('%%s', r.window_start) AS INTEGER) / {span} * {span}, 'unixepoch')",
 }
 BACKFILL_SQL = (
     "INSERT INTO telemetry_cardsummary (resolution, bucket_start, source, device_id, row_count, estimated, "

@@ -5,9 +5,10 @@ from django.db import migrations, models
 # The backfill: every job summary from the job utilization rows already stored (the statement of
 # attribution.job_summaries_rebuild, written out here so that later changes there do not change
 # history): an hour (UTC) per project and source.
+# ``%%s``: the schema editor passes parameters (none), so its SQLite cursor reads ``%s`` as one.
 BUCKET = {
     "postgresql": "to_timestamp(floor(extract(epoch FROM r.window_start) / 3600) * 3600)",
-    "sqlite": "datetime(CAST(strftime('%s', r.window_start) AS INTEGER) / 3600 * 3600, 'unixepoch')",
+    "sqlite": "datetime(CAST(strftime('%%s', r.window_start) AS INTEGER) / 3600 * 3600, 'unixepoch')",
 }
 BACKFILL_SQL = (
     "INSERT INTO telemetry_jobsummary (bucket_start, source, project_id_snapshot, row_count, estimated, "

@@ -6,9 +6,10 @@ from django.db import migrations, models
 # The backfill: every node summary from the fleet rollups already stored (the statement of
 # rollups.node_summaries_rebuild, written out here so that later changes there do not change history):
 # an hour of 5-minute rows, a day (UTC) of hourly rows per node and source.
+# ``%%s``: the schema editor passes parameters (none), so its SQLite cursor reads ``%s`` as one.
 BUCKET = {
     "postgresql": "to_timestamp(floor(extract(epoch FROM r.window_start) / {span}) * {span})",
-    "sqlite": "datetime(CAST(strftime('%s', r.window_start) AS INTEGER) / {span} * {span}, 'unixepoch')",
+    "sqlite": "datetime(CAST(strftime('%%s', r.window_start) AS INTEGER) / {span} * {span}, 'unixepoch')",
 }
 BACKFILL_SQL = (
     "INSERT INTO telemetry_nodesummary (resolution, bucket_start, source, node_id, estimated, util_sum, "

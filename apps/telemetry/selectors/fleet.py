@@ -183,19 +183,27 @@ def _top_fleet_nodes(period: Period, source: str | None, limit: int) -> list[dic
     """The busiest nodes of the fleet rollups (their whole buckets from the node summaries): summed
     per node first, then only the nodes joined with their names (the busiest first, then by name),
     not every row of the period (issue 31)."""
+    from django.db import connection
+
     rows, params = _node_period_rows(period, source)
     # The busiest ``limit`` nodes and those as busy as the last of them (WITH TIES), and only these
     # joined with their names for the tie-break: not every node of the fleet joined and sorted.
+    # SQLite (the demo) has no WITH TIES: there every node is joined.
+    ties, tie_params = "", []
+    if connection.vendor == "postgresql":
+        ties, tie_params = (
+            "ORDER BY SUM(y.util_sum) / SUM(y.util_n) DESC FETCH FIRST %s ROWS WITH TIES",
+            [limit],
+        )
     sql = (
         "SELECT f.node_id, n.name, c.slug, f.u_sum, f.u_n, f.peak, f.estimated FROM ("  # noqa: S608 (constants)
         "SELECT y.node_id, SUM(y.util_sum) AS u_sum, SUM(y.util_n) AS u_n, MAX(y.util_max) AS peak, "
-        f"SUM(y.estimated) AS estimated FROM ({rows}) y GROUP BY y.node_id HAVING SUM(y.util_n) > 0 "
-        "ORDER BY SUM(y.util_sum) / SUM(y.util_n) DESC FETCH FIRST %s ROWS WITH TIES) f "
+        f"SUM(y.estimated) AS estimated FROM ({rows}) y GROUP BY y.node_id HAVING SUM(y.util_n) > 0 {ties}) f "
         "JOIN inventory_node n ON n.id = f.node_id JOIN inventory_cluster c ON c.id = n.cluster_id "
         "ORDER BY f.u_sum / f.u_n DESC, n.name LIMIT %s"
     )
     names = ("node_id", "node__name", "node__cluster__slug", "u_sum", "u_n", "peak", "estimated")
-    return _summed_rows(sql, [*params, limit, limit], names)
+    return _summed_rows(sql, [*params, *tie_params, limit], names)
 
 
 def _top_nodes_from_cards(period: Period, limit: int, source: str | None) -> list[dict]:
