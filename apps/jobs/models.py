@@ -311,9 +311,18 @@ class Allocation(models.Model):
     # The job's project, copied at creation (a job never changes project): the quotas overview and
     # usage sums group a million rows by it without joining jobs. Filled from ``job`` on save();
     # bulk writers set it themselves (NOT NULL: a writer that forgets fails loudly, never undercounts) (``apps.scheduling.allocations.allocation_row``).
-    project = models.ForeignKey("accounts.Project", on_delete=models.PROTECT, related_name="+")
+    # project and node are copies (of the job's project, of the card's node) and keep no database
+    # constraint of their own (jobs 0015): the job's and the card's keys already hold them (a project
+    # with jobs, a node with cards cannot be deleted), and their two checks per row at commit, a
+    # key-share lock on every node a cycle placed on, were a fifth of a 10,000-node cycle's commits
+    # (issue 31 §2). on_delete=PROTECT still guards ORM deletes.
+    project = models.ForeignKey(
+        "accounts.Project", on_delete=models.PROTECT, related_name="+", db_constraint=False
+    )
     device = models.ForeignKey("inventory.Device", on_delete=models.PROTECT, related_name="allocations")
-    node = models.ForeignKey("inventory.Node", on_delete=models.PROTECT, related_name="allocations")
+    node = models.ForeignKey(
+        "inventory.Node", on_delete=models.PROTECT, related_name="allocations", db_constraint=False
+    )
     replica = models.PositiveSmallIntegerField(default=0)
     attempt = models.PositiveSmallIntegerField(default=0)
     whole_card = models.BooleanField(default=False)
