@@ -8,9 +8,7 @@ compute units on Ascend). The same queue is scheduled twice from scratch:
 - suanchi: the production path (batches of 200 under one set of row locks).
 
 Prints jobs/s for both, the ratio, the engine's share of the time, and checks afterwards that no
-card is over-allocated and no project is over its quota. With more than one batch the engine decides
-in a thread of its own while the first batches are persisted (``apps.scheduling.pipeline``): engine
-and persist then overlap, and their sum exceeds the total. Figures only; nothing is asserted on time.
+card is over-allocated and no project is over its quota. Figures only; nothing is asserted on time.
 ``BENCH_BASELINE=0`` skips the baseline (slow at 10,000 nodes); ``BENCH_PROFILE=<path>`` profiles the
 production run with cProfile and prints the top 20 by cumulative time.
 

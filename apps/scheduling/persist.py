@@ -77,7 +77,6 @@ class CycleResult:
     pending_error_ids: list[int] = field(default_factory=list)  # objects could not be rendered
     reason_written_at: dict[int, object] = field(default_factory=dict)
     released_in_cycle: list[object] = field(default_factory=list)
-    deferred_releases: list[str] | None = None  # request ids dropped while the engine still decides
 
     def as_dict(self) -> dict:
         return {
@@ -180,11 +179,7 @@ def _lock_and_read(outcomes, actor) -> _Batch:
 
 
 def _drop(result: CycleResult, snapshot: Snapshot, decision: Decision) -> None:
-    """The placement is not written: its cards go back to the cycle's snapshot (once every job was
-    decided, while the engine still decides in its thread: ``result.deferred_releases``)."""
-    if result.deferred_releases is not None:
-        result.deferred_releases.append(decision.request_id)
-        return
+    """The placement is not written: its cards go back to the cycle's snapshot."""
     result.released_in_cycle.append(snapshot.release(decision.request_id))
 
 

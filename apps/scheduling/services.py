@@ -41,7 +41,6 @@ from apps.scheduling.persist import (  # noqa: F401 - re-exported: the cycle's t
     CycleResult,
     _persist,
 )
-from apps.scheduling.pipeline import DecisionStream
 from apps.scheduling.prechecks import Prechecks, job_vendors
 from apps.scheduling.proposals import place_or_refuse
 from apps.scheduling.reclaim import (  # noqa: F401 - re-exported: the preemption texts live there
@@ -336,17 +335,19 @@ def _cycle_run(*, actor, policy: str | None, limit: int | None, batch: int) -> C
             return result
         seq = hints.seq if hints is not None else 0
         engine = Engine(policy=policy or scheduler_policy() or BEST)
-        outcomes, keys = _decide_and_persist(
-            jobs,
-            engine=engine,
-            snapshot=snapshot,
-            changes=changes,
-            positions=positions,
-            batch=batch,
-            actor=actor,
-            result=result,
-            started=started,
-        )
+        outcomes, keys = _decide(jobs, engine=engine, snapshot=snapshot, changes=changes, positions=positions)
+        result.engine_seconds = time.perf_counter() - started
+
+        started = time.perf_counter()
+        for i in range(0, len(outcomes), batch):
+            _persist(
+                outcomes[i : i + batch],
+                snapshot=snapshot,
+                cycle_id=result.cycle_id,
+                actor=actor,
+                result=result,
+            )
+        result.persist_seconds = time.perf_counter() - started
         if limited:
             result.preempted = _reclaim(
                 outcomes,
@@ -361,94 +362,45 @@ def _cycle_run(*, actor, policy: str | None, limit: int | None, batch: int) -> C
     return result
 
 
-def _decide_and_persist(
-    jobs, *, engine, snapshot, changes, positions, batch: int, actor, result: CycleResult, started: float
-):
-    """Persist the engine's decisions batch by batch as they come (``pipeline``): the outcomes and the
-    hint keys of the jobs that did not fit. ``engine_seconds`` runs from ``started`` (the snapshot,
-    the jobs, the requests) to the last decision, ``persist_seconds`` from the first batch persisted
-    to the last; with the engine in its thread the two overlap."""
-    stream, keys = _decide(
-        jobs, engine=engine, snapshot=snapshot, changes=changes, positions=positions, batch=batch
-    )
-    ready = time.perf_counter()
-    outcomes: list = []
-    # A placement dropped at persist time goes back to the snapshot once every job was decided.
-    result.deferred_releases = [] if stream.threaded else None
-    persisting = None
-    try:
-        for chunk in stream.batches():
-            persisting = persisting or time.perf_counter()
-            outcomes.extend(chunk)
-            _persist(chunk, snapshot=snapshot, cycle_id=result.cycle_id, actor=actor, result=result)
-    finally:
-        deferred, result.deferred_releases = result.deferred_releases, None
-        for request_id in deferred or ():
-            result.released_in_cycle.append(snapshot.release(request_id))
-    result.engine_seconds = ready - started + stream.decided_s
-    result.persist_seconds = time.perf_counter() - (persisting or time.perf_counter())
-    return outcomes, keys
-
-
-def _decide(
-    jobs: list[Job], *, engine: Engine, snapshot: Snapshot, changes, positions: dict[int, int], batch: int
-) -> tuple[DecisionStream, dict[int, tuple]]:
-    """The engine's decision for each job, in queue order, on the cycle's snapshot, as a stream of
-    batches of outcomes ``(job, decision, compute units, queue position)`` (``pipeline``), and the
-    queueing-hint keys of the jobs that did not fit (complete once the stream is consumed).
-
-    The requests are built here, before any decision (they read the catalog and the clusters; a
-    request does not depend on the decisions before it); the stream only places them."""
+def _decide(jobs: list[Job], *, engine: Engine, snapshot: Snapshot, changes, positions: dict[int, int]):
+    """The engine's decision for each job, in queue order, on the cycle's snapshot: the outcomes
+    ``(job, decision, compute units, queue position)`` and the queueing-hint keys of the jobs that did
+    not fit."""
     prechecks = Prechecks()
     catalog = list(DeviceModel.objects.all())
     coefficients = coefficients_on([m.pk for m in catalog])
-    sharing_memo: dict = {}  # the clusters' sharing gates, read once per cycle
-    asked = [
-        (
-            job,
-            job_requests(
-                job,
-                precheck_failures=prechecks.failures(job, job_vendors(job)),
-                catalog=catalog,
-                coefficients=coefficients,
-                sharing_check=sharing_memo,
-            ),
-        )
-        for job in jobs
-    ]
+    outcomes: list[tuple[Job, Decision, Decimal | None, int]] = []
     keys: dict[int, tuple] = {}
-
-    def decide(item):
-        job, requests_ = item
-        decision, cu, refused = _place_job(engine, snapshot, requests_, changes)
+    sharing_memo: dict = {}  # the clusters' sharing gates, read once per cycle
+    for job in jobs:
+        failures = prechecks.failures(job, job_vendors(job))
+        decision = None
+        cu = None
+        requests_ = job_requests(
+            job,
+            precheck_failures=failures,
+            catalog=catalog,
+            coefficients=coefficients,
+            sharing_check=sharing_memo,
+        )
+        refused = False
+        for request, granted in requests_:
+            decision, refused = place_or_refuse(engine, snapshot, request)
+            cu = granted
+            if refused:  # kept pending with the reason, not parked; the batch goes on
+                if changes is not None:
+                    snapshot_cache().invalidate()  # next cycle reads the cards from the database
+                break
+            if decision.placed:
+                library_trace_step(decision, granted)  # profile requests: the deciding measurement
+                break
         if decision is None:  # no shape at all (e.g. no model with a coefficient): explain
             decision = Decision(uuid.uuid4().hex, str(job.pk), engine.policy.name)
             decision.explanation = NO_MODEL
         elif not decision.placed and not refused:
             keys[job.pk] = _hint_keys(requests_)
-        return job, decision, cu, positions[job.pk]
-
-    threaded = bool(suanchi_setting("SCHEDULER_OVERLAP", True))
-    return DecisionStream(decide, asked, batch, threaded=threaded), keys
-
-
-def _place_job(
-    engine: Engine, snapshot: Snapshot, requests_, changes
-) -> tuple[Decision | None, Decimal | None, bool]:
-    """``(decision, compute units, refused)`` for one job's requests, tried in order until one places
-    (None when the job has no request)."""
-    decision, cu, refused = None, None, False
-    for request, granted in requests_:
-        decision, refused = place_or_refuse(engine, snapshot, request)
-        cu = granted
-        if refused:  # kept pending with the reason, not parked; the batch goes on
-            if changes is not None:
-                snapshot_cache().invalidate()  # next cycle reads the cards from the database
-            break
-        if decision.placed:
-            library_trace_step(decision, granted)  # profile requests: the deciding measurement
-            break
-    return decision, cu, refused
+        outcomes.append((job, decision, cu, positions[job.pk]))
+    return outcomes, keys
 
 
 def _park(hints: UnschedulableQueue, outcomes, keys, *, seq: int, snapshot: Snapshot, result) -> None:
