@@ -262,14 +262,19 @@ class UsageEntry(models.Model):
     # either (migration 0008): metering reads the allocation in the transaction that writes its entries,
     # allocations are never deleted (Job → Allocation and Allocation → entries are PROTECT), and the
     # check (a row lock on each of a month's million allocations at commit) was a third of a month's
-    # metering. on_delete=PROTECT still guards ORM deletes; only rate_card keeps a database foreign key.
+    # metering; deleting an allocation under a run writing its entries waits for the run and is then
+    # refused (PostgreSQL: billing 0010's trigger). rate_card has none either (migration 0009): its check at commit was a key-share lock per
+    # entry; metering holds a key-share lock on every rate card instead (one statement), and deleting a
+    # rate card locks it before asking whether an entry names it (apps.billing.services.rate_cards), so
+    # a card is never deleted under entries being written. on_delete=PROTECT still guards ORM deletes.
     # allocation and project have no index of their own: one_per_slice and billing_entry_proj_slice_idx
     # lead with them.
     project = models.ForeignKey(Project, db_index=False, **_COPIED_KEY)
     job = models.ForeignKey(Job, **_COPIED_KEY)
     allocation = models.ForeignKey(Allocation, db_index=False, **_COPIED_KEY)
     device_model = models.ForeignKey(DeviceModel, null=True, blank=True, **_COPIED_KEY)
-    template = models.ForeignKey(ComputeTemplate, null=True, blank=True, **_COPIED_KEY)
+    # Most entries have no template (whole cards, slices): its index holds only those that have one.
+    template = models.ForeignKey(ComputeTemplate, null=True, blank=True, db_index=False, **_COPIED_KEY)
     pool = models.ForeignKey(Pool, null=True, blank=True, **_COPIED_KEY)
     month = models.DateField()  # billing_entry_month_proj_idx leads with it
     slice_start = models.DateTimeField()
@@ -279,7 +284,12 @@ class UsageEntry(models.Model):
     basis = models.CharField(max_length=10, choices=UsageBasis.choices, default=UsageBasis.ALLOCATED)
     cu_hours = models.DecimalField(max_digits=18, decimal_places=6)
     rate_card = models.ForeignKey(
-        RateCard, null=True, blank=True, on_delete=models.PROTECT, related_name="usage_entries"
+        RateCard,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="usage_entries",
+        db_constraint=False,
     )
     unit_price = models.DecimalField(max_digits=12, decimal_places=4)
     discount_percent = models.DecimalField(max_digits=5, decimal_places=2, default=Decimal(0))
@@ -311,6 +321,10 @@ class UsageEntry(models.Model):
             models.Index(fields=["project", "slice_start"], name="billing_entry_proj_slice_idx"),
             # The ledger's order (newest slice first): a page without sorting every entry (issue 20).
             models.Index(fields=["slice_start", "id"], name="billing_entry_slice_idx"),
+            # PROTECT's check and the ledger's template filter name one template (never NULL).
+            models.Index(
+                fields=["template"], condition=Q(template__isnull=False), name="billing_entry_template_idx"
+            ),
         ]
         verbose_name = _("usage entry")
         verbose_name_plural = _("usage entries")

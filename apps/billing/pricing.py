@@ -53,6 +53,12 @@ def hours_sql(start: str, end: str) -> str:
     return f"((({micro}) + 1800) / 3600 * 0.000001)"
 
 
+def positive_hours_sql(start: str, end: str) -> str:
+    """``hours_sql(start, end) > 0`` without its numeric arithmetic: the rounded hours are positive
+    exactly when the span is at least 1,800 microseconds (half of a millionth of an hour)."""
+    return f"(({end}) - ({start}) >= interval '1800 microseconds')"
+
+
 def cu_hours_sql(compute_units: str, hours: str) -> str:
     """``cu_hours_of`` in SQL: PostgreSQL's round() on numeric is half away from zero (HALF_UP here,
     the figures are never negative)."""

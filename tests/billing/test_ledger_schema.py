@@ -1,7 +1,7 @@
-"""The ledger's write cost (issue 31 §3): a usage entry's only database foreign key is the rate card (its
-other keys are copies of the allocation's rows, or the allocation itself, read in the transaction that
-writes the entry), no index of it is covered by another's leading columns, and PROTECT still guards ORM
-deletes."""
+"""The ledger's write cost (issue 31 §3): a usage entry has no database foreign key (its keys are copies of
+the allocation's rows, or the allocation itself, read in the transaction that writes the entry, and the
+rate card, locked by metering: tests/billing/test_rate_card_race.py), no index of it is covered by
+another's leading columns, and PROTECT still guards ORM deletes."""
 
 from __future__ import annotations
 
@@ -20,9 +20,9 @@ def _constraints() -> dict:
         return connection.introspection.get_constraints(cursor, TABLE)
 
 
-def test_only_the_rate_card_is_a_foreign_key_in_the_database(db):
+def test_no_foreign_key_in_the_database(db):
     keys = {tuple(c["columns"]) for c in _constraints().values() if c["foreign_key"]}
-    assert keys == {("rate_card_id",)}
+    assert keys == set()
 
 
 def test_no_index_is_a_prefix_of_another(db):
@@ -43,3 +43,20 @@ def test_protect_still_refuses_deleting_what_an_entry_names(closed_september):
     with pytest.raises(ProtectedError) as refused:
         entry.allocation.delete()
     assert entry in refused.value.protected_objects
+    with pytest.raises(ProtectedError) as refused:
+        entry.rate_card.delete()
+    assert entry in refused.value.protected_objects
+
+
+def test_the_template_index_answers_what_names_one_template(db):
+    """The partial index (entries with a template only) serves PROTECT's check and the template filter."""
+    indexed = {name: c for name, c in _constraints().items() if c["index"]}
+    assert indexed["billing_entry_template_idx"]["columns"] == ["template_id"]
+    query = UsageEntry.objects.filter(template_id=1).values("pk").query
+    sql, params = query.sql_with_params()
+    with connection.cursor() as cursor:
+        cursor.execute("SET enable_seqscan = off")
+        cursor.execute(f"EXPLAIN {sql}", params)
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+        cursor.execute("RESET enable_seqscan")
+    assert "billing_entry_template_idx" in plan

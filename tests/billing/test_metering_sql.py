@@ -18,6 +18,7 @@ from apps.billing.pricing import (
     discounted_amount,
     discounted_amount_sql,
     hours_sql,
+    positive_hours_sql,
 )
 from apps.billing.services import metering
 from apps.billing.services.months import _hours
@@ -64,6 +65,21 @@ def test_the_sql_forms_of_the_rounding_rules_give_the_python_figures():
     ]
     assert got == want
     assert got[0][0] == Decimal("0.000001") and got[2][0] == Decimal("0.001000")  # ties, half-up
+
+
+def test_positive_hours_sql_is_hours_sql_above_zero():
+    micros = [0, 1, 1799, 1800, 1801, 3599, 3600, 5399, 5400, 3_600_000_000]
+    span = ("%(base)s::timestamptz", "%(base)s::timestamptz + m * interval '1 microsecond'")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT m, {hours_sql(*span)} > 0, {positive_hours_sql(*span)} "  # noqa: S608 - constant fragments
+            "FROM unnest(%(m)s::bigint[]) AS v(m) ORDER BY m",
+            {"base": local(2026, 9, 1), "m": micros},
+        )
+        got = cursor.fetchall()
+    assert [(m, positive) for m, positive, _fast in got] == [(m, m >= 1800) for m in micros]
+    assert all(positive == fast for _m, positive, fast in got)
+    assert [(m, _hours(timedelta(microseconds=m)) > 0) for m in micros] == [(m, m >= 1800) for m in micros]
 
 
 def _snapshot() -> list[tuple]:

@@ -4,8 +4,9 @@ Slices are aligned to whole hours in the platform time zone (settings.SUANCHI["B
 Asia/Shanghai by default), so a slice never crosses a month boundary. Only finished hours are metered
 (the window ends at the last full hour), so a slice, once written, is final; re-metering the same window
 inserts nothing (unique (allocation, slice_start); allocations whose slices are all stored are left out
-by the query that reads them; the others' rows go in with ON CONFLICT DO NOTHING). Entries keep 6
-decimals (``apps.billing.pricing``). A run is one transaction: it writes all its entries or none.
+by the query that reads them; the others' rows go in with ON CONFLICT DO NOTHING, or with a plain
+INSERT when none of them holds an entry of the window yet). Entries keep 6 decimals
+(``apps.billing.pricing``). A run is one transaction: it writes all its entries or none.
 
 Set-based on PostgreSQL (issue 31 §3, ``_meter_in_sql``): one statement lists the allocations still to
 meter into a temporary table; prices come from ``RateBook`` once per (day, template, model, pool,
@@ -28,7 +29,7 @@ from functools import lru_cache
 from itertools import islice
 from zoneinfo import ZoneInfo
 
-from django.db import connection, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -44,6 +45,7 @@ from apps.billing.pricing import (
     discounted_amount,
     discounted_amount_sql,
     hours_sql,
+    positive_hours_sql,
 )
 from apps.billing.services.months import (
     _hours,
@@ -54,7 +56,7 @@ from apps.billing.services.months import (
     next_month,
     platform_tz,
 )
-from apps.billing.services.rate_cards import RateBook
+from apps.billing.services.rate_cards import RateBook, hold_rate_cards
 from apps.core.conf import suanchi_setting
 from apps.core.errors import ValidationFailed
 from apps.core.locks import try_lock
@@ -344,7 +346,7 @@ WITH priced AS (
     ) sl
     JOIN meter_price p ON p.combo = t.combo AND p.day = sl.day
     LEFT JOIN meter_max x ON x.allocation_id = t.id AND x.hour = sl.hour
-    WHERE sl.hours > 0
+    WHERE {positive_hours_sql("sl.a", "sl.b")}
 ), ins AS (
     INSERT INTO billing_usageentry ({", ".join(ENTRY_COLUMNS)})
     SELECT project_id, job_id, id, device_model_id, template_id, pool_id, month, a, b, hours,
@@ -358,6 +360,11 @@ WITH priced AS (
 )
 SELECT COUNT(*), COUNT(*) FILTER (WHERE late), COALESCE(array_agg(DISTINCT month), '{{}}') FROM ins
 """  # noqa: S608 - constant fragments
+_CONFLICT_CLAUSE = "\n    ON CONFLICT (allocation_id, slice_start) DO NOTHING"
+# When none of the allocations to meter holds an entry of the window yet, no row can meet a stored one:
+# a plain INSERT, without a speculative insertion (an arbiter lookup) per row. Only a run committed
+# meanwhile can make it fail (unique violation); it is then retried with the clause, in a savepoint.
+_INSERT_NEW_SQL = _INSERT_SQL.replace(_CONFLICT_CLAUSE, "")
 # The insert's planner settings (SET LOCAL: the metering transaction's only).
 _INSERT_SETTINGS = (
     "SET LOCAL enable_nestloop = off; SET LOCAL enable_mergejoin = off; SET LOCAL join_collapse_limit = 1;"
@@ -446,6 +453,20 @@ def _months(start: datetime, end: datetime, tz: ZoneInfo, closed: set[date]) -> 
     return slice_months, [_billing_month(m, closed) for m in slice_months]
 
 
+def _insert_entries(cursor, params: dict, *, fresh: bool) -> tuple:
+    """(written, late, months) of the ledger INSERT; ``fresh``: no allocation to meter holds an entry of
+    the window yet (the plain INSERT, retried with ON CONFLICT DO NOTHING if a run committed meanwhile)."""
+    if fresh:
+        try:
+            with transaction.atomic():  # a savepoint: a unique violation undoes this statement only
+                cursor.execute(_INSERT_NEW_SQL, params)
+                return cursor.fetchone()
+        except IntegrityError:
+            logger.info("metering: entries committed meanwhile; inserting around them")
+    cursor.execute(_INSERT_SQL, params)
+    return cursor.fetchone()
+
+
 def _meter_in_sql(
     start, end, *, basis, tz, closed, metered_at, batch_size
 ) -> tuple[int, int, int, int | None, set]:
@@ -467,18 +488,15 @@ def _meter_in_sql(
         cursor.execute("ANALYZE meter_price; ANALYZE meter_max")
         cursor.execute(_INSERT_SETTINGS)
         slice_months, months = _months(start, end, tz, closed)
-        cursor.execute(
-            _INSERT_SQL,
-            {
-                "tz": tz.key,
-                "slice_months": slice_months,
-                "months": months,
-                "max": str(UsageBasis.MAX),
-                "allocated": str(UsageBasis.ALLOCATED),
-                "now": metered_at,
-            },
-        )
-        created, late, touched = cursor.fetchone()
+        params = {
+            "tz": tz.key,
+            "slice_months": slice_months,
+            "months": months,
+            "max": str(UsageBasis.MAX),
+            "allocated": str(UsageBasis.ALLOCATED),
+            "now": metered_at,
+        }
+        created, late, touched = _insert_entries(cursor, params, fresh=not stored)
         cursor.execute(
             "RESET enable_nestloop; RESET enable_mergejoin; RESET join_collapse_limit; RESET jit; RESET work_mem"
         )
@@ -512,6 +530,7 @@ def metering_run(
         raise ValidationFailed(f"Unknown usage basis {basis!r}.", details={"basis": UsageBasis.values})
     meter = _meter_in_sql if connection.vendor == "postgresql" else _meter_in_python
     with transaction.atomic():
+        hold_rate_cards()  # before any price is read: no card is deleted under the entries
         closed = set(
             BillingPeriod.objects.filter(state=BillingPeriod.State.CLOSED).values_list("month", flat=True)
         )

@@ -7,7 +7,7 @@ from collections import defaultdict
 from datetime import date
 from decimal import Decimal
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Q
 from django.utils.translation import gettext as _
 
@@ -19,7 +19,7 @@ from apps.billing.models import (
 )
 from apps.billing.services.months import default_currency
 from apps.core.audit import change_record_create, snapshot
-from apps.core.errors import Conflict, ValidationFailed
+from apps.core.errors import Conflict, NotFound, ValidationFailed
 from apps.core.formatting import format_datetime
 from apps.core.validation import validate
 
@@ -77,8 +77,20 @@ def _rate_card_check(card: RateCard) -> None:
 
 
 def _lock_rate_cards() -> None:
-    # Overlap checks race; serialize rate-card writes (the table is tiny).
-    list(RateCard.objects.select_for_update().order_by("pk").values_list("pk", flat=True))
+    # Overlap checks race; serialize rate-card writes (the table is tiny). No key update: metering's
+    # key-share lock on every card (``hold_rate_cards``) does not wait for these writers, nor they for it.
+    list(RateCard.objects.select_for_update(no_key=True).order_by("pk").values_list("pk", flat=True))
+
+
+def hold_rate_cards() -> None:
+    """In the metering transaction, before any price is read: a key-share lock on every rate card, so
+    none is deleted before the entries that name it are committed (the ledger keeps no database foreign
+    key to it, billing 0009). ``rate_card_delete`` locks its card for update, which waits for this lock;
+    a card deleted first is gone from the prices read after it. A no-op where rows are not locked
+    (SQLite serializes writers)."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(f"SELECT id FROM {RateCard._meta.db_table} FOR KEY SHARE")  # noqa: S608
 
 
 @transaction.atomic
@@ -125,6 +137,10 @@ def rate_card_update(*, card: RateCard, actor, **fields) -> RateCard:
 
 @transaction.atomic
 def rate_card_delete(*, card: RateCard, actor) -> None:
+    # Locked first: a metering run writing entries that name the card holds a key-share lock on it
+    # (``hold_rate_cards``), so this waits for it to commit and then sees its entries.
+    if not RateCard.objects.select_for_update().filter(pk=card.pk).exists():
+        raise NotFound(_("Rate card %(card)r no longer exists.") % {"card": card.name})
     if UsageEntry.objects.filter(rate_card=card).exists():
         raise Conflict(
             _(
