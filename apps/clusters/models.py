@@ -37,8 +37,15 @@ class PushAction(models.Model):
     # A job's workload objects, or — with no job — one standalone object (a node's labels and
     # taints, a project's ResourceQuota). ``stream`` orders the actions: "job:<id>" or "<kind>:<ns>/<name>".
     job = models.ForeignKey(Job, null=True, blank=True, on_delete=models.PROTECT, related_name="push_actions")
-    stream = models.CharField(max_length=300, db_index=True, default="")
-    cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="push_actions")
+    # Indexed by ``scheduling_push_stream_seq_idx`` (below), not ``db_index``: that was a second,
+    # ``varchar_pattern_ops`` index no query reads (no LIKE on streams).
+    stream = models.CharField(max_length=300, default="")
+    # No index of its own: ``scheduling_pushaction_unique_seq`` leads with the cluster and serves its
+    # lookups (the pusher's per-cluster filters, PROTECT's check when a cluster is deleted). A
+    # scheduling cycle inserts thousands of rows: each index dropped is one entry fewer per row.
+    cluster = models.ForeignKey(
+        Cluster, on_delete=models.PROTECT, related_name="push_actions", db_index=False
+    )
     attempt = models.PositiveSmallIntegerField(default=0)
     seq = models.PositiveSmallIntegerField(default=0)
     verb = models.CharField(max_length=8, choices=Verb.choices, default=Verb.APPLY)
@@ -74,6 +81,8 @@ class PushAction(models.Model):
                 condition=Q(state="pending"),
                 name="scheduling_push_pending_idx",
             ),
+            # A stream's actions in order, and its next sequence number per attempt (the outbox's MAX).
+            models.Index(fields=["stream", "attempt", "seq"], name="scheduling_push_stream_seq_idx"),
         ]
         # Moved from the scheduling app: the table, its constraint and index names stayed.
         db_table = "scheduling_pushaction"

@@ -185,3 +185,22 @@ def test_copy_stamps_one_time_on_every_row_and_instance(job):
     assert len(stamps) == 1 and stamps.pop() >= before  # set on the instances, as save() does
     stored = set(JobEvent.objects.filter(message__startswith="T").values_list("created_at", flat=True))
     assert stored == {events[0].created_at}
+
+
+def test_json_text_writes_what_json_dumps_writes():
+    import json
+
+    from apps.core.bulk import json_text
+
+    values = [
+        {},
+        [],
+        {"a": [1, 2.5, None, True], "b": {"c": "Ascend 910B3 — 昇腾", "d": 1e16}},
+        [{"x": '"quoted"\n'}, [], {}],
+        {1: "int key"},
+        "text",
+        0,
+        None,
+    ]
+    for value in values:
+        assert json_text(value) == json.dumps(value)
