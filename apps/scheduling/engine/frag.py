@@ -12,6 +12,8 @@ Two measures of how much of a node's idle accelerator compute the common request
   measure feel CPU or memory being eaten away before the last pod stops fitting. On top of it, the
   idle compute that the node's free CPU (memory) cannot feed at the workload's average CPU (memory)
   per card counts as *stranded* — what is left behind on CPU-poor nodes whatever comes next.
+  Optionally (``fill``, the ``lookahead`` policy) a lookahead term: the idle compute left after a few
+  fixed futures of pods drawn from the workload are played on the node.
 
 Both are evaluated on a compact node state key (hardware, free CPU, free memory, per-card free compute)
 and memoized, so identical node states are computed once.
@@ -19,6 +21,7 @@ and memoized, so identical node states are computed once.
 
 from __future__ import annotations
 
+import random
 from bisect import bisect_right
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -128,6 +131,7 @@ class FragModel:
         *,
         strand_cpu: tuple[float, float] = (0.0, 0.0),
         strand_mem: tuple[float, float] = (0.0, 0.0),
+        fill: tuple[float, int, int] = (0.0, 0, 0),
     ) -> None:
         """``strand_cpu`` / ``strand_mem``: (weight, milli-cores or MiB per milli-card of the workload).
 
@@ -143,7 +147,10 @@ class FragModel:
         self.strand_mem = strand_mem if strand_mem[0] > 0 and strand_mem[1] > 0 else (0.0, 0.0)
         self.key_memory = use_memory or self.strand_mem[0] > 0
         self.shapes = list(shapes)
-        self._memo: dict[tuple, tuple[float, float]] = {}  # key -> (slots or FGD, stranded)
+        self.fill_weight, self.fill_horizon, self.fill_paths = fill if fill[0] > 0 else (0.0, 0, 0)
+        self._memo: dict[
+            tuple, tuple[float, float, float | None]
+        ] = {}  # key -> (slots or FGD, stranded, fill)
         self._allowed: dict[tuple, tuple] = {}
         self._nodes: dict[int, tuple[int, list[DevState], tuple, float]] = {}
         self._snap_id = 0
@@ -181,6 +188,7 @@ class FragModel:
             self.groups.append(
                 (whole, count, compute, dmem, (kind, vendors, models), members, cpus, prefix, prefix[-1])
             )
+        self._paths = self._draw_paths()
         self._allowed.clear()
         self._memo.clear()
         self._nodes.clear()
@@ -286,14 +294,25 @@ class FragModel:
     # ---- the measures --------------------------------------------------------------------------
 
     def value(self, key: tuple, strand: bool = True) -> float:
-        """The measure of one node state; ``strand=False`` leaves the stranded compute out."""
+        """The measure of one node state; ``strand=False`` leaves the stranded compute out, and the
+        lookahead too (both assume the node's free CPU is there for accelerator pods)."""
         v = self._memo.get(key)
         if v is None:
-            v = (self._fgd(key), 0.0) if self.mode == "fgd" else (self._slots(key), self._stranded(key))
+            v = (
+                (self._fgd(key), 0.0, 0.0)
+                if self.mode == "fgd"
+                else (self._slots(key), self._stranded(key), None)
+            )
             if len(self._memo) > 2_000_000:
                 self._memo.clear()
             self._memo[key] = v
-        return v[0] + v[1] if strand else v[0]
+        if not strand:
+            return v[0]
+        fill = v[2]
+        if fill is None:  # the lookahead, computed on first use
+            fill = self._fill(key) if self.fill_weight else 0.0
+            self._memo[key] = (v[0], v[1], fill)
+        return v[0] + v[1] + self.fill_weight * fill
 
     def _fgd(self, key: tuple) -> float:
         hw, cpu_free, _mem, devs = key
@@ -380,6 +399,75 @@ class FragModel:
                 if stranded > 0:
                     frag += weight * stranded
         return frag
+
+    def _draw_paths(self) -> list[list[tuple[int, int, int]]]:
+        """``fill_paths`` futures of ``fill_horizon`` pods each, drawn by frequency (fixed seed: the
+        same futures for every node state, so the differences between states are not noise)."""
+        if not self.fill_weight or any(g[5] or g[6] for g in self._members):
+            # vendor / model constrained shapes: the futures do not see them compete for the few
+            # nodes that serve them (the lookahead would hand those nodes to anyone): left out
+            return []
+        draws = [
+            (gi, cpu, mem) for gi, (_g, base) in enumerate(self._members.items()) for cpu, mem, _w in base
+        ]
+        weights = [w for base in self._members.values() for _cpu, _mem, w in base]
+        if not draws:
+            return []
+        rng = random.Random(0)
+        return [rng.choices(draws, weights, k=self.fill_horizon) for _ in range(self.fill_paths)]
+
+    def _fill(self, key: tuple) -> float:
+        """Lookahead: the node's idle compute left after each drawn future (a pod that fits goes on
+        the best-fitting cards, one that does not is skipped), averaged over the futures — fragments
+        weighed by how likely pods that fit them come before the horizon."""
+        hw, cpu_free, mem_free, devs = key
+        total = sum(d[1] for d in devs)
+        if total <= 0 or not self._paths:
+            return 0.0
+        types = self._types(hw)
+        groups = self.groups
+        use_mem = self.use_memory
+        acc = 0.0
+        for path in self._paths:
+            cards = [[d[1], d[2], d[3], d[0]] for d in devs if d[1] > 0]
+            cpu, mem, idle = cpu_free, mem_free, total
+            most = max(c[0] for c in cards)  # the most free on one card, and the empty cards
+            empty = sum(1 for c in cards if c[2])
+            for gi, pcpu, pmem in path:
+                if pcpu > cpu or (use_mem and pmem > mem):
+                    continue
+                whole, count, compute, dmem = groups[gi][:4]
+                if (empty < count) if whole else (compute > most):
+                    continue
+                ty = types[gi]
+                if whole:
+                    fit = [c for c in cards if c[2] and (ty is None or c[3] in ty)]
+                    if len(fit) < count:
+                        continue
+                    for c in fit[:count]:
+                        idle -= c[0]
+                        c[0] = 0
+                        c[2] = False
+                else:
+                    fit = [
+                        c for c in cards if c[0] >= compute and c[1] >= dmem and (ty is None or c[3] in ty)
+                    ]
+                    if len(fit) < count:
+                        continue
+                    fit.sort(key=lambda c: (c[2], c[0]))  # shared cards first, least free first
+                    for c in fit[:count]:
+                        c[0] -= compute
+                        c[1] -= dmem
+                        c[2] = False
+                        idle -= compute
+                cpu -= pcpu
+                mem -= pmem
+                if idle <= 0:
+                    break
+                most = max(c[0] for c in cards)
+                empty = sum(1 for c in cards if c[2])
+            acc += idle
+        return acc / len(self._paths)
 
     # ---- cluster level (the simulator's optional fragmentation metric) -------------------------
 

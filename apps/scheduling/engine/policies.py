@@ -15,6 +15,7 @@ cache scores and re-evaluate only the nodes that changed.
               fragmentation measure, scored as the paper does (sigmoid, integer points)
 ``slotfrag``  Suanchi's policy (the project's best): least growth of the slot-based fragmentation
               measure plus stranded compute (see ``frag``), exact deltas, then a packing tie-break
+``lookahead`` slotfrag plus the expected idle compute left after sampled futures of the workload
 """
 
 from __future__ import annotations
@@ -170,23 +171,33 @@ class _FragmentationPolicy(Policy):
     capability_weighting = False
     strand_cpu_weight = 0.0
     strand_mem_weight = 0.0
+    fill_weight = 0.0  # the lookahead term (``FragModel._fill``): weight, futures, pods per future
+    fill_paths = 16
+    fill_horizon = 64
 
     def __init__(
         self,
         *,
+        fill_weight: float | None = None,
+        fill_paths: int | None = None,
+        fill_horizon: int | None = None,
         threshold: float | None = None,
         use_memory: bool | None = None,
         strand_cpu_weight: float | None = None,
         strand_mem_weight: float | None = None,
     ) -> None:
-        if threshold is not None:
-            self.threshold = threshold
-        if use_memory is not None:
-            self.use_memory = use_memory
-        if strand_cpu_weight is not None:
-            self.strand_cpu_weight = strand_cpu_weight
-        if strand_mem_weight is not None:
-            self.strand_mem_weight = strand_mem_weight
+        overrides = {
+            "threshold": threshold,
+            "use_memory": use_memory,
+            "strand_cpu_weight": strand_cpu_weight,
+            "strand_mem_weight": strand_mem_weight,
+            "fill_weight": fill_weight,
+            "fill_paths": fill_paths,
+            "fill_horizon": fill_horizon,
+        }
+        for attr, value in overrides.items():  # None: the class's value
+            if value is not None:
+                setattr(self, attr, value)
         # CPU, memory, compute of the accelerator requests seen; CPU of the requests without one
         self._ratio_sums = [0, 0, 0, 0]
         self._fleet_cpu_per_compute = 0.0  # the fleet's CPU per milli-card (``bind``)
@@ -230,6 +241,7 @@ class _FragmentationPolicy(Policy):
             self.use_memory,
             strand_cpu=(self.strand_cpu_weight, cpu / compute if compute else 0.0),
             strand_mem=(self.strand_mem_weight, mem / compute if compute else 0.0),
+            fill=(self.fill_weight, self.fill_horizon, self.fill_paths),
         )
 
     def _rebuild(self, shapes: Sequence[Shape]) -> None:
@@ -355,6 +367,25 @@ class SlotFragPolicy(_FragmentationPolicy):
         return (-round(deltas[best_i], 6), -idle, -(node.cpu_milli - node.cpu_used)), best_i
 
 
+class LookaheadPolicy(SlotFragPolicy):
+    """``slotfrag`` plus a lookahead on the known workload: the expected idle compute a node keeps
+    after the next pods of the workload's distribution (16 fixed futures of 64 pods each; a pod that
+    fits goes on the best-fitting cards, one that does not is skipped) — FGD's fragment weighed by
+    the probability that a pod fitting it comes before the node fills (``FragModel._fill``).
+
+    Left out (the policy is then slotfrag) where CPU is scarce, like the stranded term, and where
+    shapes are pinned to vendors or models: the futures do not see those pods compete for the few
+    nodes that serve them (gpuspec33: 7.35 → 12.19 % unallocated with it).
+
+    Deterministic (the futures are drawn from a fixed seed, the same for every node state) and still
+    node-local, so the engine's score caches hold. About 4× slotfrag's CPU time per decision on the
+    trace, which is why it is a named policy and not the live default.
+    """
+
+    name = "lookahead"
+    fill_weight = 1.0
+
+
 REGISTRY: dict[str, type[Policy]] = {
     cls.name: cls
     for cls in (
@@ -366,6 +397,7 @@ REGISTRY: dict[str, type[Policy]] = {
         TopologyScorePolicy,
         FGDPolicy,
         SlotFragPolicy,
+        LookaheadPolicy,
     )
 }
 BEST = SlotFragPolicy.name
