@@ -203,17 +203,27 @@ def bound_primal(ref: dict) -> float | None:
     return None if not got or None in got else sum(got) / len(got)
 
 
-def variant_rows(variant: str, results: dict, ref: dict) -> list[dict]:
+def _minus(a: float, b: float | None) -> float | None:
+    return None if b is None else a - b
+
+
+def _fmt(x: float | None, spec: str) -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def variant_rows(variant: str, results: dict, ref: dict | None) -> list[dict]:
     """Per policy: unallocated %, gaps to the bound and to hindsight (points), margin below FGD's
     published figure for ``variant`` (% of that figure; None where none is published). Where the node
     LP's master value is known, the gap to the bound splits in two: ``bound_slack`` — how much the bound
     could still tighten as an LP (at most: master − bound) — and ``policy_gap`` — what no LP bound of
     this kind removes (at least: unallocated − master)."""
     pub = PUBLISHED_FGD.get(variant)
-    primal = bound_primal(ref)
+    primal = bound_primal(ref) if ref else None
     rows = []
     for name, res in results.items():
         u = res["unallocated_at_100"]["mean"]
+        if ref is None:  # --no-offline: the policy's figures and the margin only
+            ref = {key: {"mean": None} for key in ("bound", "bound_card", "bound_node", "hindsight")}
         rows.append(
             {
                 "variant": variant,
@@ -224,8 +234,8 @@ def variant_rows(variant: str, results: dict, ref: dict) -> list[dict]:
                 "bound_card": ref["bound_card"]["mean"],
                 "bound_node": ref["bound_node"]["mean"],
                 "hindsight": ref["hindsight"]["mean"],
-                "gap_to_bound": u - ref["bound"]["mean"],
-                "gap_to_hindsight": u - ref["hindsight"]["mean"],
+                "gap_to_bound": _minus(u, ref["bound"]["mean"]),
+                "gap_to_hindsight": _minus(u, ref["hindsight"]["mean"]),
                 "fgd_published": pub,
                 "margin_below_fgd_pct": None if not pub else 100.0 * (pub - u) / pub,
                 "bound_primal": primal,
@@ -248,8 +258,9 @@ def format_variant_rows(rows: list[dict]) -> str:
         slack = "-" if r.get("bound_slack") is None else f"{r['bound_slack']:.2f}"
         policy = "-" if r.get("policy_gap") is None else f"{r['policy_gap']:+.2f}"
         lines.append(
-            f"{r['variant']:<12} {r['policy']:<9} {r['unallocated']:>7.2f} ± {r['sd']:<4.2f} {r['bound']:>6.2f} "
-            f"{r['hindsight']:>9.2f} {r['gap_to_bound']:>+9.2f} {r['gap_to_hindsight']:>+8.2f} {pub:>7} {margin:>7} "
+            f"{r['variant']:<12} {r['policy']:<9} {r['unallocated']:>7.2f} ± {r['sd']:<4.2f} "
+            f"{_fmt(r['bound'], '.2f'):>6} {_fmt(r['hindsight'], '.2f'):>9} {_fmt(r['gap_to_bound'], '+.2f'):>9} "
+            f"{_fmt(r['gap_to_hindsight'], '+.2f'):>8} {pub:>7} {margin:>7} "
             f"{slack:>7} {policy:>8}"
         )
     return "\n".join(lines)
@@ -269,7 +280,7 @@ def all_variants(args: argparse.Namespace) -> int:
         results = trace_replay.run_benchmark(
             nodes, pods, policies, args.seeds, jobs=max(1, args.jobs), tie_break=args.tie_break
         )
-        ref = _offline(args, nodes, pods, results)
+        ref = _offline(args, nodes, pods, results) if args.offline else None
         mine = variant_rows(variant, results, ref)
         rows += mine
         out[variant] = {"results": results, "offline": ref, "rows": mine}

@@ -239,3 +239,13 @@ def test_all_variants_prints_gaps_and_the_margin_below_fgd(tmp_path, capsys):
     for r in got:
         assert r["gap_to_bound"] >= -1e-6 and r["bound"] <= r["hindsight"] + 1e-6
         assert r["margin_below_fgd_pct"] == pytest.approx(100 * (4.77 - r["unallocated"]) / 4.77)
+    # --no-offline: the same policy figures and margin, no offline reference and so no gaps
+    assert bench.main([*argv, "--no-offline", "--json", str(target)]) == 0
+    quick = json.loads(target.read_text())["default"]["rows"]
+    assert [r["unallocated"] for r in quick] == [r["unallocated"] for r in got]
+    assert all(r["bound"] is None and r["gap_to_bound"] is None for r in quick)
+    assert [r["margin_below_fgd_pct"] for r in quick] == [r["margin_below_fgd_pct"] for r in got]
+    row = next(
+        line for line in capsys.readouterr().out.splitlines() if line.startswith("default      slotfrag")
+    )
+    assert row.split()[5:9] == ["-", "-", "-", "-"]  # bound, hindsight, both gaps
