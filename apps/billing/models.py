@@ -268,14 +268,17 @@ class UsageEntry(models.Model):
     # rate card locks it before asking whether an entry names it (apps.billing.services.rate_cards), so
     # a card is never deleted under entries being written. on_delete=PROTECT still guards ORM deletes.
     # allocation and project have no index of their own: one_per_slice and billing_entry_proj_slice_idx
-    # lead with them.
+    # lead with them. device_model, pool and rate_card have none either (migration 0012): a few values
+    # each, so every entry went to the hot end of one of a few long posting lists, a fifth of a 100,000-card
+    # month's metering (issue 31 §3); what reads them (a ledger filter, PROTECT's check when a model, pool
+    # or rate card is deleted) scans the ledger instead, in slice order.
     project = models.ForeignKey(Project, db_index=False, **_COPIED_KEY)
     job = models.ForeignKey(Job, **_COPIED_KEY)
     allocation = models.ForeignKey(Allocation, db_index=False, **_COPIED_KEY)
-    device_model = models.ForeignKey(DeviceModel, null=True, blank=True, **_COPIED_KEY)
+    device_model = models.ForeignKey(DeviceModel, null=True, blank=True, db_index=False, **_COPIED_KEY)
     # Most entries have no template (whole cards, slices): its index holds only those that have one.
     template = models.ForeignKey(ComputeTemplate, null=True, blank=True, db_index=False, **_COPIED_KEY)
-    pool = models.ForeignKey(Pool, null=True, blank=True, **_COPIED_KEY)
+    pool = models.ForeignKey(Pool, null=True, blank=True, db_index=False, **_COPIED_KEY)
     month = models.DateField()  # billing_entry_month_proj_idx leads with it
     slice_start = models.DateTimeField()
     slice_end = models.DateTimeField()
@@ -290,6 +293,7 @@ class UsageEntry(models.Model):
         on_delete=models.PROTECT,
         related_name="usage_entries",
         db_constraint=False,
+        db_index=False,
     )
     unit_price = models.DecimalField(max_digits=12, decimal_places=4)
     discount_percent = models.DecimalField(max_digits=5, decimal_places=2, default=Decimal(0))

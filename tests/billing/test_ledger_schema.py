@@ -60,3 +60,12 @@ def test_the_template_index_answers_what_names_one_template(db):
         plan = "\n".join(row[0] for row in cursor.fetchall())
         cursor.execute("RESET enable_seqscan")
     assert "billing_entry_template_idx" in plan
+
+
+def test_the_ledger_keeps_only_the_indexes_its_reads_need(db):
+    """Every index costs each metered entry a b-tree insertion (issue 31 §3): the few-valued keys
+    (model, pool, rate card) have none."""
+    indexed = {tuple(c["columns"]) for c in _constraints().values() if c["index"] or c["unique"]}
+    for column in ("device_model_id", "pool_id", "rate_card_id"):
+        assert not any(cols[0] == column for cols in indexed), column
+    assert ("job_id",) in indexed and ("slice_start", "id") in indexed

@@ -26,6 +26,7 @@ from apps.billing.models import (
     BillingPeriod,
     BillLine,
     IdlePolicy,
+    JobCostSummary,
     UsageEntry,
 )
 from apps.billing.pricing import to_cents
@@ -225,7 +226,7 @@ class _ProjectUsage:
 
 def _usage_by_project(month: date) -> tuple[dict[int, _ProjectUsage], dict[tuple, Decimal]]:
     """Every project's usage of the month, and the CU-hours used per (device model, pool) for the idle
-    cost: two grouped reads of the month's entries (by resource and pool, by job)."""
+    cost: one grouped read of the month's entries (by resource and pool) and the month's job summary."""
     usage: dict[int, _ProjectUsage] = defaultdict(_ProjectUsage)
     used_by_group: dict[tuple, Decimal] = defaultdict(Decimal)
     resources: dict[tuple, list] = {}
@@ -245,8 +246,15 @@ def _usage_by_project(month: date) -> tuple[dict[int, _ProjectUsage], dict[tuple
         item.cu_hours += cu
         item.amount += amount
         item.entries += n
-    for row in entries.values("project_id", "job_id").annotate(cu=Sum("cu_hours"), amount=Sum("amount")):
-        usage[row["project_id"]].jobs.append((row["job_id"], row["cu"], row["amount"]))
+    # per job: the ledger's own summary of the month (kept exact by its insert trigger), not a second
+    # pass over the month's entries
+    for project_id, job_id, cu, amount in (
+        JobCostSummary.objects.filter(month=month, entries__gt=0)
+        .order_by()
+        .values_list("project_id", "job_id", "cu_hours", "amount")
+        .iterator(chunk_size=20000)
+    ):
+        usage[project_id].jobs.append((job_id, cu, amount))
     return usage, used_by_group
 
 
