@@ -44,6 +44,7 @@ from apps.catalog.models import ComputeTemplate, DeviceModel
 from apps.catalog.selectors import coefficients_on
 from apps.core import runs, task_names
 from apps.core.audit import actor_fields, change_record_create, snapshot
+from apps.core.bulk import copy_create, unsaved
 from apps.core.errors import Conflict, ValidationFailed
 from apps.core.formatting import format_datetime
 from apps.core.stored_text import stored
@@ -307,8 +308,9 @@ def _bill_build(
     ):
         model_id, template_id, cu, _raw = row
         lines.append(
-            BillLine(
-                bill=bill,
+            unsaved(
+                BillLine,
+                bill_id=bill.pk,
                 group=BillLine.Group.RESOURCE,
                 position=position,
                 label=_resource_label(models.get(model_id), templates.get(template_id))[:300],
@@ -325,8 +327,9 @@ def _bill_build(
         job_id, cu, _raw = row
         job = jobs.get(job_id)
         lines.append(
-            BillLine(
-                bill=bill,
+            unsaved(
+                BillLine,
+                bill_id=bill.pk,
                 group=BillLine.Group.JOB,
                 position=position,
                 label=(f"{job.name} (#{job_id})" if job else f"#{job_id}")[:300],
@@ -337,8 +340,9 @@ def _bill_build(
         )
     for position, adjustment in enumerate(adjustments):
         lines.append(
-            BillLine(
-                bill=bill,
+            unsaved(
+                BillLine,
+                bill_id=bill.pk,
                 group=BillLine.Group.ADJUSTMENT,
                 position=position,
                 label=adjustment.reason[:300],
@@ -348,15 +352,16 @@ def _bill_build(
         )
     if idle_share:
         lines.append(
-            BillLine(
-                bill=bill,
+            unsaved(
+                BillLine,
+                bill_id=bill.pk,
                 group=BillLine.Group.IDLE,
                 position=0,
                 label=IDLE_LINE_LABEL,
                 amount=idle_share,
             )
         )
-    BillLine.objects.bulk_create(lines)
+    copy_create(lines)  # COPY on PostgreSQL (a month's bills are tens of thousands of lines)
     return bill
 
 
