@@ -23,7 +23,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, gettext_noop
 
 from apps.billing.models import Bill, BillingPeriod, BillLine
-from apps.billing.selectors import bill_names
+from apps.billing.selectors import bill_names, entries_of_job
 from apps.core.exports import csv_row, xlsx_append
 from apps.core.formatting import format_datetime
 from apps.core.stored_text import localize
@@ -239,7 +239,7 @@ def _rate(bill: Bill, line: BillLine) -> Decimal | None:
             device_model_id=line.device_model_id, template_id=line.template_id
         )
     elif line.group == BillLine.Group.JOB and line.job_id:
-        entries = UsageEntry.objects.filter(job_id=line.job_id)
+        entries = entries_of_job(UsageEntry.objects.all(), line.job_id)
     else:
         return None
     sums = entries.filter(project_id=bill.project_id, month=bill.month).aggregate(

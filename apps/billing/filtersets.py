@@ -9,6 +9,7 @@ from django.utils.translation import gettext_lazy as _
 
 from apps.billing.forms import MONTH_WIDGET
 from apps.billing.models import Adjustment, Bill, BillingPeriod, RateCard, UsageEntry
+from apps.billing.selectors import entries_of_job
 from apps.billing.services import parse_month
 from apps.core.filters import FilterSet, IsoDateTimeFilter
 
@@ -40,7 +41,7 @@ class LateSelect(forms.NullBooleanSelect):
 class UsageEntryFilterSet(FilterSet):
     project = django_filters.CharFilter(field_name="project__slug", label=_("Project (slug)"))
     month = MonthFilter(field_name="month", label=_("Month"), widget=MONTH_WIDGET)
-    job = django_filters.NumberFilter(field_name="job_id")
+    job = django_filters.NumberFilter(method="filter_job")
     allocation = django_filters.NumberFilter(field_name="allocation_id")
     device_model = django_filters.CharFilter(field_name="device_model__slug")
     template = django_filters.CharFilter(field_name="template__slug")
@@ -54,6 +55,9 @@ class UsageEntryFilterSet(FilterSet):
     class Meta:
         model = UsageEntry
         fields = ["project", "month", "job", "allocation", "device_model", "template", "late"]
+
+    def filter_job(self, queryset, name, value):
+        return entries_of_job(queryset, int(value))
 
     def filter_q(self, queryset, name, value):
         condition = (

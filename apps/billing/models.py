@@ -25,6 +25,7 @@ from django.utils.translation import gettext_lazy as _
 from apps.accounts.models import Project
 from apps.catalog.models import ComputeTemplate, DeviceModel
 from apps.core.errors import Conflict
+from apps.core.indexes import BrinOnPostgres
 from apps.inventory.models import Pool
 from apps.jobs.models import Allocation, Job
 
@@ -273,13 +274,15 @@ class UsageEntry(models.Model):
     # month's metering (issue 31 §3); what reads them (a ledger filter, PROTECT's check when a model, pool
     # or rate card is deleted) scans the ledger instead, in slice order.
     project = models.ForeignKey(Project, db_index=False, **_COPIED_KEY)
-    job = models.ForeignKey(Job, **_COPIED_KEY)
+    # job has no index either (migration 0013): a job's entries are found through its allocations
+    # (``apps.billing.selectors.entries_of_job``), whose key leads one_per_slice.
+    job = models.ForeignKey(Job, db_index=False, **_COPIED_KEY)
     allocation = models.ForeignKey(Allocation, db_index=False, **_COPIED_KEY)
     device_model = models.ForeignKey(DeviceModel, null=True, blank=True, db_index=False, **_COPIED_KEY)
     # Most entries have no template (whole cards, slices): its index holds only those that have one.
     template = models.ForeignKey(ComputeTemplate, null=True, blank=True, db_index=False, **_COPIED_KEY)
     pool = models.ForeignKey(Pool, null=True, blank=True, db_index=False, **_COPIED_KEY)
-    month = models.DateField()  # billing_entry_month_proj_idx leads with it
+    month = models.DateField()  # billing_entry_month_brin
     slice_start = models.DateTimeField()
     slice_end = models.DateTimeField()
     hours = models.DecimalField(max_digits=10, decimal_places=6)
@@ -321,7 +324,10 @@ class UsageEntry(models.Model):
             models.CheckConstraint(condition=Q(month__day=1), name="billing_usageentry_month_first_day"),
         ]
         indexes = [
-            models.Index(fields=["month", "project"], name="billing_entry_month_proj_idx"),
+            # A month's entries (the close, the vendor share): a BRIN on PostgreSQL, since entries are
+            # appended month after month (migration 0013; the b-tree on (month, project) it replaced had a
+            # few hundred keys, so every entry went to the hot end of a long posting list).
+            BrinOnPostgres(fields=["month"], name="billing_entry_month_brin"),
             models.Index(fields=["project", "slice_start"], name="billing_entry_proj_slice_idx"),
             # The ledger's order (newest slice first): a page without sorting every entry (issue 20).
             models.Index(fields=["slice_start", "id"], name="billing_entry_slice_idx"),

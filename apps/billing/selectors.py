@@ -21,7 +21,7 @@ from apps.billing.models import (
     UsageEntry,
 )
 from apps.billing.pricing import to_cents
-from apps.jobs.models import Job
+from apps.jobs.models import Allocation, Job
 
 
 def _scoped(qs: QuerySet, user) -> QuerySet:
@@ -61,6 +61,13 @@ def usage_entry_list(*, user) -> QuerySet[UsageEntry]:
         UsageEntry.objects.select_related("project", "job", "device_model", "template", "pool", "rate_card"),
         user,
     )
+
+
+def entries_of_job(entries: QuerySet[UsageEntry], job_id: int) -> QuerySet[UsageEntry]:
+    """``entries`` of one job. The ledger keeps no index on its job (billing 0013): the job's allocations
+    lead its (allocation, slice_start) key, and an entry's job is its allocation's (a copied key), so
+    these are exactly the rows ``job_id=`` names."""
+    return entries.filter(allocation_id__in=Allocation.objects.filter(job_id=job_id).values("pk"))
 
 
 def adjustment_list(*, user) -> QuerySet[Adjustment]:

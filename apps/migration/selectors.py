@@ -18,6 +18,7 @@ from django.utils.translation import gettext
 
 from apps.accounts.selectors import is_platform_staff, user_project_ids
 from apps.billing.models import UsageEntry
+from apps.billing.selectors import entries_of_job
 from apps.billing.services import allocate_cents, to_cents
 from apps.catalog.models import Vendor
 from apps.core.errors import NotFound
@@ -266,7 +267,8 @@ def track_comparison(*, service: MigratedService, start: datetime, end: datetime
         weight = sum(r for r, _ in weighted)
         if weight:
             fig.p99_ms = _q(sum((Decimal(r) * p for r, p in weighted), Decimal(0)) / weight)
-        ledger = UsageEntry.objects.filter(job=job, slice_start__gte=start, slice_start__lt=end).aggregate(
+        ledger = entries_of_job(UsageEntry.objects.all(), job.pk)
+        ledger = ledger.filter(slice_start__gte=start, slice_start__lt=end).aggregate(
             cu=Sum("cu_hours"), amount=Sum("amount"), first=Min("slice_start"), last=Max("slice_end")
         )
         fig.cu_hours = _q(ledger["cu"] or Decimal(0), Q4)

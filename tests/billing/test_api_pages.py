@@ -255,3 +255,18 @@ def test_the_admin_month_close_action_redirects_to_its_progress(
     assert period.state == "closing"
     for name in ("billingperiod", "bill", "usageentry", "ratecard", "adjustment"):
         assert client.get(reverse(f"admin:billing_{name}_changelist")).status_code == 200
+
+
+def test_the_ledgers_job_filter_lists_exactly_that_jobs_entries(api_client, staff_user, closed_september):
+    # the ledger has no index on job (billing 0013): the filter goes through the job's allocations
+    from apps.billing.models import UsageEntry
+
+    api_client.force_authenticate(staff_user)
+    jobs = sorted(set(UsageEntry.objects.values_list("job_id", flat=True)))
+    assert len(jobs) > 1
+    for job_id in jobs:
+        got = api_client.get(f"/api/billing/usage-entries/?job={job_id}&page_size=500").json()["results"]
+        assert got and {e["id"] for e in got} == set(
+            UsageEntry.objects.filter(job_id=job_id).values_list("pk", flat=True)
+        )
+    assert api_client.get("/api/billing/usage-entries/?job=abc").status_code == 400
