@@ -53,6 +53,15 @@ def hours_sql(start: str, end: str) -> str:
     return f"((({micro}) + 1800) / 3600 * 0.000001)"
 
 
+def slice_hours_sql(hour: str, lo: str, hi: str) -> str:
+    """``hours_sql`` of the hourly slice starting at ``hour`` clipped to [lo, hi): 1.000000 without
+    arithmetic when the span covers the whole hour (nearly every slice of a month; the numeric epoch
+    arithmetic per slice was a fifth of writing a month's ledger), the same figure either way."""
+    end = f"{hour} + interval '1 hour'"
+    clipped = hours_sql(f"GREATEST({hour}, {lo})", f"LEAST({end}, {hi})")
+    return f"(CASE WHEN {lo} <= {hour} AND {hi} >= {end} THEN 1.000000 ELSE {clipped} END)"
+
+
 def positive_hours_sql(start: str, end: str) -> str:
     """``hours_sql(start, end) > 0`` without its numeric arithmetic: the rounded hours are positive
     exactly when the span is at least 1,800 microseconds (half of a millionth of an hour)."""

@@ -19,6 +19,7 @@ from apps.billing.pricing import (
     discounted_amount_sql,
     hours_sql,
     positive_hours_sql,
+    slice_hours_sql,
 )
 from apps.billing.services import metering
 from apps.billing.services.months import _hours
@@ -80,6 +81,27 @@ def test_positive_hours_sql_is_hours_sql_above_zero():
     assert [(m, positive) for m, positive, _fast in got] == [(m, m >= 1800) for m in micros]
     assert all(positive == fast for _m, positive, fast in got)
     assert [(m, _hours(timedelta(microseconds=m)) > 0) for m in micros] == [(m, m >= 1800) for m in micros]
+
+
+def test_slice_hours_sql_is_hours_sql_of_the_clipped_hour():
+    # (lo, hi) offsets from the hour in microseconds: whole hour, longer span, clipped at either end or
+    # both, a sub-half-millionth sliver, a span ending exactly at the hour's end
+    hour_us = 3_600_000_000
+    spans = [(0, hour_us), (-5, hour_us + 7), (1, hour_us), (0, hour_us - 1), (1800, 900_000), (-9, 1799)]
+    spans += [(-hour_us, hour_us), (17, hour_us + 1)]
+    base = local(2026, 9, 1)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {slice_hours_sql('%(base)s::timestamptz', 'v.lo', 'v.hi')} "  # noqa: S608 - constant fragments
+            "FROM (SELECT %(base)s::timestamptz + a * interval '1 microsecond' AS lo, "
+            "%(base)s::timestamptz + b * interval '1 microsecond' AS hi, n "
+            "FROM unnest(%(a)s::bigint[], %(b)s::bigint[]) WITH ORDINALITY AS u(a, b, n)) v ORDER BY n",
+            {"base": base, "a": [a for a, _b in spans], "b": [b for _a, b in spans]},
+        )
+        got = [row[0] for row in cursor.fetchall()]
+    want = [_hours(timedelta(microseconds=min(b, hour_us) - max(a, 0))) for a, b in spans]
+    assert got == want
+    assert got[0] == got[1] == Decimal("1.000000") and got[4] == Decimal("0.000250")
 
 
 def _snapshot() -> list[tuple]:

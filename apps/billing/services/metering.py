@@ -44,8 +44,8 @@ from apps.billing.pricing import (
     cu_hours_sql,
     discounted_amount,
     discounted_amount_sql,
-    hours_sql,
     positive_hours_sql,
+    slice_hours_sql,
 )
 from apps.billing.services.months import (
     _hours,
@@ -317,11 +317,11 @@ SELECT DISTINCT id, job_id, device_id, compute_units, compute_milli, lo, hi FROM
     GROUP BY 1, 2, 3, 4, 5, 6, 7, 8
 ) f
 WHERE f.busy * f.compute_units::float8 * 1000 / f.compute_milli * {WINDOW_S / 100 / HOUR_S!r}
-      > {cu_hours_sql("f.compute_units", hours_sql("GREATEST(f.hour, f.lo)", "LEAST(f.hour + interval '1 hour', f.hi)"))}::float8
+      > {cu_hours_sql("f.compute_units", slice_hours_sql("f.hour", "f.lo", "f.hi"))}::float8
         + 0.00000025
 """  # noqa: S608 - constant fragments
 
-_SLICE_HOURS = hours_sql("GREATEST(g.hour, t.lo)", "LEAST(g.hour + interval '1 hour', t.hi)")
+_SLICE_HOURS = slice_hours_sql("g.hour", "t.lo", "t.hi")
 
 # Every slice with time in it of the allocations to meter (hours cut in the platform time zone: the
 # series of their whole hours, clipped), priced, into the ledger; returns (written, late, months). The
