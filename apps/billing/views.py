@@ -25,7 +25,7 @@ from apps.billing.forms import AdjustmentForm, MonthCloseForm, RateCardForm
 from apps.billing.models import Bill, BillingPeriod, BillLine
 from apps.core.errors import ApplicationError
 from apps.core.filters import page_filter
-from apps.core.paginators import EstimatedCountPaginator
+from apps.core.paginators import CappedCountPaginator
 from apps.core.permissions import staff_required
 from apps.core.runs import run_progress_read
 
@@ -231,7 +231,7 @@ def ledger(request: HttpRequest) -> HttpResponse:
     if error:
         messages.error(request, error)
     # The ledger grows by an entry per allocation-hour: its count is estimated when unfiltered (issue 20).
-    page = EstimatedCountPaginator(entries.order_by("-slice_start", "-id"), PAGE_SIZE).get_page(
+    page = CappedCountPaginator(entries.order_by("-slice_start", "-id"), PAGE_SIZE).get_page(
         request.GET.get("page")
     )
     return render(

@@ -15,6 +15,8 @@ never by the estimate.
 
 from __future__ import annotations
 
+import json
+
 from django.core.paginator import EmptyPage, Page, PageNotAnInteger, Paginator
 from django.db import connections
 from django.db.models import QuerySet
@@ -48,6 +50,12 @@ def _reltuples(object_list: QuerySet) -> int:
     return int(row[0]) if row else -1
 
 
+def _planner_rows(object_list: QuerySet) -> int:
+    """The planner's estimate of how many rows ``object_list`` holds (EXPLAIN's top plan node)."""
+    plan = json.loads(object_list.order_by().explain(format="json"))
+    return int(plan[0]["Plan"]["Plan Rows"])
+
+
 class EstimatedPage(Page):
     def __init__(self, object_list, number, paginator, has_more: bool) -> None:
         super().__init__(object_list, number, paginator)
@@ -64,16 +72,29 @@ class EstimatedCountPaginator(Paginator):
     def estimated(self) -> bool:
         return self._estimate is not None
 
+    # With a cap (``CappedCountPaginator``), a filtered list is counted up to cap + 1 rows only.
+    count_cap: int | None = None
+
     @cached_property
     def _estimate(self) -> int | None:
+        if self.count_cap is not None and _cappable(self.object_list):
+            counted = self.object_list.order_by()[: self.count_cap + 1].count()
+            if counted <= self.count_cap:
+                self._counted = counted  # exact: no second COUNT
+                return None
+            return max(counted, _planner_rows(self.object_list))
         if not _estimable(self.object_list):
             return None
         estimate = _reltuples(self.object_list)
         return estimate if estimate >= self.estimate_above else None
 
+    _counted: int | None = None
+
     @cached_property
     def count(self) -> int:
-        return self._estimate if self.estimated else super().count
+        if self.estimated:
+            return self._estimate
+        return self._counted if self._counted is not None else super().count
 
     def validate_number(self, number):
         if not self.estimated:
@@ -93,3 +114,22 @@ class EstimatedCountPaginator(Paginator):
         bottom = (number - 1) * self.per_page
         rows = list(self.object_list[bottom : bottom + self.per_page + 1])
         return EstimatedPage(rows[: self.per_page], number, self, has_more=len(rows) > self.per_page)
+
+
+def _cappable(object_list) -> bool:
+    """A filtered PostgreSQL queryset (unfiltered ones are counted from ``reltuples``)."""
+    return (
+        isinstance(object_list, QuerySet)
+        and connections[object_list.db].vendor == "postgresql"
+        and bool(object_list.query.where)
+        and not object_list.query.combinator
+    )
+
+
+class CappedCountPaginator(EstimatedCountPaginator):
+    """For ledgers of millions of rows whose filters have no index of their own (a usage entry's model):
+    a filtered list is counted exactly up to ``ESTIMATE_ABOVE`` rows; past that, its count is the
+    planner's estimate (at least the rows counted) and the page says so, as for an unfiltered list,
+    instead of a COUNT of every matching row on each page."""
+
+    count_cap = ESTIMATE_ABOVE

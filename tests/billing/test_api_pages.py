@@ -270,3 +270,33 @@ def test_the_ledgers_job_filter_lists_exactly_that_jobs_entries(api_client, staf
             UsageEntry.objects.filter(job_id=job_id).values_list("pk", flat=True)
         )
     assert api_client.get("/api/billing/usage-entries/?job=abc").status_code == 400
+
+
+def test_a_filtered_ledger_is_counted_up_to_a_cap_then_estimated(
+    api_client, staff_user, closed_september, monkeypatch
+):
+    # the ledger's model filter has no index (billing 0012): past the cap the count is the planner's
+    # estimate and says so; "next" still comes from the rows, so paging reaches every entry
+    from apps.billing.models import UsageEntry
+    from apps.core.paginators import CappedCountPaginator
+
+    api_client.force_authenticate(staff_user)
+    entry = UsageEntry.objects.exclude(device_model=None).select_related("device_model").first()
+    wanted = set(UsageEntry.objects.filter(device_model=entry.device_model).values_list("pk", flat=True))
+    assert len(wanted) > 3
+    url = f"/api/billing/usage-entries/?device_model={entry.device_model.slug}&page_size=2"
+    exact = api_client.get(url).json()
+    assert exact["count"] == len(wanted) and exact["count_estimated"] is False
+    monkeypatch.setattr(CappedCountPaginator, "count_cap", 3)
+    got, page = set(), api_client.get(url).json()
+    assert page["count_estimated"] is True and page["count"] >= 4
+    while True:
+        got |= {e["id"] for e in page["results"]}
+        if not page["next"]:
+            break
+        page = api_client.get(page["next"]).json()
+    assert got == wanted
+    # at the cap the count stays exact
+    monkeypatch.setattr(CappedCountPaginator, "count_cap", len(wanted))
+    again = api_client.get(url).json()
+    assert again["count_estimated"] is False and again["count"] == len(wanted)

@@ -18,7 +18,7 @@ from apps.billing.filtersets import (
     RateCardFilterSet,
     UsageEntryFilterSet,
 )
-from apps.core.api.pagination import EstimatedCountPagination
+from apps.core.api.pagination import CappedCountPagination
 from apps.core.api.permissions import IsStaff, IsStaffOrReadOnly
 from apps.core.permissions import require_staff
 
@@ -64,7 +64,7 @@ class RateCardViewSet(viewsets.ModelViewSet):
 class UsageEntryViewSet(viewsets.ReadOnlyModelViewSet):
     serializer_class = s.UsageEntrySerializer
     filterset_class = UsageEntryFilterSet
-    pagination_class = EstimatedCountPagination  # an append-only ledger of millions of rows
+    pagination_class = CappedCountPagination  # an append-only ledger of millions of rows
     ordering_fields = ["slice_start", "amount", "cu_hours"]
 
     def get_queryset(self):

@@ -1,6 +1,6 @@
 from rest_framework.pagination import PageNumberPagination
 
-from apps.core.paginators import EstimatedCountPaginator
+from apps.core.paginators import CappedCountPaginator, EstimatedCountPaginator
 
 
 class StandardPagination(PageNumberPagination):
@@ -27,3 +27,11 @@ class EstimatedCountPagination(StandardPagination):
         schema = super().get_paginated_response_schema(schema)
         schema["properties"]["count_estimated"] = {"type": "boolean"}
         return schema
+
+
+class CappedCountPagination(EstimatedCountPagination):
+    """``EstimatedCountPagination`` whose filtered lists are counted up to ``ESTIMATE_ABOVE`` rows only
+    (``apps.core.paginators.CappedCountPaginator``): the usage-entry ledger, whose model filter has no
+    index (billing 0012)."""
+
+    django_paginator_class = CappedCountPaginator
