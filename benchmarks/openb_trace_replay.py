@@ -219,11 +219,11 @@ def variant_rows(variant: str, results: dict, ref: dict | None) -> list[dict]:
     this kind removes (at least: unallocated − master)."""
     pub = PUBLISHED_FGD.get(variant)
     primal = bound_primal(ref) if ref else None
+    if ref is None:  # --no-offline: the policy's figures and the margin only
+        ref = {key: {"mean": None} for key in ("bound", "bound_card", "bound_node", "hindsight")}
     rows = []
     for name, res in results.items():
         u = res["unallocated_at_100"]["mean"]
-        if ref is None:  # --no-offline: the policy's figures and the margin only
-            ref = {key: {"mean": None} for key in ("bound", "bound_card", "bound_node", "hindsight")}
         rows.append(
             {
                 "variant": variant,
@@ -253,10 +253,12 @@ def format_variant_rows(rows: list[dict]) -> str:
     )
     lines = [head]
     for r in rows:
-        pub = "-" if r["fgd_published"] is None else f"{r['fgd_published']:.2f}"
-        margin = "-" if r["margin_below_fgd_pct"] is None else f"{r['margin_below_fgd_pct']:.1f}%"
-        slack = "-" if r.get("bound_slack") is None else f"{r['bound_slack']:.2f}"
-        policy = "-" if r.get("policy_gap") is None else f"{r['policy_gap']:+.2f}"
+        pub = _fmt(r["fgd_published"], ".2f")
+        margin = _fmt(r["margin_below_fgd_pct"], ".1f") + (
+            "%" if r["margin_below_fgd_pct"] is not None else ""
+        )
+        slack = _fmt(r.get("bound_slack"), ".2f")
+        policy = _fmt(r.get("policy_gap"), "+.2f")
         lines.append(
             f"{r['variant']:<12} {r['policy']:<9} {r['unallocated']:>7.2f} ± {r['sd']:<4.2f} "
             f"{_fmt(r['bound'], '.2f'):>6} {_fmt(r['hindsight'], '.2f'):>9} {_fmt(r['gap_to_bound'], '+.2f'):>9} "
